@@ -1,0 +1,3 @@
+"""Scriptorium `actors` package (see docs/architecture.md)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Scriptorium `memory` package (see docs/architecture.md)."""
+
+__all__: list[str] = []

@@ -1,0 +1,237 @@
+"""The one seam every durable write passes through.
+
+SPEC §2 and §7: a durable write is a private temp file, ``fsync``,
+``os.replace``, ``fsync`` of the directory, all inside **one** worker-thread
+hop, never torn by cancellation. Everything in ``store`` and ``memory`` that
+makes a byte durable calls a method of :class:`DurableFiles`; nothing else
+opens a file for writing.
+
+Why one seam: crash safety is proven by killing an operation at each of its
+steps. :class:`DurableFiles` performs every step through :meth:`_step`, so a
+test double (``tests/faults.py``) can stop the world at step *k* or raise an
+``OSError`` there, and every crash test exercises the same code production
+runs. The methods are synchronous on purpose: a caller runs a whole durable
+operation (for an append, node file and meta.json together) in one hop with
+:func:`run_durable`.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import secrets
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+import anyio.to_thread
+
+__all__ = ["DurableFiles", "run_durable", "FILE_MODE", "DIR_MODE", "TEMP_SUFFIX"]
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+# Temp files start with "." and end with TEMP_SUFFIX so that scanners of
+# history/ and topics/ can skip (and recovery can delete) leftovers of a
+# crash between write and rename.
+TEMP_SUFFIX = ".scriptorium-tmp"
+
+T = TypeVar("T")
+
+
+async def run_durable(fn: Callable[..., T], *args: object) -> T:
+    """Run one durable operation in one worker-thread hop.
+
+    ``abandon_on_cancel=False`` (the default, spelled out because it is the
+    point): a cancelled caller waits for the write to finish, so a durable
+    write is never left half done by a timeout or a shutdown.
+    """
+    return await anyio.to_thread.run_sync(
+        functools.partial(fn, *args), abandon_on_cancel=False
+    )
+
+
+class DurableFiles:
+    """Atomic, durable file writes built from individually injectable steps.
+
+    Each public method is one durable operation. Subclasses change nothing but
+    :meth:`_step`, which is called before every primitive step with the
+    step's name and path.
+    """
+
+    def _step(self, step: str, path: str) -> None:
+        """Hook before each primitive step; the fault-injecting double overrides it."""
+
+    # -- primitive steps -------------------------------------------------
+
+    def _open_temp(self, final: str) -> tuple[int, str]:
+        directory, name = os.path.split(final)
+        temp = os.path.join(directory, f".{name}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+        self._step("open", temp)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        return fd, temp
+
+    def _write_all(self, fd: int, temp: str, data: bytes) -> None:
+        self._step("write", temp)
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+
+    def _fsync_file(self, fd: int, temp: str) -> None:
+        self._step("fsync", temp)
+        os.fsync(fd)
+
+    def _replace(self, temp: str, final: str) -> None:
+        self._step("rename", final)
+        os.replace(temp, final)
+
+    def fsync_dir(self, directory: str) -> None:
+        self._step("fsync_dir", directory)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _write_temp(self, final: str, data: bytes, *, sync: bool) -> str:
+        fd, temp = self._open_temp(final)
+        try:
+            self._write_all(fd, temp, data)
+            if sync:
+                self._fsync_file(fd, temp)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(temp)
+            raise
+        os.close(fd)
+        return temp
+
+    # -- durable operations ----------------------------------------------
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Replace ``path`` with ``data``: readers see all-old or all-new, durably."""
+        self.write_atomic_many([(path, data)])
+
+    def write_atomic_many(self, files: Iterable[tuple[str, bytes]]) -> None:
+        """Install several files durably: each all-old or all-new, synced before return.
+
+        All temp files are written and synced first, then renamed in order,
+        then each distinct directory is synced once. A crash leaves every
+        file either old or new (not necessarily all on the same side: a
+        caller that needs "all files or none" journals first).
+        """
+        pending: list[tuple[str, str]] = []
+        try:
+            for path, data in files:
+                pending.append((self._write_temp(path, data, sync=True), path))
+        except BaseException:
+            for temp, _ in pending:
+                _unlink_quietly(temp)
+            raise
+        directories: dict[str, None] = {}
+        for index, (temp, path) in enumerate(pending):
+            try:
+                self._replace(temp, path)
+            except BaseException:
+                for leftover, _ in pending[index:]:
+                    _unlink_quietly(leftover)
+                raise
+            directories[os.path.dirname(path) or "."] = None
+        for directory in directories:
+            self.fsync_dir(directory)
+
+    def replace_unsynced(self, path: str, data: bytes) -> None:
+        """Atomically replace ``path`` without syncing it.
+
+        Only for data already made durable elsewhere (a journal that recovery
+        replays): readers still never see a torn file, and durability comes
+        from the journal until :meth:`sync_paths` has run.
+        """
+        temp = self._write_temp(path, data, sync=False)
+        try:
+            self._replace(temp, path)
+        except BaseException:
+            _unlink_quietly(temp)
+            raise
+
+    def sync_paths(self, paths: Iterable[str]) -> None:
+        """fsync existing files (and then their directories), e.g. to retire a journal."""
+        directories: dict[str, None] = {}
+        for path in paths:
+            self._step("fsync", path)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            directories[os.path.dirname(path) or "."] = None
+        for directory in directories:
+            self.fsync_dir(directory)
+
+    def unlink(self, path: str, *, missing_ok: bool = True) -> None:
+        """Remove ``path`` durably (the directory is synced)."""
+        self._step("unlink", path)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+            return
+        self.fsync_dir(os.path.dirname(path) or ".")
+
+    def make_dirs(self, path: str) -> None:
+        """Create ``path`` and missing parents owner-only, syncing each new entry's parent."""
+        missing: list[str] = []
+        current = os.path.abspath(path)
+        while not os.path.isdir(current):
+            missing.append(current)
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+        for directory in reversed(missing):
+            self._step("mkdir", directory)
+            try:
+                os.mkdir(directory, DIR_MODE)
+            except FileExistsError:
+                if not os.path.isdir(directory):
+                    raise
+                continue
+            self.fsync_dir(os.path.dirname(directory))
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Create ``path`` with ``data`` only if it does not exist yet; True if this call made it.
+
+        Used where concurrent first users (threads or processes) must agree on
+        one value: the content is written and synced under a temp name and
+        then hard-linked into place, which fails if another writer won.
+        """
+        temp = self._write_temp(path, data, sync=True)
+        try:
+            self._step("link", path)
+            try:
+                os.link(temp, path)
+            except FileExistsError:
+                return False
+            except OSError as exc:  # filesystems without hard links
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                    raise
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+                except FileExistsError:
+                    return False
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+        finally:
+            _unlink_quietly(temp)
+        self.fsync_dir(os.path.dirname(path) or ".")
+        return True
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -1,0 +1,35 @@
+"""Test configuration shared by every package's tests.
+
+Every async test runs on asyncio and on trio. The backends are listed
+explicitly rather than left to anyio's default, which silently drops trio
+when it is not installed.
+
+Tests marked ``@pytest.mark.virtual_time`` run both backends on a virtual
+clock (trio's ``MockClock`` with autojump; ``VirtualTimeEventLoop`` on
+asyncio), so a test of a 10-second intensity window or a 300-second watchdog
+poll takes no real time. ``virtual_time(cushion=s)`` lets worker threads
+finish before the clock jumps (see ``tests/_virtual_time.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests._virtual_time import VirtualTimeEventLoop
+
+BACKENDS = ("asyncio", "trio")
+
+
+@pytest.fixture(params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    marker = request.node.get_closest_marker("virtual_time")
+    if marker is None:
+        return request.param
+    cushion = float(marker.kwargs.get("cushion", 0.0))
+    if request.param == "trio":
+        from trio.testing import MockClock
+
+        return ("trio", {"clock": MockClock(autojump_threshold=cushion)})
+    return ("asyncio", {"loop_factory": lambda: VirtualTimeEventLoop(cushion)})

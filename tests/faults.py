@@ -1,0 +1,49 @@
+"""The fault-injecting double of the durable seam (``store._durable.DurableFiles``).
+
+``FaultyFiles(crash_at=k)`` lets the first ``k`` primitive steps run and
+raises :class:`SimulatedCrash` on step ``k + 1``: the process "dies" there,
+so nothing after it runs and the disk holds exactly what a real crash at that
+point would leave (for a process crash; page-cache contents survive).
+``FaultyFiles(fail_at=k, error=...)`` raises an ``OSError`` instead, to test
+the error paths that keep running.
+
+``count_steps(operation)`` runs an operation on a plain counting double and
+returns how many steps it takes, so a crash test can try every one.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from store._durable import DurableFiles
+
+
+class SimulatedCrash(BaseException):
+    """The process died here. A BaseException so no ``except Exception`` survives it."""
+
+
+@dataclass
+class FaultyFiles(DurableFiles):
+    crash_at: int | None = None
+    fail_at: int | None = None
+    error: OSError = field(default_factory=lambda: OSError(errno.EIO, "injected I/O error"))
+    only: frozenset[str] | None = None  # count only these step names
+    steps: list[tuple[str, str]] = field(default_factory=list)
+
+    def _step(self, step: str, path: str) -> None:
+        if self.only is not None and step not in self.only:
+            return
+        index = len(self.steps)
+        self.steps.append((step, path))
+        if self.crash_at is not None and index == self.crash_at:
+            raise SimulatedCrash(f"crash before {step} {path}")
+        if self.fail_at is not None and index == self.fail_at:
+            raise self.error
+
+
+def count_steps(operation: Callable[[DurableFiles], object]) -> int:
+    files = FaultyFiles()
+    operation(files)
+    return len(files.steps)

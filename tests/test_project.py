@@ -1,0 +1,62 @@
+"""The project's promises about itself: layering, exports, the two README commands."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("actors", "supervisors", "store", "memory")
+# SPEC §2: each package may import only those listed before it in this table.
+ALLOWED = {
+    "actors": set(),
+    "supervisors": {"actors"},
+    "store": {"actors"},
+    "memory": {"actors", "supervisors", "store"},
+}
+
+
+def _imported_packages(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found & set(PACKAGES)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_imports_flow_one_way(package: str) -> None:
+    for module in sorted((ROOT / package).rglob("*.py")):
+        imported = _imported_packages(module) - {package}
+        assert imported <= ALLOWED[package], (
+            f"{module.relative_to(ROOT)} imports {sorted(imported - ALLOWED[package])}; "
+            f"{package}/ may import only {sorted(ALLOWED[package]) or 'anyio'} (SPEC §2)"
+        )
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_init_only_reexports_what_all_names(package: str) -> None:
+    module = importlib.import_module(package)
+    exported = getattr(module, "__all__", [])
+    for name in exported:
+        assert hasattr(module, name), f"{package}.__all__ names {name!r}, which is missing"
+    init = ast.parse((ROOT / package / "__init__.py").read_text(encoding="utf-8"))
+    for node in init.body:
+        assert isinstance(node, (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign, ast.Expr)), (
+            f"{package}/__init__.py should only re-export; found {type(node).__name__}"
+        )
+
+
+def test_ci_runs_the_readme_test_line_verbatim() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    commands = [line for line in readme[:8] if line.startswith("python3 ")]
+    assert len(commands) == 2, "README opens with two set-up lines: run the main job, run tests"
+    assert "scriptorium simulate" in commands[0]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert commands[1] in ci, ".ci/run must run the README's test line verbatim"
