@@ -1,0 +1,82 @@
+"""What a writer is: the one pluggable step between evidence and memory.
+
+SPEC §8: a writer receives a batch (the records, the session id, the rendered
+prompt) and a read-only snapshot of the workspace, and returns edits, or,
+for a writer that commits through its own tools, an audit and the changed
+files. The runtime does everything else: it archives the evidence first,
+commits the edits as one transaction, and marks the batch only when that
+transaction changed files (SPEC §6.4).
+
+Writers never write ids. They write ``[^e1]``-style local footnote labels and
+raw source handles (``openprogram/<sid>/<node-id>``); the transaction assigns
+block and footnote ids and expands handles into links (SPEC §5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from memory._records import SourceRecord
+
+__all__ = ["Batch", "TopicEdit", "CommittedWrite", "WorkspaceSnapshot", "Writer", "WriterOutput"]
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The oldest owed records of one branch, handed to a writer as one unit."""
+
+    session_id: str
+    records: tuple[SourceRecord, ...]
+    prompt: str
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        return tuple(record.message_id for record in self.records)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicEdit:
+    """Replace one topic file with ``text`` (writer form), or delete it (``text=None``).
+
+    ``path`` is relative to ``<state>/memory`` and must lie under ``topics/``.
+    A block id present in the base but absent from ``text`` is refused unless
+    it is listed in ``delete_blocks``: memory never loses a unit by accident.
+    """
+
+    path: str
+    text: str | None
+    delete_blocks: frozenset[str] = frozenset()
+    tool: str = "write_topic"
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedWrite:
+    """What a self-committing writer returns: the audit list and the changed files."""
+
+    audit: tuple[dict[str, Any], ...]
+    changed_files: tuple[str, ...]
+
+
+WriterOutput = Sequence[TopicEdit] | CommittedWrite
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceSnapshot:
+    """A read-only view of the topics at one ``workspace_revision``.
+
+    ``read(path)`` returns a topic file's text at that revision; files are read
+    lazily because a workspace may hold thousands of them.
+    """
+
+    revision: str
+    topic_paths: tuple[str, ...]
+    read: Callable[[str], str] = field(repr=False)
+
+
+@runtime_checkable
+class Writer(Protocol):
+    """Turns a batch into topic edits. Must not mutate the workspace itself."""
+
+    async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput: ...
