@@ -64,6 +64,8 @@ async def open_actor(
 
         async def run() -> None:
             nonlocal crash
+            if cell.closed:
+                return  # stopped before it ever ran
             try:
                 await cell.run_incarnation()
             except Exception as exc:
