@@ -32,7 +32,7 @@ class Backpressure(enum.Enum):
 class ReplySlot:
     """Where one call's reply lands; owned by exactly one call."""
 
-    __slots__ = ("event", "value", "error", "done", "abandoned")
+    __slots__ = ("abandoned", "done", "error", "event", "value")
 
     def __init__(self) -> None:
         self.event = anyio.Event()
@@ -63,7 +63,7 @@ class ReplySlot:
 class Envelope:
     """One queued message, its reply slot (None for a cast) and its crash count."""
 
-    __slots__ = ("message", "slot", "crashes")
+    __slots__ = ("crashes", "message", "slot")
 
     def __init__(self, message: Any, slot: ReplySlot | None) -> None:
         self.message = message
@@ -99,7 +99,7 @@ class Mailbox:
     itself (supervisors, registries, inspection), never user traffic.
     """
 
-    __slots__ = ("ordinary", "control", "capacity", "_wakeup", "_space")
+    __slots__ = ("_space", "_wakeup", "capacity", "control", "ordinary")
 
     def __init__(self, capacity: int) -> None:
         if capacity < 1:

@@ -41,9 +41,7 @@ class ActorRef:
 
     __slots__ = ("_cell", "_resolve")
 
-    def __init__(
-        self, cell: ActorCell, resolve: Callable[[], ActorCell] | None = None
-    ) -> None:
+    def __init__(self, cell: ActorCell, resolve: Callable[[], ActorCell] | None = None) -> None:
         self._cell = cell
         self._resolve = resolve
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -71,14 +71,14 @@ class Registry(Generic[K]):
         self._task_group = task_group
         self._on_crash = on_crash
         self._on_forget = on_forget
-        self._options = dict(
-            idle_timeout=idle_timeout,
-            capacity=capacity,
-            policy=policy,
-            call_timeout=call_timeout,
-            poison_threshold=poison_threshold,
-            dead_letter=dead_letter,
-        )
+        self._options: dict[str, Any] = {
+            "idle_timeout": idle_timeout,
+            "capacity": capacity,
+            "policy": policy,
+            "call_timeout": call_timeout,
+            "poison_threshold": poison_threshold,
+            "dead_letter": dead_letter,
+        }
         self._cells: dict[K, ActorCell] = {}
         self._closed = False
         self.activations = 0
@@ -97,7 +97,7 @@ class Registry(Generic[K]):
                     f"registry {self.name!r} is shut down; no new actor for key {key!r}"
                 )
             factory = self._factory
-            cell = ActorCell(lambda: factory(key), name=f"{self.name}[{key}]", **self._options)  # type: ignore[arg-type]
+            cell = ActorCell(lambda: factory(key), name=f"{self.name}[{key}]", **self._options)
             cell.ref = ActorRef(cell, lambda: self.cell(key))
             cell.on_activate = lambda activated: self._activate(key, activated)
             self._cells[key] = cell
@@ -120,7 +120,7 @@ class Registry(Generic[K]):
         self._closed = True
         with anyio.move_on_after(timeout):
             async with anyio.create_task_group() as tg:
-                for _, cell in self.items():
+                for cell in list(self._cells.values()):
                     tg.start_soon(cell.stop)
         for key, cell in self.items():
             if not cell.closed:
@@ -135,7 +135,7 @@ class Registry(Generic[K]):
         while not cell.closed:
             try:
                 outcome = await cell.run_incarnation()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the crash goes to the supervisor's hook
                 delay = self._on_crash(key, cell, exc)
                 if delay is None:
                     cell.close(exc)
@@ -205,7 +205,7 @@ async def open_registry(
         )
         try:
             yield registry
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, unwrapped
             body_error = exc
             tg.cancel_scope.cancel()
         else:

@@ -68,7 +68,7 @@ async def open_actor(
                 return  # stopped before it ever ran
             try:
                 await cell.run_incarnation()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - re-raised out of the block
                 crash = exc
                 cell.close(exc)
                 tg.cancel_scope.cancel()
@@ -78,7 +78,7 @@ async def open_actor(
         tg.start_soon(run)
         try:
             yield cell.ref
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, unwrapped
             # Raised after the task group, so it is not wrapped in an ExceptionGroup;
             # when the actor crashed, the body's error is a consequence of the crash.
             body_error = exc

@@ -69,7 +69,7 @@ async def run_restarting(cell: ActorCell, crashes: list[Exception], limit: int =
             await cell.run_incarnation()
             cell.close(None)
             return
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a supervisor's catch-all
             crashes.append(exc)
             if len(crashes) >= limit:
                 cell.close(exc)
@@ -108,7 +108,7 @@ async def test_crash_is_raised_out_of_open_actor_and_callers_learn_why() -> None
             async def caller(key: str, message: Any) -> None:
                 try:
                     await ref.call(message)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - recorded and checked below
                     outcomes[key] = exc
 
             await ref.cast(("gate", gate))

@@ -7,8 +7,7 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import Actor, ActorStopped, Backpressure, CallTimeout, MailboxFull, open_actor
-from actors import _ref
+from actors import Actor, ActorStopped, Backpressure, CallTimeout, MailboxFull, _ref, open_actor
 from actors._mailbox import ReplySlot
 
 
@@ -51,7 +50,7 @@ class _SharedSlot(ReplySlot):
 
     shared: _SharedSlot | None = None
 
-    def __new__(cls) -> _SharedSlot:
+    def __new__(cls) -> _SharedSlot:  # noqa: PYI034 - deliberately not a new object
         if cls.shared is None:
             cls.shared = super().__new__(cls)
         return cls.shared

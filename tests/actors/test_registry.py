@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,10 +49,14 @@ class Session(Actor):
         self.liveness.live[self.key] -= 1
 
 
+def session_factory(liveness: Liveness) -> Callable[[str], Actor]:
+    return lambda key: Session(key, liveness)
+
+
 @pytest.mark.virtual_time
 async def test_activated_by_the_first_message_and_passivated_when_idle() -> None:
     liveness = Liveness()
-    async with open_registry(lambda key: Session(key, liveness), idle_timeout=60.0) as registry:
+    async with open_registry(session_factory(liveness), idle_timeout=60.0) as registry:
         ref = registry.ref("s1")
         assert ref.statistics().state is ActorState.IDLE and liveness.started["s1"] == 0
         assert await ref.call("a") == ("s1", "a", 1)
@@ -72,7 +77,7 @@ async def test_messages_sent_during_passivation_are_all_processed_by_one_activat
     stop_gate = anyio.Event()
     liveness.stop_gate = stop_gate
     handled_during: list[Any] = []
-    async with open_registry(lambda key: Session(key, liveness), idle_timeout=10.0) as registry:
+    async with open_registry(session_factory(liveness), idle_timeout=10.0) as registry:
         ref = registry.ref("s1")
         await ref.call("first")
         await liveness.stopping.wait()  # virtual time jumps 10 s: passivation began
@@ -104,7 +109,7 @@ async def test_the_passivation_race_test_catches_a_registry_that_ignores_late_me
     liveness = Liveness()
     stop_gate = anyio.Event()
     liveness.stop_gate = stop_gate
-    async with open_registry(lambda key: Session(key, liveness), idle_timeout=10.0) as registry:
+    async with open_registry(session_factory(liveness), idle_timeout=10.0) as registry:
         ref = registry.ref("s1")
         await ref.call("first")
         await liveness.stopping.wait()
@@ -116,7 +121,7 @@ async def test_the_passivation_race_test_catches_a_registry_that_ignores_late_me
 
 async def test_keys_are_independent_and_show_in_the_snapshot() -> None:
     liveness = Liveness()
-    async with open_registry(lambda key: Session(key, liveness), name="sessions") as registry:
+    async with open_registry(session_factory(liveness), name="sessions") as registry:
         replies = [await registry.ref(k).call("hi") for k in ("a", "b", "a")]
         assert replies == [("a", "hi", 1), ("b", "hi", 1), ("a", "hi", 2)]
         assert len(registry) == 2
@@ -130,7 +135,10 @@ async def test_an_unsupervised_keyed_crash_is_raised_out_of_the_block() -> None:
         async def handle(self, message: Any) -> Any:
             raise RuntimeError(f"cannot handle {message}")
 
+    def fragile(key: str) -> Actor:
+        return Fragile()
+
     with pytest.raises(RuntimeError, match="cannot handle x"):
-        async with open_registry(lambda key: Fragile()) as registry:
+        async with open_registry(fragile) as registry:
             await registry.ref("k").cast("x")
             await anyio.sleep_forever()
