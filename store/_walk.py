@@ -107,6 +107,9 @@ def continues_conversation(index: SessionIndex, child: Node) -> bool:
 def trunk_tip(index: SessionIndex) -> str | None:
     """Follow first children from the earliest top-level conversation start.
 
+    "First child" is the first child (seq order) that continues the
+    conversation: following a tool call or an attach row would end the trunk
+    inside a function run, which is never a tip.
     Summaries are not trunk starts: a summary is spliced in *before* the
     range it covers, so starting there would end the trunk at the summary.
     """
@@ -120,10 +123,15 @@ def trunk_tip(index: SessionIndex) -> str | None:
     node = min(starts, key=lambda n: (n.created_at, n.seq))
     seen = {node.id}
     while True:
-        kids = index.children.get(node.id)
-        if not kids or kids[0] in seen or kids[0] not in index.nodes:
+        following = next(
+            (index.nodes[k] for k in index.children.get(node.id, ())
+             if k in index.nodes and k not in seen
+             and continues_conversation(index, index.nodes[k])),
+            None,
+        )
+        if following is None:
             return node.id
-        node = index.nodes[kids[0]]
+        node = following
         seen.add(node.id)
 
 
