@@ -402,7 +402,9 @@ class SessionCore:
         if node.predecessor not in (None, ROOT) and not exists:
             raise AppendInvariantError(session, node.id, node.predecessor)
         if node.is_top_level and node.is_conversational and not exists:
-            first_turn = not any(
+            # "First conversational node": none yet, or the head was rewound
+            # back past the first turn (no head), so the conversation restarts.
+            first_turn = self._meta.get("head_id") is None or not any(
                 n.is_conversational and n.display != "root" for n in self._index.nodes.values()
             )
             if not (first_turn or node.display == "root" or node.is_spawn_root
