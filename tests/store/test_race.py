@@ -21,6 +21,7 @@ durability, which the crash tests prove; the tests stay fast.
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -136,7 +137,7 @@ def test_merges_serialised_through_one_owner_lose_nothing(tmp_path: Path) -> Non
             call, reply = item
             try:
                 reply.set_result(call())
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - the reply carries it to the caller
                 reply.set_exception(exc)
 
     def call(fn: Callable[[], Any]) -> Any:
@@ -157,12 +158,11 @@ def test_merges_serialised_through_one_owner_lose_nothing(tmp_path: Path) -> Non
     def host() -> None:  # appends and rewinds on the same session meanwhile
         for i in range(60):
             head = call(lambda: core.head)
-            message = call(lambda: core.append({"id": f"h{i}", "content": "x",
-                                                "role": ["user", "assistant"][i % 2],
-                                                "predecessor": head}))
-            appended.append(message["id"])
-            if i % 20 == 19:
-                call(lambda: core.rewind_to(appended[-2] if i % 2 else appended[-1]))
+            turn = {"id": f"h{i}", "content": "x", "role": ["user", "assistant"][i % 2],
+                    "predecessor": head}
+            appended.append(call(functools.partial(core.append, turn))["id"])
+            if i % 20 == 19:  # back to the user turn just before this reply
+                call(functools.partial(core.rewind_to, appended[-2]))
 
     host_thread = threading.Thread(target=host)
     host_thread.start()

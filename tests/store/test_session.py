@@ -276,7 +276,9 @@ def test_unparsable_node_files_are_skipped_reported_and_never_rewritten(state: P
     bad = history / "0004-l-a2b.json"
     bad.write_bytes(bad.read_bytes()[:40])
     core = SessionCore.open(state, "demo")
-    assert [p.path for p in core.problems] == ["sessions/demo/history/0004-l-a2b.json"]
+    assert [getattr(p, "path", None) for p in core.problems] == [
+        "sessions/demo/history/0004-l-a2b.json"]
+    assert "sessions/demo/history/0004-l-a2b.json" in str(core.problems[0])
     assert "a2b" not in [r["head_msg_id"] for r in core.list_branches()]
     with pytest.raises(NodeNotFoundError):
         core.merge_node_metadata_batch({"a2b": {"m": 1}})
