@@ -1,3 +1,74 @@
-"""Scriptorium `store` package (see docs/architecture.md)."""
+"""Scriptorium `store` package (see docs/architecture.md).
 
-__all__: list[str] = []
+Layout: ``_durable`` is the one seam for durable writes; ``_ids``, ``_node``,
+``_message`` and ``_format`` are the pure record rules; ``_index`` and
+``_walk`` the in-memory index and the branch/tip rules over it; ``_journal``
+and ``_lock`` the batch journal and the cross-process lock; ``_session`` the
+synchronous core one session actor owns.
+"""
+
+from ._durable import DIR_MODE as DIR_MODE
+from ._durable import FILE_MODE as FILE_MODE
+from ._durable import TEMP_SUFFIX as TEMP_SUFFIX
+from ._durable import DurableFiles as DurableFiles
+from ._durable import run_durable as run_durable
+from ._errors import AppendInvariantError as AppendInvariantError
+from ._errors import BrokenChainError as BrokenChainError
+from ._errors import ChainCycleError as ChainCycleError
+from ._errors import CorruptFileError as CorruptFileError
+from ._errors import DuplicateNodeError as DuplicateNodeError
+from ._errors import InvalidNodeError as InvalidNodeError
+from ._errors import InvalidRequestError as InvalidRequestError
+from ._errors import MetaFileError as MetaFileError
+from ._errors import NodeFileError as NodeFileError
+from ._errors import NodeNotFoundError as NodeNotFoundError
+from ._errors import OversizedContentError as OversizedContentError
+from ._errors import ReservedMetadataKeyError as ReservedMetadataKeyError
+from ._errors import SessionExistsError as SessionExistsError
+from ._errors import SessionNotFoundError as SessionNotFoundError
+from ._errors import StoreError as StoreError
+from ._errors import SummaryHeadError as SummaryHeadError
+from ._errors import UnencodableValueError as UnencodableValueError
+from ._errors import UnsafeIdError as UnsafeIdError
+from ._format import decode_node as decode_node
+from ._format import encode_node as encode_node
+from ._message import message_to_node as message_to_node
+from ._message import node_to_message as node_to_message
+from ._node import RESERVED_KEYS as RESERVED_KEYS
+from ._node import Node as Node
+from ._session import SessionCore as SessionCore
+from ._session import list_sessions as list_sessions
+
+__all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
+    "RESERVED_KEYS",
+    "TEMP_SUFFIX",
+    "AppendInvariantError",
+    "BrokenChainError",
+    "ChainCycleError",
+    "CorruptFileError",
+    "DuplicateNodeError",
+    "DurableFiles",
+    "InvalidNodeError",
+    "InvalidRequestError",
+    "MetaFileError",
+    "Node",
+    "NodeFileError",
+    "NodeNotFoundError",
+    "OversizedContentError",
+    "ReservedMetadataKeyError",
+    "SessionCore",
+    "SessionExistsError",
+    "SessionNotFoundError",
+    "StoreError",
+    "SummaryHeadError",
+    "UnencodableValueError",
+    "UnsafeIdError",
+    "decode_node",
+    "encode_node",
+    "list_sessions",
+    "message_to_node",
+    "node_to_message",
+    "run_durable",
+]

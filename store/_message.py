@@ -1,0 +1,120 @@
+"""The message view: how the API (and memory) sees a node.
+
+Hosts and the ledger speak message dicts, not node records (SPEC §4): role
+``user``/``assistant``/``tool`` for the node roles ``user``/``llm``/``code``,
+``content`` for ``output``, ``timestamp`` for ``created_at``, and every
+metadata key spread to the top level, so a marker
+``memory_written_scriptorium`` reads as ``message["memory_written_scriptorium"]``.
+
+That spreading is why :data:`~store._node.RESERVED_KEYS` can never be
+metadata keys: they would be shadowed by (or shadow) the view's own fields.
+Going the other way, every field the node has no place for goes into
+``metadata``; an ``extra`` object is unpacked into it (keys already present
+win), as the reference agent does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ._errors import InvalidNodeError, ReservedMetadataKeyError
+from ._node import RESERVED_KEYS, ROOT, Node
+
+__all__ = [
+    "MESSAGE_ROLES",
+    "NODE_ROLES",
+    "check_metadata_keys",
+    "message_to_node",
+    "node_to_message",
+]
+
+MESSAGE_ROLES = {"user": "user", "llm": "assistant", "code": "tool"}
+NODE_ROLES = {"user": "user", "assistant": "llm", "tool": "code", "llm": "llm", "code": "code"}
+# Fields of a message that map onto node fields rather than metadata.
+_NATIVE = frozenset({
+    "id", "session_id", "role", "content", "predecessor", "caller",
+    "timestamp", "token_model", "function", "extra", "status",
+    "name", "input", "reads",
+})
+
+
+def node_to_message(node: Node, session: str) -> dict[str, Any]:
+    """The message dict of ``node``: view fields first, then every metadata key."""
+    message: dict[str, Any] = {
+        "id": node.id,
+        "session_id": session,
+        "role": MESSAGE_ROLES[node.role],
+        "content": node.output,
+        "predecessor": node.predecessor,
+        "caller": node.caller,
+        "timestamp": node.created_at,
+    }
+    if node.role == "llm":
+        message["token_model"] = node.name
+    elif node.role == "code":
+        message["function"] = node.name
+    for key, value in node.metadata.items():
+        # A legacy file could hold a reserved key; the node's own field wins.
+        message.setdefault(key, value)
+    return message
+
+
+def check_metadata_keys(metadata: Mapping[str, Any], session: str, node: str) -> None:
+    for key in metadata:
+        if not isinstance(key, str):
+            raise InvalidNodeError(session, node, f"metadata key {key!r} is not a string")
+        if key in RESERVED_KEYS:
+            raise ReservedMetadataKeyError(session, node, key)
+
+
+def message_to_node(
+    message: Mapping[str, Any],
+    session: str,
+    *,
+    node_id: str,
+    seq: int,
+    now: float,
+    default_predecessor: str | None = ROOT,
+) -> Node:
+    """The node a message asks to append (``id`` and ``seq`` decided by the caller)."""
+    role = message.get("role", "user")
+    if role not in NODE_ROLES:
+        raise InvalidNodeError(
+            session, node_id, f"role {role!r} is not one of {sorted(NODE_ROLES)}"
+        )
+    node_role = NODE_ROLES[role]
+    metadata: dict[str, Any] = {k: v for k, v in message.items() if k not in _NATIVE}
+    extra = message.get("extra")
+    if extra is not None:
+        if not isinstance(extra, Mapping):
+            raise InvalidNodeError(session, node_id, "extra is not an object")
+        for key, value in extra.items():
+            metadata.setdefault(key, value)
+    check_metadata_keys(metadata, session, node_id)
+    name = message.get("name")
+    if name is None:
+        name = message.get("token_model") if node_role == "llm" else message.get("function")
+    if name is None:
+        name = ""
+    timestamp = message.get("timestamp")
+    if timestamp is None:
+        timestamp = now
+    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)):
+        raise InvalidNodeError(session, node_id, "timestamp is not a number")
+    caller = message.get("caller") or ""
+    if not isinstance(caller, str):
+        raise InvalidNodeError(session, node_id, "caller is not a string")
+    predecessor = message.get("predecessor", default_predecessor)
+    if predecessor == "":
+        predecessor = ROOT
+    if predecessor is not None and not isinstance(predecessor, str):
+        raise InvalidNodeError(session, node_id, "predecessor is neither a string nor null")
+    reads = message.get("reads", [])
+    if not isinstance(reads, list):
+        raise InvalidNodeError(session, node_id, "reads is not a list")
+    return Node(
+        id=node_id, created_at=timestamp, seq=seq, role=node_role, name=name,
+        input=message.get("input"), output=message.get("content"), caller=caller,
+        predecessor=predecessor, reads=list(reads), metadata=metadata,
+    )

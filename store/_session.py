@@ -1,0 +1,512 @@
+"""The synchronous core of one session: every read and mutation over its directory.
+
+SPEC §1: the lost-marker race comes from several components rewriting node
+files unlocked. The cure is ownership: one owner per session (the session
+actor) through which every append, metadata merge, head move and rewind is
+serialised, plus a cross-process lock for owners in other processes. This
+module is that owner's body, as plain synchronous code: the actor holds one
+:class:`SessionCore` per session and calls each public method inside one
+worker-thread hop (``run_durable``), so **each public mutation is one sync
+call that does all of its file work**.
+
+Contract of every mutation:
+
+1. take ``<sid>/.lock`` (:mod:`store._lock`);
+2. retire journals other processes left (:mod:`store._journal`), then
+   re-check the fingerprint and rebuild the index if someone else wrote;
+3. validate everything before touching anything (a refused request changes
+   nothing);
+4. retire own outstanding journals that name a file it will change;
+5. write through :class:`~store._durable.DurableFiles` only;
+6. update the index and meta in memory, and record the new fingerprint.
+
+Reads re-check the fingerprint (without the lock) and answer from the index.
+
+``updated_at`` moves only on an append; a metadata merge touches only the
+node files it names; node files a merge or rewind rewrites are re-read from
+disk under the lock, never taken from the cache, so even a foreign write the
+fingerprint missed cannot be overwritten with stale metadata.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ._durable import TEMP_SUFFIX, DurableFiles
+from ._errors import (
+    AppendInvariantError,
+    CorruptFileError,
+    DuplicateNodeError,
+    InvalidNodeError,
+    NodeFileError,
+    NodeNotFoundError,
+    SessionExistsError,
+    SessionNotFoundError,
+    StoreError,
+    SummaryHeadError,
+)
+from ._format import (
+    DEFAULT_MAX_NODE_BYTES,
+    check_value,
+    decode_meta,
+    decode_node,
+    encode_meta,
+    encode_node,
+    node_filename,
+)
+from ._ids import validate_id, validate_name
+from ._index import HISTORY, META, Fingerprint, SessionIndex, load_index
+from ._journal import decode_journal, find_journals, retire, write_and_install
+from ._lock import SessionLock
+from ._message import check_metadata_keys, message_to_node, node_to_message
+from ._node import ROOT, Node
+from ._walk import absorbed_covers, branch, list_tips, rewind_ids
+
+__all__ = ["SessionCore", "list_sessions"]
+
+SESSIONS = "sessions"
+
+
+class SessionCore:
+    """One session directory, owned: see the module docstring for the contract.
+
+    Not thread-safe by design: its owner (the actor) calls one method at a
+    time. Create with :meth:`create` or :meth:`open`, which recover the
+    directory (temp files, journals) before loading the index.
+    """
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        session: str,
+        *,
+        files: DurableFiles | None = None,
+        clock: Callable[[], float] = time.time,
+        max_node_bytes: int = DEFAULT_MAX_NODE_BYTES,
+    ) -> None:
+        self.session = validate_id(session, "session id")
+        self.state_dir = os.fspath(state_dir)
+        self.directory = os.path.join(self.state_dir, SESSIONS, session)
+        self._rel = f"{SESSIONS}/{session}"
+        self._files = files if files is not None else DurableFiles()
+        self._clock = clock
+        self._cap = max_node_bytes
+        self._lock = SessionLock(self.directory)
+        self._index = SessionIndex()
+        self._meta: dict[str, Any] = {}
+        self._fingerprint: Fingerprint | None = None
+        self._journals: dict[str, list[tuple[str, bytes]]] = {}
+        self._journal_problems: dict[str, CorruptFileError] = {}
+        self.rebuilds = 0
+
+    # -- opening -----------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        state_dir: str | os.PathLike[str],
+        session: str | None = None,
+        *,
+        title: str = "",
+        files: DurableFiles | None = None,
+        clock: Callable[[], float] = time.time,
+        max_node_bytes: int = DEFAULT_MAX_NODE_BYTES,
+    ) -> SessionCore:
+        """Create a new, empty session and return its owner; SessionExistsError if taken."""
+        sid = session if session is not None else secrets.token_hex(6)
+        core = cls(state_dir, sid, files=files, clock=clock, max_node_bytes=max_node_bytes)
+        validate_name(title, "title", core.session)
+        core._files.make_dirs(os.path.join(core.directory, HISTORY))
+        now = clock()
+        meta = {"id": sid, "title": title, "created_at": now, "updated_at": now, "head_id": None}
+        with core._lock:
+            if not core._files.create_exclusive(core._path(META), encode_meta(meta)):
+                raise SessionExistsError(sid)
+            core._recover_locked()
+        return core
+
+    @classmethod
+    def open(
+        cls,
+        state_dir: str | os.PathLike[str],
+        session: str,
+        *,
+        files: DurableFiles | None = None,
+        clock: Callable[[], float] = time.time,
+        max_node_bytes: int = DEFAULT_MAX_NODE_BYTES,
+    ) -> SessionCore:
+        """Open an existing session: clean crash leftovers, replay journals, load the index."""
+        core = cls(state_dir, session, files=files, clock=clock, max_node_bytes=max_node_bytes)
+        if not os.path.isfile(core._path(META)):
+            raise SessionNotFoundError(core.session, core._rel)
+        with core._lock:
+            core._recover_locked()
+        return core
+
+    def close(self) -> None:
+        """Retire every outstanding journal (the owner calls this when passivated)."""
+        self.retire_journals()
+
+    # -- reads ---------------------------------------------------------------
+
+    @property
+    def head(self) -> str | None:
+        self._refresh()
+        head = self._meta.get("head_id")
+        return head if isinstance(head, str) else None
+
+    def meta(self) -> dict[str, Any]:
+        self._refresh()
+        return dict(self._meta)
+
+    def node(self, node_id: str) -> Node:
+        self._refresh()
+        found = self._index.nodes.get(node_id)
+        if found is None:
+            raise NodeNotFoundError(self.session, node_id)
+        return found
+
+    def nodes(self) -> list[Node]:
+        """Every readable node, in seq order."""
+        self._refresh()
+        return list(self._index.nodes.values())
+
+    @property
+    def problems(self) -> list[StoreError]:
+        """Files skipped because they could not be read (node files, journals)."""
+        self._refresh()
+        return [*self._index.problems, *self._journal_problems.values()]
+
+    def branch_nodes(self, tip: str | None = None) -> list[Node]:
+        self._refresh()
+        start = tip if tip is not None else self._meta.get("head_id")
+        if start is None:
+            return []
+        return branch(self._index, self.session, validate_id(start, "tip", self.session))
+
+    def get_branch(self, tip: str | None = None) -> list[dict[str, Any]]:
+        """Message dicts root→tip of the branch ending at ``tip`` (default: head)."""
+        return [node_to_message(n, self.session) for n in self.branch_nodes(tip)]
+
+    def list_branches(self) -> list[dict[str, Any]]:
+        self._refresh()
+        return list_tips(self._index, self._meta)
+
+    @property
+    def outstanding_journals(self) -> list[str]:
+        return sorted(self._journals)
+
+    # -- mutations -------------------------------------------------------------
+
+    def append(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        """Append one turn (a message dict); returns its message view. SPEC §4 append."""
+        raw_id = message.get("id")
+        node_id = validate_id(raw_id if raw_id else secrets.token_hex(6), "node id", self.session)
+        with self._lock:
+            self._sync_locked()
+            node = message_to_node(
+                message, self.session, node_id=node_id, seq=self._index.max_seq + 1,
+                now=self._clock(), default_predecessor=self._meta.get("head_id") or ROOT,
+            )
+            return node_to_message(self._append_locked(node), self.session)
+
+    def spawn_branch(
+        self, caller_node: str, source: str, prompt: str, *, name: str | None = None
+    ) -> dict[str, Any]:
+        """A spawn root: user node, ``predecessor=null``, ``caller=<spawning node>``."""
+        validate_id(caller_node, "caller node id", self.session)
+        if name is not None:
+            validate_name(name, "branch name", self.session)
+        node_id = secrets.token_hex(6)
+        with self._lock:
+            self._sync_locked()
+            if caller_node not in self._index.nodes:
+                raise NodeNotFoundError(self.session, caller_node)
+            now = self._clock()
+            node = Node(
+                id=node_id, created_at=now, seq=self._index.max_seq + 1, role="user",
+                output=prompt, caller=caller_node, predecessor=None,
+                metadata={"source": source, "spawn_branch_root": True},
+            )
+            branches = None
+            if name is not None:
+                branches = {node_id: {"name": name, "created_at": now, "updated_at": now}}
+            return node_to_message(self._append_locked(node, branches), self.session)
+
+    def insert_summary(self, covers_ids: list[str], text: str) -> dict[str, Any]:
+        """A compaction summary spliced in before the first covered node."""
+        if not covers_ids:
+            raise InvalidNodeError(self.session, "summary_", "covers_ids is empty")
+        for covered in covers_ids:
+            validate_id(covered, "covered node id", self.session)
+        node_id = "summary_" + secrets.token_hex(5)
+        with self._lock:
+            self._sync_locked()
+            covers = absorbed_covers(self._index, self.session, covers_ids)
+            first = self._index.nodes[covers_ids[0]]
+            node = Node(
+                id=node_id, created_at=first.created_at - 1e-6, seq=self._index.max_seq + 1,
+                role="llm", name="context/summary", output=text, caller="",
+                predecessor=first.predecessor,
+                metadata={"type": "compactionSummary", "source": "compaction",
+                          "compaction": True, "covers_ids": covers},
+            )
+            return node_to_message(self._append_locked(node), self.session)
+
+    def set_head(self, node_id: str) -> None:
+        """Move the head; never onto a summary. ``updated_at`` does not move."""
+        validate_id(node_id, "head id", self.session)
+        with self._lock:
+            self._sync_locked()
+            node = self._index.nodes.get(node_id)
+            if node is None:
+                raise NodeNotFoundError(self.session, node_id)
+            if node.is_summary:
+                raise SummaryHeadError(self.session, node_id)
+            meta = {**self._meta, "head_id": node_id}
+            self._retire_touching({META})
+            self._files.write_atomic(self._path(META), encode_meta(meta))
+            self._meta = meta
+            self._mark_synced()
+
+    def rewind_to(self, user_turn: str) -> list[str]:
+        """Stamp ``rewound`` on the head chain back to ``user_turn``; head to its predecessor.
+
+        Node stamps and the head move go through one journal, so a crash
+        leaves either none or (after recovery) all of them.
+        """
+        validate_id(user_turn, "user turn id", self.session)
+        with self._lock:
+            self._sync_locked()
+            head = self._meta.get("head_id")
+            if not isinstance(head, str):
+                raise InvalidNodeError(self.session, user_turn, "the session has no head")
+            stamped = rewind_ids(self._index, self.session, head, user_turn)
+            now = self._clock()
+            patch = {"rewound": True, "rewound_at": now}
+            predecessor = self._index.nodes[user_turn].predecessor
+            new_head = predecessor if predecessor in self._index.nodes else None
+            meta = {**self._meta, "head_id": new_head}
+            self._rewrite_locked({i: patch for i in stamped}, meta)
+            return stamped
+
+    def merge_node_metadata_batch(self, patches: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """Merge each patch into its node's metadata; returns the ids whose file changed.
+
+        A shallow merge (a patch value replaces the key's value). Touches only
+        the named node files: never meta.json, never ``updated_at``. All
+        patches are validated before any file changes; one journal makes the
+        whole batch durable with two fsyncs (see :mod:`store._journal`).
+        """
+        for node_id, patch in patches.items():
+            validate_id(node_id, "node id", self.session)
+            if not isinstance(patch, Mapping):
+                raise InvalidNodeError(self.session, node_id, "a metadata patch is not an object")
+            check_metadata_keys(patch, self.session, node_id)
+            check_value(dict(patch), self.session, node_id)
+        with self._lock:
+            self._sync_locked()
+            return self._rewrite_locked(patches, None)
+
+    def retire_journals(self) -> None:
+        """Make every outstanding own journal's files durable and drop the journals."""
+        if not self._journals:
+            return
+        with self._lock:
+            for name in list(self._journals):
+                self._retire_own(name)
+            self._mark_synced()
+
+    # -- internals -------------------------------------------------------------
+
+    def _path(self, rel: str) -> str:
+        return os.path.join(self.directory, rel)
+
+    def _recover_locked(self) -> None:
+        """Drop crash leftovers (temp files) and replay every journal found."""
+        for folder in (self.directory, self._path(HISTORY)):
+            try:
+                names = os.listdir(folder)
+            except FileNotFoundError:
+                continue
+            for name in names:
+                if name.startswith(".") and name.endswith(TEMP_SUFFIX):
+                    self._files.unlink(os.path.join(folder, name))
+        self._sync_locked()
+
+    def _sync_locked(self) -> None:
+        """Under the lock: adopt foreign journals, then refresh if someone else wrote."""
+        for name in find_journals(self.directory):
+            if name in self._journals or name in self._journal_problems:
+                continue
+            path = self._path(name)
+            try:
+                with open(path, "rb") as handle:
+                    entries = decode_journal(handle.read(), f"{self._rel}/{name}")
+            except FileNotFoundError:
+                continue
+            except CorruptFileError as exc:
+                self._journal_problems[name] = exc
+                continue
+            retire(self._files, self.directory, name, entries, install=True)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Rebuild the index and meta once when the fingerprint moved."""
+        fingerprint = Fingerprint.of(self.directory)
+        if fingerprint == self._fingerprint:
+            return
+        try:
+            with open(self._path(META), "rb") as handle:
+                meta_bytes = handle.read()
+        except FileNotFoundError:
+            raise SessionNotFoundError(self.session, self._rel) from None
+        self._meta = decode_meta(meta_bytes, f"{self._rel}/{META}")
+        self._index = load_index(self.directory, self._rel, self._cap)
+        self._fingerprint = fingerprint
+        self.rebuilds += 1
+
+    def _mark_synced(self) -> None:
+        self._fingerprint = Fingerprint.of(self.directory)
+
+    def _retire_own(self, name: str) -> None:
+        entries = self._journals[name]
+        if os.path.exists(self._path(name)):
+            retire(self._files, self.directory, name, entries, install=False)
+        # else another process already replayed and retired it
+        del self._journals[name]
+
+    def _retire_touching(self, rels: set[str]) -> None:
+        for name, entries in list(self._journals.items()):
+            if any(rel in rels for rel, _ in entries):
+                self._retire_own(name)
+
+    def _check_new_node(self, node: Node) -> None:
+        session = self.session
+        if node.id in self._index.nodes:
+            raise DuplicateNodeError(session, node.id)
+        if node.caller:
+            validate_id(node.caller, "caller id", session)
+        if node.predecessor is not None and node.predecessor != ROOT:
+            validate_id(node.predecessor, "predecessor id", session)
+        check_metadata_keys(node.metadata, session, node.id)
+        for value in (node.name, node.input, node.output, node.reads, node.metadata):
+            check_value(value, session, node.id)
+        if not isinstance(node.name, str):
+            raise InvalidNodeError(session, node.id, "name is not a string")
+        exists = node.predecessor in self._index.nodes
+        if node.predecessor not in (None, ROOT) and not exists:
+            raise AppendInvariantError(session, node.id, node.predecessor)
+        if node.is_top_level and node.is_conversational and not exists:
+            # "First conversational node": none yet, or the head was rewound
+            # back past the first turn (no head), so the conversation restarts.
+            first_turn = self._meta.get("head_id") is None or not any(
+                n.is_conversational and n.display != "root" for n in self._index.nodes.values()
+            )
+            if not (first_turn or node.display == "root" or node.is_spawn_root
+                    or node.is_summary):
+                raise AppendInvariantError(session, node.id, node.predecessor)
+
+    def _append_locked(
+        self, node: Node, branches: dict[str, Any] | None = None
+    ) -> Node:
+        self._check_new_node(node)
+        data = encode_node(node, self.session, self._cap)
+        meta = dict(self._meta)
+        meta["updated_at"] = self._clock()
+        head = meta.get("head_id")
+        if node.is_top_level and not node.is_summary and (
+            head is None or node.predecessor == head
+        ):
+            meta["head_id"] = node.id
+        if branches:
+            known = meta.get("branches")
+            meta["branches"] = {**(known if isinstance(known, dict) else {}), **branches}
+        filename = f"{HISTORY}/{node_filename(node)}"
+        self._retire_touching({META})
+        self._files.write_atomic_many(
+            [(self._path(filename), data), (self._path(META), encode_meta(meta))]
+        )
+        self._index.add(node)
+        self._meta = meta
+        self._mark_synced()
+        return node
+
+    def _rewrite_locked(
+        self, patches: Mapping[str, Mapping[str, Any]], meta: dict[str, Any] | None
+    ) -> list[str]:
+        """Merge patches into node files (re-read from disk) and maybe meta, via one journal."""
+        updated: list[Node] = []
+        entries: list[tuple[str, bytes]] = []
+        for node_id, patch in patches.items():
+            if node_id not in self._index.nodes:
+                raise NodeNotFoundError(self.session, node_id)
+            rel = f"{HISTORY}/{self._index.files[node_id]}"
+            current = self._read_node(rel)
+            merged = {**current.metadata, **patch}
+            if merged == current.metadata and list(merged) == list(current.metadata):
+                if current != self._index.nodes[node_id]:
+                    self._index.replace(current)
+                continue
+            new = current.with_metadata(merged)
+            entries.append((rel, encode_node(new, self.session, self._cap)))
+            updated.append(new)
+        if meta is not None:
+            entries.append((META, encode_meta(meta)))
+        if not entries:
+            return []
+        self._retire_touching({rel for rel, _ in entries})
+        name = write_and_install(self._files, self.directory, entries)
+        self._journals[name] = entries
+        for node in updated:
+            self._index.replace(node)
+        if meta is not None:
+            self._meta = meta
+        self._mark_synced()
+        return [n.id for n in updated]
+
+    def _read_node(self, rel: str) -> Node:
+        path = f"{self._rel}/{rel}"
+        try:
+            with open(self._path(rel), "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            raise NodeFileError(path, f"unreadable ({exc.strerror})") from None
+        return decode_node(data, path, self._cap)
+
+
+def list_sessions(state_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every session under ``state_dir/sessions`` with a readable meta.json, newest first.
+
+    Rows are ``{id, title, created_at, updated_at, head_id}``. Directories
+    whose name is not a safe id, or whose meta.json is missing or corrupt,
+    are skipped (open them with :class:`SessionCore` to get the typed error).
+    """
+    root = os.path.join(os.fspath(state_dir), SESSIONS)
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return []
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        try:
+            validate_id(name, "session id")
+            with open(os.path.join(root, name, META), "rb") as handle:
+                meta = decode_meta(handle.read(), f"{SESSIONS}/{name}/{META}")
+        except (StoreError, OSError):
+            continue
+        rows.append({
+            "id": name,
+            "title": meta.get("title", ""),
+            "created_at": meta.get("created_at"),
+            "updated_at": meta.get("updated_at"),
+            "head_id": meta.get("head_id"),
+        })
+    rows.sort(key=lambda r: r["updated_at"] if isinstance(r["updated_at"], (int, float))
+              else 0.0, reverse=True)
+    return rows
+

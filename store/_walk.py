@@ -1,0 +1,214 @@
+"""Branch walks and tip rules over a session index: pure functions, no I/O.
+
+A session is a DAG whose conversation edges are ``predecessor`` links; a
+branch is what you get by walking them back from a tip (SPEC §4). These
+rules decide what memory sees, so they live here, apart from files and
+actors, and are tested on the reference agent's own fixture:
+
+* :func:`branch` walks root→tip and drops nodes with ``display="root"`` or
+  ``rewound``; a walk ends at ``"ROOT"`` or at a ``null`` predecessor on a
+  legal terminus (spawn root, the session's first node, a summary), and any
+  other end is a :class:`~store._errors.BrokenChainError` (or a cycle).
+* :func:`list_tips` applies the tip rules: candidates, "continues the
+  conversation", merged heads, the trunk tip, ``summary_`` ids.
+* :func:`rewind_ids` and :func:`absorbed_covers` compute what a rewind stamps
+  and what a rolling summary covers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._errors import BrokenChainError, ChainCycleError, InvalidNodeError, NodeNotFoundError
+from ._index import SessionIndex
+from ._node import ROOT, Node
+
+__all__ = [
+    "absorbed_covers",
+    "branch",
+    "branch_row",
+    "chain",
+    "continues_conversation",
+    "is_tip_candidate",
+    "list_tips",
+    "rewind_ids",
+    "trunk_tip",
+]
+
+
+def _legal_terminus(index: SessionIndex, node: Node) -> bool:
+    first = index.first_node()
+    return node.is_spawn_root or node.is_summary or (first is not None and first.id == node.id)
+
+
+def chain(index: SessionIndex, session: str, tip: str) -> list[Node]:
+    """Every node from the start of ``tip``'s chain to ``tip``, root→tip, nothing dropped."""
+    node = index.nodes.get(tip)
+    if node is None:
+        raise NodeNotFoundError(session, tip)
+    seen = {tip}
+    walked = [node]
+    while True:
+        predecessor = node.predecessor
+        if predecessor == ROOT:
+            break
+        if predecessor is None:
+            if _legal_terminus(index, node):
+                break
+            raise BrokenChainError(
+                session, tip, node.id,
+                "its predecessor is null but it is no spawn root, summary or first node",
+            )
+        if predecessor in seen:
+            raise ChainCycleError(session, tip, predecessor)
+        following = index.nodes.get(predecessor)
+        if following is None:
+            raise BrokenChainError(
+                session, tip, node.id, f"its predecessor {predecessor!r} is not in the session"
+            )
+        seen.add(predecessor)
+        walked.append(following)
+        node = following
+    walked.reverse()
+    return walked
+
+
+def branch(index: SessionIndex, session: str, tip: str) -> list[Node]:
+    """The visible branch ending at ``tip``: :func:`chain` minus roots and rewound turns."""
+    return [n for n in chain(index, session, tip) if n.display != "root" and not n.rewound]
+
+
+def _inside_function_run(index: SessionIndex, node: Node) -> bool:
+    """Called by something other than a conversational turn (or by the spawn of one)."""
+    if node.caller in ("", ROOT):
+        return False
+    caller = index.nodes.get(node.caller)
+    return caller is None or not caller.is_conversational
+
+
+def is_tip_candidate(index: SessionIndex, node: Node) -> bool:
+    if node.caller not in ("", ROOT) and (
+        not node.is_conversational or _inside_function_run(index, node)
+    ):
+        return False
+    return node.display != "root" and not node.is_context and not node.is_attach
+
+
+def continues_conversation(index: SessionIndex, child: Node) -> bool:
+    return (
+        child.is_conversational
+        and child.display not in ("root", "runtime")
+        and not child.is_attach
+        and not child.is_context
+        and not _inside_function_run(index, child)
+    )
+
+
+def trunk_tip(index: SessionIndex) -> str | None:
+    """Follow first children from the earliest top-level conversation start.
+
+    "First child" is the first child (seq order) that continues the
+    conversation: following a tool call or an attach row would end the trunk
+    inside a function run, which is never a tip.
+    Summaries are not trunk starts: a summary is spliced in *before* the
+    range it covers, so starting there would end the trunk at the summary.
+    """
+    starts = [
+        n for n in index.nodes.values()
+        if n.is_top_level and n.predecessor in (ROOT, None) and n.display != "root"
+        and not n.is_spawn_root and not n.is_summary
+    ]
+    if not starts:
+        return None
+    node = min(starts, key=lambda n: (n.created_at, n.seq))
+    seen = {node.id}
+    while True:
+        following = next(
+            (index.nodes[k] for k in index.children.get(node.id, ())
+             if k in index.nodes and k not in seen
+             and continues_conversation(index, index.nodes[k])),
+            None,
+        )
+        if following is None:
+            return node.id
+        node = following
+        seen.add(node.id)
+
+
+def branch_row(node: Node, meta: dict[str, Any]) -> dict[str, Any]:
+    branches = meta.get("branches")
+    entry = branches.get(node.id) if isinstance(branches, dict) else None
+    if not isinstance(entry, dict):
+        entry = {}
+    return {
+        "head_msg_id": node.id,
+        "name": entry.get("name", ""),
+        "created_at": entry.get("created_at", node.created_at),
+        "updated_at": entry.get("updated_at", node.created_at),
+        "archived": bool(entry.get("archived", False)),
+    }
+
+
+def list_tips(index: SessionIndex, meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The list_branches rows of SPEC §4, sorted by ``updated_at`` descending."""
+    merged = meta.get("merged_heads")
+    dropped = set(merged) if isinstance(merged, list) else set()
+    tips: list[str] = []
+    for node in index.nodes.values():
+        if not is_tip_candidate(index, node):
+            continue
+        kids = index.children.get(node.id, ())
+        if any(continues_conversation(index, index.nodes[k]) for k in kids if k in index.nodes):
+            continue
+        tips.append(node.id)
+    trunk = trunk_tip(index)
+    if trunk is not None and trunk not in tips:
+        tips.append(trunk)
+    rows = [
+        branch_row(index.nodes[t], meta) for t in tips
+        if t not in dropped and not t.startswith("summary_")
+    ]
+    rows.sort(key=lambda row: _sort_key(row["updated_at"]), reverse=True)
+    return rows
+
+
+def _sort_key(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def rewind_ids(index: SessionIndex, session: str, head: str, user_turn: str) -> list[str]:
+    """The nodes a rewind to ``user_turn`` stamps: the head chain back to it, and sub-calls.
+
+    Spawn roots called from those turns are separate branches with their own
+    tips and are not stamped.
+    """
+    walked = chain(index, session, head)
+    ids = [n.id for n in walked]
+    if user_turn not in ids:
+        raise InvalidNodeError(
+            session, user_turn, f"it is not on the active chain ending at head {head!r}"
+        )
+    if index.nodes[user_turn].role != "user":
+        raise InvalidNodeError(session, user_turn, "a rewind goes back to a user turn")
+    stamped = ids[ids.index(user_turn):]
+    chosen = set(stamped)
+    for node in index.nodes.values():  # seq order: callers come before callees
+        if node.caller in chosen and node.id not in chosen and not node.is_spawn_root:
+            chosen.add(node.id)
+            stamped.append(node.id)
+    return stamped
+
+
+def absorbed_covers(index: SessionIndex, session: str, covers_ids: list[str]) -> list[str]:
+    """``covers_ids`` with each covered older summary replaced by what it covered, plus itself."""
+    result: list[str] = []
+    for covered in covers_ids:
+        node = index.nodes.get(covered)
+        if node is None:
+            raise NodeNotFoundError(session, covered)
+        if node.is_summary:
+            older = node.metadata.get("covers_ids")
+            if isinstance(older, list):
+                result.extend(c for c in older if isinstance(c, str))
+        result.append(covered)
+    return list(dict.fromkeys(result))

@@ -1,0 +1,185 @@
+"""Crash safety: kill append, metadata batch, rewind and journal retirement at every step.
+
+Each test runs the operation on :class:`tests.faults.FaultyFiles`, which
+raises :class:`SimulatedCrash` before primitive step *k* (the process dies
+there: nothing after it runs), for every *k*; then re-opens the session with
+plain files (recovery) and checks: every node parses, every file holds its
+old or its new content, and an acknowledged operation is complete.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store._durable import TEMP_SUFFIX, DurableFiles
+from store._journal import find_journals
+from store._session import SessionCore
+from tests.faults import FaultyFiles, SimulatedCrash, count_steps
+
+_runs = itertools.count()
+MARK = "memory_written_scriptorium"
+
+
+def _build(tmp_path: Path) -> Path:
+    """A fresh state directory holding session "s" with a short chain u0 a1 u2 a3 u4 a5."""
+    state = tmp_path / f"run{next(_runs)}"
+    core = SessionCore.create(state, "s")
+    for i in range(6):
+        core.append({"id": f"{'ua'[i % 2]}{i}", "role": ["user", "assistant"][i % 2],
+                     "content": f"turn {i}", "checkpoint": 0})
+    core.close()
+    return state
+
+
+def _files(state: Path) -> dict[str, bytes]:
+    root = state / "sessions" / "s"
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
+
+
+def _recover(state: Path) -> SessionCore:
+    core = SessionCore.open(state, "s")
+    assert core.problems == []
+    root = state / "sessions" / "s"
+    assert not [p for p in root.rglob("*") if p.name.endswith(TEMP_SUFFIX)]
+    assert find_journals(str(root)) == []
+    return core
+
+
+def _crash_everywhere(
+    tmp_path: Path,
+    operation: Callable[[SessionCore], Any],
+    check: Callable[[Path, dict[str, bytes], SessionCore, bool], None],
+    prepare: Callable[[Path], None] = lambda state: None,
+) -> int:
+    def run(files: DurableFiles) -> None:
+        state = _build(tmp_path)
+        prepare(state)
+        operation(SessionCore.open(state, "s", files=files))
+
+    total = count_steps(run)
+    assert total > 0
+    for k in range(total + 1):
+        state = _build(tmp_path)
+        prepare(state)
+        before = _files(state)
+        try:
+            operation(SessionCore.open(state, "s", files=FaultyFiles(crash_at=k)))
+            acknowledged = True
+        except SimulatedCrash:
+            acknowledged = False
+        assert acknowledged == (k >= total), k
+        check(state, before, _recover(state), acknowledged)
+    return total
+
+
+def test_append_crash_at_every_step(tmp_path: Path) -> None:
+    def check(state: Path, before: dict[str, bytes], core: SessionCore, acked: bool) -> None:
+        ids = [n.id for n in core.nodes()]
+        assert ids[:6] == ["u0", "a1", "u2", "a3", "u4", "a5"]
+        if acked:
+            assert ids[-1] == "u6" and core.head == "u6"
+            assert core.meta()["updated_at"] > 0
+        else:
+            assert ids in (ids[:6], [*ids[:6], "u6"])
+        after = _files(state)
+        for name, data in before.items():
+            if name != "meta.json":
+                assert after[name] == data
+
+    steps = _crash_everywhere(
+        tmp_path, lambda c: c.append({"id": "u6", "content": "new", "predecessor": "a5"}), check
+    )
+    assert steps >= 8  # two temp files: open, write, fsync; two renames; dir fsyncs
+
+
+def test_metadata_batch_crash_at_every_step(tmp_path: Path) -> None:
+    patch = {n: {MARK: "w-12345678"} for n in ("u0", "a1", "u2")}
+
+    def check(state: Path, before: dict[str, bytes], core: SessionCore, acked: bool) -> None:
+        marks = [core.node(n).metadata.get(MARK) for n in ("u0", "a1", "u2")]
+        if acked:
+            assert marks == ["w-12345678"] * 3
+        else:
+            # the journal is all-or-nothing once it exists: recovery makes it all
+            assert marks in ([None] * 3, ["w-12345678"] * 3)
+        assert _files(state)["meta.json"] == before["meta.json"]
+        assert all(core.node(n).metadata["checkpoint"] == 0 for n in ("u0", "a1", "u2"))
+
+    _crash_everywhere(tmp_path, lambda c: c.merge_node_metadata_batch(patch), check)
+
+
+def test_retirement_crash_at_every_step(tmp_path: Path) -> None:
+    def merged(state: Path) -> None:
+        core = SessionCore.open(state, "s")
+        core.merge_node_metadata_batch({"a1": {MARK: "w-1"}, "a3": {MARK: "w-1"}})
+        assert len(core.outstanding_journals) == 1  # left outstanding on purpose
+
+    def check(state: Path, before: dict[str, bytes], core: SessionCore, acked: bool) -> None:
+        assert core.node("a1").metadata[MARK] == "w-1"
+        assert core.node("a3").metadata[MARK] == "w-1"
+        if acked:
+            assert core.node("u4").metadata[MARK] == "w-2"
+
+    def retire(core: SessionCore) -> None:
+        # open() adopted the journal another owner left (replay + retire);
+        # then an own journal is written and retired (install=False)
+        core.merge_node_metadata_batch({"u4": {MARK: "w-2"}})
+        core.retire_journals()
+
+    _crash_everywhere(tmp_path, retire, check, prepare=merged)
+
+
+def test_rewind_crash_at_every_step(tmp_path: Path) -> None:
+    def check(state: Path, before: dict[str, bytes], core: SessionCore, acked: bool) -> None:
+        stamped = [core.node(n).rewound for n in ("u4", "a5")]
+        if acked or stamped[0]:
+            assert stamped == [True, True] and core.head == "a3"
+        else:
+            assert stamped == [False, False] and core.head == "a5"
+
+    _crash_everywhere(tmp_path, lambda c: c.rewind_to("u4"), check)
+
+
+def test_an_acknowledged_merge_survives_losing_every_unsynced_write(tmp_path: Path) -> None:
+    """Power loss after the ack: installs not yet synced are gone; the journal brings them back."""
+    state = _build(tmp_path)
+    before = _files(state)
+    core = SessionCore.open(state, "s")
+    core.merge_node_metadata_batch({"u0": {MARK: "w-9"}, "a5": {MARK: "w-9"}})
+    root = state / "sessions" / "s"
+    for name, data in before.items():  # the page cache never reached the disk
+        if name.startswith("history/"):
+            (root / name).write_bytes(data)
+    recovered = _recover(state)
+    assert recovered.node("u0").metadata[MARK] == "w-9"
+    assert recovered.node("a5").metadata[MARK] == "w-9"
+
+
+def test_the_failing_check_catches_a_store_without_journal_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plant the fault (recovery ignores journals): the power-loss test must fail."""
+    import store._session as session_module
+
+    monkeypatch.setattr(session_module, "find_journals", lambda directory: [])
+    with pytest.raises(AssertionError):
+        test_an_acknowledged_merge_survives_losing_every_unsynced_write(tmp_path)
+
+
+def test_a_batch_costs_two_fsyncs_on_the_critical_path(tmp_path: Path) -> None:
+    state = tmp_path / "s64"
+    core = SessionCore.create(state, "s")
+    for i in range(64):
+        core.append({"id": f"n{i}", "content": str(i), "predecessor": f"n{i-1}" if i else "ROOT"})
+    counting = FaultyFiles(only=frozenset({"fsync", "fsync_dir"}))
+    core = SessionCore.open(state, "s", files=counting)
+    core.merge_node_metadata_batch({f"n{i}": {MARK: "w-1"} for i in range(64)})
+    assert len(counting.steps) == 2
+    core.retire_journals()  # off the critical path: every node, then the directories
+    assert len(counting.steps) == 2 + 64 + 1 + 1  # + history/, + the journal's unlink

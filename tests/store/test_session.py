@@ -1,0 +1,343 @@
+"""The session core: operations and rules of SPEC §4 over a real directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store._durable import TEMP_SUFFIX
+from store._errors import (
+    AppendInvariantError,
+    DuplicateNodeError,
+    InvalidRequestError,
+    NodeFileError,
+    NodeNotFoundError,
+    OversizedContentError,
+    ReservedMetadataKeyError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SummaryHeadError,
+    UnencodableValueError,
+    UnsafeIdError,
+)
+from store._session import SessionCore, list_sessions
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes()
+            for p in sorted(directory.rglob("*")) if p.is_file() and p.name != ".lock"}
+
+
+def _ids(messages: list[dict[str, Any]]) -> list[str]:
+    return [m["id"] for m in messages]
+
+
+@pytest.fixture
+def core(tmp_path: Path) -> SessionCore:
+    return SessionCore.create(tmp_path, "s1", title="Test", clock=Clock())
+
+
+# -- the fixture, through the core -----------------------------------------------
+
+
+def test_fixture_reads_unchanged(state: Path) -> None:
+    before = _snapshot(state)
+    core = SessionCore.open(state, "demo")
+    assert core.head == "a1"
+    assert _ids(core.get_branch()) == ["u1", "a1"]
+    assert _ids(core.get_branch("a2b")) == ["u1", "a1", "a2b"]
+    assert [r["head_msg_id"] for r in core.list_branches()] == ["sp1", "a2b", "a2"]
+    assert core.problems == []
+    assert _snapshot(state) == before
+
+
+def test_fixture_merge_touches_only_the_named_node(state: Path) -> None:
+    core = SessionCore.open(state, "demo")
+    before = _snapshot(state)
+    assert core.merge_node_metadata_batch({"a2b": {"memory_written_scriptorium": "w-aa116220"}})
+    core.close()
+    after = _snapshot(state)
+    changed = {k for k in after if after[k] != before.get(k)} | (before.keys() - after.keys())
+    assert changed == {"sessions/demo/history/0004-l-a2b.json"}
+    node = json.loads(after["sessions/demo/history/0004-l-a2b.json"])
+    assert list(node) == ["id", "created_at", "seq", "role", "name", "input", "output",
+                          "caller", "predecessor", "reads", "metadata"]
+    assert node["metadata"]["memory_written_scriptorium"] == "w-aa116220"
+    assert node["metadata"]["speaker_kind"] == "owner"
+
+
+def test_a_merge_that_changes_nothing_rewrites_nothing(state: Path) -> None:
+    core = SessionCore.open(state, "demo")
+    before = _snapshot(state)
+    assert core.merge_node_metadata_batch({"u1": {"memory_written_scriptorium": "w-aa116220"}}) \
+        == []
+    assert _snapshot(state) == before and core.outstanding_journals == []
+
+
+# -- create, append, head rule -------------------------------------------------------
+
+
+def test_create_is_owner_only_and_exclusive(tmp_path: Path, core: SessionCore) -> None:
+    session = tmp_path / "sessions" / "s1"
+    assert stat.S_IMODE(session.stat().st_mode) == 0o700
+    assert stat.S_IMODE((session / "history").stat().st_mode) == 0o700
+    assert stat.S_IMODE((session / "meta.json").stat().st_mode) == 0o600
+    with pytest.raises(SessionExistsError):
+        SessionCore.create(tmp_path, "s1")
+    with pytest.raises(SessionNotFoundError):
+        SessionCore.open(tmp_path, "nope")
+
+
+def test_append_assigns_seq_writes_the_file_and_moves_the_head(
+    tmp_path: Path, core: SessionCore
+) -> None:
+    u1 = core.append({"id": "u1", "role": "user", "content": "hello"})
+    a1 = core.append({"id": "a1", "role": "assistant", "content": "hi", "predecessor": "u1"})
+    assert (u1["predecessor"], a1["predecessor"]) == ("ROOT", "u1")
+    history = tmp_path / "sessions" / "s1" / "history"
+    assert sorted(os.listdir(history)) == ["0000-u-u1.json", "0001-l-a1.json"]
+    assert stat.S_IMODE((history / "0001-l-a1.json").stat().st_mode) == 0o600
+    assert core.head == "a1"
+    # predecessor omitted: the head
+    assert core.append({"id": "u2", "content": "more"})["predecessor"] == "a1"
+
+
+def test_a_fork_sibling_does_not_move_the_head(core: SessionCore) -> None:
+    core.append({"id": "u1", "content": "q"})
+    core.append({"id": "a1", "role": "assistant", "content": "r", "predecessor": "u1"})
+    core.append({"id": "a1b", "role": "assistant", "content": "retry", "predecessor": "u1"})
+    assert core.head == "a1"
+    assert sorted(r["head_msg_id"] for r in core.list_branches()) == ["a1", "a1b"]
+
+
+def test_sub_calls_do_not_move_the_head(core: SessionCore) -> None:
+    core.append({"id": "u1", "content": "q"})
+    core.append({"id": "a1", "role": "assistant", "content": "r", "predecessor": "u1"})
+    core.append({"id": "c1", "role": "tool", "content": "42", "predecessor": "a1",
+                 "caller": "a1"})
+    assert core.head == "a1"
+
+
+def test_append_invariant(core: SessionCore) -> None:
+    core.append({"id": "u1", "content": "first turn may start at ROOT"})
+    with pytest.raises(AppendInvariantError):
+        core.append({"id": "u9", "content": "x", "predecessor": "ROOT"})
+    with pytest.raises(AppendInvariantError):
+        core.append({"id": "u9", "content": "x", "predecessor": "missing"})
+    with pytest.raises(DuplicateNodeError):
+        core.append({"id": "u1", "content": "again", "predecessor": "u1"})
+    # a root node may start a chain
+    core.append({"id": "r2", "content": "", "predecessor": "ROOT", "display": "root"})
+
+
+def test_updated_at_moves_only_on_append(core: SessionCore) -> None:
+    core.append({"id": "u1", "content": "q"})
+    core.append({"id": "a1", "role": "assistant", "content": "r", "predecessor": "u1"})
+    stamp = core.meta()["updated_at"]
+    core.merge_node_metadata_batch({"u1": {"memory_written_scriptorium": "w-00000000"}})
+    core.set_head("u1")
+    core.set_head("a1")
+    core.rewind_to("u1")
+    core.retire_journals()
+    assert core.meta()["updated_at"] == stamp
+    core.append({"id": "u1b", "content": "again"})
+    assert core.meta()["updated_at"] > stamp
+
+
+def test_meta_unknown_keys_survive_every_rewrite(state: Path) -> None:
+    core = SessionCore.open(state, "demo", clock=Clock())
+    core.set_head("a2b")
+    core.append({"id": "u3", "content": "next", "predecessor": "a2b"})
+    core.rewind_to("u3")
+    core.close()
+    meta = json.loads((state / "sessions" / "demo" / "meta.json").read_bytes())
+    assert meta["agent_id"] == "main" and meta["project_id"] == "default"
+    assert meta["branches"]["sp1"]["name"] == "probe"
+    assert list(meta)[:3] == ["id", "agent_id", "title"]
+
+
+def test_set_head_never_a_summary(state: Path) -> None:
+    core = SessionCore.open(state, "demo")
+    with pytest.raises(SummaryHeadError):
+        core.set_head("summary_cebcf71b21")
+    with pytest.raises(NodeNotFoundError):
+        core.set_head("ghost")
+    core.set_head("a2b")
+    assert SessionCore.open(state, "demo").head == "a2b"
+
+
+def test_rewind_stamps_the_chain_and_moves_the_head(core: SessionCore) -> None:
+    for i, (node_id, role) in enumerate([("u1", "user"), ("a1", "assistant"),
+                                         ("u2", "user"), ("a2", "assistant")]):
+        core.append({"id": node_id, "role": role, "content": str(i)})
+    core.append({"id": "c2", "role": "tool", "content": "t", "predecessor": "a2",
+                 "caller": "a2"})
+    stamped = core.rewind_to("u2")
+    assert stamped == ["u2", "a2", "c2"]
+    assert core.head == "a1"
+    assert _ids(core.get_branch("a2")) == ["u1", "a1"]
+    assert core.node("a2").metadata["rewound"] is True
+    # rewound tips are still listed
+    assert "a2" in [r["head_msg_id"] for r in core.list_branches()]
+    core.close()
+
+
+def test_spawn_branch(core: SessionCore) -> None:
+    core.append({"id": "u1", "content": "q"})
+    core.append({"id": "a1", "role": "assistant", "content": "r"})
+    spawned = core.spawn_branch("a1", "agent_spawn", "do it", name="probe")
+    assert spawned["predecessor"] is None and spawned["caller"] == "a1"
+    assert spawned["spawn_branch_root"] is True and spawned["source"] == "agent_spawn"
+    assert core.head == "a1"
+    assert _ids(core.get_branch(spawned["id"])) == [spawned["id"]]
+    rows = {r["head_msg_id"]: r for r in core.list_branches()}
+    assert rows[spawned["id"]]["name"] == "probe"
+
+
+def test_rolling_summaries(core: SessionCore) -> None:
+    for node_id, role in [("u1", "user"), ("a1", "assistant"), ("u2", "user"),
+                          ("a2", "assistant")]:
+        core.append({"id": node_id, "role": role, "content": node_id})
+    first = core.insert_summary(["u1", "a1"], "S1")
+    assert first["id"].startswith("summary_") and len(first["id"]) == 18
+    assert first["covers_ids"] == ["u1", "a1"] and first["predecessor"] == "ROOT"
+    assert first["type"] == "compactionSummary" and first["compaction"] is True
+    assert core.head == "a2"
+    second = core.insert_summary([first["id"], "u2"], "S2")
+    assert second["covers_ids"] == ["u1", "a1", first["id"], "u2"]
+    with pytest.raises(SummaryHeadError):
+        core.set_head(second["id"])
+    assert second["id"] not in [r["head_msg_id"] for r in core.list_branches()]
+
+
+# -- refusals change nothing ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c: c.append({"id": "../evil", "content": "x"}),
+        lambda c: c.append({"id": "ok", "content": "x", "predecessor": "a/../b"}),
+        lambda c: c.append({"id": "ok", "content": "\ud800"}),
+        lambda c: c.append({"id": "ok", "content": float("nan")}),
+        lambda c: c.append({"id": "ok", "content": 2**70}),
+        lambda c: c.append({"id": "ok", "content": "x", "extra": {"role": "x"}}),
+        lambda c: c.merge_node_metadata_batch({"u1": {"content": "x"}}),
+        lambda c: c.merge_node_metadata_batch({"u1": {"k": "\udfff"}}),
+        lambda c: c.merge_node_metadata_batch({"u1": {"ok": 1}, "ghost": {"ok": 1}}),
+        lambda c: c.merge_node_metadata_batch({"..": {"ok": 1}}),
+        lambda c: c.set_head("x\x00y"),
+        lambda c: c.rewind_to("a1"),
+    ],
+)
+def test_refused_requests_touch_nothing(tmp_path: Path, core: SessionCore, call: Any) -> None:
+    core.append({"id": "u1", "content": "q"})
+    core.append({"id": "a1", "role": "assistant", "content": "r"})
+    before = _snapshot(tmp_path)
+    with pytest.raises((UnsafeIdError, UnencodableValueError, ReservedMetadataKeyError,
+                        NodeNotFoundError, InvalidRequestError)):
+        call(core)
+    assert _snapshot(tmp_path) == before
+
+
+def test_hostile_session_ids_touch_nothing(tmp_path: Path) -> None:
+    for sid in ["../x", "a/b", "..", ".lock", "x\x00"]:
+        with pytest.raises(UnsafeIdError):
+            SessionCore.create(tmp_path, sid)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_oversized_content_is_refused(tmp_path: Path) -> None:
+    core = SessionCore.create(tmp_path, "s", max_node_bytes=10_000)
+    with pytest.raises(OversizedContentError, match="over the cap"):
+        core.append({"id": "big", "content": "x" * 20_000})
+    assert core.nodes() == []
+
+
+# -- bad files on disk: skipped, reported, never rewritten -------------------------------
+
+
+def test_unparsable_node_files_are_skipped_reported_and_never_rewritten(state: Path) -> None:
+    history = state / "sessions" / "demo" / "history"
+    bad = history / "0004-l-a2b.json"
+    bad.write_bytes(bad.read_bytes()[:40])
+    core = SessionCore.open(state, "demo")
+    assert [getattr(p, "path", None) for p in core.problems] == [
+        "sessions/demo/history/0004-l-a2b.json"]
+    assert "sessions/demo/history/0004-l-a2b.json" in str(core.problems[0])
+    assert "a2b" not in [r["head_msg_id"] for r in core.list_branches()]
+    with pytest.raises(NodeNotFoundError):
+        core.merge_node_metadata_batch({"a2b": {"m": 1}})
+    assert bad.read_bytes() == (history / "0004-l-a2b.json").read_bytes()
+    assert len(bad.read_bytes()) == 40
+
+
+def test_a_node_file_corrupted_behind_the_cache_is_refused_not_overwritten(
+    state: Path,
+) -> None:
+    core = SessionCore.open(state, "demo")
+    target = state / "sessions" / "demo" / "history" / "0001-l-a1.json"
+    stat_before = os.stat(target.parent)
+    target.write_bytes(b'{"id": "a1", trunc')  # in place: history/ mtime unchanged
+    os.utime(target.parent, ns=(stat_before.st_atime_ns, stat_before.st_mtime_ns))
+    with pytest.raises(NodeFileError, match="0001-l-a1.json"):
+        core.merge_node_metadata_batch({"a1": {"m": 1}})
+    assert target.read_bytes() == b'{"id": "a1", trunc'
+
+
+def test_leftover_temp_files_are_ignored_and_cleaned_on_open(state: Path) -> None:
+    history = state / "sessions" / "demo" / "history"
+    leftover = history / f".0007-u-x.json.abcd1234{TEMP_SUFFIX}"
+    leftover.write_bytes(b"half a nod")
+    core = SessionCore.open(state, "demo")
+    assert not leftover.exists()
+    assert core.problems == []
+
+
+# -- freshness: one rebuild per outside write ---------------------------------------------
+
+
+def test_an_outside_write_triggers_exactly_one_rebuild(tmp_path: Path) -> None:
+    ours = SessionCore.create(tmp_path, "s")
+    ours.append({"id": "u1", "content": "q"})
+    rebuilds = ours.rebuilds
+    for _ in range(5):
+        ours.get_branch()
+        ours.list_branches()
+    assert ours.rebuilds == rebuilds  # own writes keep the index current
+    theirs = SessionCore.open(tmp_path, "s")
+    theirs.append({"id": "a1", "role": "assistant", "content": "r"})
+    assert _ids(ours.get_branch()) == ["u1", "a1"]
+    for _ in range(5):
+        ours.get_branch()
+        ours.list_branches()
+    assert ours.rebuilds == rebuilds + 1
+
+
+def test_list_sessions(tmp_path: Path) -> None:
+    SessionCore.create(tmp_path, "old", clock=lambda: 1.0)
+    SessionCore.create(tmp_path, "new", clock=lambda: 2.0)
+    (tmp_path / "sessions" / "broken").mkdir()
+    (tmp_path / "sessions" / "broken" / "meta.json").write_bytes(b"{nope")
+    (tmp_path / "sessions" / "index.json").write_bytes(b"{}")
+    rows = list_sessions(tmp_path)
+    assert [r["id"] for r in rows] == ["new", "old"]
+    assert list_sessions(tmp_path / "missing") == []
+
+
+def test_list_sessions_on_the_fixture(state: Path) -> None:
+    assert [r["id"] for r in list_sessions(state)] == ["demo"]
