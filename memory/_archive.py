@@ -38,7 +38,7 @@ import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone, tzinfo
+from datetime import UTC, datetime, tzinfo
 from itertools import accumulate
 from urllib.parse import quote, unquote_to_bytes
 
@@ -156,7 +156,7 @@ def decode_source_meta(token: str) -> SourceMeta | None:
 
 def format_timestamp(timestamp: float, tz: tzinfo | None = None) -> str:
     """ISO-8601 local time with offset (``tz=None``: this machine's zone)."""
-    moment = datetime.fromtimestamp(timestamp, timezone.utc)
+    moment = datetime.fromtimestamp(timestamp, UTC)
     return (moment.astimezone(tz) if tz is not None else moment.astimezone()).isoformat()
 
 

@@ -98,7 +98,7 @@ def parse_runtime_state(data: bytes | None) -> RuntimeState:
         fields["creation_order"] = dict(order)
     for name in _COUNTERS:
         value = document.get(name)
-        if _is_int(value) and value >= 0:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
             fields[name] = value
     last = document.get("last_global_at")
     if isinstance(last, str):
