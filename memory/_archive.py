@@ -234,7 +234,9 @@ class ArchiveScan:
 
     ``complete`` is False when the scan stopped early; ``stop_reason`` and
     ``stop_line`` (1-based) say where and why. ``valid_bytes`` is the length
-    of the prefix the frames came from.
+    of the prefix the frames came from. ``open_ended`` says a complete file
+    already ends with an empty line (no frame yet, or one trailing empty line
+    after the last frame), so the next frame needs no separator.
     """
 
     frames: tuple[ArchiveFrame, ...]
@@ -243,6 +245,7 @@ class ArchiveScan:
     stop_reason: str | None = None
     stop_line: int | None = None
     source_ids: frozenset[str] = field(default=frozenset(), repr=False)
+    open_ended: bool = False
 
     @property
     def trusted_ids(self) -> frozenset[str]:
@@ -255,7 +258,7 @@ def parse_archive(data: bytes, session_id: str) -> ArchiveScan:
     An empty ``data`` is an archive with no frames yet (complete).
     """
     if not data:
-        return ArchiveScan((), True, 0)
+        return ArchiveScan((), True, 0, open_ended=True)
     lines = data.split(b"\n")
     starts = [0, *accumulate(len(line) + 1 for line in lines)]
     frames: list[ArchiveFrame] = []
@@ -268,10 +271,12 @@ def parse_archive(data: bytes, session_id: str) -> ArchiveScan:
     if len(lines) < 3 or lines[0] != _HEADER[:-2] or lines[1] != b"":
         return stop("the file does not start with the v2 marker and an empty line", 0, 0)
     valid = starts[2]
+    open_ended = False
     i = 2
     while i < len(lines):
         if i == len(lines) - 1 and lines[i] == b"":
-            break  # end of file (after the marker or after one trailing empty line)
+            open_ended = True  # end of file after the marker, or one trailing empty line
+            break
         if i + 2 >= len(lines):
             return stop("truncated frame header", i, valid)
         anchor = _ANCHOR.fullmatch(lines[i])
@@ -326,7 +331,7 @@ def parse_archive(data: bytes, session_id: str) -> ArchiveScan:
         seen.add(source_id)
         valid = starts[end]
         i = end + 1
-    return ArchiveScan(tuple(frames), True, len(data), None, None, frozenset(seen))
+    return ArchiveScan(tuple(frames), True, len(data), None, None, frozenset(seen), open_ended)
 
 
 # -- appending -------------------------------------------------------------------
@@ -365,9 +370,10 @@ def plan_append(
         return existing, ()
     if not existing:
         prefix = _HEADER
-    elif existing.endswith(b"\n\n"):  # no frame yet, or one tolerated trailing empty line
+    elif scan.open_ended:
         prefix = existing
     else:
+        # Not ``endswith(b"\n\n")``: a body's own last line may be empty.
         prefix = existing + b"\n"
     return prefix + "\n".join(texts).encode("utf-8"), tuple(added)
 
