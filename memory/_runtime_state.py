@@ -23,7 +23,6 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from types import MappingProxyType
 from typing import Any
 
 from store._durable import DurableFiles
@@ -46,7 +45,6 @@ __all__ = [
 RUNTIME_PATH = os.path.join(".scriptorium", "runtime.json")
 SESSION_END_PATH = os.path.join(".scriptorium", "session-end.json")
 
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +62,7 @@ class RuntimeState:
     local_tokens: int = 0
     last_global_at: str | None = None
     cursors: Mapping[str, Any] | None = None
-    extra: Mapping[str, Any] = _EMPTY
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def without_cursors(self) -> RuntimeState:
         """The state after migration: counters and unknown keys kept, cursors gone."""
