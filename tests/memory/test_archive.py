@@ -7,6 +7,7 @@ import json
 import os
 import stat
 from datetime import UTC, timedelta, timezone
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -323,7 +324,7 @@ def test_random_batches_in_random_order_twice_give_the_same_frames(
     cuts = sorted(data.draw(st.sets(st.integers(1, len(records) - 1), max_size=4))
                   if len(records) > 1 else set())
     bounds = [0, *cuts, len(records)]
-    batches = [records[a:b] for a, b in zip(bounds, bounds[1:])]
+    batches = [records[a:b] for a, b in pairwise(bounds)]
     expected = {r.source_id: body(r) for r in records}
 
     results = []

@@ -112,7 +112,7 @@ async def test_success_marks_exactly_the_batch_after_archive_and_install() -> No
 
 
 def test_changed_files_is_the_sorted_union_of_ok_commits() -> None:
-    audit = [
+    audit: list[dict[str, Any]] = [
         {"tool": "commit", "status": "ok", "count": 2, "topic_paths": ["topics/b.md", "topics/a.md"]},
         {"tool": "commit", "status": "error", "topic_paths": ["topics/rejected.md"]},
         {"tool": "write_topic", "status": "ok", "topic_paths": ["topics/not-a-commit.md"]},
@@ -193,7 +193,7 @@ async def test_a_writer_raising_timeout_error_itself_is_a_writer_failure() -> No
 @pytest.mark.parametrize(
     "output",
     [
-        lambda: [],  # no edits
+        list,  # no edits
         lambda: CommittedWrite(OK_AUDIT, ()),  # a self-committing writer that changed nothing
     ],
     ids=["no-edits", "committed-nothing"],
