@@ -39,7 +39,6 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
-from itertools import accumulate
 from urllib.parse import quote, unquote_to_bytes
 
 from memory._errors import IncompleteArchive, UnframeableRecord
@@ -78,7 +77,7 @@ _LINES = re.compile(rb"<!-- record-lines:([1-9][0-9]{0,8}) -->")
 # The first body line: "[<time>] <speaker>: <content>" (the rest is not looked at).
 _FIRST_LINE = re.compile(r"\[([^\]]*)\]\s+.+?: .*")
 # Characters a source id may not contain: they would end or fake the comment or link.
-_UNSAFE_IN_ID = frozenset("[]<>\r\n")
+_UNSAFE_IN_ID = re.compile(r"[\[\]<>\r\n]")
 _META_KEYS = frozenset({"authority_tier", "principal_id", "speaker_kind", "trust_state", "version"})
 TRUST_STATES = frozenset({"trusted", "pending"})
 
@@ -180,9 +179,13 @@ def _check_source(record: SourceRecord, session_id: str | None = None) -> str:
                                 f"not to the archive of {session_id!r}")
     if not record.session_id or "/" in record.session_id or not record.message_id:
         raise UnframeableRecord(source, "session and node ids must be non-empty, sid without '/'")
-    if any(ch in _UNSAFE_IN_ID or not ch.isprintable() for ch in source):
+    if not _safe_source_id(source):
         raise UnframeableRecord(source, "the source id holds a control character or one of []<>")
     return source
+
+
+def _safe_source_id(source: str) -> bool:
+    return source.isprintable() and _UNSAFE_IN_ID.search(source) is None
 
 
 def render_frame(record: SourceRecord, *, tz: tzinfo | None = None) -> str:
@@ -260,8 +263,10 @@ def parse_archive(data: bytes, session_id: str) -> ArchiveScan:
     if not data:
         return ArchiveScan((), True, 0, open_ended=True)
     lines = data.split(b"\n")
-    starts = [0, *accumulate(len(line) + 1 for line in lines)]
     frames: list[ArchiveFrame] = []
+    # A session has few speakers: decode each distinct header token once.
+    speakers: dict[bytes, str | None] = {}
+    metas: dict[bytes, SourceMeta | None] = {}
     seen: set[str] = set()
     prefix = f"{PROVIDER}/{session_id}/"
 
@@ -270,7 +275,8 @@ def parse_archive(data: bytes, session_id: str) -> ArchiveScan:
 
     if len(lines) < 3 or lines[0] != _HEADER[:-2] or lines[1] != b"":
         return stop("the file does not start with the v2 marker and an empty line", 0, 0)
-    valid = starts[2]
+    valid = len(_HEADER)  # end of the valid prefix so far
+    position = valid  # byte offset of lines[i]
     open_ended = False
     i = 2
     while i < len(lines):
@@ -290,7 +296,7 @@ def parse_archive(data: bytes, session_id: str) -> ArchiveScan:
         if not source_id.startswith(prefix) or len(source_id) == len(prefix):
             return stop(f"source id {source_id!r} is not a turn of session {session_id!r}",
                         i + 1, valid)
-        if any(ch in _UNSAFE_IN_ID or not ch.isprintable() for ch in source_id):
+        if not _safe_source_id(source_id):
             return stop(f"source id {source_id!r} holds an unsafe character", i + 1, valid)
         if anchor.group(1).decode("ascii") != source_anchor(source_id):
             return stop(f"anchor does not match the hash of {source_id!r}", i, valid)
@@ -300,15 +306,20 @@ def parse_archive(data: bytes, session_id: str) -> ArchiveScan:
         speaker_id: str | None = None
         speaker = _SPEAKER.fullmatch(lines[cursor])
         if speaker is not None:
-            encoded = speaker.group(1).decode("utf-8", "replace")
-            if not is_canonical_speaker_id(encoded):
+            token = speaker.group(1)
+            if token not in speakers:
+                speakers[token] = _decode_speaker_id(token)
+            speaker_id = speakers[token]
+            if speaker_id is None:
                 return stop("speaker-id is not canonically encoded", cursor, valid)
-            speaker_id = unquote_to_bytes(encoded).decode("utf-8")
             cursor += 1
         meta: SourceMeta | None = None
         meta_match = _META.fullmatch(lines[cursor]) if cursor < len(lines) else None
         if meta_match is not None:
-            meta = decode_source_meta(meta_match.group(1).decode("ascii"))
+            token = meta_match.group(1)
+            if token not in metas:
+                metas[token] = decode_source_meta(token.decode("ascii"))
+            meta = metas[token]
             if meta is None:
                 return stop("source-meta is not canonical", cursor, valid)
             cursor += 1
@@ -329,9 +340,17 @@ def parse_archive(data: bytes, session_id: str) -> ArchiveScan:
         frames.append(ArchiveFrame(source_id, source_id[len(prefix):], speaker_id, meta,
                                    text, head.group(1)))
         seen.add(source_id)
-        valid = starts[end]
+        valid = position + sum(map(len, lines[i:end])) + (end - i)
+        position = valid + 1  # past the empty line after the body
         i = end + 1
     return ArchiveScan(tuple(frames), True, len(data), None, None, frozenset(seen), open_ended)
+
+
+def _decode_speaker_id(token: bytes) -> str | None:
+    encoded = token.decode("utf-8", "replace")
+    if not is_canonical_speaker_id(encoded):
+        return None
+    return unquote_to_bytes(encoded).decode("utf-8")
 
 
 # -- appending -------------------------------------------------------------------

@@ -88,7 +88,7 @@ def test_timestamp_is_local_time_with_offset() -> None:
     assert format_timestamp(1755000002.0, plus2) == "2025-08-12T14:00:02+02:00"
     assert format_timestamp(1755000002.25, UTC) == "2025-08-12T12:00:02.250000+00:00"
     # the machine's zone when none is given: an explicit offset either way
-    assert format_timestamp(1755000002.0)[19:] in {"Z"} or format_timestamp(1755000002.0)[19] in "+-"
+    assert format_timestamp(1755000002.0)[19] in "+-"
 
 
 def test_speaker_id_encoding_is_canonical() -> None:
@@ -121,7 +121,7 @@ def test_source_meta_token_is_canonical() -> None:
         document = {**canonical, **change}
         compact = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
         assert decode_source_meta(base64.urlsafe_b64encode(compact).decode().rstrip("=")) is None
-    assert decode_source_meta(token + "=") is None or len(token) % 4 == 0
+    assert decode_source_meta(token + "=") is None  # padding is not canonical
 
 
 # -- parser rules ---------------------------------------------------------------------
