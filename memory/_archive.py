@@ -373,8 +373,9 @@ def plan_append(
     """
     scan = parse_archive(existing, session_id)
     if not scan.complete:
-        raise IncompleteArchive(archive_relpath(session_id), scan.stop_reason or "",
-                                len(scan.frames))
+        # Messages name paths relative to the state directory (<state>/memory/...).
+        raise IncompleteArchive(f"memory/{archive_relpath(session_id)}",
+                                f"{scan.stop_reason} at line {scan.stop_line}", len(scan.frames))
     known = set(scan.source_ids)
     added: list[str] = []
     texts: list[str] = []

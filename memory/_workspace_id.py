@@ -37,6 +37,7 @@ __all__ = [
 
 # Relative to ``<state>/memory``.
 WORKSPACE_ID_PATH = os.path.join(".scriptorium", "workspace-id")
+_STATE_RELATIVE = "memory/.scriptorium/workspace-id"  # how error messages name it
 
 _ID = re.compile(rb"w-[0-9a-f]{8}\n?")
 
@@ -75,7 +76,7 @@ def read_workspace_id(memory_dir: str) -> str | None:
         data = _read(path) or b""
     value = parse_workspace_id(data)
     if value is None:
-        raise CorruptWorkspaceId(WORKSPACE_ID_PATH, data)
+        raise CorruptWorkspaceId(_STATE_RELATIVE, data)
     return value
 
 
@@ -96,7 +97,7 @@ def load_or_create_workspace_id(memory_dir: str, files: DurableFiles) -> str:
         return candidate
     winner = read_workspace_id(memory_dir)
     if winner is None:  # the winner's file vanished between its link and our read
-        raise CorruptWorkspaceId(WORKSPACE_ID_PATH, b"")
+        raise CorruptWorkspaceId(_STATE_RELATIVE, b"")
     return winner
 
 
