@@ -44,13 +44,23 @@ TEXT = "The owner mentioned that the quarterly report is due on Friday and prefe
 
 def _records(start: int, count: int) -> list[SourceRecord]:
     return [
-        SourceRecord("bench", f"m{start + i:07d}", "user", f"{TEXT}#{start + i}\r\nsecond line",
-                     1755000002.0 + start + i, "Owner (owner/local)", "owner/local", META)
+        SourceRecord(
+            "bench",
+            f"m{start + i:07d}",
+            "user",
+            f"{TEXT}#{start + i}\r\nsecond line",
+            1755000002.0 + start + i,
+            "Owner (owner/local)",
+            "owner/local",
+            META,
+        )
         for i in range(count)
     ]
 
 
-def _time(fn: Callable[[], object], repeat: int, reset: Callable[[], object] = lambda: None) -> float:
+def _time(
+    fn: Callable[[], object], repeat: int, reset: Callable[[], object] = lambda: None
+) -> float:
     """Median seconds of ``fn``; ``reset`` runs before each sample, untimed."""
     samples = []
     for _ in range(repeat):
@@ -115,10 +125,15 @@ def bench_ledger(messages: int, repeat: int) -> dict[str, Any]:
     branch: list[dict[str, Any]] = []
     for i in range(messages):
         view: dict[str, Any] = {
-            "id": f"n{i}", "role": "user" if i % 2 == 0 else "assistant",
-            "content": f"{TEXT}#{i}", "timestamp": 1755000000.0 + i,
-            "speaker_display": "Owner", "speaker_id": "owner/local", "authority_tier": "owner",
-            "principal_id": "owner/install/0", "speaker_kind": "owner",
+            "id": f"n{i}",
+            "role": "user" if i % 2 == 0 else "assistant",
+            "content": f"{TEXT}#{i}",
+            "timestamp": 1755000000.0 + i,
+            "speaker_display": "Owner",
+            "speaker_id": "owner/local",
+            "authority_tier": "owner",
+            "principal_id": "owner/install/0",
+            "speaker_kind": "owner",
         }
         if i < messages // 2:
             view["memory_written_scriptorium"] = "w-aa116220"
@@ -144,12 +159,16 @@ def main() -> None:
     if args.json:
         print(json.dumps({"archive_append": appends, "ledger_walk": ledger}, indent=2))
         return
-    print("| archive frames | file KiB | append 8 (ms) | raw file ops (ms) | ratio | re-append (ms) | scan frames/s |")
+    print(
+        "| archive frames | file KiB | append 8 (ms) | raw file ops (ms) | ratio | re-append (ms) | scan frames/s |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for row in appends:
-        print(f"| {row['existing_frames']:,} | {row['file_bytes'] / 1024:,.0f} | {row['append_ms']:.2f} "
-              f"| {row['raw_ms']:.2f} | {row['ratio']:.2f} | {row['reappend_ms']:.2f} "
-              f"| {row['scan_frames_per_s']:,.0f} |")
+        print(
+            f"| {row['existing_frames']:,} | {row['file_bytes'] / 1024:,.0f} | {row['append_ms']:.2f} "
+            f"| {row['raw_ms']:.2f} | {row['ratio']:.2f} | {row['reappend_ms']:.2f} "
+            f"| {row['scan_frames_per_s']:,.0f} |"
+        )
     print()
     print("| ledger walk messages | walk (ms) | records/s |")
     print("|---:|---:|---:|")

@@ -112,9 +112,9 @@ def _meta_json(meta: SourceMeta) -> bytes:
         "trust_state": meta.trust_state,
         "version": 1,
     }
-    return json.dumps(
-        document, ensure_ascii=False, sort_keys=True, separators=(",", ":")
-    ).encode("utf-8")
+    return json.dumps(document, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode(
+        "utf-8"
+    )
 
 
 def encode_source_meta(meta: SourceMeta) -> str:
@@ -175,8 +175,10 @@ def normalize_label(label: str) -> str:
 def _check_source(record: SourceRecord, session_id: str | None = None) -> str:
     source = record.source_id
     if session_id is not None and record.session_id != session_id:
-        raise UnframeableRecord(source, f"it belongs to session {record.session_id!r}, "
-                                f"not to the archive of {session_id!r}")
+        raise UnframeableRecord(
+            source,
+            f"it belongs to session {record.session_id!r}, not to the archive of {session_id!r}",
+        )
     if not record.session_id or "/" in record.session_id or not record.message_id:
         raise UnframeableRecord(source, "session and node ids must be non-empty, sid without '/'")
     if not _safe_source_id(source):
@@ -294,8 +296,9 @@ def parse_archive(data: bytes, session_id: str) -> ArchiveScan:
         except UnicodeDecodeError:
             return stop("source id is not UTF-8", i + 1, valid)
         if not source_id.startswith(prefix) or len(source_id) == len(prefix):
-            return stop(f"source id {source_id!r} is not a turn of session {session_id!r}",
-                        i + 1, valid)
+            return stop(
+                f"source id {source_id!r} is not a turn of session {session_id!r}", i + 1, valid
+            )
         if not _safe_source_id(source_id):
             return stop(f"source id {source_id!r} holds an unsafe character", i + 1, valid)
         if anchor.group(1).decode("ascii") != source_anchor(source_id):
@@ -337,8 +340,9 @@ def parse_archive(data: bytes, session_id: str) -> ArchiveScan:
         head = _FIRST_LINE.fullmatch(text.split("\n", 1)[0])
         if head is None:
             return stop("first body line is not '[<time>] <speaker>: <content>'", first, valid)
-        frames.append(ArchiveFrame(source_id, source_id[len(prefix):], speaker_id, meta,
-                                   text, head.group(1)))
+        frames.append(
+            ArchiveFrame(source_id, source_id[len(prefix) :], speaker_id, meta, text, head.group(1))
+        )
         seen.add(source_id)
         valid = position + sum(map(len, lines[i:end])) + (end - i)
         position = valid + 1  # past the empty line after the body
@@ -374,8 +378,11 @@ def plan_append(
     scan = parse_archive(existing, session_id)
     if not scan.complete:
         # Messages name paths relative to the state directory (<state>/memory/...).
-        raise IncompleteArchive(f"memory/{archive_relpath(session_id)}",
-                                f"{scan.stop_reason} at line {scan.stop_line}", len(scan.frames))
+        raise IncompleteArchive(
+            f"memory/{archive_relpath(session_id)}",
+            f"{scan.stop_reason} at line {scan.stop_line}",
+            len(scan.frames),
+        )
     known = set(scan.source_ids)
     added: list[str] = []
     texts: list[str] = []

@@ -129,19 +129,25 @@ async def run_write_cycle(
     try:
         await archive(batch)
     except Exception as exc:
-        return _failed(FailureKind.ARCHIVE, ArchiveStepFailed(sid, ids, f"archiving raised {exc!r}"), exc)
+        return _failed(
+            FailureKind.ARCHIVE, ArchiveStepFailed(sid, ids, f"archiving raised {exc!r}"), exc
+        )
     try:
         view = await snapshot()
     except Exception as exc:
         return _failed(
-            FailureKind.SNAPSHOT, WriteCycleError(sid, ids, f"reading the workspace raised {exc!r}"), exc
+            FailureKind.SNAPSHOT,
+            WriteCycleError(sid, ids, f"reading the workspace raised {exc!r}"),
+            exc,
         )
     output: object = None
     try:
         with anyio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
             output = await writer.write(batch, view)
     except Exception as exc:
-        return _failed(FailureKind.WRITER, WriterFailed(sid, ids, f"the writer raised {exc!r}"), exc)
+        return _failed(
+            FailureKind.WRITER, WriterFailed(sid, ids, f"the writer raised {exc!r}"), exc
+        )
     if scope.cancelled_caught:
         return _failed(
             FailureKind.TIMEOUT, WriterTimedOut(sid, ids, f"the writer ran past {timeout} s")
@@ -154,11 +160,17 @@ async def run_write_cycle(
         if edits is None:
             return _failed(
                 FailureKind.WRITER,
-                WriterFailed(sid, ids, f"the writer returned {type(output).__name__}, "
-                             f"not topic edits or a CommittedWrite"),
+                WriterFailed(
+                    sid,
+                    ids,
+                    f"the writer returned {type(output).__name__}, "
+                    f"not topic edits or a CommittedWrite",
+                ),
             )
         if not edits:
-            return _failed(FailureKind.EMPTY, NothingChanged(sid, ids, "the writer proposed no edit"))
+            return _failed(
+                FailureKind.EMPTY, NothingChanged(sid, ids, "the writer proposed no edit")
+            )
         try:
             audit = tuple(await commit(batch, edits, view.revision))
         except Exception as exc:
@@ -184,4 +196,3 @@ def _edits(output: object) -> tuple[TopicEdit, ...] | None:
         return None
     edits = tuple(output)
     return edits if all(isinstance(e, TopicEdit) for e in edits) else None
-

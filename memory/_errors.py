@@ -3,7 +3,7 @@
     ScriptoriumMemoryError                 root: catch this to catch them all
     ├── ArchiveError                       a source archive cannot be read or appended to
     │   ├── IncompleteArchive              appending after a scan that stopped early (SPEC §5)
-    │   ├── UnframeableRecord              a record the v2 grammar cannot hold (foreign session, unsafe id)
+    │   ├── UnframeableRecord              a record the v2 frame grammar cannot hold
     │   └── CorruptWorkspaceId             .scriptorium/workspace-id exists but is not w-XXXXXXXX
     ├── TopicError                         a topic file fails the strict grammar
     ├── TransactionError                   a commit was refused as a whole

@@ -206,7 +206,9 @@ class WritePolicy:
         if self.threshold not in ALLOWED_THRESHOLDS:
             raise InvalidThreshold(self.threshold, ALLOWED_THRESHOLDS)
         if not self.idle_after > 0:
-            raise ValueError(f"idle_after must be a positive number of seconds, not {self.idle_after}")
+            raise ValueError(
+                f"idle_after must be a positive number of seconds, not {self.idle_after}"
+            )
 
 
 def should_write(

@@ -29,7 +29,12 @@ from urllib.parse import quote
 from memory._archive import PROVIDER
 from memory._records import source_anchor
 
-__all__ = ["LegacyHeader", "legacy_relpath", "parse_legacy_first_header", "read_legacy_first_header"]
+__all__ = [
+    "LegacyHeader",
+    "legacy_relpath",
+    "parse_legacy_first_header",
+    "read_legacy_first_header",
+]
 
 _ANCHOR = re.compile(r'<a id="(source-[0-9a-f]{16})"></a>')
 _SOURCE = re.compile(r"<!-- source-id:([^>\n]+) -->")
@@ -62,7 +67,7 @@ def parse_legacy_first_header(text: str, session_id: str) -> LegacyHeader | None
     title = f"# {session_id}\n\n"
     if not text.startswith(title):
         return None
-    lines = text[len(title):].split("\n", 3)
+    lines = text[len(title) :].split("\n", 3)
     if len(lines) < 3:
         return None
     anchor = _ANCHOR.fullmatch(lines[0])
@@ -76,7 +81,7 @@ def parse_legacy_first_header(text: str, session_id: str) -> LegacyHeader | None
         return None
     if anchor.group(1) != source_anchor(source_id):
         return None
-    return LegacyHeader(source_id, source_id[len(prefix):], record.group(1), record.group(2))
+    return LegacyHeader(source_id, source_id[len(prefix) :], record.group(1), record.group(2))
 
 
 def read_legacy_first_header(memory_dir: str, session_id: str) -> LegacyHeader | None:

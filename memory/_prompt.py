@@ -29,7 +29,13 @@ from datetime import tzinfo
 from memory._archive import format_timestamp
 from memory._records import SourceRecord
 
-__all__ = ["TopicOutline", "outline_topic", "render_observations", "render_workspace", "render_prompt"]
+__all__ = [
+    "TopicOutline",
+    "outline_topic",
+    "render_observations",
+    "render_workspace",
+    "render_prompt",
+]
 
 _HEADING = re.compile(r"(#{1,6}) +(\S.*?)\s*$")
 _FENCE = re.compile(r"(`{3,}|~{3,})")

@@ -46,7 +46,6 @@ RUNTIME_PATH = os.path.join(".scriptorium", "runtime.json")
 SESSION_END_PATH = os.path.join(".scriptorium", "session-end.json")
 
 
-
 @dataclass(frozen=True, slots=True)
 class RuntimeState:
     """The counters of ``runtime.json`` plus whatever else the file held.
@@ -154,17 +153,15 @@ def parse_session_end(data: bytes | None) -> dict[str, float]:
     return {
         sid: float(value)
         for sid, value in document.items()
-        if isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     }
 
 
 def render_session_end(entries: Mapping[str, float]) -> bytes:
     """Sorted keys, ``indent=2``, trailing LF; floats keep their exact repr."""
-    return (
-        json.dumps(dict(entries), ensure_ascii=False, indent=2, sort_keys=True) + "\n"
-    ).encode("utf-8")
+    return (json.dumps(dict(entries), ensure_ascii=False, indent=2, sort_keys=True) + "\n").encode(
+        "utf-8"
+    )
 
 
 def read_session_end(memory_dir: str) -> dict[str, float]:

@@ -39,9 +39,16 @@ OWNER = SourceMeta("owner", "owner/install/x", "owner", "trusted")
 PENDING = SourceMeta(None, "guest/1", "guest", "pending")
 
 
-def rec(mid: str, content: str = "hello", *, sid: str = "s1", ts: float = 1755000002.0,
-        speaker: str = "Owner", speaker_id: str | None = None,
-        meta: SourceMeta | None = None) -> SourceRecord:
+def rec(
+    mid: str,
+    content: str = "hello",
+    *,
+    sid: str = "s1",
+    ts: float = 1755000002.0,
+    speaker: str = "Owner",
+    speaker_id: str | None = None,
+    meta: SourceMeta | None = None,
+) -> SourceRecord:
     return SourceRecord(sid, mid, "user", content, ts, speaker, speaker_id, meta)
 
 
@@ -105,8 +112,10 @@ def test_source_meta_token_is_canonical() -> None:
     token = encode_source_meta(OWNER)
     assert "=" not in token
     raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-    assert raw == (b'{"authority_tier":"owner","principal_id":"owner/install/x",'
-                   b'"speaker_kind":"owner","trust_state":"trusted","version":1}')
+    assert raw == (
+        b'{"authority_tier":"owner","principal_id":"owner/install/x",'
+        b'"speaker_kind":"owner","trust_state":"trusted","version":1}'
+    )
     assert decode_source_meta(token) == OWNER
     assert decode_source_meta(encode_source_meta(PENDING)) == PENDING
 
@@ -116,8 +125,14 @@ def test_source_meta_token_is_canonical() -> None:
 
     canonical = json.loads(raw)
     assert decode_source_meta(token_of(canonical)) is None  # spaces after separators
-    for change in ({"version": 2}, {"version": 1.0}, {"version": True},
-                   {"trust_state": "maybe"}, {"extra": 1}, {"principal_id": 7}):
+    for change in (
+        {"version": 2},
+        {"version": 1.0},
+        {"version": True},
+        {"trust_state": "maybe"},
+        {"extra": 1},
+        {"principal_id": 7},
+    ):
         document = {**canonical, **change}
         compact = json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
         assert decode_source_meta(base64.urlsafe_b64encode(compact).decode().rstrip("=")) is None
@@ -204,9 +219,15 @@ def test_malformed_headers_end_the_valid_prefix(old: bytes, new: bytes, reason: 
 def test_non_canonical_source_meta_is_malformed() -> None:
     data = archive([rec("m1", meta=OWNER)])
     token = encode_source_meta(OWNER)
-    spaced = base64.urlsafe_b64encode(
-        json.dumps({**json.loads(base64.urlsafe_b64decode(token + "==")), "version": 1}).encode()
-    ).decode().rstrip("=")
+    spaced = (
+        base64.urlsafe_b64encode(
+            json.dumps(
+                {**json.loads(base64.urlsafe_b64decode(token + "==")), "version": 1}
+            ).encode()
+        )
+        .decode()
+        .rstrip("=")
+    )
     bad = data.replace(token.encode(), spaced.encode())
     assert parse_archive(data, "s1").frames[0].meta == OWNER
     assert parse_archive(bad, "s1").frames == ()
@@ -270,10 +291,12 @@ def test_archiving_twice_is_byte_identical_and_skips_present_frames(tmp_path: Pa
 def test_appending_to_an_incomplete_archive_is_refused(tmp_path: Path) -> None:
     path = tmp_path / archive_relpath("s1")
     path.parent.mkdir(parents=True)
-    garbage = archive([rec("m1")]) + b"\n<a id=\"source-trunc"
+    garbage = archive([rec("m1")]) + b'\n<a id="source-trunc'
     path.write_bytes(garbage)
-    expected = (r"to memory/sources/openprogram/_v2/s1.md: .* after 1 valid frame\(s\) "
-                r"\(truncated frame header at line 8\)")  # the line of the cut anchor
+    expected = (
+        r"to memory/sources/openprogram/_v2/s1.md: .* after 1 valid frame\(s\) "
+        r"\(truncated frame header at line 8\)"
+    )  # the line of the cut anchor
     with pytest.raises(IncompleteArchive, match=expected):
         append_records(str(tmp_path), "s1", [rec("m2")], DurableFiles())
     assert path.read_bytes() == garbage
@@ -307,7 +330,8 @@ def test_pending_frames_are_archived_but_not_trusted() -> None:
 
 _content = st.lists(
     st.sampled_from([*"ab \r\n[]:<>-!é😀", "<!-- record-lines:1 -->", '<a id="source-']),
-    min_size=1, max_size=30,
+    min_size=1,
+    max_size=30,
 ).map("".join)
 
 
@@ -319,12 +343,15 @@ _content = st.lists(
 def test_random_batches_in_random_order_twice_give_the_same_frames(
     contents: list[str], data: st.DataObject
 ) -> None:
-    """"Same" = the same set of frames (source id -> body), a complete scan, and
+    """ "Same" = the same set of frames (source id -> body), a complete scan, and
     re-archiving any batch afterwards changes no byte. Byte order follows
     archiving order, which is the only thing allowed to differ."""
     records = [rec(f"m{i}", c, speaker_id=f"sp-{i % 3}") for i, c in enumerate(contents)]
-    cuts = sorted(data.draw(st.sets(st.integers(1, len(records) - 1), max_size=4))
-                  if len(records) > 1 else set())
+    cuts = sorted(
+        data.draw(st.sets(st.integers(1, len(records) - 1), max_size=4))
+        if len(records) > 1
+        else set()
+    )
     bounds = [0, *cuts, len(records)]
     batches = [records[a:b] for a, b in pairwise(bounds)]
     expected = {r.source_id: body(r) for r in records}

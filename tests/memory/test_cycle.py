@@ -74,7 +74,9 @@ class Recorder:
             await anyio.sleep(self.writer_sleep)
         return self.output()
 
-    async def commit(self, batch: Batch, edits: Sequence[TopicEdit], base: str) -> Iterable[Mapping[str, Any]]:
+    async def commit(
+        self, batch: Batch, edits: Sequence[TopicEdit], base: str
+    ) -> Iterable[Mapping[str, Any]]:
         self._maybe_fail("commit")
         self.committed.append((edits, base))
         if self.commit_sleep:
@@ -113,10 +115,20 @@ async def test_success_marks_exactly_the_batch_after_archive_and_install() -> No
 
 def test_changed_files_is_the_sorted_union_of_ok_commits() -> None:
     audit: list[dict[str, Any]] = [
-        {"tool": "commit", "status": "ok", "count": 2, "topic_paths": ["topics/b.md", "topics/a.md"]},
+        {
+            "tool": "commit",
+            "status": "ok",
+            "count": 2,
+            "topic_paths": ["topics/b.md", "topics/a.md"],
+        },
         {"tool": "commit", "status": "error", "topic_paths": ["topics/rejected.md"]},
         {"tool": "write_topic", "status": "ok", "topic_paths": ["topics/not-a-commit.md"]},
-        {"tool": "commit", "status": "ok", "count": 1, "topic_paths": ["topics/a.md", "topics/c.md"]},
+        {
+            "tool": "commit",
+            "status": "ok",
+            "count": 1,
+            "topic_paths": ["topics/a.md", "topics/c.md"],
+        },
         {"tool": "commit", "status": "ok", "count": 0},
     ]
     assert changed_files(audit) == ("topics/a.md", "topics/b.md", "topics/c.md")

@@ -156,8 +156,9 @@ def test_fixture_head_branch_owes_the_turn_with_the_foreign_marker() -> None:
 def test_a_fork_at_a_marked_turn_owes_only_its_own_turns() -> None:
     # SPEC §6.5: m0..m3 were written on one branch; a fork at m3 owes its own turns.
     shared = chain(WS, WS, WS, WS)
-    fork = shared + [SourceRecord("s", f"f{i}", "user", "x", 200.0, "user", tokens=1)
-                     for i in range(2)]
+    fork = shared + [
+        SourceRecord("s", f"f{i}", "user", "x", 200.0, "user", tokens=1) for i in range(2)
+    ]
     assert ids(unwritten_turns(fork, WS)) == ["f0", "f1"]
 
 
@@ -165,7 +166,7 @@ def test_a_fork_at_a_marked_turn_owes_only_its_own_turns() -> None:
 def test_owed_is_always_the_maximal_unmarked_tail(markers: list[str | None]) -> None:
     records = chain(*markers)
     owed = unwritten_turns(records, WS)
-    assert records[len(records) - len(owed):] == owed
+    assert records[len(records) - len(owed) :] == owed
     assert all(r.marker != WS for r in owed)
     if len(owed) < len(records):
         assert records[len(records) - len(owed) - 1].marker == WS
@@ -175,7 +176,9 @@ def test_owed_is_always_the_maximal_unmarked_tail(markers: list[str | None]) -> 
 
 
 def sized(*tokens: int, at: float = 100.0) -> list[SourceRecord]:
-    return [SourceRecord("s", f"m{i}", "user", "x", at, "user", tokens=t) for i, t in enumerate(tokens)]
+    return [
+        SourceRecord("s", f"m{i}", "user", "x", at, "user", tokens=t) for i, t in enumerate(tokens)
+    ]
 
 
 def test_first_batch_is_the_prefix_that_reaches_the_threshold() -> None:
@@ -192,7 +195,9 @@ def test_policy_defaults_and_allowed_thresholds() -> None:
     assert (DEFAULT_THRESHOLD, DEFAULT_IDLE_AFTER) == (16_000, 3600.0)
     for allowed in (8_000, 16_000, 32_000):
         WritePolicy(threshold=allowed)
-    with pytest.raises(InvalidThreshold, match="12000 is not allowed; use one of 8000, 16000, 32000"):
+    with pytest.raises(
+        InvalidThreshold, match="12000 is not allowed; use one of 8000, 16000, 32000"
+    ):
         WritePolicy(threshold=12_000)
     with pytest.raises(ValueError):
         WritePolicy(idle_after=0)

@@ -16,8 +16,10 @@ from memory._records import source_anchor, source_id
 def record(sid: str, mid: str, content: str, *, anchor_of: str | None = None) -> str:
     source = source_id(sid, mid)
     anchor = source_anchor(anchor_of or source)
-    return (f'<a id="{anchor}"></a>\n<!-- source-id:{source} -->\n'
-            f"[2025-08-12T12:00:02+00:00] user: {content}\n\n")
+    return (
+        f'<a id="{anchor}"></a>\n<!-- source-id:{source} -->\n'
+        f"[2025-08-12T12:00:02+00:00] user: {content}\n\n"
+    )
 
 
 def test_the_first_header_is_trusted_after_its_checks() -> None:
@@ -36,8 +38,10 @@ def test_a_forged_second_header_is_never_believed() -> None:
 
 
 def test_a_bad_first_header_is_not_replaced_by_a_later_good_one() -> None:
-    text = "# s1\n\n" + record("s1", "m1", "x", anchor_of="openprogram/s1/other") + record(
-        "s1", "m2", "valid but second"
+    text = (
+        "# s1\n\n"
+        + record("s1", "m1", "x", anchor_of="openprogram/s1/other")
+        + record("s1", "m2", "valid but second")
     )
     assert parse_legacy_first_header(text, "s1") is None
 

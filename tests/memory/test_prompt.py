@@ -25,8 +25,11 @@ def rec(mid: str, content: str, ts: float, *, pending: bool = False) -> SourceRe
 
 
 def test_one_observed_section_per_date_with_parseable_lines() -> None:
-    records = [rec("m1", "tea\nplease", T0), rec("m2", 'says "hi"', T0 + 60),
-               rec("m3", "next day ✓", T0 + DAY)]
+    records = [
+        rec("m1", "tea\nplease", T0),
+        rec("m2", 'says "hi"', T0 + 60),
+        rec("m3", "next day ✓", T0 + DAY),
+    ]
     text = render_observations(records, tz=UTC)
     assert text.splitlines()[0] == "## Observed 2025-08-12"
     assert "## Observed 2025-08-13" in text
@@ -49,14 +52,20 @@ def test_dates_are_local_dates() -> None:
 
 def test_a_date_seen_again_later_opens_a_new_section_in_batch_order() -> None:
     records = [rec("m1", "a", T0), rec("m2", "b", T0 + DAY), rec("m3", "c", T0)]
-    headings = [line for line in render_observations(records, tz=UTC).splitlines()
-                if line.startswith("## ")]
-    assert headings == ["## Observed 2025-08-12", "## Observed 2025-08-13", "## Observed 2025-08-12"]
+    headings = [
+        line for line in render_observations(records, tz=UTC).splitlines() if line.startswith("## ")
+    ]
+    assert headings == [
+        "## Observed 2025-08-12",
+        "## Observed 2025-08-13",
+        "## Observed 2025-08-12",
+    ]
 
 
 def test_pending_records_are_not_offered_for_citation() -> None:
-    text = render_observations([rec("m1", "trusted", T0), rec("m2", "pending", T0, pending=True)],
-                               tz=UTC)
+    text = render_observations(
+        [rec("m1", "trusted", T0), rec("m2", "pending", T0, pending=True)], tz=UTC
+    )
     assert "openprogram/s1/m1" in text and "openprogram/s1/m2" not in text
     assert render_observations([rec("m2", "p", T0, pending=True)], tz=UTC) == ""
 
@@ -70,15 +79,17 @@ def test_outline_of_the_fixture_topic_and_fenced_headings_skipped() -> None:
 
 
 def test_workspace_section_lists_topics_sorted_with_headings() -> None:
-    text = render_workspace([TopicOutline("topics/z.md", ("# Z",)),
-                             TopicOutline("topics/a.md", ("# A", "## Sub"))])
+    text = render_workspace(
+        [TopicOutline("topics/z.md", ("# Z",)), TopicOutline("topics/a.md", ("# A", "## Sub"))]
+    )
     assert text == "## Workspace\n\n- topics/a.md\n  - # A\n  - ## Sub\n- topics/z.md\n  - # Z\n"
     assert "(no topic files yet)" in render_workspace([])
 
 
 def test_whole_prompt_is_workspace_then_observations() -> None:
-    prompt = render_prompt([rec("m1", "tea", T0)], [TopicOutline("topics/core.md", ("# Core",))],
-                           tz=UTC)
+    prompt = render_prompt(
+        [rec("m1", "tea", T0)], [TopicOutline("topics/core.md", ("# Core",))], tz=UTC
+    )
     assert prompt.index("## Workspace") < prompt.index("## Observed 2025-08-12")
     assert prompt.endswith('"content": "tea"}\n')
     assert render_prompt([], [], tz=UTC) == "## Workspace\n\n(no topic files yet)\n"

@@ -56,7 +56,9 @@ def test_parse_accepts_with_or_without_lf(data: bytes) -> None:
     assert parse_workspace_id(data) == "w-0123abcd"
 
 
-@pytest.mark.parametrize("data", [b"", b"w-0123ABCD\n", b"w-0123abc\n", b" w-0123abcd", b"w-0123abcd\n\n"])
+@pytest.mark.parametrize(
+    "data", [b"", b"w-0123ABCD\n", b"w-0123abc\n", b" w-0123abcd", b"w-0123abcd\n\n"]
+)
 def test_parse_rejects_anything_else(data: bytes) -> None:
     assert parse_workspace_id(data) is None
 
