@@ -35,7 +35,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from actors._actor import Actor
-from actors._cell import ActorCell, DeadLetter, Exit
+from actors._cell import ActorCell, ActorState, DeadLetter, Exit
 from actors._mailbox import Backpressure
 from actors._ref import ActorRef
 
@@ -102,6 +102,14 @@ class Registry(Generic[K]):
             cell.on_activate = lambda activated: self._activate(key, activated)
             self._cells[key] = cell
         return cell
+
+    def activate(self, key: K) -> ActorRef:
+        """The reference for ``key``, its actor started now rather than on the first send."""
+        cell = self.cell(key)
+        if cell.state is ActorState.IDLE:
+            cell.state = ActorState.STARTING
+            self._activate(key, cell)
+        return cell.ref
 
     def __len__(self) -> int:
         return len(self._cells)
