@@ -146,7 +146,7 @@ class Registry(Generic[K]):
             except Exception as exc:  # noqa: BLE001 - the crash goes to the supervisor's hook
                 delay = self._on_crash(key, cell, exc)
                 if delay is None:
-                    cell.close(exc)
+                    cell.close(exc)  # its callers learn why; the key's next message starts afresh
                     break
                 if delay > 0:
                     await anyio.sleep(delay)
@@ -162,6 +162,7 @@ class Registry(Generic[K]):
                 cell.detach()
                 return
         self._forget(key, cell)
+        cell.detached = True  # references re-resolve the key to a new cell
 
     def _forget(self, key: K, cell: ActorCell) -> None:
         if self._cells.get(key) is cell:
