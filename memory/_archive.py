@@ -33,7 +33,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import math
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -196,9 +195,11 @@ def render_frame(record: SourceRecord, *, tz: tzinfo | None = None) -> str:
     label = normalize_label(record.speaker)
     if not label:
         raise UnframeableRecord(source, "the speaker label is empty")
-    if not math.isfinite(record.timestamp):
-        raise UnframeableRecord(source, f"timestamp {record.timestamp!r} is not a time")
-    body = f"[{format_timestamp(record.timestamp, tz)}] {label}: {record.content}"
+    try:
+        when = format_timestamp(record.timestamp, tz)
+    except (OverflowError, OSError, ValueError):  # NaN, or beyond datetime's years
+        raise UnframeableRecord(source, f"timestamp {record.timestamp!r} is not a time") from None
+    body = f"[{when}] {label}: {record.content}"
     lines = [f'<a id="{source_anchor(source)}"></a>', f"<!-- source-id:{source} -->"]
     if record.speaker_id is not None:
         lines.append(f"<!-- speaker-id:{encode_speaker_id(record.speaker_id)} -->")
@@ -390,7 +391,14 @@ def plan_append(
         source = _check_source(record, session_id)
         if source in known:
             continue
-        texts.append(render_frame(record, tz=tz))
+        frame = render_frame(record, tz=tz)
+        try:
+            frame.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UnframeableRecord(
+                source, "its text is not valid Unicode (lone surrogate)"
+            ) from None
+        texts.append(frame)
         known.add(source)
         added.append(source)
     if not texts:

@@ -308,6 +308,11 @@ def test_records_that_cannot_be_framed_are_refused_before_writing(tmp_path: Path
         append_records(str(tmp_path), "s1", [rec("m1"), rec("m2", sid="other")], files)
     with pytest.raises(UnframeableRecord, match="unsafe|control|\\[\\]<>"):
         append_records(str(tmp_path), "s1", [rec("m<1>")], files)
+    with pytest.raises(UnframeableRecord, match="lone surrogate"):
+        append_records(str(tmp_path), "s1", [rec("m1"), rec("m2", "bad \ud800")], files)
+    for bad_time in (float("nan"), float("inf"), 1e20):
+        with pytest.raises(UnframeableRecord, match="is not a time"):
+            render_frame(rec("m1", ts=bad_time))
     with pytest.raises(UnframeableRecord, match="label is empty"):
         render_frame(rec("m1", speaker=" \n\t"))
     assert not (tmp_path / archive_relpath("s1")).exists()
