@@ -386,22 +386,20 @@ def plan_append(
         )
     known = set(scan.source_ids)
     added: list[str] = []
-    texts: list[str] = []
+    frames: list[bytes] = []
     for record in records:
         source = _check_source(record, session_id)
         if source in known:
             continue
-        frame = render_frame(record, tz=tz)
         try:
-            frame.encode("utf-8")
+            frames.append(render_frame(record, tz=tz).encode("utf-8"))
         except UnicodeEncodeError:
             raise UnframeableRecord(
                 source, "its text is not valid Unicode (lone surrogate)"
             ) from None
-        texts.append(frame)
         known.add(source)
         added.append(source)
-    if not texts:
+    if not frames:
         return existing, ()
     if not existing:
         prefix = _HEADER
@@ -410,7 +408,7 @@ def plan_append(
     else:
         # Not ``endswith(b"\n\n")``: a body's own last line may be empty.
         prefix = existing + b"\n"
-    return prefix + "\n".join(texts).encode("utf-8"), tuple(added)
+    return prefix + b"\n".join(frames), tuple(added)
 
 
 @dataclass(frozen=True, slots=True)
