@@ -31,7 +31,7 @@ from memory._archive import (
 from memory._errors import IncompleteArchive, UnframeableRecord
 from memory._ledger import records_from_branch
 from memory._records import SourceMeta, SourceRecord, source_anchor
-from store._durable import TEMP_SUFFIX, DurableFiles
+from store._durable import TEMP_SUFFIX, DurableFiles, run_durable
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
 from tests.memory._fixture import DEMO_ARCHIVE, message
 
@@ -446,3 +446,9 @@ def test_one_trailing_empty_line_is_tolerated_and_kept() -> None:
     grown, _ = plan_append(blob, "s1", [rec("m2")], tz=UTC)
     assert grown.startswith(blob)
     assert [f.message_id for f in parse_archive(grown, "s1").frames] == ["m1", "m2"]
+
+
+async def test_an_append_runs_as_one_durable_operation_off_the_event_loop(tmp_path: Path) -> None:
+    result = await run_durable(append_records, str(tmp_path), "s1", [rec("m1")], DurableFiles())
+    assert result.added == ("openprogram/s1/m1",)
+    assert read_archive(str(tmp_path), "s1").complete
