@@ -164,8 +164,9 @@ def normalize_label(label: str) -> str:
     A line break inside the label would move the ``<speaker>: `` part off
     the first body line and make the frame malformed.
     """
-    cleaned = "".join(ch if ch.isprintable() else " " for ch in label)
-    return " ".join(cleaned.split())
+    if not label.isprintable():  # rare: only then look at each character
+        label = "".join(ch if ch.isprintable() else " " for ch in label)
+    return " ".join(label.split())
 
 
 # -- rendering ---------------------------------------------------------------
