@@ -28,8 +28,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from store._durable import DurableFiles  # noqa: E402
-from store._session import SessionCore  # noqa: E402
+from store._durable import DurableFiles
+from store._session import SessionCore
 
 NODES = 300
 TOTAL_BYTES = 4 * 1024 * 1024
@@ -165,16 +165,16 @@ def _table(results: dict[str, dict[str, float]]) -> str:
     rows = [
         "| measurement | scriptorium | baseline | ratio | target |",
         "|---|---|---|---|---|",
-        f"| cold load, {cold['nodes']:.0f} nodes, {cold['bytes'] / 2**20:.1f} MiB "
+        (f"| cold load, {cold['nodes']:.0f} nodes, {cold['bytes'] / 2**20:.1f} MiB "
         f"| {cold['cold_ms']:.1f} ms | {cold['raw_ms']:.1f} ms (read + orjson) "
-        f"| {cold['ratio']:.2f}x | <= 1.3x |",
-        f"| marker merge, {MERGE_NODES} nodes (to ack; +{merge['fsync_latency_ms']:g} ms/fsync) "
+        f"| {cold['ratio']:.2f}x | <= 1.3x |"),
+        (f"| marker merge, {MERGE_NODES} nodes (to ack; +{merge['fsync_latency_ms']:g} ms/fsync) "
         f"| {merge['journal_ms']:.2f} ms "
         f"| {merge['independent_ms']:.2f} ms ({MERGE_NODES} atomic rewrites) "
-        f"| {merge['speedup']:.1f}x faster | >= 10x |",
+        f"| {merge['speedup']:.1f}x faster | >= 10x |"),
         f"| journal retirement (off the critical path) | {merge['retire_ms']:.2f} ms | | | |",
-        f"| append (node + meta.json) | {append['append_ms']:.2f} ms "
-        f"| {append['bare_write_ms']:.2f} ms (one atomic write) | {append['ratio']:.2f}x | |",
+        (f"| append (node + meta.json) | {append['append_ms']:.2f} ms "
+        f"| {append['bare_write_ms']:.2f} ms (one atomic write) | {append['ratio']:.2f}x | |"),
     ]
     return "\n".join(rows)
 
