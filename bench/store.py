@@ -101,7 +101,8 @@ def run(directory: Path, repeat: int, fsync_latency: float = 0.0) -> dict[str, d
     def cold() -> None:
         SessionCore.open(state, "bench")
 
-    raw(), cold()  # warm the page cache for both
+    raw()  # warm the page cache for both
+    cold()
     raw_s = cold_s = float("inf")
     for _ in range(repeat * 3):  # interleaved, best of each: the machine is shared
         raw_s = min(raw_s, _best(raw, 1))
