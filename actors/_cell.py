@@ -184,8 +184,12 @@ class ActorCell:
 
     # -- runner side -------------------------------------------------------
 
-    async def run_incarnation(self) -> Exit:
-        """Run one incarnation; see the module doc for the contract."""
+    async def run_incarnation(self, on_started: Callable[[], None] | None = None) -> Exit:
+        """Run one incarnation; see the module doc for the contract.
+
+        ``on_started`` is called once ``on_start`` has returned, so a
+        supervisor can start its children one after the other, as OTP does.
+        """
         if self.closed:
             raise ActorStopped(self.name) from self.cause
         self.state = ActorState.STARTING
@@ -198,6 +202,8 @@ class ActorCell:
                 try:
                     await actor.on_start()
                     self.state = ActorState.RUNNING
+                    if on_started is not None:
+                        on_started()
                     outcome = await self._loop(actor)
                 except Exception as exc:
                     self._note_crash(exc)

@@ -35,7 +35,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from actors._actor import Actor
-from actors._cell import ActorCell, DeadLetter, Exit
+from actors._cell import ActorCell, ActorState, DeadLetter, Exit
 from actors._mailbox import Backpressure
 from actors._ref import ActorRef
 
@@ -103,6 +103,14 @@ class Registry(Generic[K]):
             self._cells[key] = cell
         return cell
 
+    def activate(self, key: K) -> ActorRef:
+        """The reference for ``key``, its actor started now rather than on the first send."""
+        cell = self.cell(key)
+        if cell.state is ActorState.IDLE:
+            cell.state = ActorState.STARTING
+            self._activate(key, cell)
+        return cell.ref
+
     def __len__(self) -> int:
         return len(self._cells)
 
@@ -138,7 +146,7 @@ class Registry(Generic[K]):
             except Exception as exc:  # noqa: BLE001 - the crash goes to the supervisor's hook
                 delay = self._on_crash(key, cell, exc)
                 if delay is None:
-                    cell.close(exc)
+                    cell.close(exc)  # its callers learn why; the key's next message starts afresh
                     break
                 if delay > 0:
                     await anyio.sleep(delay)
@@ -154,6 +162,7 @@ class Registry(Generic[K]):
                 cell.detach()
                 return
         self._forget(key, cell)
+        cell.detached = True  # references re-resolve the key to a new cell
 
     def _forget(self, key: K, cell: ActorCell) -> None:
         if self._cells.get(key) is cell:

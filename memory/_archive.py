@@ -33,7 +33,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import math
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -165,8 +164,9 @@ def normalize_label(label: str) -> str:
     A line break inside the label would move the ``<speaker>: `` part off
     the first body line and make the frame malformed.
     """
-    cleaned = "".join(ch if ch.isprintable() else " " for ch in label)
-    return " ".join(cleaned.split())
+    if not label.isprintable():  # rare: only then look at each character
+        label = "".join(ch if ch.isprintable() else " " for ch in label)
+    return " ".join(label.split())
 
 
 # -- rendering ---------------------------------------------------------------
@@ -196,9 +196,11 @@ def render_frame(record: SourceRecord, *, tz: tzinfo | None = None) -> str:
     label = normalize_label(record.speaker)
     if not label:
         raise UnframeableRecord(source, "the speaker label is empty")
-    if not math.isfinite(record.timestamp):
-        raise UnframeableRecord(source, f"timestamp {record.timestamp!r} is not a time")
-    body = f"[{format_timestamp(record.timestamp, tz)}] {label}: {record.content}"
+    try:
+        when = format_timestamp(record.timestamp, tz)
+    except (OverflowError, OSError, ValueError):  # NaN, or beyond datetime's years
+        raise UnframeableRecord(source, f"timestamp {record.timestamp!r} is not a time") from None
+    body = f"[{when}] {label}: {record.content}"
     lines = [f'<a id="{source_anchor(source)}"></a>', f"<!-- source-id:{source} -->"]
     if record.speaker_id is not None:
         lines.append(f"<!-- speaker-id:{encode_speaker_id(record.speaker_id)} -->")
@@ -385,15 +387,20 @@ def plan_append(
         )
     known = set(scan.source_ids)
     added: list[str] = []
-    texts: list[str] = []
+    frames: list[bytes] = []
     for record in records:
         source = _check_source(record, session_id)
         if source in known:
             continue
-        texts.append(render_frame(record, tz=tz))
+        try:
+            frames.append(render_frame(record, tz=tz).encode("utf-8"))
+        except UnicodeEncodeError:
+            raise UnframeableRecord(
+                source, "its text is not valid Unicode (lone surrogate)"
+            ) from None
         known.add(source)
         added.append(source)
-    if not texts:
+    if not frames:
         return existing, ()
     if not existing:
         prefix = _HEADER
@@ -402,7 +409,7 @@ def plan_append(
     else:
         # Not ``endswith(b"\n\n")``: a body's own last line may be empty.
         prefix = existing + b"\n"
-    return prefix + "\n".join(texts).encode("utf-8"), tuple(added)
+    return prefix + b"\n".join(frames), tuple(added)
 
 
 @dataclass(frozen=True, slots=True)

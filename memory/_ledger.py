@@ -89,11 +89,17 @@ def _text_field(message: Mapping[str, Any], key: str) -> str | None:
 
 def speaker_label(message: Mapping[str, Any]) -> str:
     """``Display (speaker/id)``, or whichever of the two exists, or the role."""
-    display = _text_field(message, "speaker_display")
-    ident = _text_field(message, "speaker_id")
+    return _label(
+        _text_field(message, "speaker_display"),
+        _text_field(message, "speaker_id"),
+        message.get("role"),
+    )
+
+
+def _label(display: str | None, ident: str | None, role: object) -> str:
     if display and ident:
         return f"{display} ({ident})"
-    return display or ident or str(message.get("role"))
+    return display or ident or str(role)
 
 
 def source_meta(message: Mapping[str, Any]) -> SourceMeta | None:
@@ -161,7 +167,7 @@ def records_from_branch(
                 role=role,
                 content=text,
                 timestamp=_timestamp(message),
-                speaker=speaker_label(message),
+                speaker=_label(display, ident, role),
                 # The reference writes a speaker-id header whenever it knows
                 # either half of the speaker (an empty id if only the name).
                 speaker_id=ident if ident is not None else ("" if display else None),

@@ -28,10 +28,12 @@ from datetime import tzinfo
 
 from memory._archive import format_timestamp
 from memory._records import SourceRecord
+from memory._writer import WorkspaceSnapshot
 
 __all__ = [
     "TopicOutline",
     "outline_topic",
+    "outline_snapshot",
     "render_observations",
     "render_workspace",
     "render_prompt",
@@ -68,6 +70,11 @@ def outline_topic(path: str, text: str) -> TopicOutline:
         if match is not None:
             headings.append(f"{match.group(1)} {match.group(2)}")
     return TopicOutline(path, tuple(headings))
+
+
+def outline_snapshot(snapshot: WorkspaceSnapshot) -> list[TopicOutline]:
+    """The outline of every topic file of a snapshot (reads each file once)."""
+    return [outline_topic(path, snapshot.read(path)) for path in snapshot.topic_paths]
 
 
 def render_observations(records: Iterable[SourceRecord], *, tz: tzinfo | None = None) -> str:

@@ -12,8 +12,8 @@ Decoding uses orjson (several times faster than :mod:`json`, which matters
 for a cold load of hundreds of nodes) and refuses everything the encoder
 could not reproduce: invalid UTF-8, lone surrogates, NaN and infinities,
 nesting beyond orjson's limit, integers beyond 64 bits (orjson silently
-turns them into floats, so a file holding one is checked again with
-:mod:`json`), files over a size cap, and records whose fields are not the
+turns them into floats, so a file holding a float that large is checked
+again with :mod:`json`), files over a size cap, and records whose fields are not the
 node's fields. Each refusal is a :class:`~store._errors.NodeFileError` naming
 the file; the caller skips the file and never rewrites it.
 
@@ -48,6 +48,7 @@ __all__ = [
     "decode_node",
     "encode_meta",
     "encode_node",
+    "encode_with_metadata",
     "node_filename",
     "parse_filename",
 ]
@@ -58,7 +59,8 @@ DEFAULT_MAX_NODE_BYTES = 32 * 1024 * 1024
 MAX_DEPTH = 256
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1  # orjson reads unsigned 64-bit integers exactly
-_LONG_DIGITS = re.compile(rb"\d{19}")
+_WIDE = float(2**63)
+_FIELD_SET = frozenset(NODE_FIELDS)
 _FILENAME = re.compile(r"^(\d{4,})-([ulc])-(.+)\.json\Z", re.DOTALL)
 
 
@@ -128,6 +130,30 @@ def encode_node(node: Node, session: str = "", cap: int = DEFAULT_MAX_NODE_BYTES
     return data
 
 
+def encode_with_metadata(
+    data: bytes, node: Node, metadata: dict[str, Any], session: str = "",
+    cap: int = DEFAULT_MAX_NODE_BYTES,
+) -> bytes:
+    """The bytes of ``node`` (whose file holds ``data``) with ``metadata`` in place of its own.
+
+    ``metadata`` is the last field, so when ``data`` ends with the canonical
+    encoding of the old metadata, everything before it is kept byte for
+    byte and only the metadata is encoded: a marker merge does not re-encode
+    a turn's content. Otherwise the whole node is encoded.
+    """
+    old = b'"metadata": ' + _dumps(node.metadata) + b"}"
+    if not data.endswith(old):
+        return encode_node(node.with_metadata(metadata), session, cap)
+    try:
+        new = _dumps(metadata)
+    except (ValueError, TypeError, UnicodeEncodeError) as exc:
+        raise UnencodableValueError(session, node.id, str(exc)) from None
+    result = b"".join((data[: len(data) - len(old)], b'"metadata": ', new, b"}"))
+    if len(result) > cap:
+        raise OversizedContentError(session, node.id, len(result), cap)
+    return result
+
+
 def encode_meta(meta: dict[str, Any]) -> bytes:
     return _dumps(meta)
 
@@ -140,9 +166,30 @@ def _parse(data: bytes, path: str, error: type[NodeFileError | MetaFileError]) -
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise error(path, f"not valid JSON ({exc})") from None
-    if _LONG_DIGITS.search(data) is not None:
+    if type(value) in (dict, list) and _holds_wide_number(value):
         _reject_wide_integers(data, path, error)
     return value
+
+
+def _holds_wide_number(value: Any) -> bool:
+    """True if a float at or beyond 2**63 appears: possibly an integer orjson widened.
+
+    Walking the parsed structure costs per container and number, not per
+    byte (content is mostly long strings), so it is far cheaper than
+    scanning the bytes for long digit runs.
+    """
+    stack = [value]
+    while stack:
+        container = stack.pop()
+        items = container.values() if type(container) is dict else container
+        for item in items:
+            kind = type(item)
+            if kind is float:
+                if not -_WIDE < item < _WIDE:
+                    return True
+            elif kind is dict or kind is list:
+                stack.append(item)
+    return False
 
 
 def _reject_wide_integers(
@@ -164,7 +211,7 @@ def decode_node(data: bytes, path: str, cap: int = DEFAULT_MAX_NODE_BYTES) -> No
     record = _parse(data, path, NodeFileError)
     if not isinstance(record, dict):
         raise NodeFileError(path, "the top level is not an object")
-    if len(record) != len(NODE_FIELDS) or not all(name in record for name in NODE_FIELDS):
+    if record.keys() != _FIELD_SET:
         found = sorted(record)
         raise NodeFileError(path, f"fields {found} are not the node fields {list(NODE_FIELDS)}")
     node_id, created_at, seq, role = (

@@ -13,6 +13,8 @@ they get the same control-character and length checks.
 
 from __future__ import annotations
 
+import re
+
 from ._errors import UnsafeIdError
 
 __all__ = ["MAX_ID_LENGTH", "MAX_NAME_LENGTH", "is_safe_id", "validate_id", "validate_name"]
@@ -22,6 +24,10 @@ MAX_ID_LENGTH = 128
 # under the 255-byte limit of common filesystems even with a long seq.
 _MAX_ID_BYTES = 200
 MAX_NAME_LENGTH = 256
+
+
+# One C-level search rejects most unsafe ids; _id_problem then names the reason.
+_SUSPECT = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029/\\\ud800-\udfff]|\.\.|^\.")
 
 
 def _control(ch: str) -> bool:
@@ -57,6 +63,9 @@ def _id_problem(value: object) -> str | None:
 
 def is_safe_id(value: object) -> bool:
     """True when ``value`` may be used as a node or session id."""
+    if (type(value) is str and 0 < len(value) <= MAX_ID_LENGTH
+            and _SUSPECT.search(value) is None):
+        return len(value) * 4 <= _MAX_ID_BYTES or len(value.encode("utf-8")) <= _MAX_ID_BYTES
     return _id_problem(value) is None
 
 

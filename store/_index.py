@@ -21,6 +21,7 @@ the bare read + parse of the same files.
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass, field
 
@@ -100,6 +101,23 @@ def load_index(session_dir: str, rel_dir: str, cap: int) -> SessionIndex:
             entries.append((parsed[0], name, parsed[1], parsed[2]))
     entries.sort()
     index = SessionIndex()
+    # Every parsed node stays alive in the index, so the cyclic GC would
+    # re-scan the growing heap many times during the load (a third of its
+    # cost, measured); parsed JSON holds no cycles, so pausing it is safe.
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        _load_entries(index, history, rel_dir, cap, entries)
+    finally:
+        if paused:
+            gc.enable()
+    return index
+
+
+def _load_entries(
+    index: SessionIndex, history: str, rel_dir: str, cap: int,
+    entries: list[tuple[int, str, str, str]],
+) -> None:
     for seq, name, letter, file_id in entries:
         rel = f"{rel_dir}/{HISTORY}/{name}"
         try:
@@ -117,4 +135,3 @@ def load_index(session_dir: str, rel_dir: str, cap: int) -> SessionIndex:
             index.problems.append(NodeFileError(rel, f"unreadable ({exc.strerror})"))
             continue
         index.add(node, name)
-    return index

@@ -36,9 +36,12 @@ Crash cases (each one tested by killing the operation at every step):
 * during retirement: the journal still exists; replay installs identical
   bytes and finishes the retirement.
 
-A journal is one JSON object ``{"version": 1, "files": [[relative path,
-text], ...]}``; it is atomic by rename, so a journal that does not parse was
-damaged outside scriptorium: it is reported and left in place.
+A journal is a header line ``scriptorium-journal 1``, then per file its
+path relative to the session directory, a line with its length, its bytes
+and a newline, then ``end``: framing, not JSON, because the journal sits on
+the critical path and its content is already encoded. It is atomic by
+rename, so a journal that does not parse was damaged outside scriptorium: it
+is reported and left in place.
 """
 
 from __future__ import annotations
@@ -46,8 +49,6 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterable
-
-import orjson
 
 from ._durable import DurableFiles
 from ._errors import CorruptFileError
@@ -66,7 +67,8 @@ __all__ = [
 
 JOURNAL_PREFIX = ".journal-"
 JOURNAL_SUFFIX = ".json"
-_VERSION = 1
+_HEADER = b"scriptorium-journal 1\n"
+_TRAILER = b"end\n"
 
 
 def journal_name() -> str:
@@ -83,27 +85,33 @@ def _valid_target(rel: object) -> bool:
 
 
 def encode_journal(entries: list[tuple[str, bytes]]) -> bytes:
-    return orjson.dumps(
-        {"version": _VERSION, "files": [[rel, data.decode("utf-8")] for rel, data in entries]}
-    )
+    parts = [_HEADER]
+    for rel, data in entries:
+        parts.append(f"{rel}\n{len(data)}\n".encode())
+        parts.append(data)
+        parts.append(b"\n")
+    parts.append(_TRAILER)
+    return b"".join(parts)
 
 
 def decode_journal(data: bytes, path: str) -> list[tuple[str, bytes]]:
-    try:
-        record = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise CorruptFileError(path, f"journal is not valid JSON ({exc})") from None
-    if not isinstance(record, dict) or record.get("version") != _VERSION:
+    if not data.startswith(_HEADER):
         raise CorruptFileError(path, "not a version-1 journal")
-    files = record.get("files")
-    if not isinstance(files, list):
-        raise CorruptFileError(path, "journal has no file list")
     entries: list[tuple[str, bytes]] = []
-    for item in files:
-        if (not isinstance(item, list) or len(item) != 2 or not _valid_target(item[0])
-                or not isinstance(item[1], str)):
-            raise CorruptFileError(path, f"journal entry {str(item)[:80]} is not a node or meta")
-        entries.append((item[0], item[1].encode("utf-8")))
+    at = len(_HEADER)
+    while data[at:] != _TRAILER:
+        try:
+            rel_end = data.index(b"\n", at)
+            size_end = data.index(b"\n", rel_end + 1)
+            rel = data[at:rel_end].decode("utf-8")
+            size = int(data[rel_end + 1:size_end])
+        except (ValueError, UnicodeDecodeError):
+            raise CorruptFileError(path, f"journal entry at byte {at} is malformed") from None
+        body_end = size_end + 1 + size
+        if not _valid_target(rel) or size < 0 or data[body_end:body_end + 1] != b"\n":
+            raise CorruptFileError(path, f"journal entry {rel[:80]!r} is not a node or meta")
+        entries.append((rel, data[size_end + 1:body_end]))
+        at = body_end + 1
     return entries
 
 

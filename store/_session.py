@@ -56,6 +56,7 @@ from ._format import (
     decode_node,
     encode_meta,
     encode_node,
+    encode_with_metadata,
     node_filename,
 )
 from ._ids import validate_id, validate_name
@@ -176,7 +177,7 @@ class SessionCore:
         return list(self._index.nodes.values())
 
     @property
-    def problems(self) -> list[StoreError]:
+    def problems(self) -> list[CorruptFileError]:
         """Files skipped because they could not be read (node files, journals)."""
         self._refresh()
         return [*self._index.problems, *self._journal_problems.values()]
@@ -454,15 +455,16 @@ class SessionCore:
             if node_id not in self._index.nodes:
                 raise NodeNotFoundError(self.session, node_id)
             rel = f"{HISTORY}/{self._index.files[node_id]}"
-            current = self._read_node(rel)
+            data, current = self._read_node(rel)
             merged = {**current.metadata, **patch}
             if merged == current.metadata and list(merged) == list(current.metadata):
                 if current != self._index.nodes[node_id]:
                     self._index.replace(current)
                 continue
-            new = current.with_metadata(merged)
-            entries.append((rel, encode_node(new, self.session, self._cap)))
-            updated.append(new)
+            entries.append(
+                (rel, encode_with_metadata(data, current, merged, self.session, self._cap))
+            )
+            updated.append(current.with_metadata(merged))
         if meta is not None:
             entries.append((META, encode_meta(meta)))
         if not entries:
@@ -477,14 +479,14 @@ class SessionCore:
         self._mark_synced()
         return [n.id for n in updated]
 
-    def _read_node(self, rel: str) -> Node:
+    def _read_node(self, rel: str) -> tuple[bytes, Node]:
         path = f"{self._rel}/{rel}"
         try:
             with open(self._path(rel), "rb") as handle:
                 data = handle.read()
         except OSError as exc:
             raise NodeFileError(path, f"unreadable ({exc.strerror})") from None
-        return decode_node(data, path, self._cap)
+        return data, decode_node(data, path, self._cap)
 
 
 def list_sessions(state_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ from memory._archive import (
 from memory._errors import IncompleteArchive, UnframeableRecord
 from memory._ledger import records_from_branch
 from memory._records import SourceMeta, SourceRecord, source_anchor
-from store._durable import TEMP_SUFFIX, DurableFiles
+from store._durable import TEMP_SUFFIX, DurableFiles, run_durable
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
 from tests.memory._fixture import DEMO_ARCHIVE, message
 
@@ -308,6 +308,11 @@ def test_records_that_cannot_be_framed_are_refused_before_writing(tmp_path: Path
         append_records(str(tmp_path), "s1", [rec("m1"), rec("m2", sid="other")], files)
     with pytest.raises(UnframeableRecord, match="unsafe|control|\\[\\]<>"):
         append_records(str(tmp_path), "s1", [rec("m<1>")], files)
+    with pytest.raises(UnframeableRecord, match="lone surrogate"):
+        append_records(str(tmp_path), "s1", [rec("m1"), rec("m2", "bad \ud800")], files)
+    for bad_time in (float("nan"), float("inf"), 1e20):
+        with pytest.raises(UnframeableRecord, match="is not a time"):
+            render_frame(rec("m1", ts=bad_time))
     with pytest.raises(UnframeableRecord, match="label is empty"):
         render_frame(rec("m1", speaker=" \n\t"))
     assert not (tmp_path / archive_relpath("s1")).exists()
@@ -441,3 +446,26 @@ def test_one_trailing_empty_line_is_tolerated_and_kept() -> None:
     grown, _ = plan_append(blob, "s1", [rec("m2")], tz=UTC)
     assert grown.startswith(blob)
     assert [f.message_id for f in parse_archive(grown, "s1").frames] == ["m1", "m2"]
+
+
+async def test_an_append_runs_as_one_durable_operation_off_the_event_loop(tmp_path: Path) -> None:
+    result = await run_durable(append_records, str(tmp_path), "s1", [rec("m1")], DurableFiles())
+    assert result.added == ("openprogram/s1/m1",)
+    assert read_archive(str(tmp_path), "s1").complete
+
+
+@settings(max_examples=300, deadline=None)
+@given(contents=st.lists(_content, min_size=1, max_size=5), data=st.data())
+def test_any_single_byte_change_yields_a_prefix_of_the_real_frames(
+    contents: list[str], data: st.DataObject
+) -> None:
+    """Never resynchronise: whatever one corrupted byte does, the scan returns
+    the original frames in order up to some point, and no id that was not there."""
+    records = [rec(f"m{i}", c) for i, c in enumerate(contents)]
+    blob = archive(records)
+    original = [r.source_id for r in records]
+    position = data.draw(st.integers(0, len(blob) - 1))
+    byte = data.draw(st.sampled_from([*b"\n\r ->[]:0123456789abcdef", 0, 0xFF]))
+    mutated = blob[:position] + bytes([byte]) + blob[position + 1 :]
+    found = [f.source_id for f in parse_archive(mutated, "s1").frames]
+    assert found == original[: len(found)]

@@ -7,12 +7,14 @@ from datetime import UTC, timedelta, timezone
 
 from memory._prompt import (
     TopicOutline,
+    outline_snapshot,
     outline_topic,
     render_observations,
     render_prompt,
     render_workspace,
 )
 from memory._records import SourceMeta, SourceRecord
+from memory._writer import WorkspaceSnapshot
 from tests.memory._fixture import FIXTURE
 
 DAY = 86_400.0
@@ -93,3 +95,12 @@ def test_whole_prompt_is_workspace_then_observations() -> None:
     assert prompt.index("## Workspace") < prompt.index("## Observed 2025-08-12")
     assert prompt.endswith('"content": "tea"}\n')
     assert render_prompt([], [], tz=UTC) == "## Workspace\n\n(no topic files yet)\n"
+
+
+def test_outline_of_a_snapshot_reads_its_topics() -> None:
+    texts = {"topics/a.md": "# A\n\n## One\n", "topics/b.md": "no heading\n"}
+    snapshot = WorkspaceSnapshot("rev", tuple(texts), texts.__getitem__)
+    assert outline_snapshot(snapshot) == [
+        TopicOutline("topics/a.md", ("# A", "## One")),
+        TopicOutline("topics/b.md", ()),
+    ]
