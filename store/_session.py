@@ -67,9 +67,13 @@ from ._message import check_metadata_keys, message_to_node, node_to_message
 from ._node import ROOT, Node
 from ._walk import absorbed_covers, branch, list_tips, rewind_ids
 
-__all__ = ["SessionCore", "list_sessions"]
+__all__ = ["MAX_OUTSTANDING_JOURNALS", "SessionCore", "list_sessions"]
 
 SESSIONS = "sessions"
+# Journals of batches on disjoint nodes accumulate until the owner is idle;
+# past this many the oldest is retired first, bounding replay work and the
+# session directory.
+MAX_OUTSTANDING_JOURNALS = 16
 
 
 class SessionCore:
@@ -470,6 +474,8 @@ class SessionCore:
         if not entries:
             return []
         self._retire_touching({rel for rel, _ in entries})
+        while len(self._journals) >= MAX_OUTSTANDING_JOURNALS:
+            self._retire_own(next(iter(self._journals)))  # the oldest
         name = write_and_install(self._files, self.directory, entries)
         self._journals[name] = entries
         for node in updated:

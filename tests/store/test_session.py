@@ -26,6 +26,7 @@ from store._errors import (
     UnsafeIdError,
 )
 from store._session import SessionCore, list_sessions
+from tests.store.test_format import BAD_FILES
 
 
 class Clock:
@@ -341,3 +342,34 @@ def test_list_sessions(tmp_path: Path) -> None:
 
 def test_list_sessions_on_the_fixture(state: Path) -> None:
     assert [r["id"] for r in list_sessions(state)] == ["demo"]
+
+
+def test_outstanding_journals_are_bounded(core: SessionCore) -> None:
+    from store._session import MAX_OUTSTANDING_JOURNALS
+
+    previous = "ROOT"
+    for i in range(MAX_OUTSTANDING_JOURNALS + 5):
+        core.append({"id": f"n{i}", "content": "x", "predecessor": previous})
+        previous = f"n{i}"
+    for i in range(MAX_OUTSTANDING_JOURNALS + 5):
+        core.merge_node_metadata_batch({f"n{i}": {"m": i}})
+        assert len(core.outstanding_journals) <= MAX_OUTSTANDING_JOURNALS
+    core.close()
+    assert core.outstanding_journals == []
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_each_bad_node_file_is_reported_and_nothing_else_changes(state: Path, name: str) -> None:
+    history = state / "sessions" / "demo" / "history"
+    (history / "0004-l-a2b.json").write_bytes(BAD_FILES[name])
+    before = _snapshot(state)
+    core = SessionCore.open(state, "demo")
+    assert [getattr(p, "path", None) for p in core.problems] == [
+        "sessions/demo/history/0004-l-a2b.json"]
+    assert _ids(core.get_branch("a2")) == ["u1", "a1"]
+    core.list_branches()
+    assert _snapshot(state) == before
+    core.merge_node_metadata_batch({"a1": {"m": 1}})
+    core.close()
+    after = _snapshot(state)
+    assert {k for k in after if after[k] != before[k]} == {"sessions/demo/history/0001-l-a1.json"}
