@@ -32,6 +32,13 @@ class Backoff:
                 "0 <= jitter <= 1"
             )
 
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        """The wait before retry number ``attempt`` (1-based) of a streak, jittered."""
+        delay = min(self.maximum, self.initial * self.factor ** (attempt - 1))
+        if self.jitter:
+            delay *= 1.0 + self.jitter * (2.0 * rng.random() - 1.0)
+        return delay
+
     @classmethod
     def none(cls) -> Backoff:
         """Restart immediately, always (OTP's behaviour)."""
@@ -53,7 +60,4 @@ class BackoffStreak:
         self.streak += 1
         if self.streak == 1:
             return 0.0
-        delay = min(policy.maximum, policy.initial * policy.factor ** (self.streak - 2))
-        if policy.jitter:
-            delay *= 1.0 + policy.jitter * (2.0 * rng.random() - 1.0)
-        return delay
+        return policy.delay(self.streak - 1, rng)
