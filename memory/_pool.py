@@ -37,7 +37,7 @@ from memory._cycle import FailureKind, WriteOutcome, run_write_cycle
 from memory._errors import ConcurrentUpdate, WriteCycleError
 from memory._session_actor import JobFinished, WriteJob
 from memory._workspace_actor import ArchiveBatch, BatchCovered, CommitEdits, TakeSnapshot
-from memory._writer import Batch, WorkspaceSnapshot, Writer
+from memory._writer import Batch, WorkspaceSnapshot
 
 if TYPE_CHECKING:
     from memory._runtime import MemoryRuntime
@@ -82,11 +82,9 @@ class WriterWorker(Actor):
         self,
         runtime: MemoryRuntime,
         jobs: MemoryObjectReceiveStream[WriteJob],
-        writer: Writer,
     ) -> None:
         self.runtime = runtime
         self.jobs = jobs
-        self.writer = writer
         self.current: WriteJob | None = None
         self.done = 0
 
@@ -141,7 +139,7 @@ class WriterWorker(Actor):
         outcome: WriteOutcome | None = None
         for _ in range(CONCURRENT_RETRIES):
             outcome = await run_write_cycle(
-                batch, self.writer, snapshot=steps.snapshot, archive=steps.archive,
+                batch, self.runtime.writer, snapshot=steps.snapshot, archive=steps.archive,
                 commit=steps.commit, timeout=None if math.isinf(timeout) else timeout,
             )
             if not (outcome.failure is FailureKind.REJECTED
@@ -163,7 +161,7 @@ class WriterWorker(Actor):
 
 
 def worker_factory(
-    runtime: MemoryRuntime, jobs: MemoryObjectReceiveStream[WriteJob], writer: Writer
+    runtime: MemoryRuntime, jobs: MemoryObjectReceiveStream[WriteJob]
 ) -> Callable[[], WriterWorker]:
-    return lambda: WriterWorker(runtime, jobs, writer)
+    return lambda: WriterWorker(runtime, jobs)
 

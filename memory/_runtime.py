@@ -167,7 +167,7 @@ class MemoryRuntime:
             return self._sessions
 
         def start_pool() -> Supervisor:
-            start = worker_factory(self, self._jobs_receive, self.writer)
+            start = worker_factory(self, self._jobs_receive)
             workers = [
                 ChildSpec(f"writer-{i}", start, Restart.PERMANENT)
                 for i in range(config.writer_workers)
@@ -371,7 +371,8 @@ async def open_runtime(
 ) -> AsyncIterator[MemoryRuntime]:
     """Start the runtime on ``state_dir`` for the block's duration (SPEC §8).
 
-    ``writer=None`` uses the built-in extractive writer. On exit, in-flight
+    ``writer=None`` uses the built-in extractive writer; ``rt.writer`` may be
+    replaced while running (workers read it for each job). On exit, in-flight
     jobs are cancelled (use ``await rt.drain()`` first to finish them) and
     the tree stops in reverse start order.
     """
@@ -386,9 +387,14 @@ async def open_runtime(
         runtime.quarantined = list(await runtime.workspace_ref.call(ReadQuarantine(), timeout=None))
         # Retry timers live in their own group: leaving the block cancels them,
         # then the tree stops gracefully in reverse start order.
+        body_error: BaseException | None = None
         async with anyio.create_task_group() as timers:
             runtime._task_group = timers
             try:
                 yield runtime
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, not in a group
+                body_error = exc
             finally:
                 timers.cancel_scope.cancel()
+        if body_error is not None:
+            raise body_error

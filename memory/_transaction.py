@@ -202,6 +202,17 @@ class Transactions:
     def revision(self) -> str:
         return self.revisions.revision()
 
+    def all_cited(self, sources: Sequence[str]) -> bool:
+        """Whether every source handle in ``sources`` is cited by some topic file.
+
+        The write cycle's proof that a batch which changed nothing is
+        nevertheless in memory (a re-delivery after a crash between install
+        and mark, with a writer that merges repeated facts).
+        """
+        facts = self._index.refresh()
+        cited = set().union(*(f.cited for f in facts.values())) if facts else set()
+        return all(handle_key(source) in cited for source in sources)
+
     # -- recovery ------------------------------------------------------------
 
     def recover(self) -> bool:
