@@ -19,7 +19,8 @@ from memory._records import MARKER_KEY
 from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory._session_actor import BoundaryOutcome
 from memory._topics import parse_topic
-from store import SessionCore, SessionNotFoundError, UnsafeIdError
+from store import DurableFiles, SessionCore, SessionNotFoundError, UnsafeIdError
+from tests.faults import SimulatedCrash
 
 SENTENCES = [
     "I prefer green tea in the morning.",
@@ -142,3 +143,39 @@ async def test_two_sessions_write_concurrently_and_each_turn_once(tmp_path: Path
         workspace = rt.workspace_id
     for sid in sids:
         assert len(markers(tmp_path, sid, workspace)) == 8
+
+
+class CrashBeforeMarking(DurableFiles):
+    """Dies (SimulatedCrash) when a session's marker journal is first written: after install."""
+
+    def __init__(self) -> None:
+        self.armed = True
+
+    def _step(self, step: str, path: str) -> None:
+        if self.armed and step == "open" and "/sessions/" in path and ".journal-" in path:
+            self.armed = False
+            raise SimulatedCrash(f"crash before marking: {path}")
+
+
+async def test_a_crash_between_install_and_mark_rewrites_one_batch_once(tmp_path: Path) -> None:
+    files = CrashBeforeMarking()
+    with pytest.raises(BaseException) as crash:
+        async with open_runtime(tmp_path, config=config(files=files)) as rt:
+            sid = await rt.sessions.create(title="crash")
+            await chain(rt, sid, "ROOT", ["u1", "a1", "u2", "a2"])
+            await rt.flush(sid)
+    assert crash.group_contains(SimulatedCrash) if isinstance(crash.value, BaseExceptionGroup) \
+        else isinstance(crash.value, SimulatedCrash)
+    assert not files.armed
+    topics = {p: p.read_bytes() for p in (tmp_path / "memory" / "topics").rglob("*.md")}
+    assert topics  # the install happened before the crash
+    assert not markers(tmp_path, sid, (tmp_path / "memory/.scriptorium/workspace-id")
+                       .read_text().strip())
+    async with open_runtime(tmp_path, config=config()) as rt:
+        assert await rt.flush(sid) is BoundaryOutcome.WRITTEN  # the batch is delivered again...
+        await rt.drain()
+        assert set(rt.deliveries) == {(sid, n) for n in ["u1", "a1", "u2", "a2"]}
+        workspace = rt.workspace_id
+    assert markers(tmp_path, sid, workspace) == {"u1", "a1", "u2", "a2"}  # ...and marked
+    # the extractive writer merged the repeated facts: memory is byte-identical
+    assert {p: p.read_bytes() for p in (tmp_path / "memory" / "topics").rglob("*.md")} == topics
