@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from store._durable import TEMP_SUFFIX
 
-__all__ = ["RevisionCache", "workspace_revision", "revision_paths", "RACY_NS"]
+__all__ = ["RACY_NS", "RevisionCache", "revision_paths", "workspace_revision"]
 
 RACY_NS = 2_000_000_000  # coarse filesystems (FAT, some network mounts) tick every 2 s
 _COUNTED_PRIVATE = ".scriptorium/runtime.json"

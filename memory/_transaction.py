@@ -73,7 +73,7 @@ from memory._topics import Topic, parse_topic
 from memory._writer import TopicEdit
 from store._durable import DIR_MODE, FILE_MODE, TEMP_SUFFIX, DurableFiles
 
-__all__ = ["Transactions", "CommitResult", "Archived", "JOURNAL", "LOCK"]
+__all__ = ["JOURNAL", "LOCK", "Archived", "CommitResult", "Transactions"]
 
 JOURNAL = ".scriptorium/install.journal"
 LOCK = ".scriptorium/write.lock"

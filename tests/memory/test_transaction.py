@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from memory._errors import ConcurrentUpdate, InstallJournalCorrupt
 from memory._topics import parse_topic
-from memory._transaction import JOURNAL, Transactions
+from memory._transaction import JOURNAL, CommitResult, Transactions
 from memory._writer import TopicEdit
 from store._durable import TEMP_SUFFIX, DurableFiles
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
@@ -53,7 +53,9 @@ def draft(body: str, source: str, when: str = "2025-08-12") -> str:
     return f"{body}[^e1]\n\n[^e1]: Time: `{when}`; Sources: {source}\n"
 
 
-def commit(tx: Transactions, edits: list[TopicEdit], batch: set[str] | None = None):  # type: ignore[no-untyped-def]
+def commit(
+    tx: Transactions, edits: list[TopicEdit], batch: set[str] | None = None,
+) -> CommitResult:
     return tx.commit(edits, base_revision=tx.revision(), batch_sources=batch or {
         "openprogram/demo/a2"})
 
