@@ -107,9 +107,12 @@ class _TopicIndex:
     memory_dir: str
     _files: dict[str, tuple[tuple[int, int, int, int], _TopicFacts]] = field(default_factory=dict)
 
-    def refresh(self) -> dict[str, _TopicFacts]:
+    def refresh(self, scan: list[tuple[str, os.stat_result]]) -> dict[str, _TopicFacts]:
+        """Bring the index up to ``scan`` (the revision's file list) and return it."""
         current: dict[str, tuple[tuple[int, int, int, int], _TopicFacts]] = {}
-        for relative, stat in _topic_files(self.memory_dir):
+        for relative, stat in scan:
+            if not _is_topic_file(relative):
+                continue
             signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
             cached = self._files.get(relative)
             if cached is None or cached[0] != signature:
@@ -140,24 +143,11 @@ class _TopicIndex:
         )
 
 
-def _topic_files(memory_dir: str) -> list[tuple[str, os.stat_result]]:
-    found: list[tuple[str, os.stat_result]] = []
-    stack = [("topics/", os.path.join(memory_dir, "topics"))]
-    while stack:
-        prefix, directory = stack.pop()
-        try:
-            entries = list(os.scandir(directory))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                stack.append((prefix + entry.name + "/", entry.path))
-            elif entry.name.endswith(".md") and entry.is_file(follow_symlinks=False):
-                found.append((prefix + entry.name, entry.stat(follow_symlinks=False)))
-    found.sort()
-    return found
+def _is_topic_file(relative: str) -> bool:
+    return (
+        relative.startswith("topics/") and relative.endswith(".md")
+        and "/." not in relative
+    )
 
 
 def check_topic_path(path: str) -> None:
@@ -205,13 +195,17 @@ class Transactions:
     # -- recovery ------------------------------------------------------------
 
     def recover(self) -> bool:
-        """Finish (or discard) an interrupted install; True if a journal was replayed."""
-        with _locked(self.memory_dir):
-            return self._recover_locked()
+        """Finish (or discard) an interrupted install; True if a journal was replayed.
 
-    def _recover_locked(self) -> bool:
+        Run once at start: it also sweeps temp files a crash left behind.
+        """
+        with _locked(self.memory_dir):
+            return self._recover_locked(sweep=True)
+
+    def _recover_locked(self, *, sweep: bool) -> bool:
         journal = os.path.join(self.memory_dir, JOURNAL)
-        self._remove_temp_files()
+        if sweep:
+            self._remove_temp_files()
         try:
             with open(journal, "rb") as handle:
                 raw = handle.read()
@@ -246,11 +240,11 @@ class Transactions:
         is installed). Rejected edits are reported in the audit, not raised.
         """
         with _locked(self.memory_dir):
-            self._recover_locked()
+            self._recover_locked(sweep=False)  # another process may have crashed mid-install
             current = self.revisions.revision()
             if current != base_revision:
                 raise ConcurrentUpdate(base_revision, current)
-            facts = self._index.refresh()
+            facts = self._index.refresh(self.revisions.last_scan)
             audit, accepted = self._validate(edits, facts, frozenset(batch_sources))
             changes = self._changes(accepted)
             if changes:
@@ -265,7 +259,7 @@ class Transactions:
                 "tool": "commit", "status": "ok", "count": len(changed),
                 "topic_paths": list(changed),
             })
-            return CommitResult(tuple(audit), changed, self.revisions.revision())
+            return CommitResult(tuple(audit), changed, self.revisions.revision_after(list(changed)))
 
     def _validate(
         self, edits: Sequence[TopicEdit], facts: dict[str, _TopicFacts],
