@@ -32,6 +32,7 @@ from memory._extractive import ExtractiveWriter, extract_edits
 from memory._records import SourceMeta, SourceRecord
 from memory._revision import RACY_NS, RevisionCache, revision_paths
 from memory._topic_ids import normalise_topic
+from memory._topics import Topic, parse_topic
 from memory._transaction import Transactions
 from memory._writer import TopicEdit, WorkspaceSnapshot
 from store._durable import DurableFiles
