@@ -137,6 +137,7 @@ class NormalisedTopic:
     kept_ids: frozenset[str]  # of those, ids that existed before
     handles: frozenset[str]  # raw handles this draft cites (now links)
     linked: frozenset[str]  # source keys cited through links kept from the base
+    new_ids: tuple[str, ...] = ()  # block ids assigned here, in file order
 
 
 def normalise_topic(
@@ -178,6 +179,7 @@ def normalise_topic(
     blocks: list[Heading | Paragraph] = []
     footnotes: dict[str, Footnote] = {}
     result_ids: set[str] = set()
+    new_ids: list[str] = []
     paragraphs = iter(explicit)
     for block in topic.blocks:
         if isinstance(block, Heading):
@@ -195,6 +197,7 @@ def normalise_topic(
             else:
                 ids = (block_id_for(file_name, block.body, used_ids),)
                 used_ids.add(ids[0])
+                new_ids.append(ids[0])
         result_ids.update(ids)
         blocks.append(block if body is block.body and ids == block.ids else Paragraph(body, ids))
         for label in block.citations:
@@ -211,7 +214,7 @@ def normalise_topic(
     text = render_topic(Topic(tuple(blocks), footnotes))
     return NormalisedTopic(
         path, text, frozenset(result_ids), frozenset(result_ids & set(existing_ids)),
-        handles, linked,
+        handles, linked, tuple(new_ids),
     )
 
 

@@ -70,8 +70,8 @@ from memory._topic_ids import (
     source_key,
 )
 from memory._topics import Topic, parse_topic
-from memory._writer import TopicEdit
-from store._durable import DIR_MODE, FILE_MODE, TEMP_SUFFIX, DurableFiles
+from memory._writer import TopicEdit, WorkspaceSnapshot
+from store._durable import FILE_MODE, TEMP_SUFFIX, DurableFiles
 
 __all__ = ["JOURNAL", "LOCK", "Archived", "CommitResult", "Transactions"]
 
@@ -84,11 +84,16 @@ Archived = Callable[[str], bool | None]
 
 @dataclass(frozen=True, slots=True)
 class CommitResult:
-    """The audit list, the changed topic files (sorted) and the revision after the commit."""
+    """The audit list, the changed topic files (sorted) and the revision after the commit.
+
+    ``created_blocks`` are the block ids this commit assigned, in path then file
+    order (what ``runtime.json``'s ``creation_order`` counts).
+    """
 
     audit: tuple[dict[str, Any], ...]
     changed_files: tuple[str, ...]
     revision: str
+    created_blocks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,11 +167,10 @@ def check_topic_path(path: str) -> None:
 
 
 @contextmanager
-def _locked(memory_dir: str) -> Iterator[None]:
+def _locked(memory_dir: str, files: DurableFiles) -> Iterator[None]:
     # The lock file carries no data, so opening it read-only is enough for
     # flock and nothing but DurableFiles ever opens a file for writing.
-    private = os.path.join(memory_dir, ".scriptorium")
-    os.makedirs(private, mode=DIR_MODE, exist_ok=True)
+    files.make_dirs(os.path.join(memory_dir, ".scriptorium"))
     fd = os.open(os.path.join(memory_dir, LOCK), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -192,6 +196,21 @@ class Transactions:
     def revision(self) -> str:
         return self.revisions.revision()
 
+    def snapshot(self) -> WorkspaceSnapshot:
+        """The revision and topic paths now, for a writer.
+
+        ``read`` reads the file when called; if it changed after the snapshot,
+        the commit's revision check refuses the edits (``ConcurrentUpdate``).
+        """
+        revision = self.revisions.revision()
+        paths = tuple(path for path, _ in self.revisions.last_scan if _is_topic_file(path))
+        return WorkspaceSnapshot(revision, paths, self._read_topic)
+
+    def _read_topic(self, path: str) -> str:
+        check_topic_path(path)
+        with open(os.path.join(self.memory_dir, path), encoding="utf-8", newline="") as handle:
+            return handle.read()
+
     # -- recovery ------------------------------------------------------------
 
     def recover(self) -> bool:
@@ -199,7 +218,7 @@ class Transactions:
 
         Run once at start: it also sweeps temp files a crash left behind.
         """
-        with _locked(self.memory_dir):
+        with _locked(self.memory_dir, self.files):
             return self._recover_locked(sweep=True)
 
     def _recover_locked(self, *, sweep: bool) -> bool:
@@ -239,7 +258,7 @@ class Transactions:
         Raises :class:`ConcurrentUpdate` if memory moved since the base (nothing
         is installed). Rejected edits are reported in the audit, not raised.
         """
-        with _locked(self.memory_dir):
+        with _locked(self.memory_dir, self.files):
             self._recover_locked(sweep=False)  # another process may have crashed mid-install
             current = self.revisions.revision()
             if current != base_revision:
@@ -247,9 +266,15 @@ class Transactions:
             facts = self._index.refresh(self.revisions.last_scan)
             audit, accepted = self._validate(edits, facts, frozenset(batch_sources))
             changes = self._changes(accepted)
+            changed_set = {path for path, _ in changes}
+            created = tuple(
+                block_id
+                for normalised in sorted(accepted.values(), key=lambda n: n.path)
+                if normalised.path in changed_set
+                for block_id in normalised.new_ids
+            )
             if changes:
                 self._prepare_directories(changes)
-                self.files.make_dirs(os.path.join(self.memory_dir, ".scriptorium"))
                 self.files.write_atomic(
                     os.path.join(self.memory_dir, JOURNAL), _encode_journal(changes),
                 )
@@ -259,7 +284,8 @@ class Transactions:
                 "tool": "commit", "status": "ok", "count": len(changed),
                 "topic_paths": list(changed),
             })
-            return CommitResult(tuple(audit), changed, self.revisions.revision_after(list(changed)))
+            revision = self.revisions.revision_after(list(changed))
+            return CommitResult(tuple(audit), changed, revision, created)
 
     def _validate(
         self, edits: Sequence[TopicEdit], facts: dict[str, _TopicFacts],

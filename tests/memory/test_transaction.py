@@ -77,6 +77,7 @@ def test_an_accepted_edit_is_installed_and_audited(tmp_path: Path) -> None:
     assert "../sources/openprogram/_v2/demo.md#source-90d15db34a915d33" in text
     assert len(topic.paragraphs) == 1
     assert result.revision == tx.revision() != ""
+    assert result.created_blocks == (parse_topic(text).paragraphs[0].block_id,)
     assert not (memory / JOURNAL).exists()
     assert stat.S_IMODE((memory / "topics/core.md").stat().st_mode) == 0o600
 
@@ -228,12 +229,22 @@ def test_a_corrupt_journal_stops_recovery_without_touching_topics(tmp_path: Path
 
 # -- crashes -----------------------------------------------------------------------
 
+def prepared(root: Path) -> Path:
+    """The fixture plus topics/gone.md, which the crash tests delete."""
+    memory = workspace(root)
+    tx = Transactions(str(memory), archived=archived)
+    commit(tx, [TopicEdit("topics/gone.md", draft("Soon gone.", "openprogram/demo/a2"))])
+    return memory
+
+
 def _three_file_edits(memory: Path) -> list[TopicEdit]:
     text = (memory / OWNER).read_text()
+    gone = parse_topic((memory / "topics/gone.md").read_text()).block_ids()
     return [
         TopicEdit(OWNER, text + "\n" + draft("The owner likes jam.", "openprogram/demo/a2")),
         TopicEdit("topics/new/deep.md", draft("Deep fact.", "openprogram/demo/a2")),
         TopicEdit("topics/core.md", draft("Core fact.", "openprogram/demo/a2")),
+        TopicEdit("topics/gone.md", None, delete_blocks=frozenset(gone)),
     ]
 
 
@@ -244,7 +255,7 @@ def _topics_state(memory: Path) -> dict[str, bytes]:
 def test_a_crash_at_any_step_leaves_all_old_or_all_new_and_recovery_finishes(
     tmp_path: Path,
 ) -> None:
-    reference = workspace(tmp_path / "reference")
+    reference = prepared(tmp_path / "reference")
     old = _topics_state(reference)
     commit(Transactions(str(reference), archived=archived), _three_file_edits(reference))
     new = _topics_state(reference)
@@ -254,12 +265,12 @@ def test_a_crash_at_any_step_leaves_all_old_or_all_new_and_recovery_finishes(
         tx = Transactions(str(root), archived=archived, files=files)
         commit(tx, _three_file_edits(root))
 
-    probe = workspace(tmp_path / "probe")
+    probe = prepared(tmp_path / "probe")
     steps = count_steps(lambda files: run(files, probe))
     assert steps >= 10
     outcomes = set()
     for k in range(steps):
-        memory = workspace(tmp_path / f"crash{k}")
+        memory = prepared(tmp_path / f"crash{k}")
         with pytest.raises(SimulatedCrash):
             run(FaultyFiles(crash_at=k), memory)
         # Each file is whole (old or new); the set is made consistent by recovery.
@@ -277,7 +288,7 @@ def test_a_crash_at_any_step_leaves_all_old_or_all_new_and_recovery_finishes(
 
 
 def test_a_crash_during_recovery_is_recovered_by_the_next_start(tmp_path: Path) -> None:
-    reference = workspace(tmp_path / "reference")
+    reference = prepared(tmp_path / "reference")
     commit(Transactions(str(reference), archived=archived), _three_file_edits(reference))
     new = _topics_state(reference)
 
@@ -288,12 +299,12 @@ def test_a_crash_during_recovery_is_recovered_by_the_next_start(tmp_path: Path) 
         with pytest.raises(SimulatedCrash):
             commit(tx, _three_file_edits(root))
 
-    probe = workspace(tmp_path / "probe")
+    probe = prepared(tmp_path / "probe")
     crashed_after_commit_point(probe)
     steps = count_steps(lambda files: Transactions(
         str(probe), archived=archived, files=files).recover())
     for k in range(steps):
-        memory = workspace(tmp_path / f"recover{k}")
+        memory = prepared(tmp_path / f"recover{k}")
         crashed_after_commit_point(memory)
         with pytest.raises(SimulatedCrash):
             Transactions(str(memory), archived=archived, files=FaultyFiles(crash_at=k)).recover()
@@ -302,14 +313,14 @@ def test_a_crash_during_recovery_is_recovered_by_the_next_start(tmp_path: Path) 
 
 
 def test_an_io_error_mid_install_is_finished_by_recovery(tmp_path: Path) -> None:
-    memory = workspace(tmp_path)
+    memory = prepared(tmp_path)
     files = FaultyFiles(only=frozenset({"rename"}), fail_at=2)
     with pytest.raises(OSError):
         commit(Transactions(str(memory), archived=archived, files=files),
                _three_file_edits(memory))
     tx = Transactions(str(memory), archived=archived)
     assert tx.recover() is True
-    reference = workspace(tmp_path / "reference")
+    reference = prepared(tmp_path / "reference")
     commit(Transactions(str(reference), archived=archived), _three_file_edits(reference))
     assert _topics_state(memory) == _topics_state(reference)
 
@@ -320,7 +331,7 @@ def _topics_state_without_temps(memory: Path) -> dict[str, bytes]:
 
 def test_the_crash_test_would_catch_an_install_without_a_journal(tmp_path: Path) -> None:
     """Plant the fault: skip the journal, and a crash mid-install is caught as torn."""
-    reference = workspace(tmp_path / "reference")
+    reference = prepared(tmp_path / "reference")
     old = _topics_state(reference)
     commit(Transactions(str(reference), archived=archived), _three_file_edits(reference))
     new = _topics_state(reference)
@@ -331,7 +342,7 @@ def test_the_crash_test_would_catch_an_install_without_a_journal(tmp_path: Path)
                 return
             super().write_atomic(path, data)
 
-    memory = workspace(tmp_path / "planted")
+    memory = prepared(tmp_path / "planted")
     files = NoJournal(only=frozenset({"rename"}), crash_at=1)
     with pytest.raises(SimulatedCrash):
         commit(Transactions(str(memory), archived=archived, files=files),
@@ -344,9 +355,12 @@ def test_the_crash_test_would_catch_an_install_without_a_journal(tmp_path: Path)
 
 # -- random edits ------------------------------------------------------------------
 
-_sources = st.sampled_from(sorted(ARCHIVE) + ["openprogram/demo/zz", "openprogram/other/x"])
-_paths = st.sampled_from([OWNER, "topics/core.md", "topics/a/b.md", "notes/x.md"])
-_bodies = st.sampled_from(["The owner prefers tea.", "Fresh fact.", "Another fact.", "Tail"])
+# Mostly valid edits (so installs happen), with every kind of fault mixed in.
+_sources = st.sampled_from(["openprogram/demo/a2"] * 4 + ["openprogram/demo/u1",
+                            "openprogram/demo/p1", "openprogram/demo/zz"])
+_paths = st.sampled_from([OWNER, "topics/core.md", "topics/a/b.md", "topics/c.md", "notes/x.md"])
+_bodies = st.sampled_from(["The owner prefers tea.", "Fresh fact.", "Another fact."])
+_endings = st.sampled_from(["", "", "", " ^37913bbd", " ^3216f7d0", " ^badbadba", " tail"])
 
 
 @st.composite
@@ -356,16 +370,16 @@ def random_edit(draw: st.DrawFn) -> TopicEdit:
         return TopicEdit(path, None, delete_blocks=frozenset(
             draw(st.lists(st.sampled_from(["37913bbd", "3216f7d0"])))))
     units = []
-    for index in range(draw(st.integers(0, 3))):
-        body = draw(_bodies)
-        ending = draw(st.sampled_from(["", " ^37913bbd", " ^3216f7d0", " ^badbadba", " tail"]))
-        units.append(f"{body}[^e{index}]{ending}\n\n[^e{index}]: Time: `2025`; "
+    for index in range(draw(st.integers(0 if path == OWNER else 1, 3))):
+        units.append(f"{draw(_bodies)}[^e{index}]{draw(_endings)}\n\n[^e{index}]: Time: `2025`; "
                      f"Sources: {draw(_sources)}")
-    return TopicEdit(path, "# T\n\n" + "\n\n".join(units) + "\n")
+    deleted = ["37913bbd", "3216f7d0"] if path == OWNER and draw(st.booleans()) else []
+    return TopicEdit(path, "# T\n\n" + "\n\n".join(units) + "\n",
+                     delete_blocks=frozenset(deleted))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(random_edit(), min_size=1, max_size=4), st.integers(0, 60))
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(random_edit(), min_size=1, max_size=4), st.none() | st.integers(0, 20))
 def test_random_edits_install_completely_or_leave_the_workspace_identical(
     tmp_path_factory: pytest.TempPathFactory, edits: list[TopicEdit], crash_at: int,
 ) -> None:
@@ -395,3 +409,14 @@ def test_random_edits_install_completely_or_leave_the_workspace_identical(
             edits, base_revision=base, batch_sources={"openprogram/demo/a2"})
         assert after == snapshot(clean)
         assert full.changed_files
+
+
+def test_a_snapshot_lists_topics_and_reads_them_at_its_revision(tmp_path: Path) -> None:
+    memory = workspace(tmp_path)
+    tx = Transactions(str(memory), archived=archived)
+    snap = tx.snapshot()
+    assert snap.topic_paths == (OWNER,)
+    assert snap.read(OWNER) == (memory / OWNER).read_text()
+    result = tx.commit([NEW], base_revision=snap.revision, batch_sources={"openprogram/demo/a2"})
+    assert result.changed_files == ("topics/core.md",)
+    assert tx.snapshot().revision == result.revision
