@@ -34,6 +34,7 @@ from __future__ import annotations
 import datetime
 import functools
 import re
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -139,6 +140,7 @@ class Topic:
 
 _CACHE_SIZE = 64
 _parsed: OrderedDict[tuple[str, str, bool], Topic] = OrderedDict()
+_parsed_lock = threading.Lock()  # commits run in worker threads, writers in the loop
 
 
 def parse_topic(text: str, path: str = "<topic>", *, strict: bool = True) -> Topic:
@@ -149,14 +151,16 @@ def parse_topic(text: str, path: str = "<topic>", *, strict: bool = True) -> Top
     :class:`Topic` is immutable in use (never mutate its ``footnotes``).
     """
     key = (path, text, strict)
-    topic = _parsed.get(key)
-    if topic is not None:
-        _parsed.move_to_end(key)
-        return topic
+    with _parsed_lock:
+        topic = _parsed.get(key)
+        if topic is not None:
+            _parsed.move_to_end(key)
+            return topic
     topic = _parse(text, path, strict)
-    _parsed[key] = topic
-    if len(_parsed) > _CACHE_SIZE:
-        _parsed.popitem(last=False)
+    with _parsed_lock:
+        _parsed[key] = topic
+        while len(_parsed) > _CACHE_SIZE:
+            _parsed.popitem(last=False)
     return topic
 
 

@@ -31,13 +31,14 @@ holds across processes and threads):
 6. fsync every replaced file and its directory in one ``sync_paths`` call;
 7. unlink the journal durably.
 
-Recovery (:meth:`Transactions.recover`, at every start and before every
-commit): no journal means the crash came before the commit point, so every
-topic file is old; leftover temp files are deleted (roll back). A journal
-means every new text is durable, so it is replayed from the top (step 5-7;
-replaying is idempotent, so a crash during recovery is recovered the same
-way) and then removed (roll forward). Every topic file is all-old or all-new
-at every instant a crash can observe.
+Recovery (:meth:`Transactions.recover` at start; the journal check also
+runs before every commit, in case another process died mid-install): no
+journal means the crash came before the commit point, so every topic file
+is old; leftover temp files are deleted (roll back). A journal means every
+new text is durable, so it is replayed from the top (steps 5-7; replaying is
+idempotent, so a crash during recovery is recovered the same way) and then
+removed (roll forward). At any crash each topic file is whole, old or new
+(renames are atomic); once recovery ran, the set is all-old or all-new.
 
 Every durable step goes through one :class:`DurableFiles`, and
 :meth:`Transactions.commit` is synchronous so the caller runs it in one
