@@ -6,6 +6,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
 
 from memory._errors import TopicError
 from memory._topic_ids import (
@@ -17,7 +18,8 @@ from memory._topic_ids import (
     source_key,
     source_link_target,
 )
-from memory._topics import parse_topic
+from memory._topics import Topic, parse_topic, render_topic
+from tests.memory.test_topics import topics
 
 FIXTURE = Path("/work/shared/fixtures/openprogram-sample/memory/topics/people/owner.md")
 PATH = "topics/people/owner.md"
@@ -178,3 +180,16 @@ def test_the_same_invented_id_on_two_paragraphs_is_simply_stripped() -> None:
     result = normalise(draft, path="topics/x.md")
     assert result.text is not None and "^mine" not in result.text
     assert len(result.block_ids) == 2
+
+
+@settings(max_examples=80, deadline=None)
+@given(topics())
+def test_normalising_a_committed_file_changes_nothing(topic: Topic) -> None:
+    text = render_topic(topic)
+    base = parse_topic(text, "topics/x.md")
+    result = normalise_topic(
+        "topics/x.md", text, base=base, existing_ids=set(base.block_ids()),
+        used_ids=set(base.block_ids()), used_labels=set(base.footnotes),
+    )
+    assert result.text == (text if base.paragraphs else None)
+    assert result.new_ids == ()
