@@ -93,9 +93,12 @@ def source_link_target(topic_path: str, handle: str) -> str:
     match = _HANDLE.fullmatch(handle)
     if match is None:
         raise ValueError(f"not a source handle: {handle!r}")
-    archive = f"sources/openprogram/_v2/{match.group(1)}.md"
-    relative = posixpath.relpath(archive, posixpath.dirname(topic_path) or ".")
-    return f"{relative}#{source_anchor(handle)}"
+    return f"{_archive_link(posixpath.dirname(topic_path), match.group(1))}#{source_anchor(handle)}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _archive_link(topic_dir: str, session: str) -> str:
+    return posixpath.relpath(f"sources/openprogram/_v2/{session}.md", topic_dir or ".")
 
 
 def normalised_body(body: str) -> str:
