@@ -360,6 +360,7 @@ class Transactions:
         batch_sources: frozenset[str],
     ) -> NormalisedTopic:
         check_topic_path(edit.path)
+        self._check_place(edit.path)
         base = facts.get(edit.path)
         if base is not None and base.error is not None:
             raise EditRejected(
@@ -390,6 +391,16 @@ class Transactions:
                 f"links to {unknown[0]}, which no topic cited before; cite its raw handle",
             )
         return normalised
+
+    def _check_place(self, path: str) -> None:
+        """The path must be installable: no parent is a file, the path is not a directory."""
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            parent = os.path.join(self.memory_dir, *parts[:depth])
+            if os.path.exists(parent) and not os.path.isdir(parent):
+                raise EditRejected(path, f"{'/'.join(parts[:depth])} is a file, not a directory")
+        if os.path.isdir(os.path.join(self.memory_dir, path)):
+            raise EditRejected(path, "a directory has that name")
 
     def _changes(self, accepted: dict[int, NormalisedTopic]) -> list[tuple[str, str | None]]:
         changes: list[tuple[str, str | None]] = []

@@ -113,6 +113,8 @@ def test_committing_the_same_edit_again_changes_nothing(tmp_path: Path) -> None:
         (TopicEdit(OWNER, "# Owner\n\n" + draft("Only this.", "openprogram/demo/a2")),
          "would vanish"),
         (TopicEdit(OWNER, None), "would vanish"),
+        (TopicEdit(OWNER + "/x.md", draft("X.", "openprogram/demo/a2")), "is a file"),
+        (TopicEdit("topics/people.md/", "x"), "only write topics/"),
     ],
 )
 def test_each_rule_rejects_the_edit_and_leaves_the_workspace_alone(
@@ -420,3 +422,12 @@ def test_a_snapshot_lists_topics_and_reads_them_at_its_revision(tmp_path: Path) 
     result = tx.commit([NEW], base_revision=snap.revision, batch_sources={"openprogram/demo/a2"})
     assert result.changed_files == ("topics/core.md",)
     assert tx.snapshot().revision == result.revision
+
+
+def test_an_edit_onto_a_directory_is_rejected_not_raised(tmp_path: Path) -> None:
+    memory = workspace(tmp_path)
+    (memory / "topics/odd.md").mkdir()
+    tx = Transactions(str(memory), archived=archived)
+    result = commit(tx, [TopicEdit("topics/odd.md", draft("X.", "openprogram/demo/a2")), NEW])
+    assert "a directory has that name" in result.audit[0]["error"]
+    assert result.changed_files == ("topics/core.md",)
