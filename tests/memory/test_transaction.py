@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -431,3 +434,34 @@ def test_an_edit_onto_a_directory_is_rejected_not_raised(tmp_path: Path) -> None
     result = commit(tx, [TopicEdit("topics/odd.md", draft("X.", "openprogram/demo/a2")), NEW])
     assert "a directory has that name" in result.audit[0]["error"]
     assert result.changed_files == ("topics/core.md",)
+
+
+def test_the_write_lock_holds_across_processes(tmp_path: Path) -> None:
+    memory = workspace(tmp_path)
+    script = (
+        "import sys; from memory._transaction import _locked; "
+        "from store._durable import DurableFiles\n"
+        f"with _locked({str(memory)!r}, DurableFiles()):\n"
+        "    print('held', flush=True); sys.stdin.readline()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert holder.stdout is not None and holder.stdin is not None
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        fd = os.open(memory / ".scriptorium/write.lock", os.O_RDONLY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            holder.stdin.write("\n")
+            holder.stdin.flush()
+            assert holder.wait(timeout=30) == 0
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once the holder left
+        finally:
+            os.close(fd)
+    finally:
+        holder.kill()
+        holder.wait()
