@@ -115,9 +115,13 @@ def _draft_key(target: str) -> str | None:
 
 
 def _when(record: SourceRecord) -> str:
-    if record.timestamp <= 0:
+    """The record's UTC date, or ``undated`` when it has none the grammar can hold."""
+    try:
+        moment = datetime.datetime.fromtimestamp(record.timestamp, tz=datetime.UTC)
+    except (OverflowError, OSError, ValueError):
         return "undated"
-    moment = datetime.datetime.fromtimestamp(record.timestamp, tz=datetime.UTC)
+    if record.timestamp <= 0 or moment.year < 1000:
+        return "undated"
     return moment.strftime("%Y-%m-%d")
 
 

@@ -8,6 +8,9 @@ import stat
 import time
 from collections.abc import Coroutine
 from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typing import Any
 
 from memory._extractive import (
@@ -70,6 +73,12 @@ def test_every_paragraph_cites_its_record_by_raw_handle() -> None:
             for label in paragraph.citations:
                 assert topic.footnotes[label].sources[0].target == "openprogram/demo/u9"
                 assert topic.footnotes[label].when == "2025-08-12"
+
+
+def test_a_record_without_a_usable_time_is_undated() -> None:
+    for ts in (0.0, -5.0, 1e20, float("nan")):
+        (edit,) = extract_edits([record("u9", "I prefer tea over coffee.", ts=ts)], empty())
+        assert edit.text is not None and "Time: `undated`" in edit.text
 
 
 def test_pending_records_are_never_cited() -> None:
@@ -185,3 +194,19 @@ def _run(coroutine: Coroutine[Any, Any, list[TopicEdit]]) -> list[TopicEdit]:
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
     raise AssertionError("the extractive writer never awaits")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(
+    st.text(min_size=1, max_size=200)
+    | st.text(alphabet=" \t\r\n abcdefgh.?!#[]^`:;()-e0123456789", min_size=1, max_size=200),
+    min_size=1, max_size=5,
+))
+def test_whatever_the_turns_say_the_drafts_normalise(contents: list[str]) -> None:
+    records = [record(f"h{i}", content) for i, content in enumerate(contents)]
+    for edit in extract_edits(records, empty()):
+        assert edit.text is not None
+        done = normalise_topic(edit.path, edit.text, base=None, existing_ids=set(),
+                               used_ids=set(), used_labels=set())
+        assert done.text is not None
+        assert parse_topic(done.text, edit.path).paragraphs
