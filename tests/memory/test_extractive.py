@@ -8,10 +8,10 @@ import stat
 import time
 from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typing import Any
 
 from memory._extractive import (
     SHARD_LIMIT,
