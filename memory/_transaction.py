@@ -366,6 +366,11 @@ class Transactions:
             raise EditRejected(
                 edit.path, f"the file on disk fails the strict parse ({base.error.reason})",
             )
+        if edit.text is not None:
+            try:
+                edit.text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise EditRejected(edit.path, "text cannot be stored as UTF-8 (lone surrogate)") from None
         if edit.text is None:
             return NormalisedTopic(
                 edit.path, None, frozenset(), frozenset(), frozenset(), frozenset(),

@@ -118,6 +118,7 @@ def test_committing_the_same_edit_again_changes_nothing(tmp_path: Path) -> None:
         (TopicEdit(OWNER, None), "would vanish"),
         (TopicEdit(OWNER + "/x.md", draft("X.", "openprogram/demo/a2")), "is a file"),
         (TopicEdit("topics/people.md/", "x"), "only write topics/"),
+        (TopicEdit("topics/a.md", draft("Bad \ud800 text.", "openprogram/demo/a2")), "UTF-8"),
     ],
 )
 def test_each_rule_rejects_the_edit_and_leaves_the_workspace_alone(
