@@ -294,7 +294,9 @@ def _footnote(line: str, path: str, number: int, strict: bool) -> Footnote:
     if strict and not is_footnote_id(label):
         raise TopicError(path, number, f"footnote label [^{label}] is not a runtime id")
     if not _valid_when(when):
-        raise TopicError(path, number, f"invalid time {when!r} (YYYY, YYYY-MM, YYYY-MM-DD, undated)")
+        raise TopicError(
+            path, number, f"invalid time {when!r} (YYYY, YYYY-MM, YYYY-MM-DD, undated)",
+        )
     sources = _sources(match.group("sources"), strict)
     if sources is None:
         raise TopicError(path, number, f"malformed sources of footnote [^{label}]")

@@ -370,7 +370,9 @@ class Transactions:
             try:
                 edit.text.encode("utf-8")
             except UnicodeEncodeError:
-                raise EditRejected(edit.path, "text cannot be stored as UTF-8 (lone surrogate)") from None
+                raise EditRejected(
+                    edit.path, "text cannot be stored as UTF-8 (lone surrogate)",
+                ) from None
         if edit.text is None:
             return NormalisedTopic(
                 edit.path, None, frozenset(), frozenset(), frozenset(), frozenset(),

@@ -47,7 +47,8 @@ def empty() -> WorkspaceSnapshot:
 
 
 def test_useful_sentences_drop_questions_and_pleasantries() -> None:
-    text = "Thanks! Can you help me? I prefer green tea in the morning.\nOk. We decided to ship on Friday"
+    text = ("Thanks! Can you help me? I prefer green tea in the morning.\n"
+            "Ok. We decided to ship on Friday")
     assert useful_sentences(text) == [
         "I prefer green tea in the morning.", "We decided to ship on Friday.",
     ]

@@ -384,7 +384,9 @@ def random_edit(draw: st.DrawFn) -> TopicEdit:
                      delete_blocks=frozenset(deleted))
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(st.lists(random_edit(), min_size=1, max_size=4), st.none() | st.integers(0, 20))
 def test_random_edits_install_completely_or_leave_the_workspace_identical(
     tmp_path_factory: pytest.TempPathFactory, edits: list[TopicEdit], crash_at: int,
