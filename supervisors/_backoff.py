@@ -53,7 +53,11 @@ class BackoffStreak:
         self.streak += 1
         if self.streak == 1:
             return 0.0
-        delay = min(policy.maximum, policy.initial * policy.factor ** (self.streak - 2))
+        try:
+            grown = policy.initial * policy.factor ** (self.streak - 2)
+        except OverflowError:  # a very long streak: the cap applies anyway
+            grown = policy.maximum
+        delay = min(policy.maximum, grown)
         if policy.jitter:
             delay *= 1.0 + policy.jitter * (2.0 * rng.random() - 1.0)
         return delay
