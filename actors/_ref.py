@@ -116,12 +116,14 @@ class ActorRef:
         if timeout is DEFAULT:
             timeout = cell.call_timeout
         slot = ReplySlot()
-        with anyio.fail_after(timeout):
+        with anyio.move_on_after(timeout) as scope:
             try:
                 cell.request_inspect(slot)
                 await slot.event.wait()
             finally:
                 slot.abandoned = not slot.done
+        if scope.cancelled_caught and not slot.done:
+            raise CallTimeout(cell.name, "inspect()", timeout or 0.0)
         if slot.error is not None:
             raise slot.error
         return slot.value
