@@ -105,7 +105,10 @@ class ChildStatistics:
 
 @dataclass(frozen=True)
 class SupervisorStatistics:
+    """What ``statistics()`` (sync) and ``await ref.inspect()`` return for a supervisor."""
+
     name: str
+    state: ActorState
     strategy: Strategy
     children: tuple[ChildStatistics, ...]
     restarts: int  # restarts this incarnation performed
@@ -258,6 +261,7 @@ class Supervisor(Actor):
     def statistics(self) -> SupervisorStatistics:
         return SupervisorStatistics(
             name=self.ref.name,
+            state=self.ref.cell.state,
             strategy=self.strategy,
             children=tuple(
                 ChildStatistics(
