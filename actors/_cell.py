@@ -192,7 +192,12 @@ class ActorCell:
             raise ActorStopped(self.name) from self.cause
         self.state = ActorState.STARTING
         self.incarnations += 1
-        actor = self.factory()
+        try:
+            actor = self.factory()
+        except Exception as exc:
+            self._note_crash(exc)  # a factory that fails is a crash of this incarnation
+            self._wake_stop_waiters()
+            raise
         actor._ref = self.ref
         self.actor = actor
         try:
