@@ -101,6 +101,17 @@ async def test_messages_sent_during_passivation_are_all_processed_by_one_activat
     assert liveness.started["s1"] == 2
 
 
+async def test_a_burst_of_first_messages_activates_the_key_once() -> None:
+    liveness = Liveness()
+    async with open_registry(session_factory(liveness)) as registry:
+        for i in range(5):
+            await registry.ref("s1").cast(i)  # all sent before the activation runs
+        await registry.ref("s1").call("sync")
+        assert registry.activations == 1
+    assert liveness.started["s1"] == 1
+    assert liveness.most == 1
+
+
 @pytest.mark.virtual_time
 async def test_the_passivation_race_test_catches_a_registry_that_ignores_late_messages(
     monkeypatch: pytest.MonkeyPatch,
