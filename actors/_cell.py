@@ -163,6 +163,11 @@ class ActorCell:
         if not self.closed:
             self.mailbox.put_control(message)
 
+    def request_passivate(self) -> None:
+        """Ask the running incarnation to passivate if its mailbox is empty then."""
+        if self.state is ActorState.STARTING or self.state is ActorState.RUNNING:
+            self.mailbox.put_control(Passivate())
+
     def request_inspect(self, slot: ReplySlot) -> None:
         self._refuse(Backpressure.WAIT)
         self.mailbox.put_control(Inspect(slot))

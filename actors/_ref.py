@@ -128,6 +128,14 @@ class ActorRef:
             raise slot.error
         return slot.value
 
+    def passivate(self) -> None:
+        """Ask a keyed actor to passivate now (control lane), e.g. from an idle watchdog.
+
+        Ignored if messages are queued when the actor gets to it: it is not idle.
+        For an actor outside a registry, passivating is a normal exit.
+        """
+        self.cell.request_passivate()
+
     async def stop(self) -> None:
         """Stop gracefully: finish the current message, run ``on_stop``; queued calls fail."""
         await self.cell.stop()
