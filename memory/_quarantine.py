@@ -35,11 +35,11 @@ __all__ = [
     "QUARANTINE_PATH",
     "QuarantineEntry",
     "QuarantineProblem",
-    "parse_quarantine",
-    "render_quarantine",
-    "read_quarantine",
-    "write_quarantine",
     "is_quarantined",
+    "parse_quarantine",
+    "read_quarantine",
+    "render_quarantine",
+    "write_quarantine",
 ]
 
 # Relative to ``<state>/memory``.

@@ -83,7 +83,7 @@ def test_entry_blocks_only_while_updated_at_is_unchanged() -> None:
     other = QuarantineEntry("s2", ("x",), "e", 5, 1.0, 7.0)
     assert is_quarantined([other, ENTRY], "s1", ENTRY.updated_at) is ENTRY
     # An append bumps updated_at: the batch is released without touching the file.
-    assert is_quarantined([other, ENTRY], "s1", ENTRY.updated_at + 1e-6) is None
+    assert is_quarantined([other, ENTRY], "s1", 1755000000.2500002) is None
     assert is_quarantined([other, ENTRY], "s3", ENTRY.updated_at) is None
     unknown = QuarantineEntry("s5", ("x",), "e", 5, 1.0, None)
     assert is_quarantined([unknown], "s5", None) is unknown
