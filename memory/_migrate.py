@@ -116,7 +116,7 @@ def session_candidates(
     return SessionCandidates(session_id, tuple(ids), tuple(problems))
 
 
-def _archive_sessions(directory: str, odd: list[str]) -> dict[str, str]:
+def archive_files(directory: str, odd: list[str]) -> dict[str, str]:
     """``{session id: path}`` for every ``*.md`` file named as the archive names it.
 
     A file whose name is not the canonical quoting of a session id was not
@@ -153,8 +153,8 @@ def read_candidates(memory_dir: str) -> tuple[list[SessionCandidates], list[str]
     """
     root = os.path.join(memory_dir, "sources", PROVIDER)
     odd: list[str] = []
-    v2 = _archive_sessions(os.path.join(root, "_v2"), odd)
-    legacy = _archive_sessions(root, odd)
+    v2 = archive_files(os.path.join(root, "_v2"), odd)
+    legacy = archive_files(root, odd)
     sessions = [
         session_candidates(sid, _read(v2.get(sid)), _read(legacy.get(sid)))
         for sid in sorted(v2.keys() | legacy.keys())
