@@ -203,9 +203,9 @@ class PrefixMerge:
     marked: dict[str, None] = field(default_factory=dict)  # ordered set
     walks: int = 0
     problems: list[str] = field(default_factory=list)
-    _seen: set[str] = field(default_factory=set)
-    _pending: list[str] = field(default_factory=list)
-    _members: frozenset[str] = frozenset()
+    _seen: set[str] = field(default_factory=set, init=False, repr=False)
+    _pending: list[str] = field(default_factory=list, init=False, repr=False)
+    _members: frozenset[str] = field(default=frozenset(), init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._members = frozenset(self.candidates.node_ids)
