@@ -26,6 +26,7 @@ from memory._migrate import (
 from memory._records import MARKER_KEY, source_anchor, source_id
 from memory._runtime_state import RuntimeState, read_runtime_state, write_runtime_state
 from store import DurableFiles, SessionCore
+from tests.faults import SimulatedCrash
 
 WID = "w-0badc0de"
 TRUNK = [f"m{i}" for i in range(10)]
@@ -392,3 +393,32 @@ def test_safe_prefix_skips_non_records_without_breaking() -> None:
     assert safe_prefix("s", branch, {"n0", "n4"}) == ["n0", "n4"]
     assert safe_prefix("s", branch, {"n0", "n5"}) == ["n0"]
     assert safe_prefix("s", branch, {"n1", "n4"}) == []
+
+
+async def test_a_crash_between_marks_keeps_cursors_and_a_rerun_finishes(world: World) -> None:
+    world.chain("s2", ["x0", "x1"])
+    world.archive("s1", "m9")
+    world.archive("s2", "x1")
+    real_mark = world.mark
+
+    async def dies_on_s2(sid: str, ids: Sequence[str]) -> None:
+        if sid == "s2":
+            raise SimulatedCrash("killed while marking s2")
+        await real_mark(sid, ids)
+
+    with pytest.raises(SimulatedCrash):
+        await migrate(
+            world.memory,
+            get_branch=world.get_branch,
+            mark=dies_on_s2,
+            read_state=world.read_state,
+            write_state=world.write_state,
+        )
+    assert read_runtime_state(world.memory).cursors == COUNTERS.cursors
+    assert world.owed("s1", "m9") == [] and world.owed("s2", "x1") == ["x0", "x1"]
+    report = await world.migrate()
+    assert report.as_json() == {
+        "marked": {"s1": TRUNK, "s2": ["x0", "x1"]},
+        "cursors_removed": True,
+    }
+    assert world.owed("s2", "x1") == []
