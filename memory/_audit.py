@@ -13,7 +13,8 @@ misattribute memory:
   marks (SPEC §6.4), so this means the archive lost evidence.
 * **unresolved citations**: a topic footnote link that does not point at an
   archived frame (a wrong anchor, a missing archive, a link outside
-  ``sources/``), or a topic file that fails the strict parse.
+  ``sources/``), a link to a pending frame (never citable, SPEC §5), or a
+  topic file that fails the strict parse.
 * **non-prefix branches**: a branch whose own markers are not a contiguous
   prefix of its records. The walk back stops at the newest marker, so every
   unmarked record before it is stranded: never owed again, never written.
@@ -158,8 +159,9 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
                 marked_missing.append({"session": sid, "node": node})
         non_prefix.extend(_non_prefix(wid, facts))
 
-    anchors: dict[str, set[str]] = {
-        sid: {source_anchor(source) for source in ids} for sid, ids in archived.items()
+    # sid -> anchor -> trusted
+    anchors: dict[str, dict[str, bool]] = {
+        sid: {f.anchor: f.trusted for f in scan.frames} for sid, scan in inputs.archives.items()
     }
     citations, unreadable = topic_citations(inputs.topics)
     unresolved: list[dict[str, str]] = []
@@ -168,14 +170,21 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
             reason = "not a link to a source archive"
         else:
             sid, _, anchor = citation.key.partition("#")
+            trusted: bool | None = None
             if citation.legacy:
+                # Legacy records carry no trust metadata: the first header is all there is.
                 header = inputs.legacy.get(sid)
-                found = header is not None and source_anchor(header.source_id) == anchor
+                if header is not None and source_anchor(header.source_id) == anchor:
+                    trusted = True
             else:
-                found = anchor in anchors.get(sid, set())
-            if found:
+                trusted = anchors.get(sid, {}).get(anchor)
+            if trusted:
                 continue
-            reason = "no archived frame has this anchor"
+            reason = (
+                "no archived frame has this anchor"
+                if trusted is None
+                else "the archived frame is pending (never citable)"
+            )
         unresolved.append(
             {
                 "topic": citation.topic,

@@ -11,7 +11,7 @@ import pytest
 from memory._archive import parse_archive, render_frame
 from memory._audit import AuditInputs, SessionFacts, audit, read_audit_inputs, topic_citations
 from memory._legacy import LegacyHeader
-from memory._records import MARKER_KEY, SourceRecord, source_anchor, source_id
+from memory._records import MARKER_KEY, SourceMeta, SourceRecord, source_anchor, source_id
 from store import SessionCore
 from tests.memory._fixture import FIXTURE
 
@@ -25,9 +25,25 @@ def msg(node: str, marker: str | None = None, role: str = "user") -> dict[str, A
     return message
 
 
+PENDING = SourceMeta(None, "guest/1", "guest", "pending")
+
+
 def archive_of(sid: str, nodes: list[str]) -> Any:
+    """Frames for ``nodes``; a node named ``p...`` is archived pending."""
     frames = [
-        render_frame(SourceRecord(sid, n, "user", f"said {n}", 1755000000.0, "user")) for n in nodes
+        render_frame(
+            SourceRecord(
+                sid,
+                n,
+                "user",
+                f"said {n}",
+                1755000000.0,
+                "user",
+                None,
+                PENDING if n.startswith("p") else None,
+            )
+        )
+        for n in nodes
     ]
     return parse_archive(
         ("<!-- openprogram-source-archive:v2 -->\n\n" + "\n".join(frames)).encode(), sid
@@ -112,6 +128,13 @@ def test_unresolved_citations_are_reported() -> None:
         ("topics/b.md", "https://example.com/page#source-0123456789abcdef"),
     ]
     assert report["unresolved_citations"][2]["reason"] == "not a link to a source archive"
+
+
+def test_a_citation_of_a_pending_frame_is_reported() -> None:
+    report = run([], {"s": ["m0", "p1"]}, {"topics/a.md": topic(link("s", "m0"), link("s", "p1"))})
+    assert [(u["target"], u["reason"]) for u in report["unresolved_citations"]] == [
+        (link("s", "p1"), "the archived frame is pending (never citable)")
+    ]
 
 
 def test_a_topic_that_fails_the_strict_parse_is_reported() -> None:
