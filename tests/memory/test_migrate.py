@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from actors import open_actor
 from memory._archive import append_records, archive_relpath, render_frame
 from memory._ledger import records_from_branch, unwritten_turns
 from memory._legacy import legacy_relpath
@@ -25,7 +26,9 @@ from memory._migrate import (
 )
 from memory._records import MARKER_KEY, source_anchor, source_id
 from memory._runtime_state import RuntimeState, read_runtime_state, write_runtime_state
-from store import DurableFiles, SessionCore
+from memory._workspace_actor import ReadRuntimeState, ReplaceRuntimeState, WorkspaceActor
+from store import DurableFiles, SessionCore, SessionNotFoundError
+from store._actor import GetBranch, MergeMetadata, SessionActor
 from tests.faults import SimulatedCrash
 
 WID = "w-0badc0de"
@@ -57,7 +60,10 @@ class World:
 
     def session(self, sid: str) -> SessionCore:
         if sid not in self.cores:
-            self.cores[sid] = SessionCore.create(self.state, sid)
+            try:
+                self.cores[sid] = SessionCore.open(self.state, sid)
+            except SessionNotFoundError:
+                self.cores[sid] = SessionCore.create(self.state, sid)
         return self.cores[sid]
 
     def chain(self, sid: str, ids: Sequence[str], after: str | None = None) -> None:
@@ -422,3 +428,40 @@ async def test_a_crash_between_marks_keeps_cursors_and_a_rerun_finishes(world: W
         "cursors_removed": True,
     }
     assert world.owed("s2", "x1") == []
+
+
+async def test_through_the_session_and_workspace_actors(world: World) -> None:
+    """The driver's callables are exactly the actors' calls (both backends)."""
+    world.archive("s1", "m9")
+    world.archive("s1", "g7", only=["g6", "g7"])
+    world.cores.clear()  # from here on, the actors own the files
+    async with (
+        open_actor(SessionActor(world.state, "s1")) as session,
+        open_actor(WorkspaceActor(world.memory)) as workspace,
+    ):
+
+        async def get_branch(sid: str, tip: str) -> list[dict[str, Any]]:
+            assert sid == "s1"
+            branch: list[dict[str, Any]] = await session.call(GetBranch(tip))
+            return branch
+
+        async def mark(sid: str, ids: Sequence[str]) -> None:
+            await session.call(MergeMetadata({n: {MARKER_KEY: WID} for n in ids}))
+
+        async def read_state() -> RuntimeState:
+            state: RuntimeState = await workspace.call(ReadRuntimeState())
+            return state
+
+        async def write_state(state: RuntimeState) -> None:
+            await workspace.call(ReplaceRuntimeState(state))
+
+        report = await migrate(
+            world.memory,
+            get_branch=get_branch,
+            mark=mark,
+            read_state=read_state,
+            write_state=write_state,
+        )
+    assert report.as_json() == {"marked": {"s1": TRUNK}, "cursors_removed": True}
+    assert world.owed("s1", "f1") == SHORT and world.owed("s1", "g7") == LONG
+    assert read_runtime_state(world.memory) == COUNTERS.without_cursors()
