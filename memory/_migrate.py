@@ -28,9 +28,11 @@ kept) only after every session's marks were written, so a failure is
 retried from the start next time. A workspace with no ``sources/`` has no
 candidates: nothing is marked and everything is written from scratch.
 
-Reading the archives and computing the prefixes are pure (:func:`session_
-candidates`, :class:`PrefixMerge`); :func:`migrate` drives them against
-the runtime through injected async callables.
+Reading the archive bytes and computing the prefixes are pure
+(:func:`session_candidates`, :func:`safe_prefix`, :class:`PrefixMerge`);
+:func:`migrate` drives them against the runtime through injected async
+callables (the session actor's walk and marker merge, the workspace
+actor's ``runtime.json``).
 """
 
 from __future__ import annotations
