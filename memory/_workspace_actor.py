@@ -49,6 +49,7 @@ __all__ = [
     "TakeSnapshot",
     "CommitEdits",
     "BatchCovered",
+    "CitedSources",
     "RecordSessionEnd",
     "QuarantineBatch",
     "ReleaseQuarantine",
@@ -80,6 +81,11 @@ class BatchCovered:
     """Is every trusted record of ``batch`` archived and already cited by a topic?"""
 
     batch: Batch
+
+
+@dataclass(frozen=True, slots=True)
+class CitedSources:
+    """The ``<sid>#source-<16hex>`` keys every topic cites now (for backfill)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +171,8 @@ class WorkspaceActor(Actor):
                 return await run_durable(self.transactions.snapshot)
             case CommitEdits(batch, edits, base):
                 return await run_durable(self._commit, batch, edits, base)
+            case CitedSources():
+                return await run_durable(self.transactions.cited_keys)
             case BatchCovered(batch):
                 return await run_durable(self._covered, batch)
             case RecordSessionEnd(session, updated_at):
