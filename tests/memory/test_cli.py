@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import orjson
@@ -10,16 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 from memory._cli import main
-from tests.memory._fixture import FIXTURE
+from tests.fixture import copy_fixture
 
 
 @pytest.fixture
 def state(tmp_path: Path) -> str:
-    target = tmp_path / "state"
-    shutil.copytree(FIXTURE, target)
-    for path in [target, *target.rglob("*")]:
-        path.chmod(0o700 if path.is_dir() else 0o600)
-    return str(target)
+    return str(copy_fixture(tmp_path / "state"))
 
 
 def run(*args: str) -> tuple[int, str]:
