@@ -184,16 +184,13 @@ class MemorySessionActor(SessionActor):
 
     # -- messages -----------------------------------------------------------------
 
-    async def handle(self, message: Any) -> Any:
+    async def dispatch(self, message: Any) -> Any:
         match message:
             case Pending(tip):
-                await self._fresh()
                 return self.owed(tip)
             case Flush():
-                await self._fresh()
                 return self._start_boundary(from_watchdog=False)
             case CheckIdle(now, processed):
-                await self._fresh()
                 meta = self.core.meta()
                 updated_at = meta.get("updated_at")
                 if not isinstance(updated_at, (int, float)) or updated_at == processed:
@@ -206,14 +203,12 @@ class MemorySessionActor(SessionActor):
                 return None
             case RetryDue():
                 self.ledger.retry_pending = False
-                await self._fresh()
                 await self._plan()
                 return None
             case Reconsider():
-                await self._fresh()
                 await self._plan()
                 return None
-        return await super().handle(message)
+        return await super().dispatch(message)
 
     async def tip_moved(self, event: TipMoved) -> None:
         self.runtime.watchdog_touch(self.session, self.core.meta().get("updated_at"))
@@ -289,7 +284,6 @@ class MemorySessionActor(SessionActor):
         ledger.in_flight = None
         self.runtime.job_done(job)
         if outcome.failure is None:
-            await self._fresh()
             marks = {node_id: {MARKER_KEY: self.runtime.workspace_id} for node_id in outcome.marks}
             await run_durable(self.core.merge_node_metadata_batch, marks)
             self._queue_retire()

@@ -9,8 +9,9 @@ through its mailbox, and :class:`~store._session.SessionCore` takes
 
 Each mutation is one message and one worker-thread hop (``run_durable``):
 the core does all of a mutation's file work in one synchronous call.
-Reads answer from the in-memory index on the event loop when it is fresh,
-and hop to a thread only when an outside write forces a rebuild.
+Reads answer from the in-memory index on the event loop: the fingerprint
+is checked once per message (two ``stat`` calls) and a rebuild after an
+outside write hops to a thread.
 
 Outstanding batch journals (``store._journal``) are retired when the
 mailbox has drained (a ``RetireJournals`` message queued behind the work)
@@ -18,8 +19,8 @@ and when the actor stops, so the fsyncs a metadata batch saves on its
 critical path are paid off it.
 
 Subclasses (the memory runtime's session actor) add their own messages by
-overriding :meth:`handle` and calling ``super().handle`` for the rest, and
-react to appends in :meth:`tip_moved`.
+overriding :meth:`dispatch` and calling ``super().dispatch`` for the rest,
+and react to appends in :meth:`tip_moved`.
 """
 
 from __future__ import annotations
@@ -185,16 +186,22 @@ class SessionActor(Actor):
         }
 
     async def handle(self, message: Any) -> Any:
+        """Check freshness once (rebuilding in a thread if needed), then :meth:`dispatch`."""
+        core = self.core
+        if core.is_stale():
+            await run_durable(core.refresh)
+        with core.trusting_index():
+            return await self.dispatch(message)
+
+    async def dispatch(self, message: Any) -> Any:
+        """Handle one message on a fresh index; subclasses add messages here."""
         core = self.core
         match message:
             case GetBranch(tip):
-                await self._fresh()
                 return core.get_branch(tip)
             case ListBranches():
-                await self._fresh()
                 return core.list_branches()
             case GetMeta():
-                await self._fresh()
                 return core.meta()
             case Append(msg):
                 head_before = core.head
@@ -228,11 +235,6 @@ class SessionActor(Actor):
 
     async def tip_moved(self, event: TipMoved) -> None:
         """Called after every append, inside the actor; subclasses react here."""
-
-    async def _fresh(self) -> None:
-        """Rebuild the index in a worker thread if another process wrote the session."""
-        if self.core.is_stale():
-            await run_durable(self.core.refresh)
 
     def _queue_retire(self) -> None:
         if self._retire_queued or not self.core.outstanding_journals:

@@ -30,10 +30,11 @@ fingerprint missed cannot be overwritten with stale metadata.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ._durable import TEMP_SUFFIX, DurableFiles
@@ -107,6 +108,7 @@ class SessionCore:
         self._journals: dict[str, list[tuple[str, bytes]]] = {}
         self._journal_problems: dict[str, CorruptFileError] = {}
         self.rebuilds = 0
+        self._checked = False
 
     # -- opening -----------------------------------------------------------
 
@@ -207,7 +209,22 @@ class SessionCore:
 
     def refresh(self) -> None:
         """Rebuild the index now if it is stale; the actor runs this in a worker thread."""
-        self._refresh()
+        self._refresh(force=True)
+
+    @contextlib.contextmanager
+    def trusting_index(self) -> Iterator[None]:
+        """Reads inside the block skip the freshness check; call it right after one.
+
+        An actor handles one message at a time, so one check per message is
+        as good as one per read (an outside write during the message is
+        ordered after it) and saves two ``stat`` calls per read. Mutations
+        still check under the lock.
+        """
+        self._checked = True
+        try:
+            yield
+        finally:
+            self._checked = False
 
     @property
     def outstanding_journals(self) -> list[str]:
@@ -366,10 +383,16 @@ class SessionCore:
                 self._journal_problems[name] = exc
                 continue
             retire(self._files, self.directory, name, entries, install=True)
-        self._refresh()
+        self._refresh(force=True)
 
-    def _refresh(self) -> None:
-        """Rebuild the index and meta once when the fingerprint moved."""
+    def _refresh(self, *, force: bool = False) -> None:
+        """Rebuild the index and meta once when the fingerprint moved.
+
+        Inside :meth:`trusting_index` reads skip the check (the owner made it at
+        the start of the message); a mutation under the lock always checks.
+        """
+        if self._checked and not force:
+            return
         fingerprint = Fingerprint.of(self.directory)
         if fingerprint == self._fingerprint:
             return
