@@ -151,14 +151,14 @@ def carries_a_fact(sentence: str) -> bool:
     if _fact_key(sentence) in _PLEASANTRIES:
         return False
     words = content = 0
-    for word in _WORD.findall(sentence):
-        if _UNSPACED.search(word):
+    for word in _WORD.findall(sentence.lower()):
+        if word.isascii() or not _UNSPACED.search(word):
+            words += 1
+            content += word not in _FILLER
+        else:
             weight = (len(_UNSPACED.findall(word)) + 1) // 2
             words += weight
             content += weight
-        else:
-            words += 1
-            content += word.lower() not in _FILLER
         if words >= 3 and content >= 2:
             return True
     return False
