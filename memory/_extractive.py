@@ -379,8 +379,9 @@ def extract_edits(
     """The edits for ``records`` on ``workspace``: pure, deterministic.
 
     Every trusted record ends up cited: by the paragraph of each fact it
-    states, or, when it states none (or only facts whose file is broken), by
-    one conversation-log unit per batch in :data:`CONVERSATIONS`. A record
+    states, or, when it states none, by one conversation-log unit per batch
+    in :data:`CONVERSATIONS`. A file that does not parse is left to an
+    operator, never rewritten: facts it holds are filed again in a new shard. A record
     already cited where it would go adds nothing, so a batch written twice
     gives no edits the second time.
     """
@@ -414,30 +415,30 @@ def extract_edits(
             draft = drafts[shard] = _Draft.open(shard, known.title_of(shard), text)
         return draft
 
-    unfiled: dict[str, SourceRecord] = {}
+    chatter: dict[str, SourceRecord] = {}
     for record in records:
         if not record.trusted:
             continue  # pending evidence is archived, never cited
-        filed = False
+        states_a_fact = False
         for sentence in useful_sentences(record.content):
             known = subject(*subject_of(sentence))
             key = _fact_key(sentence)
             shard = known.home.get(key)
             if shard is None:
+                # Never a broken shard: it counts as full, and facts are only
+                # ever homed in shards that parse.
                 shard = known.home[key] = known.place()
-            if shard in known.broken:
-                continue  # a broken file is left to an operator, never rewritten
             draft_of(known, shard).add(sentence, record)
-            filed = True
-        if not filed:
-            unfiled.setdefault(record.source_id, record)
-    if unfiled:
+            states_a_fact = True
+        if not states_a_fact:
+            chatter.setdefault(record.source_id, record)
+    if chatter:
         log = subject(*_CONVERSATIONS)
         logged = frozenset[str]().union(*(
             index.cited(shard, workspace.read(shard))
             for shard in log.shards if shard not in log.broken
         ))
-        fresh = [record for handle, record in unfiled.items() if handle_key(handle) not in logged]
+        fresh = [record for handle, record in chatter.items() if handle_key(handle) not in logged]
         if fresh:
             draft_of(log, log.place()).log(fresh)
     return [drafts[path].edit() for path in sorted(drafts) if drafts[path].changed]

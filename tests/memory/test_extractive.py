@@ -250,6 +250,20 @@ def test_the_conversation_log_is_sharded(tmp_path: Path, monkeypatch: Any) -> No
     assert write([record(f"s{i}", "thanks") for i in range(5)]) == ()
 
 
+def test_a_broken_file_is_never_rewritten_and_its_records_go_to_the_next_shard() -> None:
+    broken = "# Preferences\n\nI prefer tea.[^e1]\n\n[^e1]: Time: `2025-08-12`; Sources: x\n"
+    texts = {"topics/preferences.md": broken, CONVERSATIONS: broken.replace("Pref", "Conv")}
+    snapshot = WorkspaceSnapshot("rev", tuple(sorted(texts)), texts.__getitem__)
+    edits = extract_edits([record("p1", "I prefer tea."), record("p2", "thanks")], snapshot)
+    assert [edit.path for edit in edits] == [
+        "topics/conversations-2.md", "topics/preferences-2.md"]
+    for edit in edits:
+        assert edit.text is not None
+        (paragraph,) = parse_topic(edit.text, edit.path, strict=False).paragraphs
+        assert paragraph.body.split("[^")[0] in ("I prefer tea.",
+                                                 "Conversation on 2025-08-12: small talk (1 turn).")
+
+
 def test_the_same_batch_gives_the_same_edits() -> None:
     records = [record(f"n{i}", f"I like item number {i} a lot. Fact {i} is stable here.")
                for i in range(20)]
