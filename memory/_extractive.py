@@ -26,6 +26,15 @@ date (and is not shared with another paragraph), else the paragraph gains a
 new citation. A record already cited by that paragraph adds nothing, so
 writing a batch twice changes nothing.
 
+Every trusted record of a batch is cited. The runtime marks a batch only
+when its commit changes memory (SPEC §6.4), and batches are a branch's
+oldest owed turns: a batch of chatter that changed nothing would stay owed
+forever and block every later turn of its branch. So the records that state
+no fact are logged as one dated unit per batch in ``topics/conversations.md``
+(sharded like the subjects): "Conversation on 2026-11-30: small talk (3
+turns)." citing each of them. A re-delivered batch finds them all cited and
+changes nothing again.
+
 The writer emits the draft form of SPEC §5: existing paragraphs unchanged
 (their ids and links), new citations as local labels ``[^eN]`` with raw
 handles; the transaction assigns every id.
@@ -54,7 +63,10 @@ from memory._topics import (
 )
 from memory._writer import Batch, TopicEdit, WorkspaceSnapshot
 
-__all__ = ["ExtractiveWriter", "extract_edits", "subject_of", "useful_sentences"]
+__all__ = [
+    "CONVERSATIONS", "SHARD_LIMIT", "ExtractiveWriter", "carries_a_fact", "extract_edits",
+    "subject_of", "useful_sentences",
+]
 
 _SUBJECTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
     ("topics/decisions.md", "Decisions", re.compile(
@@ -71,17 +83,46 @@ _SUBJECTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"feature|bug|build|launch|roadmap)s?\b", re.IGNORECASE)),
 )
 _CORE = ("topics/core.md", "Core")
+_CONVERSATIONS = ("topics/conversations.md", "Conversations")
+CONVERSATIONS = _CONVERSATIONS[0]
+"""Where a batch's turns that state no fact are logged, one dated unit per batch."""
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
-_WORD = re.compile(r"[^\W\d_]{2,}")
+# Letters or digits; an apostrophe splits a contraction ("I'm" -> "I", "m").
+_WORD = re.compile(r"[^\W_]+")
+# Scripts written without spaces: a run of ideographs or kana counts as one
+# word per two characters, rounded up ("我喜欢喝茶" is three; "谢谢你" two).
+_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff]")
+# Words that carry no fact on their own: pronouns, articles, particles, and
+# the vocabulary of acknowledgement. Verbs (even "is", "am") are not here: a
+# subject and a verb are what make "I am Anna." a fact.
+_FILLER = frozenset({
+    "i", "me", "my", "mine", "you", "your", "yours", "he", "him", "his", "she", "her", "hers",
+    "it", "its", "we", "us", "our", "ours", "they", "them", "their", "theirs", "this", "that",
+    "these", "those", "there", "here", "a", "an", "the", "and", "or", "but", "so", "to", "of",
+    "in", "on", "at", "by", "for", "with", "from", "as", "too", "also", "then", "just", "very",
+    "really", "quite", "much", "well", "ok", "okay", "k", "thanks", "thank", "thx", "please",
+    "sure", "yes", "yeah", "yep", "yup", "no", "nope", "nah", "hello", "hi", "hey", "bye",
+    "goodbye", "great", "good", "cool", "nice", "fine", "noted", "got", "right", "alright",
+    "perfect", "awesome", "sounds", "welcome", "sorry", "oh", "ah", "hmm", "um", "uh", "wow",
+    "lol", "haha", "morning", "evening", "afternoon", "night", "later", "soon", "again",
+    "anyway", "indeed", "exactly", "absolutely", "totally", "definitely", "understood"
+})
 _PLEASANTRIES = frozenset({
-    "ok", "okay", "thanks", "thank you", "thank you very much", "sure", "yes", "no",
-    "hello", "hi", "hey", "got it", "sounds good", "great", "cool", "bye", "good night",
+    "no problem", "no worries", "makes sense", "that makes sense", "see you", "see you soon",
+    "see you later", "talk later", "talk to you later", "will do", "i will", "go ahead",
+    "keep going", "carry on", "let me know", "let me check", "let me see", "i see",
+    "i understand", "i agree", "you are right", "you're right", "that's right",
+    "that is right", "do it", "done", "retry", "try again", "continue",
 })
 _MAX_SENTENCE = 600
 
 
 def useful_sentences(text: str) -> list[str]:
-    """The sentences of ``text`` worth remembering, in order, each once."""
+    """The sentences of ``text`` worth remembering, in order, each once.
+
+    A sentence is kept when it states something (:func:`carries_a_fact`), is
+    not a question and holds no topic syntax.
+    """
     kept: dict[str, str] = {}
     for raw in _SENTENCE_END.split(text):
         sentence = " ".join(raw.split())
@@ -89,12 +130,38 @@ def useful_sentences(text: str) -> list[str]:
             continue
         if "[^" in sentence or sentence.startswith(("#", "[")):
             continue  # would break the topic grammar
-        if len(_WORD.findall(sentence)) < 3 or _fact_key(sentence) in _PLEASANTRIES:
+        if not carries_a_fact(sentence):
             continue
         if sentence[-1] not in ".!。！":
             sentence += "."
         kept.setdefault(_fact_key(sentence), sentence)
     return list(kept.values())
+
+
+def carries_a_fact(sentence: str) -> bool:
+    """Whether ``sentence`` reads as a statement: three words, two of them content words.
+
+    Roughly a subject, a verb and what it is about: "I prefer tea.",
+    "I'm vegetarian." and "User likes tea." are kept; "Noted: tea.",
+    "Biscuits too.", "Retry reply.", "Thank you so much!" and "do it" are
+    not. A two-word fact ("Anna called.") is lost: two-word turns are far
+    more often acknowledgements and fragments that mean nothing out of
+    context.
+    """
+    if _fact_key(sentence) in _PLEASANTRIES:
+        return False
+    words = content = 0
+    for word in _WORD.findall(sentence.lower()):
+        if word.isascii() or not _UNSPACED.search(word):
+            words += 1
+            content += word not in _FILLER
+        else:
+            weight = (len(_UNSPACED.findall(word)) + 1) // 2
+            words += weight
+            content += weight
+        if words >= 3 and content >= 2:
+            return True
+    return False
 
 
 def subject_of(sentence: str) -> tuple[str, str]:
@@ -195,6 +262,20 @@ class _Draft:
             self._cited_by(index).add(key)
         self.changed = True
 
+    def log(self, records: Sequence[SourceRecord]) -> None:
+        """Append one conversation-log unit citing ``records``, one footnote per date."""
+        days: dict[str, list[SourceLink]] = {}
+        for record in records:
+            handle = record.source_id
+            days.setdefault(_when(record), []).append(SourceLink(handle, handle))
+        labels = []
+        for when, links in days.items():
+            label = self._new_label()
+            self.footnotes[label] = Footnote(label, when, tuple(links))
+            labels.append(f"[^{label}]")
+        self.blocks.append(Paragraph(_log_line(list(days), len(records)) + "".join(labels), ()))
+        self.changed = True
+
     def _new_label(self) -> str:
         label = f"e{self.next_label}"
         self.next_label += 1
@@ -217,6 +298,7 @@ class _FactIndex:
 
     def __init__(self) -> None:
         self._files: dict[str, tuple[str, frozenset[str], int]] = {}
+        self._cites: dict[str, tuple[str, frozenset[str]]] = {}
 
     def facts(self, path: str, text: str) -> tuple[frozenset[str], int] | None:
         cached = self._files.get(path)
@@ -231,27 +313,78 @@ class _FactIndex:
         self._files[path] = (text, keys, len(paragraphs))
         return keys, len(paragraphs)
 
+    def cited(self, path: str, text: str) -> frozenset[str]:
+        """The source keys ``text`` cites (empty for a file that does not parse)."""
+        cached = self._cites.get(path)
+        if cached is not None and cached[0] == text:
+            return cached[1]
+        try:
+            topic = parse_topic(text, path)
+        except TopicError:
+            return frozenset()
+        keys = frozenset(
+            key for footnote in topic.footnotes.values() for link in footnote.sources
+            if (key := source_key(path, link.target)) is not None
+        )
+        self._cites[path] = (text, keys)
+        return keys
+
 
 @dataclass
 class _Subject:
     """The shards of one subject and where each known fact lives."""
 
+    path: str
     title: str
     shards: list[str]
     sizes: dict[str, int]
     home: dict[str, str]  # fact key -> shard path
     broken: set[str]
 
+    def place(self) -> str:
+        """The shard a new paragraph goes to: the last one, or a new one once it is full."""
+        shard = self.shards[-1] if self.shards else _shard_path(self.path, 1)
+        if self.sizes.get(shard, 0) >= SHARD_LIMIT:  # a broken shard counts as full
+            shard = _shard_path(self.path, len(self.shards) + 1)
+        if shard not in self.sizes:
+            self.shards.append(shard)
+            self.sizes[shard] = 0
+        self.sizes[shard] += 1
+        return shard
+
+    def title_of(self, shard: str) -> str:
+        return self.title if shard == self.path else f"{self.title} ({shard[7:-3]})"
+
 
 def _shard_path(subject: str, number: int) -> str:
     return subject if number == 1 else f"{subject[:-3]}-{number}.md"
+
+
+def _log_line(days: list[str], turns: int) -> str:
+    """``Conversation on 2026-11-30: small talk (3 turns).`` for a batch's chatter."""
+    dated = sorted(day for day in days if day != "undated")
+    if not dated:
+        when = " (undated)"
+    elif dated[0] == dated[-1]:
+        when = f" on {dated[0]}"
+    else:
+        when = f" from {dated[0]} to {dated[-1]}"
+    return f"Conversation{when}: small talk ({turns} turn{'' if turns == 1 else 's'})."
 
 
 def extract_edits(
     records: Sequence[SourceRecord], workspace: WorkspaceSnapshot,
     index: _FactIndex | None = None,
 ) -> list[TopicEdit]:
-    """The edits for ``records`` on ``workspace``: pure, deterministic."""
+    """The edits for ``records`` on ``workspace``: pure, deterministic.
+
+    Every trusted record ends up cited: by the paragraph of each fact it
+    states, or, when it states none, by one conversation-log unit per batch
+    in :data:`CONVERSATIONS`. A file that does not parse is left to an
+    operator, never rewritten: facts it holds are filed again in a new shard. A record
+    already cited where it would go adds nothing, so a batch written twice
+    gives no edits the second time.
+    """
     index = index if index is not None else _FactIndex()
     present = set(workspace.topic_paths)
     subjects: dict[str, _Subject] = {}
@@ -260,7 +393,7 @@ def extract_edits(
     def subject(path: str, title: str) -> _Subject:
         found = subjects.get(path)
         if found is None:
-            found = subjects[path] = _Subject(title, [], {}, {}, set())
+            found = subjects[path] = _Subject(path, title, [], {}, {}, set())
             number = 1
             while (shard := _shard_path(path, number)) in present:
                 found.shards.append(shard)
@@ -275,31 +408,39 @@ def extract_edits(
                 number += 1
         return found
 
+    def draft_of(known: _Subject, shard: str) -> _Draft:
+        draft = drafts.get(shard)
+        if draft is None:
+            text = workspace.read(shard) if shard in present else None
+            draft = drafts[shard] = _Draft.open(shard, known.title_of(shard), text)
+        return draft
+
+    chatter: dict[str, SourceRecord] = {}
     for record in records:
         if not record.trusted:
             continue  # pending evidence is archived, never cited
+        states_a_fact = False
         for sentence in useful_sentences(record.content):
-            path, title = subject_of(sentence)
-            known = subject(path, title)
+            known = subject(*subject_of(sentence))
             key = _fact_key(sentence)
             shard = known.home.get(key)
             if shard is None:
-                shard = known.shards[-1] if known.shards else _shard_path(path, 1)
-                if known.sizes.get(shard, 0) >= SHARD_LIMIT:
-                    shard = _shard_path(path, len(known.shards) + 1)
-                if shard not in known.sizes:
-                    known.shards.append(shard)
-                    known.sizes[shard] = 0
-                known.home[key] = shard
-                known.sizes[shard] += 1
-            if shard in known.broken:
-                continue
-            draft = drafts.get(shard)
-            if draft is None:
-                text = workspace.read(shard) if shard in present else None
-                title = known.title if shard == path else f"{known.title} ({shard[7:-3]})"
-                draft = drafts[shard] = _Draft.open(shard, title, text)
-            draft.add(sentence, record)
+                # Never a broken shard: it counts as full, and facts are only
+                # ever homed in shards that parse.
+                shard = known.home[key] = known.place()
+            draft_of(known, shard).add(sentence, record)
+            states_a_fact = True
+        if not states_a_fact:
+            chatter.setdefault(record.source_id, record)
+    if chatter:
+        log = subject(*_CONVERSATIONS)
+        logged = frozenset[str]().union(*(
+            index.cited(shard, workspace.read(shard))
+            for shard in log.shards if shard not in log.broken
+        ))
+        fresh = [record for handle, record in chatter.items() if handle_key(handle) not in logged]
+        if fresh:
+            draft_of(log, log.place()).log(fresh)
     return [drafts[path].edit() for path in sorted(drafts) if drafts[path].changed]
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
+import tempfile
 import time
 from collections.abc import Coroutine
 from pathlib import Path
@@ -13,9 +15,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memory import _extractive
 from memory._extractive import (
+    CONVERSATIONS,
     SHARD_LIMIT,
     ExtractiveWriter,
+    carries_a_fact,
     extract_edits,
     subject_of,
     useful_sentences,
@@ -28,6 +33,7 @@ from memory._writer import Batch, TopicEdit, WorkspaceSnapshot, Writer
 from tests.fixture import FIXTURE as SAMPLE
 
 FIXTURE = SAMPLE / "memory"
+HISTORY = SAMPLE / "sessions" / "demo" / "history"
 
 
 def record(node: str, content: str, *, trusted: bool = True, ts: float = 1_755_000_000.0,
@@ -53,6 +59,38 @@ def test_useful_sentences_drop_questions_and_pleasantries() -> None:
     assert useful_sentences(text) == [
         "I prefer green tea in the morning.", "We decided to ship on Friday.",
     ]
+
+
+def fixture_turns() -> dict[str, SourceRecord]:
+    """The sample session's turns, by node id, as trusted records."""
+    turns = {}
+    for path in sorted(HISTORY.glob("*.json")):
+        node = json.loads(path.read_text(encoding="utf-8"))
+        turns[node["id"]] = record(node["id"], node["output"], ts=node["created_at"])
+    return turns
+
+
+def test_the_fixtures_short_facts_are_kept_and_its_chatter_is_not() -> None:
+    kept = {node: useful_sentences(turn.content) for node, turn in fixture_turns().items()}
+    assert kept == {
+        "u1": ["I prefer tea."],
+        "a1": [],  # Noted: tea.
+        "u2": [],  # And biscuits.
+        "a2": [],  # Biscuits too.
+        "a2b": [],  # Retry reply.
+        "sp1": [],  # do it
+        "summary_cebcf71b21": ["User likes tea."],  # after "[Previous conversation summary]"
+    }
+
+
+def test_a_fact_needs_three_words_two_of_them_content_words() -> None:
+    for fact in ("I am Anna.", "I'm vegetarian.", "We ship on Friday.", "Call me at 555 1234.",
+                 "We agreed to ship.", "我喜欢喝茶。"):
+        assert carries_a_fact(fact), fact
+    for chatter in ("Ok.", "Thanks!", "Noted: tea.", "That's great.", "It is ok.",
+                    "Thank you so much!", "Got it, thanks.", "Sounds good to me.",
+                    "No problem.", "Let me check.", "谢谢你", "好的"):
+        assert not carries_a_fact(chatter), chatter
 
 
 def test_subjects_follow_the_keyword_rules() -> None:
@@ -129,6 +167,102 @@ def test_written_through_a_transaction_a_repeated_fact_merges(tmp_path: Path) ->
     assert len(again.paragraphs) == 1 and len(again.paragraphs[0].citations) == 2
     # Writing the same turn again changes nothing.
     assert write([record("n2", "I prefer tea over coffee.")]) == ()
+
+
+def _committer(memory: Path, trust: dict[str, bool]) -> tuple[Transactions, Any]:
+    """A transaction over ``memory`` whose archive holds ``trust``, and a batch writer."""
+    tx = Transactions(str(memory), archived=trust.get)
+
+    def write(records: list[SourceRecord]) -> tuple[str, ...]:
+        for r in records:
+            trust.setdefault(r.source_id, r.trusted)
+        snapshot = tx.snapshot()
+        edits = extract_edits(records, snapshot)
+        result = tx.commit(edits, base_revision=snapshot.revision,
+                           batch_sources={r.source_id for r in records})
+        assert all(entry["status"] == "ok" for entry in result.audit), result.audit
+        return result.changed_files
+
+    return tx, write
+
+
+def test_a_chatter_only_batch_changes_memory_once(tmp_path: Path) -> None:
+    memory = _workspace(tmp_path)
+    tx, write = _committer(memory, {})
+    chatter = [record("c1", "ok"), record("c2", "thanks!", ts=1_755_000_060.0),
+               record("c3", "Noted: tea.", ts=1_755_000_120.0),
+               record("c4", "hidden", trusted=False)]
+    assert write(chatter) == (CONVERSATIONS,)
+    log = parse_topic((memory / CONVERSATIONS).read_text())
+    (unit,) = log.paragraphs
+    assert unit.body.startswith("Conversation on 2025-08-12: small talk (3 turns).[^e-")
+    (label,) = unit.citations
+    assert log.footnotes[label].when == "2025-08-12"
+    assert [link.label for link in log.footnotes[label].sources] == [
+        "openprogram/demo/c1", "openprogram/demo/c2", "openprogram/demo/c3"]
+    assert tx.all_cited([r.source_id for r in chatter if r.trusted])
+    assert not tx.all_cited(["openprogram/demo/c4"])  # pending evidence is never cited
+    # Re-delivered (a crash between install and mark): nothing changes, and
+    # all_cited is what lets the runtime mark it.
+    assert extract_edits(chatter, tx.snapshot()) == []
+    assert write(chatter) == ()
+    # The next batch of chatter is a unit of its own, in the same file.
+    assert write([record("c5", "cool", ts=1_755_000_180.0)]) == (CONVERSATIONS,)
+    bodies = [p.body.split("[^")[0] for p in parse_topic((memory / CONVERSATIONS).read_text())
+              .paragraphs]
+    assert bodies == ["Conversation on 2025-08-12: small talk (3 turns).",
+                      "Conversation on 2025-08-12: small talk (1 turn)."]
+
+
+def test_the_fixture_turns_as_one_batch_are_all_cited(tmp_path: Path) -> None:
+    memory = _workspace(tmp_path)
+    tx, write = _committer(memory, {})
+    turns = list(fixture_turns().values())
+    assert write(turns) == (CONVERSATIONS, "topics/preferences.md")
+    assert tx.all_cited([turn.source_id for turn in turns])
+    log = parse_topic((memory / CONVERSATIONS).read_text())
+    # The spawn turn (sp1) was written in 2026, the others in 2025.
+    assert [p.body.split("[^")[0] for p in log.paragraphs] == [
+        "Conversation from 2025-08-12 to 2026-11-30: small talk (5 turns)."]
+    assert write(turns) == ()
+
+
+def test_chatter_over_several_days_cites_each_day() -> None:
+    (edit,) = extract_edits([record("d1", "ok", ts=1_755_000_000.0),
+                             record("d2", "ok", ts=0.0),
+                             record("d3", "sure", ts=1_755_200_000.0)], empty())
+    assert edit.path == CONVERSATIONS and edit.text is not None
+    log = parse_topic(edit.text, edit.path, strict=False)
+    (unit,) = log.paragraphs
+    assert unit.body.split("[^")[0] == (
+        "Conversation from 2025-08-12 to 2025-08-14: small talk (3 turns).")
+    assert [log.footnotes[label].when for label in unit.citations] == [
+        "2025-08-12", "undated", "2025-08-14"]
+
+
+def test_the_conversation_log_is_sharded(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(_extractive, "SHARD_LIMIT", 2)
+    memory = _workspace(tmp_path)
+    tx, write = _committer(memory, {})
+    changed = [write([record(f"s{i}", "thanks")]) for i in range(5)]
+    assert changed == [(CONVERSATIONS,), (CONVERSATIONS,), ("topics/conversations-2.md",),
+                       ("topics/conversations-2.md",), ("topics/conversations-3.md",)]
+    assert tx.all_cited([f"openprogram/demo/s{i}" for i in range(5)])
+    assert write([record(f"s{i}", "thanks") for i in range(5)]) == ()
+
+
+def test_a_broken_file_is_never_rewritten_and_its_records_go_to_the_next_shard() -> None:
+    broken = "# Preferences\n\nI prefer tea.[^e1]\n\n[^e1]: Time: `2025-08-12`; Sources: x\n"
+    texts = {"topics/preferences.md": broken, CONVERSATIONS: broken.replace("Pref", "Conv")}
+    snapshot = WorkspaceSnapshot("rev", tuple(sorted(texts)), texts.__getitem__)
+    edits = extract_edits([record("p1", "I prefer tea."), record("p2", "thanks")], snapshot)
+    assert [edit.path for edit in edits] == [
+        "topics/conversations-2.md", "topics/preferences-2.md"]
+    for edit in edits:
+        assert edit.text is not None
+        (paragraph,) = parse_topic(edit.text, edit.path, strict=False).paragraphs
+        assert paragraph.body.split("[^")[0] in ("I prefer tea.",
+                                                 "Conversation on 2025-08-12: small talk (1 turn).")
 
 
 def test_the_same_batch_gives_the_same_edits() -> None:
@@ -212,3 +346,36 @@ def test_whatever_the_turns_say_the_drafts_normalise(contents: list[str]) -> Non
                                used_ids=set(), used_labels=set())
         assert done.text is not None
         assert parse_topic(done.text, edit.path).paragraphs
+
+
+_WORDS = ["I", "we", "prefer", "tea", "decided", "ship", "ok", "thanks", "Anna", "my", "sister",
+          "project", "deadline", "is", "the", "noted", "cool", "Porto", "like", "?", "!", "."]
+_TURN = (
+    st.lists(st.sampled_from(_WORDS), max_size=12).map(" ".join)
+    | st.text(max_size=80)
+    | st.sampled_from(["ok", "thanks", "Noted: tea.", "I prefer tea.", "Sure?", ""])
+)
+_BATCH = st.lists(st.tuples(_TURN, st.booleans(), st.sampled_from([0.0, 1_755_000_000.0,
+                                                                   1_760_000_000.0])),
+                  min_size=1, max_size=6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_BATCH, min_size=1, max_size=3))
+def test_every_fresh_batch_changes_memory_and_cites_every_trusted_record(
+    batches: list[list[tuple[str, bool, float]]],
+) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        memory = Path(root) / "memory"
+        memory.mkdir()
+        tx, write = _committer(memory, {})
+        written = []
+        for number, turns in enumerate(batches):
+            records = [record(f"b{number}t{i}", text, trusted=trusted, ts=ts)
+                       for i, (text, trusted, ts) in enumerate(turns)]
+            trusted = [r.source_id for r in records if r.trusted]
+            assert bool(write(records)) == bool(trusted)
+            assert tx.all_cited(trusted)
+            written.append(records)
+        for records in written:  # every batch re-delivered: nothing changes
+            assert write(records) == ()
