@@ -205,7 +205,7 @@ def _run(bench: Bench, quick: bool, timeout: float) -> Outcome:
     try:
         data = json.loads(done.stdout)
         bench.rows(data)  # an unreadable shape is a failure too, reported here
-    except Exception as exc:  # any unreadable shape is that benchmark's failure, reported
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
         return Outcome(bench, "failed", seconds,
                        detail=f"its --json output could not be read ({exc!r})")
     return Outcome(bench, "ok", seconds, data)
