@@ -125,6 +125,7 @@ def _generic_rows(data: Any) -> list[Row]:
 
 
 _SCALING_PARTS = {
+    "core_get_branch": ("`SessionCore.get_branch` on disk", ""),
     "get_branch": ("get_branch (every node, as messages)", ""),
     "records_filter": ("records filter over the whole branch", ""),
     "marker_walk": ("marker walk (`unwritten_turns`) alone", "<= 1.5x"),
@@ -140,6 +141,8 @@ def _baseline_rows(data: Any) -> list[Row]:
     small, large = str(min(scaling["sizes"])), str(max(scaling["sizes"]))
     rows: list[Row] = []
     for key, (label, target) in _SCALING_PARTS.items():
+        if key not in scaling["ratios"]:
+            continue
         rows.append((
             f"{label}, {int(large):,}-node session, {scaling['backlog_turns']}-turn backlog",
             _ms(scaling["rows"][large][f"{key}_ms"]),

@@ -24,6 +24,7 @@ marker is not re-validated, since that part was walked when it was marked.
 from __future__ import annotations
 
 import gc
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -31,9 +32,12 @@ from typing import Any
 from memory._ledger import records_from_branch, unwritten_turns
 from memory._records import MARKER_KEY, SourceRecord
 from memory._tokens import TokenCounter, estimate_tokens
+from store._durable import DurableFiles
+from store._format import encode_meta, encode_node, node_filename
 from store._index import SessionIndex
 from store._message import node_to_message
 from store._node import ROOT, Node
+from store._session import SessionCore
 from store._walk import branch
 
 __all__ = ["DEFAULT_SIZES", "linear_session", "measure_owed_scaling", "owed_from_tip"]
@@ -133,10 +137,31 @@ def _sample(fn: Callable[[], object], loops: int) -> float:
     return (time.perf_counter() - began) / loops
 
 
-def _probes(nodes: int, backlog: int) -> dict[str, Callable[[], object]]:
+def _on_disk(state_dir: str, session: str, index: SessionIndex, tip: str) -> SessionCore:
+    """The same session as node files, opened by a real :class:`SessionCore` (a cold load).
+
+    Scratch data for a measurement: files are replaced atomically but not
+    synced, which changes nothing for reads.
+    """
+    files = DurableFiles()
+    history = os.path.join(state_dir, "sessions", session, "history")
+    files.make_dirs(history)
+    for node in index.nodes.values():
+        files.replace_unsynced(os.path.join(history, node_filename(node)),
+                               encode_node(node, session))
+    meta = {"id": session, "title": session, "created_at": 0.0, "updated_at": 0.0,
+            "head_id": tip}
+    files.replace_unsynced(os.path.join(state_dir, "sessions", session, "meta.json"),
+                           encode_meta(meta))
+    return SessionCore.open(state_dir, session)
+
+
+def _probes(
+    nodes: int, backlog: int, state_dir: str | None
+) -> dict[str, Callable[[], object]]:
     """Each part of the owed computation, and each ledger's whole computation, on one session."""
     index, tip, written, ordinal = linear_session(nodes, backlog)
-    session = "bench"
+    session = f"bench-{nodes}"
 
     def get_branch() -> list[dict[str, Any]]:
         return [node_to_message(n, session) for n in branch(index, session, tip)]
@@ -163,7 +188,13 @@ def _probes(nodes: int, backlog: int) -> dict[str, Callable[[], object]]:
         raise AssertionError(f"the ledgers disagree on what a linear branch owes: {answers}")
     messages = get_branch()
     records = records_from_branch(session, messages)
-    return {
+    probes: dict[str, Callable[[], object]] = {}
+    if state_dir is not None:
+        core = _on_disk(state_dir, session, index, tip)
+        if core.get_branch() != messages:
+            raise AssertionError(f"the session on disk reads back differently ({nodes} nodes)")
+        probes["core_get_branch"] = core.get_branch
+    return probes | {
         "get_branch": get_branch,
         "records_filter": lambda: records_from_branch(session, messages),
         "marker_walk": lambda: unwritten_turns(records, _WORKSPACE),
@@ -175,14 +206,17 @@ def _probes(nodes: int, backlog: int) -> dict[str, Callable[[], object]]:
 
 
 def measure_owed_scaling(
-    sizes: tuple[int, ...] = DEFAULT_SIZES, *, backlog: int = 10, repeat: int = 3
+    sizes: tuple[int, ...] = DEFAULT_SIZES, *, backlog: int = 10, repeat: int = 3,
+    state_dir: str | None = None,
 ) -> dict[str, Any]:
     """Per size, the cost of each part and each ledger's whole owed computation; largest/smallest.
 
+    With ``state_dir``, each session is also written there as node files and
+    ``SessionCore.get_branch`` (fingerprint check included) is measured on it.
     The machine is shared, so sizes are sampled in interleaved rounds and
     the best sample of each is kept: drift hits every size alike.
     """
-    probes = {size: _probes(size, backlog) for size in sizes}
+    probes = {size: _probes(size, backlog, state_dir) for size in sizes}
     names = list(probes[sizes[0]])
     best = {size: dict.fromkeys(names, float("inf")) for size in sizes}
     for name in names:
