@@ -133,6 +133,7 @@ _SCALING_PARTS = {
     "external_set": ("(c) external id set: owed computation", ""),
     "markers_full": ("(d) markers as built: owed computation", "<= 1.5x"),
     "markers_tail": ("(d) markers, tail walk (`owed_from_tip`)", "<= 1.5x"),
+    "core_tail": ("(d) tail walk through `SessionCore` on disk (`owed_from_core`)", "<= 1.5x"),
 }
 
 

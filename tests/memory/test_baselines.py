@@ -20,7 +20,12 @@ from hypothesis import strategies as st
 
 from memory._baselines import LEDGERS, compare_ledgers, render_baselines, run_baselines
 from memory._baselines_ledgers import CursorLedger, Ledger, MarkerLedger, NaiveMarkerLedger
-from memory._baselines_scaling import linear_session, measure_owed_scaling, owed_from_tip
+from memory._baselines_scaling import (
+    linear_session,
+    measure_owed_scaling,
+    owed_from_core,
+    owed_from_tip,
+)
 from memory._baselines_workload import Op, SessionModel, generate_workload
 from memory._ledger import records_from_branch, unwritten_turns
 from memory._records import MARKER_KEY, SourceRecord
@@ -28,6 +33,7 @@ from store._errors import BrokenChainError
 from store._index import SessionIndex
 from store._message import node_to_message
 from store._node import ROOT, Node
+from store._session import SessionCore
 from store._walk import branch
 
 WID = "w-0b5e1111"
@@ -230,8 +236,28 @@ def test_an_unmarked_branch_is_owed_whole_by_the_tail_walk() -> None:
 def test_the_scaling_report_names_every_part() -> None:
     scaling = measure_owed_scaling((100, 300), backlog=5, repeat=1)
     json.dumps(scaling)
-    assert set(scaling["ratios"]) == {
+    assert set(scaling["ratios"]) == {  # no state_dir: nothing measured on disk
         "get_branch", "records_filter", "marker_walk", "cursor", "external_set",
         "markers_full", "markers_tail",
     }
     assert all(v > 0 for row in scaling["rows"].values() for v in row.values())
+
+
+def test_the_tail_walk_through_a_session_core_equals_the_full_rule(tmp_path: Any) -> None:
+    core = SessionCore.create(tmp_path, "s", title="t")
+    ids = [core.append({"role": ("user", "assistant")[i % 2], "content": f"turn {i}"})["id"]
+           for i in range(12)]
+    fork = core.append({"role": "user", "content": "again", "predecessor": ids[5]})["id"]
+
+    def full(tip: str | None) -> list[str]:
+        return _ids(unwritten_turns(records_from_branch("s", core.get_branch(tip)), WID))
+
+    for tip in (None, fork, ids[3]):  # nothing marked: the walk hands over to the full rule
+        assert _ids(owed_from_core(core, tip, WID)) == full(tip) != []
+    core.merge_node_metadata_batch({i: {MARKER_KEY: WID} for i in ids[:8]})
+    for tip in (None, fork, ids[3], ids[9]):
+        assert _ids(owed_from_core(core, tip, WID)) == full(tip)
+    assert _ids(owed_from_core(core, None, WID)) == ids[8:]
+    assert _ids(owed_from_core(core, fork, WID)) == [fork]
+    empty = SessionCore.create(tmp_path, "e", title="t")
+    assert owed_from_core(empty, None, WID) == []
