@@ -206,7 +206,7 @@ class _CountingNodes(dict[str, Node]):
         return super().get(key, default)
 
 
-@pytest.mark.parametrize("nodes", [1_000, 20_000])
+@pytest.mark.parametrize("nodes", [1_000, 10_000])
 def test_the_tail_walk_visits_the_backlog_not_the_session(nodes: int) -> None:
     index, tip, _, _ = linear_session(nodes, backlog=10)
     counting = _CountingNodes(index.nodes)
