@@ -156,6 +156,7 @@ def run_baselines(
     backlog: int = 10,
     repeat: int = 3,
     race_nodes: int = 16,
+    on_disk: bool = True,
     state_dir: str | None = None,
 ) -> dict[str, Any]:
     """The whole comparison as one JSON-able report (see :func:`render_baselines`).
@@ -165,16 +166,20 @@ def run_baselines(
     ``race_nodes`` node files race on disk under ``state_dir`` (a temporary
     directory by default); ``scaling_sizes`` (None or empty to skip) are the
     session sizes in nodes for the owed-cost measurement, each with a
-    ``backlog``-turn backlog, also written under ``state_dir`` to measure
-    ``SessionCore.get_branch``; best of ``repeat`` samples. Cost: about 0.2 s
-    per 100-step session, plus about 40 s for the default sizes.
+    ``backlog``-turn backlog, best of ``repeat`` samples; with ``on_disk``
+    they are also written under ``state_dir`` as node files, to measure
+    ``SessionCore.get_branch`` and
+    :func:`~memory._baselines_scaling.owed_from_core` on a real core.
+    Cost on this 2-core machine: about 0.2 s per 100-step session, plus
+    about 40 s for the default sizes and 20-60 s more on disk (writing and
+    cold-loading 100k node files), depending on load.
     """
     if state_dir is None:
         with tempfile.TemporaryDirectory(prefix="scriptorium-baselines-") as scratch:
             return run_baselines(
                 seed=seed, sessions=sessions, turns=turns, batch=batch, collide=collide,
                 scaling_sizes=scaling_sizes, backlog=backlog, repeat=repeat,
-                race_nodes=race_nodes, state_dir=scratch,
+                race_nodes=race_nodes, on_disk=on_disk, state_dir=scratch,
             )
     workload = generate_workload(seed=seed, sessions=sessions, turns=turns)
     ledgers, figures = compare_ledgers(workload, batch=batch, collide=collide)
@@ -187,7 +192,7 @@ def run_baselines(
     if scaling_sizes:
         sizes = tuple(sorted(scaling_sizes))
         report["owed_scaling"] = measure_owed_scaling(
-            sizes, backlog=backlog, repeat=repeat, state_dir=state_dir
+            sizes, backlog=backlog, repeat=repeat, state_dir=state_dir if on_disk else None
         )
     return report
 
