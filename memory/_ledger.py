@@ -16,7 +16,7 @@ rather than skipped, and the trigger errs towards writing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +40,7 @@ __all__ = [
     "should_write_at_boundary",
     "source_meta",
     "speaker_label",
+    "owed_tail",
     "unwritten_turns",
 ]
 
@@ -185,6 +186,32 @@ def unwritten_turns(records: Sequence[SourceRecord], workspace_id: str) -> list[
         if records[index].marker == workspace_id:
             return list(records[index + 1 :])
     return list(records)
+
+
+def owed_tail(
+    session_id: str,
+    newest_first: Iterable[Mapping[str, Any]],
+    workspace_id: str,
+    *,
+    counter: TokenCounter = estimate_tokens,
+) -> list[SourceRecord] | None:
+    """SPEC §6.2 walking back from the tip: the records after the newest own-marked one.
+
+    ``newest_first`` are the branch's messages from the tip backwards; only
+    the backlog and one marked record are read, so the cost follows what is
+    owed, not the session's size. ``None`` when the walk ends without an own
+    marker: then everything is owed and the caller applies
+    :func:`unwritten_turns` to the whole, validated branch.
+    """
+    tail: list[Mapping[str, Any]] = []
+    for message in newest_first:
+        if message.get(MARKER_KEY) == workspace_id and records_from_branch(
+            session_id, [message], counter=counter
+        ):
+            tail.reverse()
+            return records_from_branch(session_id, tail, counter=counter)
+        tail.append(message)
+    return None
 
 
 def owed_tokens(records: Sequence[SourceRecord]) -> int:

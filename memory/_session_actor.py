@@ -39,6 +39,7 @@ import anyio
 from memory._cycle import FailureKind, WriteOutcome
 from memory._ledger import (
     first_batch,
+    owed_tail,
     records_from_branch,
     should_write,
     should_write_at_boundary,
@@ -172,10 +173,16 @@ class MemorySessionActor(SessionActor):
     # -- reading what is owed ---------------------------------------------------
 
     def owed(self, tip: str | None) -> list[SourceRecord]:
-        """SPEC §6.2 on the branch at ``tip``, minus the job in flight (its nodes are owed too)."""
-        branch = self.core.get_branch(tip)
-        records = records_from_branch(self.session, branch, counter=self.runtime.config.counter)
-        owed = unwritten_turns(records, self.runtime.workspace_id)
+        """SPEC §6.2 on the branch at ``tip``, minus the job in flight (its nodes are owed too).
+
+        Walks back from the tip and stops at the newest own marker, so the cost
+        follows the backlog; a branch with no own marker is read whole.
+        """
+        counter, workspace = self.runtime.config.counter, self.runtime.workspace_id
+        owed = owed_tail(self.session, self.core.messages_back(tip), workspace, counter=counter)
+        if owed is None:
+            records = records_from_branch(self.session, self.core.get_branch(tip), counter=counter)
+            owed = unwritten_turns(records, workspace)
         job = self.ledger.in_flight
         if job is not None:
             busy = set(job.batch.node_ids)

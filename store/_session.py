@@ -66,7 +66,7 @@ from ._journal import decode_journal, find_journals, retire, write_and_install
 from ._lock import SessionLock
 from ._message import check_metadata_keys, message_to_node, node_to_message
 from ._node import ROOT, Node
-from ._walk import absorbed_covers, branch, list_tips, rewind_ids
+from ._walk import absorbed_covers, branch, list_tips, rewind_ids, visible_back_from
 
 __all__ = ["MAX_OUTSTANDING_JOURNALS", "SessionCore", "list_sessions"]
 
@@ -198,6 +198,16 @@ class SessionCore:
     def get_branch(self, tip: str | None = None) -> list[dict[str, Any]]:
         """Message dicts root→tip of the branch ending at ``tip`` (default: head)."""
         return [node_to_message(n, self.session) for n in self.branch_nodes(tip)]
+
+    def messages_back(self, tip: str | None = None) -> Iterator[dict[str, Any]]:
+        """The branch's message dicts newest first, lazily (see ``visible_back_from``)."""
+        self._refresh()
+        start = tip if tip is not None else self._meta.get("head_id")
+        if start is None:
+            return
+        validate_id(start, "tip", self.session)
+        for node in visible_back_from(self._index, start):
+            yield node_to_message(node, self.session)
 
     def list_branches(self) -> list[dict[str, Any]]:
         self._refresh()

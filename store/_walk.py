@@ -17,6 +17,7 @@ actors, and are tested on the reference agent's own fixture:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ._errors import BrokenChainError, ChainCycleError, InvalidNodeError, NodeNotFoundError
@@ -76,6 +77,26 @@ def chain(index: SessionIndex, session: str, tip: str) -> list[Node]:
 def branch(index: SessionIndex, session: str, tip: str) -> list[Node]:
     """The visible branch ending at ``tip``: :func:`chain` minus roots and rewound turns."""
     return [n for n in chain(index, session, tip) if n.display != "root" and not n.rewound]
+
+
+def visible_back_from(index: SessionIndex, tip: str) -> Iterator[Node]:
+    """The visible nodes of ``tip``'s branch, newest first, lazily.
+
+    The ledger asks "what follows the newest own marker?", which a walk back
+    from the tip answers in as many steps as the backlog, whatever the
+    session's size (SPEC §1: the marker walk stays flat as sessions grow).
+    The walk just ends at a missing node, a cycle or the chain's start; a
+    caller that needs the whole branch validated uses :func:`branch`.
+    """
+    seen: set[str] = set()
+    node = index.nodes.get(tip)
+    while node is not None and node.id not in seen:
+        seen.add(node.id)
+        if node.display != "root" and not node.rewound:
+            yield node
+        if node.predecessor is None or node.predecessor == ROOT:
+            return
+        node = index.nodes.get(node.predecessor)
 
 
 def _inside_function_run(index: SessionIndex, node: Node) -> bool:
