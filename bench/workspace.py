@@ -223,6 +223,20 @@ def _row(measure: str, seconds: float, raw_name: str, raw: float) -> dict[str, A
     }
 
 
+def bench_archive_append(existing: int = 1000, batch: int = 8) -> list[dict[str, Any]]:
+    """Archive append (SPEC §5), as the workspace actor does it (cached scan), vs raw replace.
+
+    The measurement itself lives in ``bench/workspace_archive.py`` (its sizes
+    sweep); this row puts the workspace's figures in one table.
+    """
+    from workspace_archive import bench_append  # the sibling script, on sys.path as bench/
+
+    result = bench_append(existing, batch, repeat=9)
+    return [_row(f"archive append, {batch} records onto {existing} frames (cached scan)",
+                 result["cached_ms"] / 1e3, "read + write + fsync + rename",
+                 result["raw_ms"] / 1e3)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=1000)
@@ -241,6 +255,7 @@ def main() -> None:
         rows += bench_commit(memory, args.commits, args.touched, args.files)
         rows += bench_writer(root, args.records, args.batch, chatter=False)
         rows += bench_writer(root, args.records, args.batch, chatter=True)
+    rows += bench_archive_append()
     if args.json:
         print(orjson.dumps({"rows": rows, "args": vars(args)}).decode())
         return
