@@ -34,6 +34,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ._durable import TEMP_SUFFIX, DurableFiles
@@ -67,13 +68,23 @@ from ._message import check_metadata_keys, message_to_node, node_to_message
 from ._node import ROOT, Node
 from ._walk import absorbed_covers, branch, list_tips, rewind_ids
 
-__all__ = ["MAX_OUTSTANDING_JOURNALS", "SessionCore", "list_sessions"]
+__all__ = ["MAX_OUTSTANDING_JOURNALS", "SessionCore", "SessionStatistics", "list_sessions"]
 
 SESSIONS = "sessions"
 # Journals of batches on disjoint nodes accumulate until the owner is idle;
 # past this many the oldest is retired first, bounding replay work and the
 # session directory.
 MAX_OUTSTANDING_JOURNALS = 16
+
+
+@dataclass(frozen=True)
+class SessionStatistics:
+    session: str
+    nodes: int
+    head: str | None
+    index_rebuilds: int  # loads from disk: the first, then one per outside write seen
+    outstanding_journals: int
+    skipped_files: int
 
 
 class SessionCore:
@@ -106,7 +117,7 @@ class SessionCore:
         self._fingerprint: Fingerprint | None = None
         self._journals: dict[str, list[tuple[str, bytes]]] = {}
         self._journal_problems: dict[str, CorruptFileError] = {}
-        self.rebuilds = 0
+        self._rebuilds = 0
 
     # -- opening -----------------------------------------------------------
 
@@ -204,6 +215,18 @@ class SessionCore:
     @property
     def outstanding_journals(self) -> list[str]:
         return sorted(self._journals)
+
+    def statistics(self) -> SessionStatistics:
+        """A snapshot for introspection (no disk access)."""
+        head = self._meta.get("head_id")
+        return SessionStatistics(
+            session=self.session,
+            nodes=len(self._index.nodes),
+            head=head if isinstance(head, str) else None,
+            index_rebuilds=self._rebuilds,
+            outstanding_journals=len(self._journals),
+            skipped_files=len(self._index.problems) + len(self._journal_problems),
+        )
 
     # -- mutations -------------------------------------------------------------
 
@@ -373,7 +396,7 @@ class SessionCore:
         self._meta = decode_meta(meta_bytes, f"{self._rel}/{META}")
         self._index = load_index(self.directory, self._rel, self._cap)
         self._fingerprint = fingerprint
-        self.rebuilds += 1
+        self._rebuilds += 1
 
     def _mark_synced(self) -> None:
         self._fingerprint = Fingerprint.of(self.directory)

@@ -315,18 +315,18 @@ def test_leftover_temp_files_are_ignored_and_cleaned_on_open(state: Path) -> Non
 def test_an_outside_write_triggers_exactly_one_rebuild(tmp_path: Path) -> None:
     ours = SessionCore.create(tmp_path, "s")
     ours.append({"id": "u1", "content": "q"})
-    rebuilds = ours.rebuilds
+    rebuilds = ours.statistics().index_rebuilds
     for _ in range(5):
         ours.get_branch()
         ours.list_branches()
-    assert ours.rebuilds == rebuilds  # own writes keep the index current
+    assert ours.statistics().index_rebuilds == rebuilds  # own writes keep the index current
     theirs = SessionCore.open(tmp_path, "s")
     theirs.append({"id": "a1", "role": "assistant", "content": "r"})
     assert _ids(ours.get_branch()) == ["u1", "a1"]
     for _ in range(5):
         ours.get_branch()
         ours.list_branches()
-    assert ours.rebuilds == rebuilds + 1
+    assert ours.statistics().index_rebuilds == rebuilds + 1
 
 
 def test_list_sessions(tmp_path: Path) -> None:
