@@ -34,7 +34,11 @@ Crash cases (each one tested by killing the operation at every step):
 * after it, during installs: some files new, some old; the next open
   replays, so all are new, and the operation was durable before its ack;
 * during retirement: the journal still exists; replay installs identical
-  bytes and finishes the retirement.
+  bytes and finishes the retirement;
+* an ``OSError`` after the journal's rename (the owner keeps running): the
+  owner does not count the journal as its own, so its next mutation (or
+  any other lock holder) replays it like a crash leftover; the caller got
+  the error, and the batch ends up whole, as a retried merge would leave it.
 
 A journal is a header line ``scriptorium-journal 1``, then per file its
 path relative to the session directory, a line with its length, its bytes

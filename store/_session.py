@@ -33,7 +33,8 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -234,8 +235,7 @@ class SessionCore:
         """Append one turn (a message dict); returns its message view. SPEC §4 append."""
         raw_id = message.get("id")
         node_id = validate_id(raw_id if raw_id else secrets.token_hex(6), "node id", self.session)
-        with self._lock:
-            self._sync_locked()
+        with self._mutation():
             node = message_to_node(
                 message, self.session, node_id=node_id, seq=self._index.max_seq + 1,
                 now=self._clock(), default_predecessor=self._meta.get("head_id") or ROOT,
@@ -250,8 +250,7 @@ class SessionCore:
         if name is not None:
             validate_name(name, "branch name", self.session)
         node_id = secrets.token_hex(6)
-        with self._lock:
-            self._sync_locked()
+        with self._mutation():
             if caller_node not in self._index.nodes:
                 raise NodeNotFoundError(self.session, caller_node)
             now = self._clock()
@@ -272,8 +271,7 @@ class SessionCore:
         for covered in covers_ids:
             validate_id(covered, "covered node id", self.session)
         node_id = "summary_" + secrets.token_hex(5)
-        with self._lock:
-            self._sync_locked()
+        with self._mutation():
             covers = absorbed_covers(self._index, self.session, covers_ids)
             first = self._index.nodes[covers_ids[0]]
             node = Node(
@@ -288,8 +286,7 @@ class SessionCore:
     def set_head(self, node_id: str) -> None:
         """Move the head; never onto a summary. ``updated_at`` does not move."""
         validate_id(node_id, "head id", self.session)
-        with self._lock:
-            self._sync_locked()
+        with self._mutation():
             node = self._index.nodes.get(node_id)
             if node is None:
                 raise NodeNotFoundError(self.session, node_id)
@@ -308,8 +305,7 @@ class SessionCore:
         leaves either none or (after recovery) all of them.
         """
         validate_id(user_turn, "user turn id", self.session)
-        with self._lock:
-            self._sync_locked()
+        with self._mutation():
             head = self._meta.get("head_id")
             if not isinstance(head, str):
                 raise InvalidNodeError(self.session, user_turn, "the session has no head")
@@ -336,8 +332,7 @@ class SessionCore:
                 raise InvalidNodeError(self.session, node_id, "a metadata patch is not an object")
             check_metadata_keys(patch, self.session, node_id)
             check_value(dict(patch), self.session, node_id)
-        with self._lock:
-            self._sync_locked()
+        with self._mutation():
             return self._rewrite_locked(patches, None)
 
     def retire_journals(self) -> None:
@@ -353,6 +348,26 @@ class SessionCore:
 
     def _path(self, rel: str) -> str:
         return os.path.join(self.directory, rel)
+
+    @contextmanager
+    def _mutation(self) -> Iterator[None]:
+        """Lock, catch up with other owners, and distrust the cache if the disk work failed.
+
+        A refused request (a :class:`StoreError`) changed nothing. Any other
+        failure (an ``OSError``, a crash) may have left some files new: the
+        index is reloaded on the next access, and a journal already written
+        is not this owner's any more, so the next lock holder (this one
+        included) replays it: the batch ends up whole.
+        """
+        with self._lock:
+            self._sync_locked()
+            try:
+                yield
+            except StoreError:
+                raise
+            except BaseException:
+                self._fingerprint = None
+                raise
 
     def _recover_locked(self) -> None:
         """Drop crash leftovers (temp files) and replay every journal found."""

@@ -183,3 +183,39 @@ def test_a_batch_costs_two_fsyncs_on_the_critical_path(tmp_path: Path) -> None:
     assert len(counting.steps) == 2
     core.retire_journals()  # off the critical path: every node, then the directories
     assert len(counting.steps) == 2 + 64 + 1 + 1  # + history/, + the journal's unlink
+
+
+@pytest.mark.parametrize("operation", ["merge", "append", "rewind"])
+def test_an_io_error_at_every_step_leaves_the_owner_usable_and_the_batch_whole(
+    tmp_path: Path, operation: str
+) -> None:
+    """``FaultyFiles(fail_at=k)``: the owner keeps running after an OSError at step k."""
+    calls: dict[str, Callable[[SessionCore], Any]] = {
+        "merge": lambda c: c.merge_node_metadata_batch(
+            {n: {MARK: "w-5"} for n in ("u0", "a1", "u2")}),
+        "append": lambda c: c.append({"id": "u6", "content": "new", "predecessor": "a5"}),
+        "rewind": lambda c: c.rewind_to("u2"),
+    }
+    call = calls[operation]
+
+    def run(files: DurableFiles) -> None:
+        call(SessionCore.open(_build(tmp_path), "s", files=files))
+
+    total = count_steps(run)
+    for k in range(total):
+        state = _build(tmp_path)
+        files = FaultyFiles(fail_at=k)
+        core = SessionCore.open(state, "s", files=files)
+        with pytest.raises(OSError):
+            call(core)
+        files.fail_at = None
+        # the same owner goes on: its next mutation catches up first
+        core.merge_node_metadata_batch({"a3": {"after": True}})
+        core.close()
+        for view in (core, _recover(state)):
+            marks = [view.node(n).metadata.get(MARK) for n in ("u0", "a1", "u2")]
+            assert marks in ([None] * 3, ["w-5"] * 3), (k, marks)
+            rewound = [view.node(n).rewound for n in ("u2", "a3", "u4", "a5")]
+            assert rewound in ([False] * 4, [True] * 4), (k, rewound)
+            assert view.node("a3").metadata["after"] is True
+            assert view.problems == []
