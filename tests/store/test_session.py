@@ -373,3 +373,17 @@ def test_each_bad_node_file_is_reported_and_nothing_else_changes(state: Path, na
     core.close()
     after = _snapshot(state)
     assert {k for k in after if after[k] != before[k]} == {"sessions/demo/history/0001-l-a1.json"}
+
+
+def test_everything_created_is_owner_only(tmp_path: Path) -> None:
+    core = SessionCore.create(tmp_path, "s")
+    core.append({"id": "u1", "content": "q"})
+    core.merge_node_metadata_batch({"u1": {"m": 1}})
+    session = tmp_path / "sessions" / "s"
+    created = [p for p in tmp_path.rglob("*")]
+    assert any(p.name.startswith(".journal-") for p in created)
+    assert any(p.name == ".lock" for p in created)
+    for path in created:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode == (0o700 if path.is_dir() else 0o600), (path, oct(mode))
+    assert stat.S_IMODE(session.stat().st_mode) == 0o700
