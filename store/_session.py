@@ -26,6 +26,11 @@ Reads re-check the fingerprint (without the lock) and answer from the index.
 node files it names; node files a merge or rewind rewrites are re-read from
 disk under the lock, never taken from the cache, so even a foreign write the
 fingerprint missed cannot be overwritten with stale metadata.
+
+For the owner: open with ``await run_durable(SessionCore.open, state,
+sid)``, call every method (reads too: a stale index reloads from disk)
+through ``run_durable`` one at a time, call :meth:`SessionCore.retire_journals`
+when the mailbox is idle and :meth:`SessionCore.close` when passivating.
 """
 
 from __future__ import annotations
