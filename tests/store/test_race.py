@@ -37,7 +37,7 @@ from store._format import decode_node
 from store._session import SessionCore
 
 NODES = [f"n{i}" for i in range(8)]
-ROUNDS = 150
+ROUNDS = 300
 MARKER_TASKS = 3  # plus one checkpoint-stamp component
 
 
@@ -156,7 +156,7 @@ def test_merges_serialised_through_one_owner_lose_nothing(tmp_path: Path) -> Non
     appended: list[str] = []
 
     def host() -> None:  # appends and rewinds on the same session meanwhile
-        for i in range(60):
+        for i in range(120):
             head = call(lambda: core.head)
             turn = {"id": f"h{i}", "content": "x", "role": ["user", "assistant"][i % 2],
                     "predecessor": head}
