@@ -67,7 +67,7 @@ from ._format import (
     node_filename,
 )
 from ._ids import validate_id, validate_name
-from ._index import HISTORY, META, Fingerprint, SessionIndex, load_index
+from ._index import HISTORY, META, Fingerprint, SessionIndex, load_index, read_capped
 from ._journal import decode_journal, find_journals, retire, write_and_install
 from ._lock import SessionLock
 from ._message import check_metadata_keys, message_to_node, node_to_message
@@ -523,8 +523,7 @@ class SessionCore:
     def _read_node(self, rel: str) -> tuple[bytes, Node]:
         path = f"{self._rel}/{rel}"
         try:
-            with open(self._path(rel), "rb") as handle:
-                data = handle.read()
+            data = read_capped(self._path(rel), path, self._cap)
         except OSError as exc:
             raise NodeFileError(path, f"unreadable ({exc.strerror})") from None
         return data, decode_node(data, path, self._cap)

@@ -387,3 +387,14 @@ def test_everything_created_is_owner_only(tmp_path: Path) -> None:
         mode = stat.S_IMODE(path.stat().st_mode)
         assert mode == (0o700 if path.is_dir() else 0o600), (path, oct(mode))
     assert stat.S_IMODE(session.stat().st_mode) == 0o700
+
+
+def test_an_oversized_node_file_is_refused_before_it_is_read(state: Path) -> None:
+    history = state / "sessions" / "demo" / "history"
+    big = history / "0004-l-a2b.json"
+    with open(big, "r+b") as handle:  # 50 MB, sparse: cheap to make
+        handle.truncate(50 * 1024 * 1024)
+    core = SessionCore.open(state, "demo")
+    assert str(core.problems[0]).startswith(
+        "sessions/demo/history/0004-l-a2b.json cannot be read: 52428800 bytes, over the cap")
+    assert big.stat().st_size == 50 * 1024 * 1024
