@@ -85,10 +85,10 @@ class SessionIndex:
 def read_capped(path: str, rel: str, cap: int) -> bytes:
     """A node file's bytes; an oversized file is refused before it is read into memory."""
     with open(path, "rb") as handle:
-        data = handle.read(cap + 1)  # no extra stat call on the cold-load path
-    if len(data) > cap:
-        raise NodeFileError(rel, f"more than {cap} bytes, over the cap")
-    return data
+        size = os.fstat(handle.fileno()).st_size
+        if size > cap:
+            raise NodeFileError(rel, f"{size} bytes, over the cap of {cap}")
+        return handle.read()
 
 
 def load_index(session_dir: str, rel_dir: str, cap: int) -> SessionIndex:

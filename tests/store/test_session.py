@@ -396,5 +396,5 @@ def test_an_oversized_node_file_is_refused_before_it_is_read(state: Path) -> Non
         handle.truncate(50 * 1024 * 1024)
     core = SessionCore.open(state, "demo")
     assert str(core.problems[0]).startswith(
-        "sessions/demo/history/0004-l-a2b.json cannot be read: more than 33554432 bytes")
+        "sessions/demo/history/0004-l-a2b.json cannot be read: 52428800 bytes, over the cap")
     assert big.stat().st_size == 50 * 1024 * 1024
