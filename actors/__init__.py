@@ -1,3 +1,55 @@
-"""Scriptorium `actors` package (see docs/architecture.md)."""
+"""Scriptorium `actors` package: the actor kernel (see docs/architecture.md).
 
-__all__: list[str] = []
+Layout: `_errors` (the error tree), `_actor` (the base class and its hooks),
+`_mailbox` (lanes, envelopes, reply slots), `_cell` (the loop that outlives
+incarnations; the runner interface supervisors use), `_ref` (the public
+handle), `_run` (`open_actor`), `_registry` (keyed actors), `_introspect`.
+"""
+
+from actors._actor import Actor as Actor
+from actors._cell import ActorCell as ActorCell
+from actors._cell import ActorState as ActorState
+from actors._cell import ActorStatistics as ActorStatistics
+from actors._cell import DeadLetter as DeadLetter
+from actors._cell import Exit as Exit
+from actors._errors import ActorCrashed as ActorCrashed
+from actors._errors import ActorError as ActorError
+from actors._errors import ActorRestarting as ActorRestarting
+from actors._errors import ActorStopped as ActorStopped
+from actors._errors import CallTimeout as CallTimeout
+from actors._errors import MailboxFull as MailboxFull
+from actors._errors import PoisonMessage as PoisonMessage
+from actors._introspect import ActorSnapshot as ActorSnapshot
+from actors._introspect import snapshot as snapshot
+from actors._mailbox import Backpressure as Backpressure
+from actors._ref import ActorRef as ActorRef
+from actors._registry import CrashHook as CrashHook
+from actors._registry import Registry as Registry
+from actors._registry import open_registry as open_registry
+from actors._run import as_factory as as_factory
+from actors._run import open_actor as open_actor
+
+__all__ = [
+    "Actor",
+    "ActorCell",
+    "ActorCrashed",
+    "ActorError",
+    "ActorRef",
+    "ActorRestarting",
+    "ActorSnapshot",
+    "ActorState",
+    "ActorStatistics",
+    "ActorStopped",
+    "Backpressure",
+    "CallTimeout",
+    "CrashHook",
+    "DeadLetter",
+    "Exit",
+    "MailboxFull",
+    "PoisonMessage",
+    "Registry",
+    "as_factory",
+    "open_actor",
+    "open_registry",
+    "snapshot",
+]

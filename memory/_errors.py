@@ -2,11 +2,23 @@
 
     ScriptoriumMemoryError                 root: catch this to catch them all
     ├── ArchiveError                       a source archive cannot be read or appended to
-    │   └── IncompleteArchive              appending after a scan that stopped early (SPEC §5)
+    │   ├── IncompleteArchive              appending after a scan that stopped early (SPEC §5)
+    │   ├── UnframeableRecord              a record the v2 frame grammar cannot hold
+    │   └── CorruptWorkspaceId             .scriptorium/workspace-id exists but is not w-XXXXXXXX
     ├── TopicError                         a topic file fails the strict grammar
     ├── TransactionError                   a commit was refused as a whole
-    │   └── ConcurrentUpdate               workspace_revision moved since the base (retryable)
-    └── WriteCycleError                    one batch's write cycle failed; nothing was marked
+    │   ├── ConcurrentUpdate               workspace_revision moved since the base (retryable)
+    │   ├── EditRejected                   one edit broke a rule; recorded in the audit, never raised out
+    │   └── InstallJournalCorrupt          the install journal cannot be read; recovery stopped
+    ├── WriteCycleError                    one batch's write cycle failed; nothing was marked
+    │   ├── ArchiveStepFailed              archiving the batch's evidence raised
+    │   ├── WriterFailed                   the writer raised
+    │   ├── WriterTimedOut                 the writer ran past its timeout
+    │   ├── CommitRejected                 the transaction refused the edits as a whole
+    │   └── NothingChanged                 the cycle ended with no changed topic file
+    └── LedgerError                        a branch cannot be turned into records
+        ├── UnidentifiedMessage            a recordable message has no id (SPEC §6.1)
+        └── InvalidThreshold               a batch threshold outside 8,000 / 16,000 / 32,000
 
 Messages name the session, node or file (relative to the state directory)
 and say what to do next.
@@ -18,10 +30,22 @@ __all__ = [
     "ScriptoriumMemoryError",
     "ArchiveError",
     "IncompleteArchive",
+    "UnframeableRecord",
+    "CorruptWorkspaceId",
     "TopicError",
     "TransactionError",
     "ConcurrentUpdate",
+    "EditRejected",
+    "InstallJournalCorrupt",
     "WriteCycleError",
+    "ArchiveStepFailed",
+    "WriterFailed",
+    "WriterTimedOut",
+    "CommitRejected",
+    "NothingChanged",
+    "LedgerError",
+    "UnidentifiedMessage",
+    "InvalidThreshold",
 ]
 
 
@@ -39,12 +63,61 @@ class ArchiveError(ScriptoriumMemoryError):
 class IncompleteArchive(ArchiveError):
     """The archive's scan stopped before its end; evidence is never written after garbage."""
 
+    def __init__(self, path: str, reason: str, valid_frames: int) -> None:
+        self.path = path
+        self.reason = reason
+        self.valid_frames = valid_frames
+        super().__init__(
+            f"refusing to append to {path}: its scan stopped after {valid_frames} valid "
+            f"frame(s) ({reason}); evidence is never written after garbage. Move the file "
+            f"aside or truncate it to its valid prefix, then archive the batch again."
+        )
+
+
+class UnframeableRecord(ArchiveError):
+    """A record that the v2 frame grammar cannot hold; archiving it would corrupt the file."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        self.reason = reason
+        super().__init__(
+            f"cannot archive {source}: {reason}; fix the record (or its session) before "
+            f"archiving it"
+        )
+
+
+class CorruptWorkspaceId(ArchiveError):
+    """``.scriptorium/workspace-id`` holds something other than ``w-`` + 8 lowercase hex.
+
+    Never replaced automatically: every marker in every session names this id,
+    so a new one would silently make the whole history owed again.
+    """
+
+    def __init__(self, path: str, found: bytes) -> None:
+        self.path = path
+        self.found = found
+        super().__init__(
+            f"{path} holds {found[:40]!r}, not a workspace id (w- and 8 lowercase hex); "
+            f"restore it from a backup, or delete it to start a new workspace whose "
+            f"markers do not match any existing ones (everything is written again)"
+        )
+
 
 # -- topics and transactions ------------------------------------------------
 
 
 class TopicError(ScriptoriumMemoryError):
     """A topic file does not follow the strict paragraph/footnote/block-id grammar."""
+
+    def __init__(self, path: str, line: int, reason: str) -> None:
+        self.path = path
+        self.line = line
+        self.reason = reason
+        where = f"{path}:{line}" if line else path
+        super().__init__(
+            f"{where}: {reason}; the file is left untouched: fix the topic text "
+            "(or the writer that produced it) and commit again"
+        )
 
 
 class TransactionError(ScriptoriumMemoryError):
@@ -54,9 +127,99 @@ class TransactionError(ScriptoriumMemoryError):
 class ConcurrentUpdate(TransactionError):
     """``workspace_revision`` changed since the edits' base; retry on a fresh snapshot."""
 
+    def __init__(self, base: str, current: str) -> None:
+        self.base = base
+        self.current = current
+        super().__init__(
+            f"memory changed since the edits were made (base revision {base}, now {current}); "
+            "nothing was installed: take a fresh snapshot and run the writer again"
+        )
+
+
+class EditRejected(TransactionError):
+    """One edit broke a transaction rule; the transaction records it and drops the edit."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"edit of {path} rejected: {reason}")
+
+
+class InstallJournalCorrupt(TransactionError):
+    """The install journal exists but cannot be read, so recovery cannot finish the install."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        self.path = path
+        super().__init__(
+            f"{path} cannot be read ({detail}); no topic file was touched by recovery: "
+            "inspect the journal, then delete it to keep the topics as they are"
+        )
+
 
 # -- the write cycle ----------------------------------------------------------
 
 
 class WriteCycleError(ScriptoriumMemoryError):
     """One batch's write cycle failed before marking; the batch stays owed."""
+
+    #: Whether running the same batch again later can succeed.
+    retryable: bool = True
+
+    def __init__(self, session_id: str, node_ids: tuple[str, ...], what: str) -> None:
+        self.session_id = session_id
+        self.node_ids = node_ids
+        span = f"{node_ids[0]}..{node_ids[-1]}" if node_ids else "(empty)"
+        super().__init__(
+            f"write cycle for session {session_id!r}, batch {span} ({len(node_ids)} "
+            f"turn(s)): {what}; nothing was marked, the batch stays owed"
+        )
+
+
+class ArchiveStepFailed(WriteCycleError):
+    """Archiving the batch's evidence raised (the original is ``__cause__``)."""
+
+
+class WriterFailed(WriteCycleError):
+    """The writer raised (the original is ``__cause__``)."""
+
+
+class WriterTimedOut(WriteCycleError):
+    """The writer did not return within the cycle's timeout."""
+
+
+class CommitRejected(WriteCycleError):
+    """The transaction refused the edits as a whole (the original is ``__cause__``)."""
+
+
+class NothingChanged(WriteCycleError):
+    """The cycle installed nothing: no ``ok`` commit named a topic file."""
+
+
+# -- the ledger -------------------------------------------------------------------
+
+
+class LedgerError(ScriptoriumMemoryError):
+    """A branch cannot be turned into records."""
+
+
+class UnidentifiedMessage(LedgerError):
+    """A message that would be recorded has no id, so it could never be marked (SPEC §6.1)."""
+
+    def __init__(self, session_id: str, position: int) -> None:
+        self.session_id = session_id
+        self.position = position
+        super().__init__(
+            f"session {session_id!r}: message at branch position {position} would be "
+            f"recorded but has no id, so it could never be marked; repair the node file"
+        )
+
+
+class InvalidThreshold(LedgerError, ValueError):
+    """A batch threshold other than the allowed 8,000 / 16,000 / 32,000 tokens (SPEC §6.3)."""
+
+    def __init__(self, value: int, allowed: tuple[int, ...]) -> None:
+        self.value = value
+        super().__init__(
+            f"token threshold {value} is not allowed; use one of "
+            + ", ".join(str(a) for a in allowed)
+        )

@@ -32,7 +32,7 @@ def source_anchor(source: str) -> str:
 class SourceMeta:
     """Who said it and how far to trust it; archived as ``source-meta`` (SPEC §5)."""
 
-    authority_tier: str
+    authority_tier: str | None  # None: no authority recorded (the reference writes null)
     principal_id: str
     speaker_kind: str
     trust_state: str  # "trusted" | "pending"; pending sources are archived, never cited

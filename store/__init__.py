@@ -7,6 +7,8 @@ and ``_lock`` the batch journal and the cross-process lock; ``_session`` the
 synchronous core one session actor owns.
 """
 
+from ._actor import SessionActor as SessionActor
+from ._actor import TipMoved as TipMoved
 from ._durable import DIR_MODE as DIR_MODE
 from ._durable import FILE_MODE as FILE_MODE
 from ._durable import TEMP_SUFFIX as TEMP_SUFFIX
@@ -59,11 +61,13 @@ __all__ = [
     "NodeNotFoundError",
     "OversizedContentError",
     "ReservedMetadataKeyError",
+    "SessionActor",
     "SessionCore",
     "SessionExistsError",
     "SessionNotFoundError",
     "StoreError",
     "SummaryHeadError",
+    "TipMoved",
     "UnencodableValueError",
     "UnsafeIdError",
     "decode_node",

@@ -218,6 +218,14 @@ class SessionCore:
         self._refresh()
         return list_tips(self._index, self._meta)
 
+    def is_stale(self) -> bool:
+        """True when another process wrote since the index was built (two stat calls)."""
+        return Fingerprint.of(self.directory) != self._fingerprint
+
+    def refresh(self) -> None:
+        """Rebuild the index now if it is stale; the actor runs this in a worker thread."""
+        self._refresh()
+
     @property
     def outstanding_journals(self) -> list[str]:
         return sorted(self._journals)

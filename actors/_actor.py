@@ -1,0 +1,71 @@
+"""The Actor base class: the four hooks a subclass writes.
+
+An actor owns state that only one task ever touches, so it needs no locks:
+the kernel delivers one message at a time to ``handle``. A subclass writes
+the hooks below; everything else (mailbox, restarts, replies, timeouts) is
+the kernel's job (``_cell.py``).
+
+Errors follow "let it crash": an exception whose type is listed in
+``expected_errors`` is the caller's problem (bad input) and is re-raised in
+the caller's task while the actor keeps running; any other ``Exception``
+crashes the incarnation, and the supervisor decides what happens next.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from actors._ref import ActorRef
+
+
+class Actor:
+    """Base class of every actor; one instance is one incarnation.
+
+    Hooks, all optional except ``handle``:
+
+    - ``async on_start()``: runs before the first message of an incarnation;
+      an exception here is a crash.
+    - ``async handle(message) -> reply``: one message at a time; the return
+      value is the reply of a ``call`` (ignored for a ``cast``).
+    - ``async on_stop(reason)``: runs when the incarnation ends: ``reason`` is
+      ``None`` for a stop or a passivation, the exception for a crash.
+    - ``inspect() -> object``: a domain snapshot, served on the control lane.
+    - ``lifespan()``: an async context manager around the whole incarnation,
+      for actors that own tasks (supervisors open their task group here).
+
+    ``self.ref`` is this actor's own reference, set before ``on_start``.
+    """
+
+    expected_errors: ClassVar[tuple[type[Exception], ...]] = ()
+
+    _ref: ActorRef | None = None
+
+    @property
+    def ref(self) -> ActorRef:
+        if self._ref is None:
+            raise RuntimeError(
+                f"{type(self).__name__}.ref is set when the actor starts; use it from "
+                "on_start or handle, not from __init__"
+            )
+        return self._ref
+
+    async def on_start(self) -> None:
+        return None
+
+    async def handle(self, message: Any) -> Any:
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement 'async def handle(self, message)'"
+        )
+
+    async def on_stop(self, reason: BaseException | None) -> None:
+        return None
+
+    def inspect(self) -> object:
+        return None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        yield

@@ -1,0 +1,111 @@
+"""The errors the actor kernel raises to the code that talks to an actor.
+
+Two kinds of failure must never look alike: *you* did something the actor
+cannot accept (you called a stopped actor, its mailbox is full, you gave up
+waiting) and *it* broke (the actor crashed while handling your message). The
+second kind always carries the actor's own exception in ``__cause__``, so a
+crash is never reduced to a message string.
+
+The tree::
+
+    ActorError
+    ├── ActorStopped        you sent to an actor that is stopped (cause: its crash, if any)
+    ├── ActorCrashed        it crashed on your message and will not retry it (cause: the crash)
+    ├── ActorRestarting     fail-fast send while it is between incarnations
+    ├── MailboxFull         fail-fast send to a full mailbox
+    ├── PoisonMessage       your message crashed it N times in a row (cause: the last crash)
+    └── CallTimeout         (also a TimeoutError) no reply within the timeout or deadline
+"""
+
+from __future__ import annotations
+
+
+class ActorError(Exception):
+    """Root of every error raised by the actor kernel."""
+
+
+class ActorStopped(ActorError):
+    """You sent to, or were waiting on, an actor that has stopped.
+
+    If it stopped because it crashed, that crash is ``__cause__``.
+    """
+
+    def __init__(self, name: str, detail: str = "") -> None:
+        self.name = name
+        super().__init__(
+            f"actor {name!r} is stopped{detail}; get a fresh reference from its supervisor "
+            "or registry, or start it again"
+        )
+
+
+class ActorCrashed(ActorError):
+    """The actor crashed while handling your message and will not retry it.
+
+    The actor's own exception is ``__cause__``.
+    """
+
+    def __init__(self, name: str, message: object) -> None:
+        self.name = name
+        self.message = message
+        super().__init__(
+            f"actor {name!r} crashed while handling {_short(message)} and was not restarted "
+            "to finish it; see __cause__ for the crash"
+        )
+
+
+class ActorRestarting(ActorError):
+    """A fail-fast send reached an actor between two incarnations."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"actor {name!r} is restarting after a crash; retry later, or send with "
+            "policy=Backpressure.WAIT to queue the message until it is back"
+        )
+
+
+class MailboxFull(ActorError):
+    """A fail-fast send found the actor's mailbox at capacity (the actor is overloaded)."""
+
+    def __init__(self, name: str, capacity: int) -> None:
+        self.name = name
+        self.capacity = capacity
+        super().__init__(
+            f"mailbox of actor {name!r} is full ({capacity} messages); shed the load, retry "
+            "later, or send with policy=Backpressure.WAIT to wait for space"
+        )
+
+
+class PoisonMessage(ActorError):
+    """Your message crashed the actor several times in a row and was set aside.
+
+    It went to the dead-letter callback instead of crashing the actor again;
+    the last crash is ``__cause__``.
+    """
+
+    def __init__(self, name: str, message: object, crashes: int) -> None:
+        self.name = name
+        self.message = message
+        self.crashes = crashes
+        super().__init__(
+            f"{_short(message)} crashed actor {name!r} {crashes} times in a row and was handed "
+            "to the dead-letter callback; fix the message or the handler, do not resend it as is"
+        )
+
+
+class CallTimeout(ActorError, TimeoutError):
+    """No reply arrived before the call's timeout or deadline; any late reply is dropped."""
+
+    def __init__(self, name: str, message: object, waited: float) -> None:
+        self.name = name
+        self.message = message
+        self.waited = waited
+        super().__init__(
+            f"actor {name!r} did not reply to {_short(message)} within {waited:.3g} s; it may be "
+            "overloaded or stuck (see its statistics()); raise the timeout or retry"
+        )
+
+
+def _short(message: object) -> str:
+    text = repr(message)
+    return text if len(text) <= 80 else text[:77] + "..."

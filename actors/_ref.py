@@ -1,0 +1,137 @@
+"""ActorRef: the handle other code holds to talk to an actor.
+
+Why a handle and not the actor object? The actor object is one incarnation
+and dies with a crash or a passivation; the reference points at the cell,
+which outlives them, so it stays valid across restarts. A keyed actor's
+reference also knows how to find its key again after the cell has left the
+registry, so even a reference kept across a passivation reaches the one live
+activation for that key.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from actors._errors import CallTimeout
+from actors._mailbox import Backpressure, Envelope, ReplySlot
+
+if TYPE_CHECKING:
+    from actors._cell import ActorCell, ActorStatistics
+
+
+class _Default(enum.Enum):
+    TIMEOUT = "the actor's call_timeout"
+
+
+DEFAULT = _Default.TIMEOUT
+
+
+class ActorRef:
+    """Send to an actor: ``call`` (request/reply), ``cast`` (fire and forget), control.
+
+    ``timeout`` defaults to the actor's ``call_timeout``; ``None`` waits
+    forever. ``deadline`` is an absolute ``anyio.current_time()``; the call
+    gives up at whichever of the two comes first. ``policy`` overrides the
+    actor's backpressure policy for one send.
+    """
+
+    __slots__ = ("_cell", "_resolve")
+
+    def __init__(self, cell: ActorCell, resolve: Callable[[], ActorCell] | None = None) -> None:
+        self._cell = cell
+        self._resolve = resolve
+
+    @property
+    def name(self) -> str:
+        return self._cell.name
+
+    @property
+    def cell(self) -> ActorCell:
+        """The live cell behind this reference (re-resolved after a passivation)."""
+        cell = self._cell
+        if cell.detached and self._resolve is not None:
+            cell = self._cell = self._resolve()
+        return cell
+
+    async def call(
+        self,
+        message: Any,
+        *,
+        timeout: float | None | _Default = DEFAULT,
+        deadline: float | None = None,
+        policy: Backpressure | None = None,
+    ) -> Any:
+        """Send ``message`` and wait for the reply of ``handle``.
+
+        Raises what ``handle`` raised if its type is in ``expected_errors``;
+        ``CallTimeout``, ``ActorStopped``, ``ActorCrashed``, ``PoisonMessage``,
+        ``MailboxFull`` or ``ActorRestarting`` otherwise.
+        """
+        cell = self.cell
+        if timeout is DEFAULT:
+            timeout = cell.call_timeout
+        slot = ReplySlot()
+        envelope = Envelope(message, slot)
+        if timeout is None and deadline is None:
+            try:
+                await cell.put(envelope, policy)
+                await slot.event.wait()
+            finally:
+                slot.abandoned = not slot.done
+        else:
+            now = anyio.current_time()
+            limit = now + timeout if timeout is not None else float("inf")
+            if deadline is not None:
+                limit = min(limit, deadline)
+            with anyio.CancelScope(deadline=limit) as scope:
+                try:
+                    await cell.put(envelope, policy)
+                    await slot.event.wait()
+                finally:
+                    slot.abandoned = not slot.done
+            if scope.cancelled_caught and not slot.done:
+                raise CallTimeout(cell.name, message, limit - now)
+        if slot.error is not None:
+            raise slot.error
+        return slot.value
+
+    async def cast(self, message: Any, *, policy: Backpressure | None = None) -> None:
+        """Queue ``message`` without waiting for it to be handled."""
+        await self.cell.put(Envelope(message, None), policy)
+
+    def cast_nowait(self, message: Any) -> None:
+        """Queue ``message`` now, or raise ``MailboxFull`` instead of waiting for space.
+
+        Also raises ``ActorStopped``, and ``ActorRestarting`` under ``FAIL_FAST``.
+        """
+        self.cell.put_nowait(Envelope(message, None))
+
+    async def inspect(self, *, timeout: float | None | _Default = DEFAULT) -> object:
+        """The actor's ``inspect()`` snapshot, taken between two messages (control lane)."""
+        cell = self.cell
+        if timeout is DEFAULT:
+            timeout = cell.call_timeout
+        slot = ReplySlot()
+        with anyio.fail_after(timeout):
+            try:
+                cell.request_inspect(slot)
+                await slot.event.wait()
+            finally:
+                slot.abandoned = not slot.done
+        if slot.error is not None:
+            raise slot.error
+        return slot.value
+
+    async def stop(self) -> None:
+        """Stop gracefully: finish the current message, run ``on_stop``; queued calls fail."""
+        await self.cell.stop()
+
+    def statistics(self) -> ActorStatistics:
+        return self.cell.statistics()
+
+    def __repr__(self) -> str:
+        return f"<ActorRef {self.name!r} {self.cell.state.value}>"

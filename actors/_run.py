@@ -1,0 +1,95 @@
+"""open_actor: run one actor without a supervisor, scoped like a nursery.
+
+Tests and simple embeddings want an actor without building a supervision
+tree. Structured concurrency decides the rest: the actor lives exactly as
+long as the ``async with`` block, and if it crashes the block is cancelled
+and the crash is raised out of it (nobody restarts an unsupervised actor).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+import anyio
+
+from actors._actor import Actor
+from actors._cell import ActorCell, DeadLetter
+from actors._mailbox import Backpressure
+from actors._ref import ActorRef
+
+
+def as_factory(actor: Actor | Callable[[], Actor]) -> Callable[[], Actor]:
+    """An Actor instance serves one incarnation; a factory serves every restart."""
+    if isinstance(actor, Actor):
+        instance = actor
+        return lambda: instance
+    return actor
+
+
+@contextlib.asynccontextmanager
+async def open_actor(
+    actor: Actor | Callable[[], Actor],
+    *,
+    name: str | None = None,
+    capacity: int = 1000,
+    policy: Backpressure = Backpressure.WAIT,
+    call_timeout: float | None = 5.0,
+    poison_threshold: int = 3,
+    dead_letter: DeadLetter | None = None,
+    shutdown_timeout: float | None = 5.0,
+) -> AsyncIterator[ActorRef]:
+    """Start ``actor`` (an instance or a zero-argument factory) for the block's duration.
+
+    On a normal exit of the block the actor is stopped gracefully (it
+    finishes its current message and runs ``on_stop``) within
+    ``shutdown_timeout`` seconds, then cancelled. If the actor crashes, the
+    block is cancelled, callers get ``ActorCrashed``/``ActorStopped`` and the
+    original exception is raised out of the ``async with``.
+    """
+    factory = as_factory(actor)
+    cell = ActorCell(
+        factory,
+        name=name or (type(actor).__name__ if isinstance(actor, Actor) else "actor"),
+        capacity=capacity,
+        policy=policy,
+        call_timeout=call_timeout,
+        poison_threshold=poison_threshold,
+        dead_letter=dead_letter,
+    )
+    crash: Exception | None = None
+    body_error: BaseException | None = None
+
+    async with anyio.create_task_group() as tg:
+
+        async def run() -> None:
+            nonlocal crash
+            if cell.closed:
+                return  # stopped before it ever ran
+            try:
+                await cell.run_incarnation()
+            except Exception as exc:  # noqa: BLE001 - re-raised out of the block
+                crash = exc
+                cell.close(exc)
+                tg.cancel_scope.cancel()
+            else:
+                cell.close(None)
+
+        tg.start_soon(run)
+        try:
+            yield cell.ref
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, unwrapped
+            # Raised after the task group, so it is not wrapped in an ExceptionGroup;
+            # when the actor crashed, the body's error is a consequence of the crash.
+            body_error = exc
+            tg.cancel_scope.cancel()
+        else:
+            with anyio.move_on_after(shutdown_timeout):
+                await cell.stop()
+            tg.cancel_scope.cancel()
+    if not cell.closed:
+        cell.close(crash)
+    if crash is not None:
+        raise crash
+    if body_error is not None:
+        raise body_error

@@ -1,0 +1,244 @@
+"""The ledger rules: which turns are records, which a branch owes, when to write.
+
+SPEC §1 and §6. The ledger lives on the turns themselves: once a batch is in
+memory each of its nodes carries ``memory_written_scriptorium = <workspace
+id>``, and what a branch still owes is the unmarked tail found by walking
+back from its tip. Everything here is a pure function of a branch (message
+dicts, root to tip), a workspace id and, for the trigger, ``now``; the
+session actor wraps them.
+
+The shape of the failure this prevents decides the details. Omitting a turn
+is unrecoverable, duplicating one is not (consolidation merges it). So a
+marker with another workspace's id does not count (a copied session is
+written from scratch), a recordable message without an id is an error
+rather than skipped, and the trigger errs towards writing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from memory._archive import normalize_label
+from memory._errors import InvalidThreshold, UnidentifiedMessage
+from memory._records import MARKER_KEY, SourceMeta, SourceRecord
+from memory._tokens import TokenCounter, estimate_tokens
+
+__all__ = [
+    "RUNTIME_SOURCES",
+    "ALLOWED_THRESHOLDS",
+    "DEFAULT_THRESHOLD",
+    "DEFAULT_IDLE_AFTER",
+    "message_text",
+    "is_runtime_turn",
+    "speaker_label",
+    "source_meta",
+    "records_from_branch",
+    "unwritten_turns",
+    "owed_tokens",
+    "first_batch",
+    "WritePolicy",
+    "should_write",
+    "should_write_at_boundary",
+]
+
+# SPEC §6.1: turns the runtime scheduled itself, not anything anybody said.
+RUNTIME_SOURCES = frozenset({"job_followup", "merge_turn"})
+ALLOWED_THRESHOLDS = (8_000, 16_000, 32_000)
+DEFAULT_THRESHOLD = 16_000
+DEFAULT_IDLE_AFTER = 3600.0  # seconds
+# Authority tiers whose turns are trusted without an explicit trust_state.
+_TRUSTED_TIERS = frozenset({"owner", "paired"})
+_META_FIELDS = ("authority_tier", "principal_id", "speaker_kind", "trust_state")
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """A message's text: its ``content`` string, or the ``text`` parts of a content list.
+
+    Parts are joined with LF; the result is stripped (as the reference agent
+    does, so the archived bytes match).
+    """
+    content = message.get("content")
+    if isinstance(content, str):
+        return content.strip()
+    if isinstance(content, list):
+        parts = [
+            part["text"]
+            for part in content
+            if isinstance(part, Mapping)
+            and part.get("type") == "text"
+            and isinstance(part.get("text"), str)
+            and part["text"]
+        ]
+        return "\n".join(parts).strip()
+    return ""
+
+
+def is_runtime_turn(message: Mapping[str, Any]) -> bool:
+    """A turn the runtime wrote to drive itself (``display == "runtime"`` or a runtime source)."""
+    return message.get("display") == "runtime" or message.get("source") in RUNTIME_SOURCES
+
+
+def _text_field(message: Mapping[str, Any], key: str) -> str | None:
+    value = message.get(key)
+    if not isinstance(value, str):
+        return None
+    return normalize_label(value) or None
+
+
+def speaker_label(message: Mapping[str, Any]) -> str:
+    """``Display (speaker/id)``, or whichever of the two exists, or the role."""
+    return _label(
+        _text_field(message, "speaker_display"),
+        _text_field(message, "speaker_id"),
+        message.get("role"),
+    )
+
+
+def _label(display: str | None, ident: str | None, role: object) -> str:
+    if display and ident:
+        return f"{display} ({ident})"
+    return display or ident or str(role)
+
+
+def source_meta(message: Mapping[str, Any]) -> SourceMeta | None:
+    """The trust metadata to archive, or None when the message carries none.
+
+    An explicit ``trust_state`` of ``trusted``/``pending`` wins; otherwise a
+    turn is trusted only when its ``authority_tier`` is ``owner`` or
+    ``paired``, and pending in every other case (pending sources are
+    archived but never cited).
+    """
+    if not any(key in message for key in _META_FIELDS):
+        return None
+    tier = message.get("authority_tier")
+    tier = tier if isinstance(tier, str) else None
+    trust = message.get("trust_state")
+    if trust not in ("trusted", "pending"):
+        trust = "trusted" if tier in _TRUSTED_TIERS else "pending"
+    principal = message.get("principal_id")
+    kind = message.get("speaker_kind")
+    return SourceMeta(
+        authority_tier=tier,
+        principal_id=principal if isinstance(principal, str) and principal else "unknown",
+        speaker_kind=kind if isinstance(kind, str) and kind else "unknown",
+        trust_state=trust,
+    )
+
+
+def _timestamp(message: Mapping[str, Any]) -> float:
+    value = message.get("timestamp")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return 0.0
+
+
+def records_from_branch(
+    session_id: str,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    counter: TokenCounter = estimate_tokens,
+) -> list[SourceRecord]:
+    """SPEC §6.1: the branch's records, root to tip, with tokens counted.
+
+    Kept: role ``user`` or ``assistant``, not a runtime turn, non-empty
+    text. Raises :class:`UnidentifiedMessage` for a kept message without an
+    id: it could never be marked, so it would be owed forever.
+    """
+    records: list[SourceRecord] = []
+    for position, message in enumerate(messages):
+        role = message.get("role")
+        if role not in ("user", "assistant") or is_runtime_turn(message):
+            continue
+        text = message_text(message)
+        if not text:
+            continue
+        message_id = message.get("id")
+        if not isinstance(message_id, str) or not message_id:
+            raise UnidentifiedMessage(session_id, position)
+        display = _text_field(message, "speaker_display")
+        ident = _text_field(message, "speaker_id")
+        marker = message.get(MARKER_KEY)
+        records.append(
+            SourceRecord(
+                session_id=session_id,
+                message_id=message_id,
+                role=role,
+                content=text,
+                timestamp=_timestamp(message),
+                speaker=_label(display, ident, role),
+                # The reference writes a speaker-id header whenever it knows
+                # either half of the speaker (an empty id if only the name).
+                speaker_id=ident if ident is not None else ("" if display else None),
+                meta=source_meta(message),
+                marker=marker if isinstance(marker, str) else None,
+                tokens=counter(text),
+            )
+        )
+    return records
+
+
+def unwritten_turns(records: Sequence[SourceRecord], workspace_id: str) -> list[SourceRecord]:
+    """SPEC §6.2: the contiguous tail after the last record marked with *this* workspace's id."""
+    for index in range(len(records) - 1, -1, -1):
+        if records[index].marker == workspace_id:
+            return list(records[index + 1 :])
+    return list(records)
+
+
+def owed_tokens(records: Sequence[SourceRecord]) -> int:
+    return sum(record.tokens for record in records)
+
+
+def first_batch(records: Sequence[SourceRecord], threshold: int) -> list[SourceRecord]:
+    """SPEC §6.3: the leading records whose cumulative tokens reach ``threshold`` (else all)."""
+    total = 0
+    for index, record in enumerate(records):
+        total += record.tokens
+        if total >= threshold:
+            return list(records[: index + 1])
+    return list(records)
+
+
+@dataclass(frozen=True, slots=True)
+class WritePolicy:
+    """When a branch is written: ``threshold`` tokens owed, or owed and idle for ``idle_after`` s."""
+
+    threshold: int = DEFAULT_THRESHOLD
+    idle_after: float = DEFAULT_IDLE_AFTER
+
+    def __post_init__(self) -> None:
+        if self.threshold not in ALLOWED_THRESHOLDS:
+            raise InvalidThreshold(self.threshold, ALLOWED_THRESHOLDS)
+        if not self.idle_after > 0:
+            raise ValueError(
+                f"idle_after must be a positive number of seconds, not {self.idle_after}"
+            )
+
+
+def should_write(
+    owed: Sequence[SourceRecord], now: float, policy: WritePolicy = WritePolicy()
+) -> bool:
+    """SPEC §6.3 incremental trigger, checked after each turn on the head branch.
+
+    True when the owed tokens reach the threshold, or when something is owed
+    and the last owed message is at least ``idle_after`` seconds old.
+    """
+    tokens = owed_tokens(owed)
+    if tokens >= policy.threshold:
+        return True
+    return tokens > 0 and now - owed[-1].timestamp >= policy.idle_after
+
+
+def should_write_at_boundary(
+    owed: Sequence[SourceRecord], *, head: bool, policy: WritePolicy = WritePolicy()
+) -> bool:
+    """SPEC §6.6: the head branch is written if it owes anything; another tip only at the threshold.
+
+    A short abandoned branch is a retry someone rejected; the idle rule does
+    not apply to it.
+    """
+    if head:
+        return bool(owed)
+    return owed_tokens(owed) >= policy.threshold

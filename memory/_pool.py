@@ -1,0 +1,167 @@
+"""The writer pool: K supervised workers running write cycles.
+
+Sessions submit jobs to one shared queue that outlives the workers, so a
+worker's crash loses no queued job. Each worker takes one job at a time
+and runs the write cycle (``memory._cycle``): archive through the workspace
+actor, the writer on a snapshot, the commit through the workspace actor.
+It then reports the outcome to the session actor, which alone marks.
+
+Failure policy (SPEC §7; the choice is recorded in docs/decisions.md):
+
+- ``ConcurrentUpdate`` (another commit landed first) is retried at once on
+  a fresh snapshot, a few times: it is contention, not failure.
+- A writer that raised or ran past its timeout crashes the worker after
+  the job is reported failed: the supervisor restarts it with backoff, so
+  a failing model endpoint is not hammered.
+- A rejected commit or an empty change is the writer's answer, not a
+  crash: reported, the worker goes on.
+- A batch that changes nothing because every one of its trusted records is
+  already cited (a re-delivery after a crash between install and mark, with
+  a writer that merges repeated facts) counts as written: memory provably
+  holds it, and owing it forever would stall the branch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from actors import Actor, ActorRef
+from memory._cycle import FailureKind, WriteOutcome, run_write_cycle
+from memory._errors import ConcurrentUpdate, WriteCycleError
+from memory._session_actor import JobFinished, WriteJob
+from memory._workspace_actor import ArchiveBatch, BatchCovered, CommitEdits, TakeSnapshot
+from memory._writer import Batch, WorkspaceSnapshot
+
+if TYPE_CHECKING:
+    from memory._runtime import MemoryRuntime
+
+__all__ = ["WriterWorker", "WriterCrashed", "CONCURRENT_RETRIES"]
+
+CONCURRENT_RETRIES = 8
+
+
+class WriterCrashed(Exception):
+    """The writer raised or hung on a job; the worker restarts (cause in ``__cause__``)."""
+
+    def __init__(self, job: WriteJob, kind: FailureKind) -> None:
+        super().__init__(
+            f"writer failed ({kind.value}) on session {job.batch.session_id!r}, nodes "
+            f"{list(job.batch.node_ids)}; the worker restarts with backoff and the batch stays owed"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Steps:
+    workspace: ActorRef
+
+    async def archive(self, batch: Batch) -> object:
+        return await self.workspace.call(ArchiveBatch(batch), timeout=None)
+
+    async def snapshot(self) -> WorkspaceSnapshot:
+        snapshot: WorkspaceSnapshot = await self.workspace.call(TakeSnapshot(), timeout=None)
+        return snapshot
+
+    async def commit(self, batch: Batch, edits: Any, base: str) -> list[dict[str, Any]]:
+        audit: list[dict[str, Any]] = await self.workspace.call(
+            CommitEdits(batch, tuple(edits), base), timeout=None
+        )
+        return audit
+
+
+class WriterWorker(Actor):
+    """Pulls jobs from the runtime's queue in its lifespan; see the module docstring."""
+
+    def __init__(
+        self,
+        runtime: MemoryRuntime,
+        jobs: MemoryObjectReceiveStream[WriteJob],
+    ) -> None:
+        self.runtime = runtime
+        self.jobs = jobs
+        self.current: WriteJob | None = None
+        self.done = 0
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        """Take jobs in a task beside the mailbox; a job's crash ends the incarnation."""
+        crash: Exception | None = None
+
+        async def pull() -> None:
+            nonlocal crash
+            try:
+                async with self.jobs.clone() as jobs:
+                    async for job in jobs:
+                        await self.run_job(job)
+            except Exception as exc:  # noqa: BLE001 - re-raised out of the lifespan
+                crash = exc
+                tg.cancel_scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pull)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+        if crash is not None:
+            raise crash
+
+    def inspect(self) -> object:
+        return {"current": None if self.current is None else self.current.id, "done": self.done}
+
+    async def handle(self, message: Any) -> Any:
+        raise TypeError(f"a writer worker takes jobs from the queue, not messages ({message!r})")
+
+    async def run_job(self, job: WriteJob) -> None:
+        self.current = job
+        try:
+            outcome = await self.cycle(job.batch)
+        except Exception as exc:  # noqa: BLE001 - reported, then the worker crashes
+            error = WriteCycleError(job.batch.session_id, job.batch.node_ids, repr(exc))
+            await self.report(job, WriteOutcome((), (), (), FailureKind.WRITER, error))
+            raise
+        finally:
+            self.current = None
+        await self.report(job, outcome)
+        self.done += 1
+        if outcome.failure in (FailureKind.WRITER, FailureKind.TIMEOUT):
+            raise WriterCrashed(job, outcome.failure) from outcome.error
+
+    async def cycle(self, batch: Batch) -> WriteOutcome:
+        steps = _Steps(self.runtime.workspace_ref)
+        timeout = self.runtime.config.writer_timeout
+        outcome: WriteOutcome | None = None
+        for _ in range(CONCURRENT_RETRIES):
+            outcome = await run_write_cycle(
+                batch, self.runtime.writer, snapshot=steps.snapshot, archive=steps.archive,
+                commit=steps.commit, timeout=None if math.isinf(timeout) else timeout,
+            )
+            if not (outcome.failure is FailureKind.REJECTED
+                    and isinstance(outcome.error.__cause__ if outcome.error else None,
+                                   ConcurrentUpdate)):
+                break
+        assert outcome is not None
+        if outcome.failure is FailureKind.EMPTY and await steps.workspace.call(
+            BatchCovered(batch), timeout=None
+        ):
+            outcome = replace(outcome, marks=batch.node_ids, failure=None, error=None)
+        return outcome
+
+    async def report(self, job: WriteJob, outcome: WriteOutcome) -> None:
+        self.runtime.record_outcome(job, outcome)
+        ref = self.runtime.session_ref(job.batch.session_id)
+        with anyio.CancelScope(shield=True):
+            await ref.call(JobFinished(job.id, outcome), timeout=None)
+
+
+def worker_factory(
+    runtime: MemoryRuntime, jobs: MemoryObjectReceiveStream[WriteJob]
+) -> Callable[[], WriterWorker]:
+    return lambda: WriterWorker(runtime, jobs)
+

@@ -1,0 +1,400 @@
+"""The memory runtime: the supervision tree of SPEC §2, embedded or headless.
+
+::
+
+    MemoryRuntime (root supervisor, one_for_one)
+    ├── WorkspaceActor          permanent   <state>/memory
+    ├── SessionSupervisor       dynamic     one MemorySessionActor per active session
+    ├── WriterPool              one_for_one K WriterWorker, restarted with backoff
+    └── IdleWatchdog            permanent
+
+``open_runtime`` starts the tree and yields a :class:`MemoryRuntime`, the
+handle an agent embeds: ``rt.sessions`` appends and reads turns through
+their session actors, ``rt.pending`` / ``rt.flush`` / ``rt.drain`` drive
+memory. Everything a child needs from its siblings (the job queue, the
+per-session ledgers, references) lives here, outside the children, so a
+restarted child finds it intact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+import random
+import time
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from actors import ActorRef, open_actor
+from memory._cycle import WriteOutcome
+from memory._extractive import ExtractiveWriter
+from memory._ledger import WritePolicy
+from memory._pool import worker_factory
+from memory._prompt import render_prompt
+from memory._quarantine import QuarantineEntry
+from memory._records import SourceRecord
+from memory._session_actor import (
+    BoundaryOutcome,
+    BoundaryResult,
+    Flush,
+    Pending,
+    RetryDue,
+    SessionLedger,
+    WriteJob,
+    session_factory,
+)
+from memory._tokens import TokenCounter, default_counter
+from memory._watchdog import IdleWatchdog, PollNow, Touched
+from memory._workspace_actor import (
+    QuarantineBatch,
+    ReadQuarantine,
+    RecordSessionEnd,
+    ReleaseQuarantine,
+    WorkspaceActor,
+)
+from memory._writer import Writer
+from store import DurableFiles, SessionCore, SessionNotFoundError, run_durable
+from store._actor import (
+    Append,
+    GetBranch,
+    InsertSummary,
+    ListBranches,
+    MergeMetadata,
+    RewindTo,
+    SetHead,
+    SpawnBranch,
+)
+from store._ids import validate_id
+from supervisors import (
+    Backoff,
+    ChildSpec,
+    DynamicSupervisor,
+    GetChild,
+    Restart,
+    Strategy,
+    Supervisor,
+)
+
+__all__ = ["RuntimeConfig", "MemoryRuntime", "Sessions", "open_runtime"]
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Every knob of the runtime, with the defaults of SPEC §6-7.
+
+    ``clock`` is the wall clock (``updated_at``, timestamps, idle rules);
+    timers use anyio's clock, so tests on virtual time pass a wall clock
+    derived from ``anyio.current_time()``.
+    """
+
+    policy: WritePolicy = field(default_factory=WritePolicy)
+    writer_workers: int = 4
+    writer_timeout: float = 600.0
+    session_idle: float = 1800.0
+    watchdog_poll: float = 300.0
+    passivate_after: float = 300.0
+    max_failures: int = 5
+    retry_backoff: Backoff = field(
+        default_factory=lambda: Backoff(initial=1.0, factor=2.0, maximum=300.0, jitter=0.25)
+    )
+    worker_backoff: Backoff = field(
+        default_factory=lambda: Backoff(initial=0.5, factor=2.0, maximum=30.0, jitter=0.25)
+    )
+    call_timeout: float | None = 120.0
+    clock: Callable[[], float] = time.time
+    counter: TokenCounter = field(default_factory=default_counter)
+    files: DurableFiles = field(default_factory=DurableFiles)
+    seed: int | None = None
+    track_deliveries: bool = False
+
+
+class MemoryRuntime:
+    """The embedded runtime's handle; build it with :func:`open_runtime`."""
+
+    def __init__(self, state_dir: str, writer: Writer, config: RuntimeConfig) -> None:
+        self.state_dir = state_dir
+        self.memory_dir = os.path.join(state_dir, "memory")
+        self.writer = writer
+        self.config = config
+        self.sessions = Sessions(self)
+        self.quarantined: list[QuarantineEntry] = []
+        self.rng = random.Random(config.seed)
+        self.deliveries: Counter[tuple[str, str]] = Counter()
+        self.latencies: dict[str, deque[float]] = {
+            "write_cycle": deque(maxlen=100_000), "marker_merge": deque(maxlen=100_000)}
+        self.outcomes: Counter[str] = Counter()
+        self._ledgers: dict[str, SessionLedger] = {}
+        self._job_ids = itertools.count(1)
+        self._submitted_at: dict[int, float] = {}
+        self._in_flight = 0
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._jobs_send, self._jobs_receive = anyio.create_memory_object_stream[WriteJob](
+            max_buffer_size=math.inf
+        )
+        self._workspace: WorkspaceActor | None = None
+        self._sessions: DynamicSupervisor[str] | None = None
+        self._watchdog: IdleWatchdog | None = None
+        self._task_group: TaskGroup | None = None
+        self.root: ActorRef | None = None
+        # Set by open_runtime once the tree is up; stable across restarts (refs point at cells).
+        self.workspace_ref: ActorRef
+        self.watchdog_ref: ActorRef
+
+    # -- the tree -------------------------------------------------------------------
+
+    def root_supervisor(self) -> Supervisor:
+        config = self.config
+
+        def start_workspace() -> WorkspaceActor:
+            self._workspace = WorkspaceActor(self.memory_dir, files=config.files,
+                                             clock=config.clock)
+            return self._workspace
+
+        def start_sessions() -> DynamicSupervisor[str]:
+            self._sessions = DynamicSupervisor(
+                session_factory(self), restart=Restart.TRANSIENT,
+                idle_timeout=config.passivate_after, call_timeout=config.call_timeout,
+                capacity=10_000,
+            )
+            return self._sessions
+
+        def start_pool() -> Supervisor:
+            start = worker_factory(self, self._jobs_receive)
+            workers = [
+                ChildSpec(f"writer-{i}", start, Restart.PERMANENT)
+                for i in range(config.writer_workers)
+            ]
+            return Supervisor(
+                workers, strategy=Strategy.ONE_FOR_ONE,
+                max_restarts=5 * config.writer_workers, within=10.0,
+                backoff=config.worker_backoff, rng=self.rng,
+            )
+
+        def start_watchdog() -> IdleWatchdog:
+            self._watchdog = IdleWatchdog(self)
+            return self._watchdog
+
+        return Supervisor(
+            [
+                ChildSpec("workspace", start_workspace, Restart.PERMANENT, call_timeout=None,
+                          capacity=100_000),
+                ChildSpec("sessions", start_sessions, Restart.PERMANENT),
+                ChildSpec("writers", start_pool, Restart.PERMANENT),
+                ChildSpec("watchdog", start_watchdog, Restart.PERMANENT, capacity=100_000),
+            ],
+            strategy=Strategy.ONE_FOR_ONE, rng=self.rng,
+        )
+
+    @property
+    def workspace_id(self) -> str:
+        if self._workspace is None or not self._workspace.workspace_id:
+            raise RuntimeError("the workspace actor has not started yet")
+        return self._workspace.workspace_id
+
+    def session_ref(self, session: str) -> ActorRef:
+        """The session's actor; it activates on the first message."""
+        validate_id(session, "session id")
+        if not os.path.isfile(os.path.join(self.state_dir, "sessions", session, "meta.json")):
+            raise SessionNotFoundError(session, f"sessions/{session}")
+        if self._sessions is None:
+            raise RuntimeError("the session supervisor has not started yet")
+        return self._sessions.child(session)
+
+    # -- what session actors and workers use -------------------------------------------
+
+    def ledger(self, session: str) -> SessionLedger:
+        ledger = self._ledgers.get(session)
+        if ledger is None:
+            ledger = self._ledgers[session] = SessionLedger()
+        return ledger
+
+    def next_job_id(self) -> int:
+        return next(self._job_ids)
+
+    def render_prompt(self, records: Sequence[SourceRecord]) -> str:
+        return render_prompt(records, ())
+
+    def submit(self, job: WriteJob) -> None:
+        if self._in_flight == 0:
+            self._idle = anyio.Event()
+        self._in_flight += 1
+        self._submitted_at[job.id] = anyio.current_time()
+        if self.config.track_deliveries:
+            self.deliveries.update((job.batch.session_id, n) for n in job.batch.node_ids)
+        self._jobs_send.send_nowait(job)
+
+    def record_outcome(self, job: WriteJob, outcome: WriteOutcome) -> None:
+        self.outcomes["written" if outcome.failure is None else outcome.failure.value] += 1
+        started = self._submitted_at.pop(job.id, None)
+        if started is not None:
+            self.latencies["write_cycle"].append(anyio.current_time() - started)
+
+    def job_done(self, job: WriteJob) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
+
+    def schedule_retry(self, session: str, failures: int) -> None:
+        delay = self.config.retry_backoff.delay(failures, self.rng)
+
+        async def later() -> None:
+            await anyio.sleep(delay)
+            with contextlib.suppress(Exception):
+                await self.session_ref(session).cast(RetryDue())
+
+        assert self._task_group is not None
+        self._task_group.start_soon(later)
+
+    async def quarantine(self, entry: QuarantineEntry) -> None:
+        await self.workspace_ref.call(QuarantineBatch(entry), timeout=None)
+        self.quarantined.append(entry)
+        self.outcomes["quarantined"] += 1
+
+    async def record_session_end(self, session: str, updated_at: float) -> None:
+        await self.workspace_ref.call(RecordSessionEnd(session, updated_at), timeout=None)
+
+    def watchdog_touch(self, session: str, updated_at: object) -> None:
+        if isinstance(updated_at, (int, float)):
+            with contextlib.suppress(Exception):
+                self.watchdog_ref.cast_nowait(Touched(session, float(updated_at)))
+
+    # -- the public API ----------------------------------------------------------------
+
+    async def pending(self, session: str, tip: str | None = None) -> list[SourceRecord]:
+        """The owed records of a branch (default: the head branch), oldest first."""
+        owed: list[SourceRecord] = await self.session_ref(session).call(
+            Pending(tip), timeout=self.config.call_timeout)
+        return owed
+
+    async def flush(self, session: str) -> BoundaryOutcome:
+        """Run the session boundary now (SPEC §6.6) and wait for its outcome."""
+        result: BoundaryResult = await self.session_ref(session).call(
+            Flush(), timeout=self.config.call_timeout)
+        return await result.wait()
+
+    async def drain(self) -> None:
+        """Wait until no write job is in flight."""
+        while self._in_flight:
+            await self._idle.wait()
+
+    async def poll_idle(self) -> int:
+        """Run the idle watchdog's disk scan now; returns how many sessions it asked."""
+        found: int = await self.watchdog_ref.call(PollNow(), timeout=None)
+        return found
+
+    async def release(self, session: str | None = None) -> list[QuarantineEntry]:
+        released: list[QuarantineEntry] = await self.workspace_ref.call(
+            ReleaseQuarantine(session), timeout=None)
+        gone = {(e.session, e.node_ids) for e in released}
+        self.quarantined = [e for e in self.quarantined if (e.session, e.node_ids) not in gone]
+        for entry in released:
+            self.ledger(entry.session).failures = 0
+            with contextlib.suppress(Exception):
+                await self.session_ref(entry.session).cast(RetryDue())
+        return released
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            "in_flight": self._in_flight,
+            "outcomes": dict(self.outcomes),
+            "quarantined": len(self.quarantined),
+            "sessions_active": 0 if self._sessions is None else len(self._sessions.registry),
+        }
+
+
+class Sessions:
+    """Session operations, each through the session's actor (SPEC §8)."""
+
+    def __init__(self, runtime: MemoryRuntime) -> None:
+        self._rt = runtime
+
+    async def create(self, title: str = "", session_id: str | None = None) -> str:
+        rt = self._rt
+        core = await run_durable(lambda: SessionCore.create(
+            rt.state_dir, session_id, title=title, files=rt.config.files, clock=rt.config.clock))
+        return core.session
+
+    async def _call(self, session: str, message: object) -> Any:
+        return await self._rt.session_ref(session).call(message, timeout=self._rt.config.call_timeout)
+
+    async def append(self, session: str, message: Mapping[str, Any]) -> dict[str, Any]:
+        node: dict[str, Any] = await self._call(session, Append(message))
+        return node
+
+    async def get_branch(self, session: str, tip: str | None = None) -> list[dict[str, Any]]:
+        branch: list[dict[str, Any]] = await self._call(session, GetBranch(tip))
+        return branch
+
+    async def list_branches(self, session: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = await self._call(session, ListBranches())
+        return rows
+
+    async def set_head(self, session: str, node_id: str) -> None:
+        await self._call(session, SetHead(node_id))
+
+    async def rewind_to(self, session: str, user_turn: str) -> list[str]:
+        stamped: list[str] = await self._call(session, RewindTo(user_turn))
+        return stamped
+
+    async def spawn_branch(
+        self, session: str, caller_node: str, source: str, prompt: str, name: str | None = None
+    ) -> dict[str, Any]:
+        node: dict[str, Any] = await self._call(
+            session, SpawnBranch(caller_node, source, prompt, name))
+        return node
+
+    async def insert_summary(self, session: str, covers_ids: Sequence[str], text: str) -> dict[str, Any]:
+        node: dict[str, Any] = await self._call(session, InsertSummary(tuple(covers_ids), text))
+        return node
+
+    async def merge_node_metadata_batch(
+        self, session: str, patches: Mapping[str, Mapping[str, Any]]
+    ) -> list[str]:
+        changed: list[str] = await self._call(session, MergeMetadata(patches))
+        return changed
+
+
+@contextlib.asynccontextmanager
+async def open_runtime(
+    state_dir: str | os.PathLike[str],
+    writer: Writer | None = None,
+    *,
+    config: RuntimeConfig | None = None,
+) -> AsyncIterator[MemoryRuntime]:
+    """Start the runtime on ``state_dir`` for the block's duration (SPEC §8).
+
+    ``writer=None`` uses the built-in extractive writer; ``rt.writer`` may be
+    replaced while running (workers read it for each job). On exit, in-flight
+    jobs are cancelled (use ``await rt.drain()`` first to finish them) and
+    the tree stops in reverse start order.
+    """
+    state = os.fspath(state_dir)
+    runtime = MemoryRuntime(state, writer or ExtractiveWriter(), config or RuntimeConfig())
+    files = runtime.config.files
+    await run_durable(files.make_dirs, os.path.join(state, "sessions"))
+    async with open_actor(runtime.root_supervisor(), name="runtime", call_timeout=None) as root:
+        runtime.root = root
+        runtime.workspace_ref = await root.call(GetChild("workspace"))
+        runtime.watchdog_ref = await root.call(GetChild("watchdog"))
+        runtime.quarantined = list(await runtime.workspace_ref.call(ReadQuarantine(), timeout=None))
+        # Retry timers live in their own group: leaving the block cancels them,
+        # then the tree stops gracefully in reverse start order.
+        body_error: BaseException | None = None
+        async with anyio.create_task_group() as timers:
+            runtime._task_group = timers
+            try:
+                yield runtime
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, not in a group
+                body_error = exc
+            finally:
+                timers.cancel_scope.cancel()
+        if body_error is not None:
+            raise body_error

@@ -1,0 +1,347 @@
+"""The memory side of a session actor: what the session owes, and one job at a time.
+
+The store's :class:`~store.SessionActor` owns a session's files; this
+subclass adds the ledger (SPEC §6) to the same mailbox, so computing what a
+branch owes, merging the markers of a finished job and the idle check can
+never interleave with an append or a rewind of the same session.
+
+Rules it keeps:
+
+- **At most one job per session in flight** (SPEC §2): a batch is always
+  the oldest owed records of its branch, so markers fill a branch from its
+  oldest end and the owed tail stays contiguous.
+- **Marks only for a finished job, only its nodes** (SPEC §6.4): the writer
+  worker reports a ``JobFinished``; the markers are merged here.
+- **Failures back off, then quarantine** (SPEC §7): consecutive failures
+  of a session delay its next job exponentially (with jitter); after
+  ``max_failures`` the batch is quarantined until the session changes or an
+  operator releases it.
+- **The session boundary** (SPEC §6.6): the head branch first and
+  completely, then other tips only at the threshold; a job that changes
+  nothing ends the pass with ``no progress`` instead of looping.
+
+The per-session ledger state (:class:`SessionLedger`) is kept by the
+runtime, not by the incarnation: a passivated or restarted actor finds its
+job in flight, its failure streak and its pending boundary where it left
+them.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from memory._cycle import FailureKind, WriteOutcome
+from memory._ledger import (
+    first_batch,
+    records_from_branch,
+    should_write,
+    should_write_at_boundary,
+    unwritten_turns,
+)
+from memory._quarantine import QuarantineEntry, is_quarantined
+from memory._records import MARKER_KEY, SourceRecord
+from memory._writer import Batch
+from store import SessionActor, run_durable
+from store._actor import TipMoved
+
+if TYPE_CHECKING:
+    from memory._runtime import MemoryRuntime
+
+__all__ = [
+    "MemorySessionActor",
+    "SessionLedger",
+    "WriteJob",
+    "Pending",
+    "Flush",
+    "CheckIdle",
+    "JobFinished",
+    "RetryDue",
+    "Reconsider",
+    "BoundaryOutcome",
+    "BoundaryResult",
+]
+
+
+# -- messages ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """The owed records of the branch ending at ``tip`` (default: head), minus those in flight."""
+
+    tip: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Flush:
+    """Start a session boundary now; replies with a :class:`BoundaryResult` to await."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckIdle:
+    """From the idle watchdog: run the boundary if idle for ``idle_after`` and not yet processed."""
+
+    now: float
+    processed_updated_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobFinished:
+    job_id: int
+    outcome: WriteOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDue:
+    """The backoff after a failed job has elapsed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reconsider:
+    """Something outside changed (another process appended): evaluate the trigger again."""
+
+
+# -- state kept across incarnations ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WriteJob:
+    id: int
+    batch: Batch
+    boundary: bool
+
+
+class BoundaryOutcome(enum.Enum):
+    WRITTEN = "written"  # every branch the rules cover is written
+    NO_PROGRESS = "no progress"  # a job changed nothing: terminal, not a loop
+    QUARANTINED = "quarantined"  # terminal until the session changes or a release
+    FAILED = "failed"  # retryable: the watchdog tries again at its next poll
+
+    @property
+    def terminal(self) -> bool:
+        return self is not BoundaryOutcome.FAILED
+
+
+@dataclass
+class BoundaryResult:
+    """Completion of one session boundary; ``await result.wait()`` outside the actor."""
+
+    updated_at: float | None
+    from_watchdog: bool
+    done: anyio.Event = field(default_factory=anyio.Event)
+    outcome: BoundaryOutcome | None = None
+    error: str | None = None
+    batches: int = 0
+
+    async def wait(self) -> BoundaryOutcome:
+        await self.done.wait()
+        assert self.outcome is not None
+        return self.outcome
+
+
+@dataclass
+class SessionLedger:
+    """What the runtime remembers about one session's memory between incarnations."""
+
+    in_flight: WriteJob | None = None
+    failures: int = 0
+    retry_pending: bool = False
+    boundary: BoundaryResult | None = None
+    waiters: list[BoundaryResult] = field(default_factory=list)
+
+
+# -- the actor --------------------------------------------------------------------
+
+
+class MemorySessionActor(SessionActor):
+    """A session actor that also keeps the session's memory ledger."""
+
+    def __init__(self, runtime: MemoryRuntime, session: str) -> None:
+        super().__init__(
+            runtime.state_dir, session, files=runtime.config.files, clock=runtime.config.clock
+        )
+        self.runtime = runtime
+        self.ledger = runtime.ledger(session)
+
+    # -- reading what is owed ---------------------------------------------------
+
+    def owed(self, tip: str | None) -> list[SourceRecord]:
+        """SPEC §6.2 on the branch at ``tip``, minus the job in flight (its nodes are owed too)."""
+        branch = self.core.get_branch(tip)
+        records = records_from_branch(self.session, branch, counter=self.runtime.config.counter)
+        owed = unwritten_turns(records, self.runtime.workspace_id)
+        job = self.ledger.in_flight
+        if job is not None:
+            busy = set(job.batch.node_ids)
+            owed = [record for record in owed if record.message_id not in busy]
+        return owed
+
+    # -- messages -----------------------------------------------------------------
+
+    async def handle(self, message: Any) -> Any:
+        match message:
+            case Pending(tip):
+                await self._fresh()
+                return self.owed(tip)
+            case Flush():
+                await self._fresh()
+                return self._start_boundary(from_watchdog=False)
+            case CheckIdle(now, processed):
+                await self._fresh()
+                meta = self.core.meta()
+                updated_at = meta.get("updated_at")
+                if not isinstance(updated_at, (int, float)) or updated_at == processed:
+                    return None
+                if now - updated_at < self.runtime.config.session_idle:
+                    return None
+                return self._start_boundary(from_watchdog=True)
+            case JobFinished(job_id, outcome):
+                await self._job_finished(job_id, outcome)
+                return None
+            case RetryDue():
+                self.ledger.retry_pending = False
+                await self._fresh()
+                await self._plan()
+                return None
+            case Reconsider():
+                await self._fresh()
+                await self._plan()
+                return None
+        return await super().handle(message)
+
+    async def tip_moved(self, event: TipMoved) -> None:
+        self.runtime.watchdog_touch(self.session, self.core.meta().get("updated_at"))
+        if event.head_moved or self.ledger.boundary is not None:
+            await self._plan()
+
+    # -- the planner --------------------------------------------------------------
+
+    def _start_boundary(self, *, from_watchdog: bool) -> BoundaryResult:
+        updated_at = self.core.meta().get("updated_at")
+        result = BoundaryResult(
+            updated_at if isinstance(updated_at, (int, float)) else None, from_watchdog
+        )
+        if self.ledger.boundary is None:
+            self.ledger.boundary = result
+        self.ledger.waiters.append(result)
+        self.ref.cast_nowait(Reconsider())
+        return result
+
+    async def _plan(self) -> None:
+        """Submit the next job if the rules call for one; finish the boundary if done."""
+        ledger = self.ledger
+        if ledger.in_flight is not None or ledger.retry_pending:
+            return
+        updated_at = self.core.meta().get("updated_at")
+        blocked = is_quarantined(
+            self.runtime.quarantined, self.session,
+            updated_at if isinstance(updated_at, (int, float)) else None,
+        )
+        if blocked is not None:
+            await self._finish_boundary(BoundaryOutcome.QUARANTINED, blocked.error)
+            return
+        config = self.runtime.config
+        head = self.core.head
+        if ledger.boundary is None:
+            if head is None:
+                return
+            owed = self.owed(head)
+            if should_write(owed, config.clock(), config.policy):
+                self._submit(first_batch(owed, config.policy.threshold), boundary=False)
+            return
+        # Session boundary: the head branch first and completely...
+        if head is not None:
+            owed = self.owed(head)
+            if owed:
+                self._submit(first_batch(owed, config.policy.threshold), boundary=True)
+                return
+        # ...then every other live tip, only if it owes a whole batch.
+        for row in self.core.list_branches():
+            tip = row["head_msg_id"]
+            if tip == head:
+                continue
+            owed = self.owed(tip)
+            if should_write_at_boundary(owed, head=False, policy=config.policy):
+                self._submit(first_batch(owed, config.policy.threshold), boundary=True)
+                return
+        await self._finish_boundary(BoundaryOutcome.WRITTEN, None)
+
+    def _submit(self, records: list[SourceRecord], *, boundary: bool) -> None:
+        job = WriteJob(
+            self.runtime.next_job_id(),
+            Batch(self.session, tuple(records), self.runtime.render_prompt(records)),
+            boundary,
+        )
+        self.ledger.in_flight = job
+        self.runtime.submit(job)
+
+    async def _job_finished(self, job_id: int, outcome: WriteOutcome) -> None:
+        ledger = self.ledger
+        job = ledger.in_flight
+        if job is None or job.id != job_id:
+            return  # a report for a job this session no longer waits for
+        ledger.in_flight = None
+        self.runtime.job_done(job)
+        if outcome.failure is None:
+            await self._fresh()
+            marks = {node_id: {MARKER_KEY: self.runtime.workspace_id} for node_id in outcome.marks}
+            await run_durable(self.core.merge_node_metadata_batch, marks)
+            self._queue_retire()
+            ledger.failures = 0
+            if ledger.boundary is not None:
+                ledger.boundary.batches += 1
+            await self._plan()
+            return
+        ledger.failures += 1
+        error = str(outcome.error) if outcome.error is not None else outcome.failure.value
+        if ledger.failures >= self.runtime.config.max_failures:
+            await self._quarantine(job, error)
+            await self._finish_boundary(BoundaryOutcome.QUARANTINED, error)
+            return
+        if outcome.failure is FailureKind.EMPTY and ledger.boundary is not None:
+            await self._finish_boundary(BoundaryOutcome.NO_PROGRESS, error)
+        elif ledger.boundary is not None:
+            await self._finish_boundary(BoundaryOutcome.FAILED, error)
+        ledger.retry_pending = True
+        self.runtime.schedule_retry(self.session, ledger.failures)
+
+    async def _quarantine(self, job: WriteJob, error: str) -> None:
+        updated_at = self.core.meta().get("updated_at")
+        entry = QuarantineEntry(
+            session=self.session,
+            node_ids=job.batch.node_ids,
+            error=error,
+            failures=self.ledger.failures,
+            at=self.runtime.config.clock(),
+            updated_at=updated_at if isinstance(updated_at, (int, float)) else None,
+        )
+        await self.runtime.quarantine(entry)
+        self.ledger.failures = 0
+
+    async def _finish_boundary(self, outcome: BoundaryOutcome, error: str | None) -> None:
+        ledger = self.ledger
+        if ledger.boundary is None:
+            return
+        waiters, ledger.waiters, ledger.boundary = ledger.waiters, [], None
+        record = outcome.terminal and any(w.updated_at is not None for w in waiters)
+        for waiter in waiters:
+            waiter.outcome = outcome
+            waiter.error = error
+            waiter.done.set()
+        if record:
+            updated_at = next(w.updated_at for w in waiters if w.updated_at is not None)
+            await self.runtime.record_session_end(self.session, updated_at)
+
+
+def session_factory(runtime: MemoryRuntime) -> Callable[[str], MemorySessionActor]:
+    return lambda session: MemorySessionActor(runtime, session)
+
+
+def session_exists(state_dir: str, session: str) -> bool:
+    return os.path.isfile(os.path.join(state_dir, "sessions", session, "meta.json"))

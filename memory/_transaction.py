@@ -1,0 +1,436 @@
+"""Transactions: a writer's edits installed all-or-nothing, or not at all.
+
+Markers are set on a batch's turns only after its topics are durably in
+memory (SPEC §6.4), so an install that half-happens would be worse than
+none: some statements written, the batch owed again, duplicates piling up.
+A commit therefore validates every edit, normalises ids, and installs the
+surviving files as one unit that survives a crash at any instruction.
+
+Validation (SPEC §5, per edit, each failure recorded in the audit with its
+reason and the edit dropped):
+
+- the path is a ``.md`` file under ``topics/`` (no ``..``, no hidden parts);
+- the file on disk parses strictly, and the draft parses as a draft;
+- every raw handle it cites is archived (``archived(handle)`` is not None),
+  trusted (True), and belongs to this batch or is already cited somewhere in
+  the workspace; a kept archive link must already be cited;
+- no block id of the edited file disappears unless listed in
+  ``delete_blocks`` or kept by another accepted edit of this commit, and no
+  kept id stays behind in a file that is not edited.
+
+Install protocol, under ``.scriptorium/write.lock`` (``fcntl.flock``, so it
+holds across processes and threads):
+
+1. finish any earlier install (recovery, below);
+2. check ``workspace_revision`` equals the base, else :class:`ConcurrentUpdate`;
+3. create missing topic directories (empty directories change nothing);
+4. write ``.scriptorium/install.journal`` durably (temp, fsync, rename, dir
+   fsync): the path and the full new text (or ``null`` for a deletion) of
+   every changed file. **This rename is the commit point**;
+5. replace each topic file unsynced (readers never see a torn file);
+6. fsync every replaced file and its directory in one ``sync_paths`` call;
+7. unlink the journal durably.
+
+Recovery (:meth:`Transactions.recover`, at every start and before every
+commit): no journal means the crash came before the commit point, so every
+topic file is old; leftover temp files are deleted (roll back). A journal
+means every new text is durable, so it is replayed from the top (step 5-7;
+replaying is idempotent, so a crash during recovery is recovered the same
+way) and then removed (roll forward). Every topic file is all-old or all-new
+at every instant a crash can observe.
+
+Every durable step goes through one :class:`DurableFiles`, and
+:meth:`Transactions.commit` is synchronous so the caller runs it in one
+worker-thread hop (``run_durable``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import posixpath
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from memory._errors import (
+    ConcurrentUpdate,
+    EditRejected,
+    InstallJournalCorrupt,
+    TopicError,
+)
+from memory._revision import RevisionCache
+from memory._topic_ids import (
+    NormalisedTopic,
+    handle_key,
+    normalise_topic,
+    source_key,
+)
+from memory._topics import Topic, parse_topic
+from memory._writer import TopicEdit
+from store._durable import DIR_MODE, FILE_MODE, TEMP_SUFFIX, DurableFiles
+
+__all__ = ["Transactions", "CommitResult", "Archived", "JOURNAL", "LOCK"]
+
+JOURNAL = ".scriptorium/install.journal"
+LOCK = ".scriptorium/write.lock"
+
+Archived = Callable[[str], bool | None]
+"""``archived(source_id)``: True trusted, False pending, None not archived."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """The audit list, the changed topic files (sorted) and the revision after the commit."""
+
+    audit: tuple[dict[str, Any], ...]
+    changed_files: tuple[str, ...]
+    revision: str
+
+
+@dataclass(frozen=True, slots=True)
+class _TopicFacts:
+    topic: Topic | None
+    error: TopicError | None
+    block_ids: frozenset[str]
+    labels: frozenset[str]
+    cited: frozenset[str]  # source keys
+
+
+@dataclass
+class _TopicIndex:
+    """Parsed facts of every topic file, re-parsed only when its stat changes."""
+
+    memory_dir: str
+    _files: dict[str, tuple[tuple[int, int, int, int], _TopicFacts]] = field(default_factory=dict)
+
+    def refresh(self) -> dict[str, _TopicFacts]:
+        current: dict[str, tuple[tuple[int, int, int, int], _TopicFacts]] = {}
+        for relative, stat in _topic_files(self.memory_dir):
+            signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+            cached = self._files.get(relative)
+            if cached is None or cached[0] != signature:
+                cached = (signature, self._facts(relative))
+            current[relative] = cached
+        self._files = current
+        return {relative: facts for relative, (_, facts) in current.items()}
+
+    def _facts(self, relative: str) -> _TopicFacts:
+        with open(os.path.join(self.memory_dir, relative), "rb") as handle:
+            raw = handle.read()
+        try:
+            topic = parse_topic(raw.decode("utf-8"), relative)
+        except UnicodeDecodeError:
+            error = TopicError(relative, 0, "not UTF-8")
+            return _TopicFacts(None, error, frozenset(), frozenset(), frozenset())
+        except TopicError as error:
+            return _TopicFacts(None, error, frozenset(), frozenset(), frozenset())
+        cited = {
+            key
+            for footnote in topic.footnotes.values()
+            for link in footnote.sources
+            if (key := source_key(relative, link.target)) is not None
+        }
+        return _TopicFacts(
+            topic, None, frozenset(topic.block_ids()), frozenset(topic.footnotes),
+            frozenset(cited),
+        )
+
+
+def _topic_files(memory_dir: str) -> list[tuple[str, os.stat_result]]:
+    found: list[tuple[str, os.stat_result]] = []
+    stack = [("topics/", os.path.join(memory_dir, "topics"))]
+    while stack:
+        prefix, directory = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                stack.append((prefix + entry.name + "/", entry.path))
+            elif entry.name.endswith(".md") and entry.is_file(follow_symlinks=False):
+                found.append((prefix + entry.name, entry.stat(follow_symlinks=False)))
+    found.sort()
+    return found
+
+
+def check_topic_path(path: str) -> None:
+    """Raise :class:`EditRejected` unless ``path`` is a plain ``topics/**.md`` path."""
+    parts = path.split("/")
+    if (
+        len(parts) < 2 or parts[0] != "topics" or not path.endswith(".md")
+        or any(not part or part in (".", "..") or part.startswith(".") for part in parts)
+        or any(bad in path for bad in ("\\", "\0", "\n", "\r"))
+    ):
+        raise EditRejected(path, "edits may only write topics/**/<name>.md (relative, no '..')")
+
+
+@contextmanager
+def _locked(memory_dir: str) -> Iterator[None]:
+    # The lock file carries no data, so opening it read-only is enough for
+    # flock and nothing but DurableFiles ever opens a file for writing.
+    private = os.path.join(memory_dir, ".scriptorium")
+    os.makedirs(private, mode=DIR_MODE, exist_ok=True)
+    fd = os.open(os.path.join(memory_dir, LOCK), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+class Transactions:
+    """Commits topic edits in ``<state>/memory``; one instance per workspace owner."""
+
+    def __init__(
+        self, memory_dir: str, *, archived: Archived, files: DurableFiles | None = None,
+    ) -> None:
+        self.memory_dir = memory_dir
+        self.archived = archived
+        self.files = files if files is not None else DurableFiles()
+        self.revisions = RevisionCache(memory_dir)
+        self._index = _TopicIndex(memory_dir)
+
+    # -- reading -------------------------------------------------------------
+
+    def revision(self) -> str:
+        return self.revisions.revision()
+
+    def all_cited(self, sources: Sequence[str]) -> bool:
+        """Whether every source handle in ``sources`` is cited by some topic file.
+
+        The write cycle's proof that a batch which changed nothing is
+        nevertheless in memory (a re-delivery after a crash between install
+        and mark, with a writer that merges repeated facts).
+        """
+        facts = self._index.refresh()
+        cited = set().union(*(f.cited for f in facts.values())) if facts else set()
+        return all(handle_key(source) in cited for source in sources)
+
+    # -- recovery ------------------------------------------------------------
+
+    def recover(self) -> bool:
+        """Finish (or discard) an interrupted install; True if a journal was replayed."""
+        with _locked(self.memory_dir):
+            return self._recover_locked()
+
+    def _recover_locked(self) -> bool:
+        journal = os.path.join(self.memory_dir, JOURNAL)
+        self._remove_temp_files()
+        try:
+            with open(journal, "rb") as handle:
+                raw = handle.read()
+        except FileNotFoundError:
+            return False
+        self._install(_decode_journal(raw))
+        return True
+
+    def _remove_temp_files(self) -> None:
+        for directory, _, names in os.walk(os.path.join(self.memory_dir, "topics")):
+            for name in names:
+                if name.endswith(TEMP_SUFFIX):
+                    self.files.unlink(os.path.join(directory, name))
+        private = os.path.join(self.memory_dir, ".scriptorium")
+        if os.path.isdir(private):
+            for name in os.listdir(private):
+                if name.startswith(".install.journal.") and name.endswith(TEMP_SUFFIX):
+                    self.files.unlink(os.path.join(private, name))
+
+    # -- committing ----------------------------------------------------------
+
+    def commit(
+        self,
+        edits: Sequence[TopicEdit],
+        *,
+        base_revision: str,
+        batch_sources: frozenset[str] | set[str],
+    ) -> CommitResult:
+        """Validate, normalise and install ``edits`` made against ``base_revision``.
+
+        Raises :class:`ConcurrentUpdate` if memory moved since the base (nothing
+        is installed). Rejected edits are reported in the audit, not raised.
+        """
+        with _locked(self.memory_dir):
+            self._recover_locked()
+            current = self.revisions.revision()
+            if current != base_revision:
+                raise ConcurrentUpdate(base_revision, current)
+            facts = self._index.refresh()
+            audit, accepted = self._validate(edits, facts, frozenset(batch_sources))
+            changes = self._changes(accepted)
+            if changes:
+                self._prepare_directories(changes)
+                self.files.make_dirs(os.path.join(self.memory_dir, ".scriptorium"))
+                self.files.write_atomic(
+                    os.path.join(self.memory_dir, JOURNAL), _encode_journal(changes),
+                )
+                self._install(changes)
+            changed = tuple(sorted(path for path, _ in changes))
+            audit.append({
+                "tool": "commit", "status": "ok", "count": len(changed),
+                "topic_paths": list(changed),
+            })
+            return CommitResult(tuple(audit), changed, self.revisions.revision())
+
+    def _validate(
+        self, edits: Sequence[TopicEdit], facts: dict[str, _TopicFacts],
+        batch_sources: frozenset[str],
+    ) -> tuple[list[dict[str, Any]], dict[int, NormalisedTopic]]:
+        existing_ids = {i for f in facts.values() for i in f.block_ids}
+        owner = {i: path for path, f in facts.items() for i in f.block_ids}
+        used_ids = set(existing_ids)
+        used_labels = {label for f in facts.values() for label in f.labels}
+        cited = {key for f in facts.values() for key in f.cited}
+        last_edit = {edit.path: index for index, edit in enumerate(edits)}
+        errors: dict[int, str] = {}
+        accepted: dict[int, NormalisedTopic] = {}
+        # Normalise in path order so the id counters do not depend on edit order.
+        for index in sorted(range(len(edits)), key=lambda i: (edits[i].path, i)):
+            edit = edits[index]
+            try:
+                if last_edit[edit.path] != index:
+                    raise EditRejected(edit.path, "superseded by a later edit of the same file")
+                accepted[index] = self._normalise(
+                    edit, facts, existing_ids, used_ids, used_labels, cited, batch_sources,
+                )
+            except (EditRejected, TopicError) as error:
+                errors[index] = error.reason
+
+        # Cross-file rules, repeated until no more edits fall out.
+        while True:
+            kept_anywhere = {i for n in accepted.values() for i in n.block_ids}
+            by_path = {n.path: n for n in accepted.values()}
+            fallen: dict[int, str] = {}
+            for index, normalised in accepted.items():
+                edit = edits[index]
+                base = facts.get(edit.path)
+                before = base.block_ids if base is not None else frozenset()
+                lost = sorted(before - kept_anywhere - edit.delete_blocks)
+                if lost:
+                    fallen[index] = (
+                        f"block ids {', '.join('^' + i for i in lost)} would vanish; "
+                        "keep them or list them in delete_blocks"
+                    )
+                    continue
+                for block_id in sorted(normalised.kept_ids - before):
+                    home = owner.get(block_id)
+                    if home is None:
+                        continue
+                    if home not in by_path or block_id in by_path[home].block_ids:
+                        fallen[index] = (
+                            f"block id ^{block_id} still lives in {home}; move it by "
+                            "removing it there in the same commit"
+                        )
+                        break
+            if not fallen:
+                break
+            for index, reason in fallen.items():
+                del accepted[index]
+                errors[index] = reason
+
+        audit: list[dict[str, Any]] = []
+        for index, edit in enumerate(edits):
+            entry: dict[str, Any] = {"tool": edit.tool, "path": edit.path}
+            if index in errors:
+                entry.update(status="error", error=errors[index])
+            else:
+                entry["status"] = "ok"
+            audit.append(entry)
+        return audit, accepted
+
+    def _normalise(
+        self, edit: TopicEdit, facts: dict[str, _TopicFacts], existing_ids: set[str],
+        used_ids: set[str], used_labels: set[str], cited: set[str],
+        batch_sources: frozenset[str],
+    ) -> NormalisedTopic:
+        check_topic_path(edit.path)
+        base = facts.get(edit.path)
+        if base is not None and base.error is not None:
+            raise EditRejected(
+                edit.path, f"the file on disk fails the strict parse ({base.error.reason})",
+            )
+        if edit.text is None:
+            return NormalisedTopic(
+                edit.path, None, frozenset(), frozenset(), frozenset(), frozenset(),
+            )
+        normalised = normalise_topic(
+            edit.path, edit.text, base=base.topic if base is not None else None,
+            existing_ids=existing_ids, used_ids=used_ids, used_labels=used_labels,
+        )
+        for handle in sorted(normalised.handles):
+            trusted = self.archived(handle)
+            if trusted is None:
+                raise EditRejected(edit.path, f"cites {handle}, which is not archived")
+            if not trusted:
+                raise EditRejected(edit.path, f"cites {handle}, which is pending (not trusted)")
+            if handle not in batch_sources and handle_key(handle) not in cited:
+                raise EditRejected(
+                    edit.path, f"cites {handle}, which is neither in this batch nor cited before",
+                )
+        unknown = sorted(normalised.linked - cited)
+        if unknown:
+            raise EditRejected(
+                edit.path,
+                f"links to {unknown[0]}, which no topic cited before; cite its raw handle",
+            )
+        return normalised
+
+    def _changes(self, accepted: dict[int, NormalisedTopic]) -> list[tuple[str, str | None]]:
+        changes: list[tuple[str, str | None]] = []
+        for normalised in sorted(accepted.values(), key=lambda n: n.path):
+            target = os.path.join(self.memory_dir, normalised.path)
+            try:
+                with open(target, "rb") as handle:
+                    current: bytes | None = handle.read()
+            except FileNotFoundError:
+                current = None
+            new = normalised.text.encode("utf-8") if normalised.text is not None else None
+            if new != current:
+                changes.append((normalised.path, normalised.text))
+        return changes
+
+    def _prepare_directories(self, changes: list[tuple[str, str | None]]) -> None:
+        parents = {posixpath.dirname(path) for path, text in changes if text is not None}
+        for parent in sorted(parents):
+            self.files.make_dirs(os.path.join(self.memory_dir, parent))
+
+    def _install(self, changes: list[tuple[str, str | None]]) -> None:
+        """Steps 5-7: replace, sync once, retire the journal. Idempotent."""
+        written: list[str] = []
+        for path, text in changes:
+            target = os.path.join(self.memory_dir, path)
+            if text is None:
+                self.files.unlink(target)
+                continue
+            self.files.make_dirs(os.path.dirname(target))
+            self.files.replace_unsynced(target, text.encode("utf-8"))
+            written.append(target)
+        if written:
+            self.files.sync_paths(written)
+        self.files.unlink(os.path.join(self.memory_dir, JOURNAL))
+
+
+def _encode_journal(changes: list[tuple[str, str | None]]) -> bytes:
+    return orjson.dumps({"version": 1, "files": [[path, text] for path, text in changes]})
+
+
+def _decode_journal(raw: bytes) -> list[tuple[str, str | None]]:
+    try:
+        document = orjson.loads(raw)
+        if not isinstance(document, dict) or document.get("version") != 1:
+            raise ValueError("unknown journal version")
+        changes: list[tuple[str, str | None]] = []
+        for path, text in document["files"]:
+            if not isinstance(path, str) or not (text is None or isinstance(text, str)):
+                raise ValueError("malformed entry")
+            check_topic_path(path)
+            changes.append((path, text))
+    except (ValueError, KeyError, TypeError, EditRejected) as error:
+        raise InstallJournalCorrupt(JOURNAL, str(error)) from error
+    return changes

@@ -1,0 +1,270 @@
+"""WorkspaceActor: the one owner of ``<state>/memory`` inside this process.
+
+Archive appends, transactions, ``runtime.json``, ``session-end.json`` and
+the quarantine file are all read-modify-write files; two writers in one
+process would race exactly like the node files of SPEC §1. So one actor
+serialises them, and ``.scriptorium/write.lock`` (taken by every
+transaction) covers runtimes in other processes.
+
+Writers do **not** run here: a model writer may take minutes, and the
+workspace must keep archiving other sessions' evidence meanwhile. A writer
+works on a :class:`~memory._writer.WorkspaceSnapshot` and its edits come
+back as one ``Commit``, checked against the snapshot's revision
+(``ConcurrentUpdate`` when another commit landed first; the caller retries).
+
+On start it finishes or rolls back an install a crash interrupted
+(``Transactions.recover``) before it serves anything.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from actors import Actor
+from memory._archive import AppendResult, append_records, read_archive
+from memory._errors import ScriptoriumMemoryError
+from memory._quarantine import QuarantineEntry, read_quarantine, write_quarantine
+from memory._records import SourceRecord
+from memory._runtime_state import (
+    RuntimeState,
+    read_runtime_state,
+    read_session_end,
+    write_runtime_state,
+    write_session_end,
+)
+from memory._transaction import CommitResult, Transactions
+from memory._workspace_id import load_or_create_workspace_id
+from memory._writer import Batch, TopicEdit, WorkspaceSnapshot
+from store import DurableFiles, run_durable
+
+__all__ = [
+    "WorkspaceActor",
+    "ArchiveBatch",
+    "TakeSnapshot",
+    "CommitEdits",
+    "BatchCovered",
+    "RecordSessionEnd",
+    "QuarantineBatch",
+    "ReleaseQuarantine",
+    "ReadQuarantine",
+    "ReadRuntimeState",
+    "ReplaceRuntimeState",
+]
+
+TOPICS = "topics"
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveBatch:
+    batch: Batch
+
+
+@dataclass(frozen=True, slots=True)
+class TakeSnapshot:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class CommitEdits:
+    batch: Batch
+    edits: tuple[TopicEdit, ...]
+    base_revision: str
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCovered:
+    """Is every trusted record of ``batch`` archived and already cited by a topic?"""
+
+    batch: Batch
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSessionEnd:
+    session: str
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineBatch:
+    entry: QuarantineEntry
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseQuarantine:
+    """Release every quarantined batch of ``session`` (all sessions if None)."""
+
+    session: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadQuarantine:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRuntimeState:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceRuntimeState:
+    state: RuntimeState
+
+
+@dataclass
+class _Archived:
+    """Trust of every archived source of one session, as scanned (valid prefix)."""
+
+    trusted: dict[str, bool] = field(default_factory=dict)
+
+
+class WorkspaceActor(Actor):
+    """Owns ``<state>/memory``; see the module docstring."""
+
+    expected_errors = (ScriptoriumMemoryError,)
+
+    def __init__(
+        self,
+        memory_dir: str,
+        *,
+        files: DurableFiles | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.memory_dir = memory_dir
+        self.files = files if files is not None else DurableFiles()
+        self.clock = clock
+        self.workspace_id = ""
+        self._archives: dict[str, _Archived] = {}
+        self._transactions: Transactions | None = None
+        self.commits = 0
+
+    async def on_start(self) -> None:
+        def start() -> Transactions:
+            self.files.make_dirs(os.path.join(self.memory_dir, ".scriptorium"))
+            self.workspace_id = load_or_create_workspace_id(self.memory_dir, self.files)
+            transactions = Transactions(self.memory_dir, archived=self._archived, files=self.files)
+            transactions.recover()
+            return transactions
+
+        self._transactions = await run_durable(start)
+
+    @property
+    def transactions(self) -> Transactions:
+        if self._transactions is None:
+            raise RuntimeError("the workspace actor is used before on_start")
+        return self._transactions
+
+    def inspect(self) -> object:
+        return {"workspace_id": self.workspace_id, "commits": self.commits,
+                "archives_cached": len(self._archives)}
+
+    async def handle(self, message: Any) -> Any:
+        match message:
+            case ArchiveBatch(batch):
+                return await run_durable(self._archive, batch.session_id, batch.records)
+            case TakeSnapshot():
+                return await run_durable(self._snapshot)
+            case CommitEdits(batch, edits, base):
+                return await run_durable(self._commit, batch, edits, base)
+            case BatchCovered(batch):
+                return await run_durable(self._covered, batch)
+            case RecordSessionEnd(session, updated_at):
+                return await run_durable(self._record_session_end, session, updated_at)
+            case QuarantineBatch(entry):
+                return await run_durable(self._quarantine_add, entry)
+            case ReleaseQuarantine(session):
+                return await run_durable(self._quarantine_release, session)
+            case ReadQuarantine():
+                return await run_durable(read_quarantine, self.memory_dir)
+            case ReadRuntimeState():
+                return await run_durable(read_runtime_state, self.memory_dir)
+            case ReplaceRuntimeState(state):
+                return await run_durable(write_runtime_state, self.memory_dir, state, self.files)
+        raise TypeError(f"the workspace actor got an unknown message {message!r}")
+
+    # -- the synchronous bodies, each one thread hop --------------------------------
+
+    def _archived_of(self, session: str) -> _Archived:
+        known = self._archives.get(session)
+        if known is None:
+            scan = read_archive(self.memory_dir, session)
+            known = _Archived({f.source_id: f.trusted for f in scan.frames})
+            self._archives[session] = known
+        return known
+
+    def _archived(self, source: str) -> bool | None:
+        """``Transactions``' archive lookup: True trusted, False pending, None absent."""
+        parts = source.split("/")
+        if len(parts) != 3 or parts[0] != "openprogram":
+            return None
+        return self._archived_of(parts[1]).trusted.get(source)
+
+    def _archive(self, session: str, records: Sequence[SourceRecord]) -> AppendResult:
+        known = self._archived_of(session)
+        result = append_records(self.memory_dir, session, records, self.files)
+        for record in records:
+            known.trusted.setdefault(record.source_id, record.trusted)
+        return result
+
+    def _snapshot(self) -> WorkspaceSnapshot:
+        revision = self.transactions.revision()
+        paths: list[str] = []
+        root = os.path.join(self.memory_dir, TOPICS)
+        for directory, dirs, names in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            relative = os.path.relpath(directory, self.memory_dir).replace(os.sep, "/")
+            paths.extend(f"{relative}/{n}" for n in sorted(names)
+                         if n.endswith(".md") and not n.startswith("."))
+        memory_dir = self.memory_dir
+
+        def read(path: str) -> str:
+            with open(os.path.join(memory_dir, path), encoding="utf-8", newline="") as handle:
+                return handle.read()
+
+        return WorkspaceSnapshot(revision, tuple(paths), read)
+
+    def _commit(self, batch: Batch, edits: Sequence[TopicEdit], base: str) -> list[dict[str, Any]]:
+        result: CommitResult = self.transactions.commit(
+            edits, base_revision=base,
+            batch_sources=frozenset(r.source_id for r in batch.records),
+        )
+        if result.changed_files:
+            self.commits += 1
+            state = read_runtime_state(self.memory_dir)
+            write_runtime_state(self.memory_dir, replace(
+                state,
+                local_batches=state.local_batches + 1,
+                local_tokens=state.local_tokens + sum(r.tokens for r in batch.records),
+                write_commits_since_global=state.write_commits_since_global + 1,
+            ), self.files)
+        return [dict(entry) for entry in result.audit]
+
+    def _covered(self, batch: Batch) -> bool:
+        trusted = [r.source_id for r in batch.records if r.trusted]
+        known = self._archived_of(batch.session_id).trusted
+        if any(source not in known for source in (r.source_id for r in batch.records)):
+            return False
+        return self.transactions.all_cited(trusted)
+
+    def _record_session_end(self, session: str, updated_at: float) -> None:
+        entries = read_session_end(self.memory_dir)
+        if entries.get(session) == updated_at:
+            return
+        entries[session] = updated_at
+        write_session_end(self.memory_dir, entries, self.files)
+
+    def _quarantine_add(self, entry: QuarantineEntry) -> None:
+        entries = read_quarantine(self.memory_dir)
+        write_quarantine(self.memory_dir, [*entries, entry], self.files)
+
+    def _quarantine_release(self, session: str | None) -> list[QuarantineEntry]:
+        entries = read_quarantine(self.memory_dir)
+        released = [e for e in entries if session is None or e.session == session]
+        if released:
+            kept = [e for e in entries if not (session is None or e.session == session)]
+            write_quarantine(self.memory_dir, kept, self.files)
+        return released

@@ -1,0 +1,244 @@
+"""SessionActor: the one owner of a session's files inside this process.
+
+SPEC §1 names the weakness this removes: node files are unlocked, so a
+marker merged while another component rewrites the same node is lost
+wholesale. Here nothing rewrites a node except this actor, one message at
+a time: every append, metadata merge, head move, rewind and walk goes
+through its mailbox, and :class:`~store._session.SessionCore` takes
+``<sid>/.lock`` around each mutation for owners in other processes.
+
+Each mutation is one message and one worker-thread hop (``run_durable``):
+the core does all of a mutation's file work in one synchronous call.
+Reads answer from the in-memory index on the event loop when it is fresh,
+and hop to a thread only when an outside write forces a rebuild.
+
+Outstanding batch journals (``store._journal``) are retired when the
+mailbox has drained (a ``RetireJournals`` message queued behind the work)
+and when the actor stops, so the fsyncs a metadata batch saves on its
+critical path are paid off it.
+
+Subclasses (the memory runtime's session actor) add their own messages by
+overriding :meth:`handle` and calling ``super().handle`` for the rest, and
+react to appends in :meth:`tip_moved`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors import Actor, ActorError
+
+from ._durable import DurableFiles, run_durable
+from ._errors import StoreError
+from ._session import SessionCore
+
+__all__ = [
+    "SessionActor",
+    "TipMoved",
+    "Append",
+    "GetBranch",
+    "ListBranches",
+    "GetMeta",
+    "SetHead",
+    "RewindTo",
+    "SpawnBranch",
+    "InsertSummary",
+    "MergeMetadata",
+    "RetireJournals",
+]
+
+
+# -- messages -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Append one turn (a message dict); replies with its message view."""
+
+    message: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class GetBranch:
+    """Message dicts root→tip of the branch ending at ``tip`` (default: head)."""
+
+    tip: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListBranches:
+    """The list_branches rows of SPEC §4."""
+
+
+@dataclass(frozen=True, slots=True)
+class GetMeta:
+    """A copy of meta.json as the actor knows it."""
+
+
+@dataclass(frozen=True, slots=True)
+class SetHead:
+    node_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RewindTo:
+    """Stamp ``rewound`` back to ``user_turn``; replies with the stamped ids."""
+
+    user_turn: str
+
+
+@dataclass(frozen=True, slots=True)
+class SpawnBranch:
+    caller_node: str
+    source: str
+    prompt: str
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InsertSummary:
+    covers_ids: tuple[str, ...]
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class MergeMetadata:
+    """``merge_node_metadata_batch``: replies with the ids whose file changed."""
+
+    patches: Mapping[str, Mapping[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class RetireJournals:
+    """Pay off outstanding journals; queued behind the work, so it runs when drained."""
+
+
+@dataclass(frozen=True, slots=True)
+class TipMoved:
+    """An append landed: ``node`` is its message view, ``head`` the head after it."""
+
+    session: str
+    node: Mapping[str, Any] = field(repr=False)
+    head: str | None
+    head_moved: bool
+
+
+# -- the actor ------------------------------------------------------------------
+
+
+class SessionActor(Actor):
+    """Owns ``<state>/sessions/<sid>``; see the module docstring.
+
+    ``StoreError`` (bad input, a missing node, a broken chain) is returned to
+    the caller and the actor keeps running; anything else is a crash, and the
+    restarted incarnation rebuilds its index from disk in ``on_start``.
+    """
+
+    expected_errors = (StoreError,)
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        session: str,
+        *,
+        files: DurableFiles | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.state_dir = os.fspath(state_dir)
+        self.session = session
+        self._files = files
+        self._clock = clock
+        self._core: SessionCore | None = None
+        self._retire_queued = False
+
+    @property
+    def core(self) -> SessionCore:
+        if self._core is None:
+            raise RuntimeError(f"session actor {self.session!r} used before on_start")
+        return self._core
+
+    async def on_start(self) -> None:
+        options: dict[str, Any] = {"files": self._files}
+        if self._clock is not None:
+            options["clock"] = self._clock
+        self._core = await run_durable(
+            lambda: SessionCore.open(self.state_dir, self.session, **options)
+        )
+
+    async def on_stop(self, reason: BaseException | None) -> None:
+        if self._core is not None and reason is None:
+            await run_durable(self._core.close)
+
+    def inspect(self) -> object:
+        core = self._core
+        if core is None:
+            return {"session": self.session, "open": False}
+        return {
+            "session": self.session,
+            "open": True,
+            "head": core.meta().get("head_id"),
+            "journals": len(core.outstanding_journals),
+            "rebuilds": core.rebuilds,
+        }
+
+    async def handle(self, message: Any) -> Any:
+        core = self.core
+        match message:
+            case GetBranch(tip):
+                await self._fresh()
+                return core.get_branch(tip)
+            case ListBranches():
+                await self._fresh()
+                return core.list_branches()
+            case GetMeta():
+                await self._fresh()
+                return core.meta()
+            case Append(msg):
+                head_before = core.head
+                node = await run_durable(core.append, msg)
+                head = core.head
+                await self.tip_moved(
+                    TipMoved(self.session, node, head, head_moved=head != head_before)
+                )
+                return node
+            case SpawnBranch(caller_node, source, prompt, name):
+                return await run_durable(
+                    lambda: core.spawn_branch(caller_node, source, prompt, name=name)
+                )
+            case InsertSummary(covers_ids, text):
+                return await run_durable(core.insert_summary, list(covers_ids), text)
+            case SetHead(node_id):
+                return await run_durable(core.set_head, node_id)
+            case RewindTo(user_turn):
+                stamped = await run_durable(core.rewind_to, user_turn)
+                self._queue_retire()
+                return stamped
+            case MergeMetadata(patches):
+                changed = await run_durable(core.merge_node_metadata_batch, patches)
+                self._queue_retire()
+                return changed
+            case RetireJournals():
+                self._retire_queued = False
+                await run_durable(core.retire_journals)
+                return None
+        raise TypeError(f"session actor {self.session!r} got an unknown message {message!r}")
+
+    async def tip_moved(self, event: TipMoved) -> None:
+        """Called after every append, inside the actor; subclasses react here."""
+
+    async def _fresh(self) -> None:
+        """Rebuild the index in a worker thread if another process wrote the session."""
+        if self.core.is_stale():
+            await run_durable(self.core.refresh)
+
+    def _queue_retire(self) -> None:
+        if self._retire_queued or not self.core.outstanding_journals:
+            return
+        try:
+            self.ref.cast_nowait(RetireJournals())
+        except ActorError:
+            return  # a full mailbox: the next merge, or on_stop, retires them
+        self._retire_queued = True

@@ -1,0 +1,207 @@
+"""DynamicSupervisor: supervises keyed actors, one per key, started on first use.
+
+Sessions come and go by the thousand, so they cannot be static children:
+the dynamic supervisor owns a registry of keyed actors (see
+``actors.Registry``), which activates an actor on its first message and
+passivates it when idle; the supervisor decides what a crash means.
+
+Restart intensity is applied **per child** by default: a session that
+keeps crashing is stopped and reported (its callers get ``ActorCrashed`` /
+``ActorStopped`` with the crash as ``__cause__``) while the thousands of
+other sessions are unaffected. The next message for that key starts a fresh
+activation. ``escalate=True`` gives OTP's behaviour instead: one intensity
+for all children, and exceeding it crashes the supervisor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import anyio
+
+from actors import Actor, ActorCell, ActorRef, Backpressure, DeadLetter, Registry
+from supervisors._backoff import Backoff, BackoffStreak
+from supervisors._errors import RestartIntensityExceeded
+from supervisors._intensity import RestartIntensity
+from supervisors._spec import Restart
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class ActivateChild:
+    """Get the child for a key, activating it now; replies with its ``ActorRef``."""
+
+    key: Hashable
+
+
+@dataclass(frozen=True)
+class DynamicSupervisorStatistics:
+    name: str
+    children: int  # live activations
+    activations: int
+    passivations: int
+    restarts: int
+    given_up: tuple[Hashable, ...]  # keys stopped for exceeding their intensity, latest last
+
+
+@dataclass(frozen=True)
+class _GaveUp:
+    key: Hashable
+    crash: Exception
+
+
+@dataclass
+class _KeyHistory:
+    intensity: RestartIntensity
+    backoff: BackoffStreak = field(default_factory=BackoffStreak)
+
+
+class DynamicSupervisor(Actor, Generic[K]):
+    """Keyed children (``TRANSIENT`` or ``TEMPORARY``); see the module doc."""
+
+    def __init__(
+        self,
+        factory: Callable[[K], Actor],
+        *,
+        restart: Restart = Restart.TRANSIENT,
+        idle_timeout: float | None = 300.0,
+        max_restarts: int = 5,
+        within: float = 10.0,
+        escalate: bool = False,
+        backoff: Backoff | None = None,
+        shutdown_timeout: float | None = 5.0,
+        capacity: int = 1000,
+        policy: Backpressure = Backpressure.WAIT,
+        call_timeout: float | None = 5.0,
+        poison_threshold: int = 3,
+        dead_letter: DeadLetter | None = None,
+        on_give_up: Callable[[K, Exception], None] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if restart is Restart.PERMANENT:
+            raise ValueError(
+                "keyed children come back on their next message; use Restart.TRANSIENT "
+                "(restart after a crash) or Restart.TEMPORARY (never restart)"
+            )
+        self.factory = factory
+        self.restart = restart
+        self.idle_timeout = idle_timeout
+        self.intensity = RestartIntensity(max_restarts, within)
+        self.escalate = escalate
+        self.backoff = backoff if backoff is not None else Backoff()
+        self.shutdown_timeout = shutdown_timeout
+        self.options: dict[str, Any] = {
+            "capacity": capacity,
+            "policy": policy,
+            "call_timeout": call_timeout,
+            "poison_threshold": poison_threshold,
+            "dead_letter": dead_letter,
+        }
+        self.on_give_up = on_give_up
+        self.rng = rng or random.Random()
+        self._registry: Registry[K] | None = None
+        self._history: dict[K, _KeyHistory] = {}
+        self._shared = _KeyHistory(self.intensity)
+        self.restarts = 0
+        self.given_up: list[Hashable] = []
+
+    @property
+    def registry(self) -> Registry[K]:
+        if self._registry is None:
+            raise RuntimeError("the dynamic supervisor's registry exists once it has started")
+        return self._registry
+
+    def child(self, key: K) -> ActorRef:
+        """The reference for ``key`` (synchronous; it activates on the first send)."""
+        return self.registry.ref(key)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        crash: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            self._registry = Registry(
+                self.factory,
+                task_group=tg,
+                on_crash=self._on_crash,
+                on_forget=self._forget,
+                name=self.ref.name,
+                idle_timeout=self.idle_timeout,
+                **self.options,
+            )
+            try:
+                yield
+            except Exception as exc:  # noqa: BLE001 - re-raised below, not wrapped in a group
+                crash = exc
+            finally:
+                tg.cancel_scope.cancel()
+                for key, cell in self.registry.items():
+                    if not cell.closed:
+                        cell.close(None)
+                    self.registry._forget(key, cell)
+        if crash is not None:
+            raise crash
+
+    async def on_stop(self, reason: BaseException | None) -> None:
+        await self.registry.shutdown(self.shutdown_timeout)
+
+    async def handle(self, message: Any) -> Any:
+        match message:
+            case ActivateChild(key):
+                return self.registry.activate(key)  # type: ignore[arg-type]
+            case _GaveUp(key, crash):
+                if self.escalate:
+                    raise RestartIntensityExceeded(
+                        self.ref.name, str(key), self.intensity.max_restarts, self.intensity.within
+                    ) from crash
+                self.given_up.append(key)
+                if self.on_give_up is not None:
+                    self.on_give_up(key, crash)  # type: ignore[arg-type]
+                return None
+            case _:
+                raise TypeError(
+                    f"dynamic supervisor {self.ref.name!r} got {message!r}; send "
+                    "ActivateChild(key), or talk to a child through child(key)"
+                )
+
+    def inspect(self) -> object:
+        return self.statistics()
+
+    def children(self) -> Iterable[tuple[str, ActorCell]]:
+        return [(str(key), cell) for key, cell in self.registry.items()]
+
+    def statistics(self) -> DynamicSupervisorStatistics:
+        registry = self.registry
+        return DynamicSupervisorStatistics(
+            name=self.ref.name,
+            children=len(registry),
+            activations=registry.activations,
+            passivations=registry.passivations,
+            restarts=self.restarts,
+            given_up=tuple(self.given_up),
+        )
+
+    def _forget(self, key: K) -> None:
+        self._history.pop(key, None)
+
+    def _on_crash(self, key: K, cell: ActorCell, crash: Exception) -> float | None:
+        """The registry asks: restart ``key`` after how long, or stop it (None)?"""
+        if self.restart is Restart.TEMPORARY:
+            return None
+        now = anyio.current_time()
+        if self.escalate:
+            history = self._shared
+        else:
+            history = self._history.get(key) or self._history.setdefault(
+                key, _KeyHistory(self.intensity.fresh())
+            )
+        if not history.intensity.allows(now):
+            self.ref.cell.post_system(_GaveUp(key, crash))
+            return None
+        history.intensity.record(now)
+        self.restarts += 1
+        return history.backoff.next_delay(self.backoff, now, self.rng)

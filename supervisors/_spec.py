@@ -1,0 +1,51 @@
+"""Child specifications: what a supervisor starts, and when it restarts it.
+
+OTP's vocabulary, because it is the one users of supervisors already know:
+``PERMANENT`` children are always restarted, ``TRANSIENT`` ones only after
+an abnormal exit (a crash), ``TEMPORARY`` ones never. ``shutdown_timeout``
+is how long an orderly stop may take before the child is cancelled.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from actors import Actor, Backpressure, DeadLetter
+
+
+class Restart(enum.Enum):
+    PERMANENT = "permanent"
+    TRANSIENT = "transient"
+    TEMPORARY = "temporary"
+
+    def restarts_after(self, crash: BaseException | None) -> bool:
+        """Whether a child of this type comes back after exiting with ``crash``."""
+        if self is Restart.PERMANENT:
+            return True
+        return self is Restart.TRANSIENT and crash is not None
+
+
+class Strategy(enum.Enum):
+    ONE_FOR_ONE = "one_for_one"  # restart only the crashed child
+    ONE_FOR_ALL = "one_for_all"  # stop all others, restart all
+    REST_FOR_ONE = "rest_for_one"  # stop those started after it, restart it and them
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """One child: its id, its factory (an Actor or a Supervisor) and its policies.
+
+    ``dead_letter`` and ``poison_threshold`` default to the supervisor's.
+    """
+
+    id: str
+    start: Callable[[], Actor]
+    restart: Restart = Restart.PERMANENT
+    shutdown_timeout: float | None = 5.0
+    capacity: int = 1000
+    policy: Backpressure = Backpressure.WAIT
+    call_timeout: float | None = 5.0
+    poison_threshold: int | None = None
+    dead_letter: DeadLetter | None = None

@@ -1,0 +1,409 @@
+"""Supervisor: an actor that starts children, watches them, and restarts them.
+
+Why is a supervisor itself an actor? Child exits and management calls
+(start, terminate, list) must be handled one at a time, in the order they
+happened, or two crashes handled concurrently could restart a child twice.
+A mailbox gives that order for free, exactly as in OTP; and because a
+supervisor is an actor, a supervisor can be a child, so supervisors nest
+into trees and a supervisor that gives up is just a crashed child to its
+parent.
+
+Contract:
+
+- Children start in spec order, each after the previous one's ``on_start``
+  returned. They are stopped in reverse start order, each within its
+  ``shutdown_timeout`` and then cancelled.
+- A child exit arrives as a runtime message on the control lane; the
+  strategy and restart type decide what restarts. Restarts are counted
+  against the restart intensity (``RestartIntensity``); beyond it the
+  supervisor stops its children and crashes with ``RestartIntensityExceeded``
+  (the last child crash in ``__cause__``).
+- A restart after a backoff delay is scheduled on a timer task, so the
+  supervisor keeps serving its mailbox meanwhile; the child's cell is
+  ``RESTARTING`` (sends queue, or fail fast with ``ActorRestarting``).
+- A child's cell (mailbox, references) survives its restarts. If the
+  supervisor itself is restarted, its new incarnation starts new cells:
+  references to the old children then raise ``ActorStopped``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from actors import Actor, ActorCell, ActorRef, ActorState, DeadLetter
+from supervisors._backoff import Backoff, BackoffStreak
+from supervisors._errors import ChildNotFound, DuplicateChild, RestartIntensityExceeded
+from supervisors._intensity import RestartIntensity
+from supervisors._spec import ChildSpec, Restart, Strategy
+
+# -- management messages (send with ``await supervisor_ref.call(...)``) --------
+
+
+@dataclass(frozen=True)
+class StartChild:
+    """Add and start a child; replies with its ``ActorRef``."""
+
+    spec: ChildSpec
+
+
+@dataclass(frozen=True)
+class TerminateChild:
+    """Stop a child (orderly, within its shutdown timeout); its spec is kept."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class RestartChild:
+    """Start again a child that was terminated or exited without restart."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class DeleteChild:
+    """Forget the spec of a stopped child."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class WhichChildren:
+    """Replies with a ``ChildInfo`` per child, in start order."""
+
+
+@dataclass(frozen=True)
+class GetChild:
+    """Replies with the ``ActorRef`` of one child."""
+
+    id: str
+
+
+@dataclass(frozen=True)
+class ChildInfo:
+    id: str
+    ref: ActorRef
+    state: ActorState
+    restart: Restart
+
+
+@dataclass(frozen=True)
+class ChildStatistics:
+    id: str
+    state: ActorState
+    restart: Restart
+    restarts: int
+    mailbox_depth: int
+
+
+@dataclass(frozen=True)
+class SupervisorStatistics:
+    name: str
+    strategy: Strategy
+    children: tuple[ChildStatistics, ...]
+    restarts: int  # restarts this incarnation performed
+    recent_restarts: int  # inside the intensity window, as of the last restart
+
+
+# -- runtime messages (control lane) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ChildExited:
+    id: str
+    generation: int
+    crash: Exception | None
+
+
+@dataclass(frozen=True)
+class _RestartDue:
+    ids: tuple[tuple[str, int], ...]
+
+
+class _Child:
+    __slots__ = (
+        "backoff",
+        "cell",
+        "done",
+        "generation",
+        "last_crash",
+        "restarts",
+        "running",
+        "scope",
+        "spec",
+    )
+
+    def __init__(self, spec: ChildSpec, cell: ActorCell) -> None:
+        self.spec = spec
+        self.cell = cell
+        self.generation = 0  # bumped when the supervisor stops or restarts it on purpose
+        self.running = False
+        self.scope: anyio.CancelScope | None = None
+        self.done = anyio.Event()
+        self.restarts = 0
+        self.backoff = BackoffStreak()
+        self.last_crash: Exception | None = None
+
+
+class Supervisor(Actor):
+    """A static supervisor (OTP ``supervisor``); see the module doc."""
+
+    expected_errors = (ChildNotFound, DuplicateChild, TypeError)
+
+    def __init__(
+        self,
+        children: Sequence[ChildSpec] = (),
+        *,
+        strategy: Strategy = Strategy.ONE_FOR_ONE,
+        max_restarts: int = 5,
+        within: float = 10.0,
+        backoff: Backoff | None = None,
+        poison_threshold: int = 3,
+        dead_letter: DeadLetter | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.specs = list(children)
+        self.strategy = strategy
+        self.intensity = RestartIntensity(max_restarts, within)
+        self.backoff = backoff if backoff is not None else Backoff()
+        self.poison_threshold = poison_threshold
+        self.dead_letter = dead_letter
+        self.rng = rng or random.Random()
+        self._children: dict[str, _Child] = {}
+        self._tg: TaskGroup | None = None
+        self.restarts = 0
+        self._recent = 0
+
+    # -- actor hooks -----------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        crash: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            try:
+                yield
+            except Exception as exc:  # noqa: BLE001 - re-raised below, not wrapped in a group
+                crash = exc
+            finally:
+                tg.cancel_scope.cancel()  # pending restart timers
+                for child in self._children.values():
+                    if not child.cell.closed:
+                        child.cell.close(None)
+        if crash is not None:
+            raise crash
+
+    async def on_start(self) -> None:
+        for spec in self.specs:
+            await self._add(spec)
+
+    async def on_stop(self, reason: BaseException | None) -> None:
+        for child in reversed(list(self._children.values())):
+            await self._stop(child)
+            if not child.cell.closed:
+                child.cell.close(None)
+
+    def inspect(self) -> object:
+        return self.statistics()
+
+    def children(self) -> Iterable[tuple[str, ActorCell]]:
+        return [(child_id, child.cell) for child_id, child in self._children.items()]
+
+    async def handle(self, message: Any) -> Any:
+        match message:
+            case _ChildExited():
+                await self._child_exited(message)
+            case _RestartDue(ids):
+                for child_id, generation in ids:
+                    child = self._children.get(child_id)
+                    if child is not None and child.generation == generation and not child.running:
+                        await self._start(child)
+            case StartChild(spec):
+                return (await self._add(spec)).cell.ref
+            case TerminateChild(child_id):
+                child = self._child(child_id)
+                await self._stop(child)
+                if child.spec.restart is Restart.TEMPORARY:
+                    self._remove(child)
+            case RestartChild(child_id):
+                child = self._child(child_id)
+                if not child.running:
+                    await self._start(child)
+                return child.cell.ref
+            case DeleteChild(child_id):
+                child = self._child(child_id)
+                await self._stop(child)
+                self._remove(child)
+            case WhichChildren():
+                return [
+                    ChildInfo(c.spec.id, c.cell.ref, c.cell.state, c.spec.restart)
+                    for c in self._children.values()
+                ]
+            case GetChild(child_id):
+                return self._child(child_id).cell.ref
+            case _:
+                raise TypeError(
+                    f"supervisor {self.ref.name!r} got {message!r}; send StartChild, "
+                    "TerminateChild, RestartChild, DeleteChild, WhichChildren or GetChild"
+                )
+        return None
+
+    def statistics(self) -> SupervisorStatistics:
+        return SupervisorStatistics(
+            name=self.ref.name,
+            strategy=self.strategy,
+            children=tuple(
+                ChildStatistics(
+                    c.spec.id, c.cell.state, c.spec.restart, c.restarts, len(c.cell.mailbox)
+                )
+                for c in self._children.values()
+            ),
+            restarts=self.restarts,
+            recent_restarts=self._recent,
+        )
+
+    # -- children ------------------------------------------------------------
+
+    def _child(self, child_id: str) -> _Child:
+        child = self._children.get(child_id)
+        if child is None:
+            raise ChildNotFound(self.ref.name, child_id)
+        return child
+
+    async def _add(self, spec: ChildSpec) -> _Child:
+        if spec.id in self._children:
+            raise DuplicateChild(self.ref.name, spec.id)
+        cell = ActorCell(
+            spec.start,
+            name=f"{self.ref.name}/{spec.id}",
+            capacity=spec.capacity,
+            policy=spec.policy,
+            call_timeout=spec.call_timeout,
+            poison_threshold=spec.poison_threshold or self.poison_threshold,
+            dead_letter=spec.dead_letter or self.dead_letter,
+        )
+        child = self._children[spec.id] = _Child(spec, cell)
+        await self._start(child)
+        return child
+
+    def _remove(self, child: _Child) -> None:
+        if not child.cell.closed:
+            child.cell.close(None)
+        del self._children[child.spec.id]
+
+    async def _start(self, child: _Child) -> None:
+        """Start one incarnation and wait until its ``on_start`` has returned."""
+        assert self._tg is not None
+        if child.cell.closed:  # terminated for good earlier: a fresh cell, same id
+            old = child.cell
+            child.cell = ActorCell(
+                old.factory,
+                name=old.name,
+                capacity=old.mailbox.capacity,
+                policy=old.policy,
+                call_timeout=old.call_timeout,
+                poison_threshold=old.poison_threshold,
+                dead_letter=old.dead_letter,
+            )
+        child.running = True
+        child.done = anyio.Event()
+        await self._tg.start(self._run, child, child.generation)
+
+    async def _run(self, child: _Child, generation: int, *, task_status: TaskStatus[None]) -> None:
+        started = False
+
+        def mark_started() -> None:
+            nonlocal started
+            started = True
+            task_status.started()
+
+        crash: Exception | None = None
+        try:
+            with anyio.CancelScope() as scope:
+                child.scope = scope
+                try:
+                    await child.cell.run_incarnation(on_started=mark_started)
+                except Exception as exc:  # noqa: BLE001 - reported to the supervisor below
+                    crash = exc
+                    if not started:
+                        task_status.started()
+        finally:
+            if child.generation == generation:
+                child.running = False
+            child.done.set()
+        child.last_crash = crash
+        self.ref.cell.post_system(_ChildExited(child.spec.id, generation, crash))
+
+    async def _stop(self, child: _Child) -> None:
+        """Stop a child on purpose: orderly within its timeout, then cancel."""
+        child.generation += 1  # its exit notice, and any pending restart, are now stale
+        if not child.running:
+            if child.cell.state is ActorState.RESTARTING:  # a restart was pending
+                child.cell.close(child.last_crash)
+            return
+        with anyio.move_on_after(child.spec.shutdown_timeout):
+            await child.cell.stop()
+            await child.done.wait()
+        if not child.done.is_set():
+            if child.scope is not None:
+                child.scope.cancel()
+            await child.done.wait()
+        child.running = False
+
+    async def _child_exited(self, exited: _ChildExited) -> None:
+        child = self._children.get(exited.id)
+        if child is None or child.generation != exited.generation:
+            return  # stopped on purpose, or already handled by a group restart
+        if not child.spec.restart.restarts_after(exited.crash):
+            child.cell.close(exited.crash)
+            if child.spec.restart is Restart.TEMPORARY:
+                del self._children[child.spec.id]
+            return
+        now = anyio.current_time()
+        if not self.intensity.allows(now):
+            raise RestartIntensityExceeded(
+                self.ref.name, exited.id, self.intensity.max_restarts, self.intensity.within
+            ) from exited.crash
+        self.intensity.record(now)
+        self._recent = self.intensity.recent(now)
+        group = self._group(child)
+        # Stop the rest of the group, latest started first; temporary siblings go for good.
+        for sibling in reversed(group):
+            if sibling is not child:
+                await self._stop(sibling)
+                if sibling.spec.restart is Restart.TEMPORARY:
+                    self._remove(sibling)
+        group = [c for c in group if c.spec.id in self._children]
+        for member in group:
+            member.generation += 1
+            member.restarts += 1
+            self.restarts += 1
+            if member.cell.state is not ActorState.RESTARTING and not member.cell.closed:
+                member.cell.state = ActorState.RESTARTING
+        delay = child.backoff.next_delay(self.backoff, now, self.rng)
+        if delay <= 0:
+            for member in group:
+                await self._start(member)
+            return
+        due = _RestartDue(tuple((m.spec.id, m.generation) for m in group))
+        assert self._tg is not None
+        self._tg.start_soon(self._restart_later, due, delay)
+
+    async def _restart_later(self, due: _RestartDue, delay: float) -> None:
+        await anyio.sleep(delay)
+        self.ref.cell.post_system(due)
+
+    def _group(self, child: _Child) -> list[_Child]:
+        ordered = list(self._children.values())
+        if self.strategy is Strategy.ONE_FOR_ONE:
+            return [child]
+        if self.strategy is Strategy.ONE_FOR_ALL:
+            return ordered
+        return ordered[ordered.index(child) :]

@@ -1,0 +1,183 @@
+"""Sending through a reference: timeouts, late replies, backpressure, the control lane."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from actors import Actor, ActorStopped, Backpressure, CallTimeout, MailboxFull, _ref, open_actor
+from actors._mailbox import ReplySlot
+
+
+class Gated(Actor):
+    """Handles ("wait", event) by waiting for it; replies with the message."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    async def handle(self, message: Any) -> Any:
+        if isinstance(message, tuple) and message[0] == "wait":
+            await message[1].wait()
+        self.seen.append(message)
+        return message
+
+    def inspect(self) -> object:
+        return list(self.seen)
+
+
+async def late_reply_scenario() -> tuple[Any, int]:
+    """A call times out; its reply arrives later; what does the next call get?"""
+    gate = anyio.Event()
+    async with open_actor(Gated(), name="g") as ref:
+        with pytest.raises(CallTimeout, match="'g' did not reply"):
+            await ref.call(("wait", gate), timeout=1.0)
+        gate.set()
+        second = await ref.call("second", timeout=1.0)
+        return second, ref.statistics().dropped_replies
+
+
+@pytest.mark.virtual_time
+async def test_a_late_reply_is_dropped_never_delivered_to_the_next_call() -> None:
+    second, dropped = await late_reply_scenario()
+    assert second == "second"
+    assert dropped == 1
+
+
+class _SharedSlot(ReplySlot):
+    """The planted fault: one reply slot per actor, reset by each call."""
+
+    shared: _SharedSlot | None = None
+
+    def __new__(cls) -> _SharedSlot:  # noqa: PYI034 - deliberately not a new object
+        if cls.shared is None:
+            cls.shared = super().__new__(cls)
+        return cls.shared
+
+    def __init__(self) -> None:
+        if not getattr(self, "done", True) and not getattr(self, "abandoned", True):
+            return  # still in use: the next call finds the slot as it is
+        super().__init__()
+
+
+@pytest.mark.virtual_time
+async def test_the_late_reply_test_catches_a_shared_reply_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _SharedSlot.shared = None
+    monkeypatch.setattr(_ref, "ReplySlot", _SharedSlot)
+    second, _ = await late_reply_scenario()
+    assert second != "second"  # the stale reply leaked into the next call
+
+
+@pytest.mark.virtual_time
+async def test_a_call_whose_caller_gave_up_is_skipped() -> None:
+    gate = anyio.Event()
+    actor = Gated()
+    async with open_actor(actor, name="g") as ref:
+        await ref.cast(("wait", gate))
+        with pytest.raises(CallTimeout):
+            await ref.call("abandoned", timeout=2.0)
+        gate.set()
+        assert await ref.call("next") == "next"
+        assert ref.statistics().dropped_expired == 1
+    assert "abandoned" not in actor.seen
+
+
+@pytest.mark.virtual_time
+async def test_deadline_is_absolute_and_wins_over_a_longer_timeout() -> None:
+    async with open_actor(Gated(), name="g", call_timeout=None) as ref:
+        start = anyio.current_time()
+        with pytest.raises(CallTimeout) as raised:
+            await ref.call(("wait", anyio.Event()), timeout=100.0, deadline=start + 3.0)
+        assert anyio.current_time() - start == pytest.approx(3.0, abs=0.01)
+        assert isinstance(raised.value, TimeoutError)
+
+
+@pytest.mark.virtual_time
+async def test_default_timeout_comes_from_the_actor() -> None:
+    async with open_actor(Gated(), name="g", call_timeout=7.0) as ref:
+        start = anyio.current_time()
+        with pytest.raises(CallTimeout):
+            await ref.call(("wait", anyio.Event()))
+        assert anyio.current_time() - start == pytest.approx(7.0, abs=0.01)
+
+
+async def test_a_cancelled_caller_never_receives_its_reply() -> None:
+    gate = anyio.Event()
+    async with open_actor(Gated(), name="g") as ref:
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ref.call, ("wait", gate))
+                await anyio.wait_all_tasks_blocked()
+                scope.cancel()
+        gate.set()
+        assert await ref.call("after") == "after"
+        assert ref.statistics().dropped_replies == 1
+
+
+async def test_fail_fast_on_a_full_mailbox_and_wait_for_space() -> None:
+    gate = anyio.Event()
+    actor = Gated()
+    async with open_actor(actor, name="g", capacity=2) as ref:
+        await ref.cast(("wait", gate))  # being handled: still at the mailbox head
+        await ref.cast("q1")
+        with pytest.raises(MailboxFull, match="full \\(2 messages\\)"):
+            ref.cast_nowait("no room")
+        with pytest.raises(MailboxFull):
+            await ref.cast("no room", policy=Backpressure.FAIL_FAST)
+        record: list[str] = []
+
+        async def blocked_sender() -> None:
+            await ref.cast("q2")
+            record.append("q2 sent")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(blocked_sender)
+            await anyio.wait_all_tasks_blocked()
+            assert record == []  # WAIT: the sender waits for space
+            gate.set()
+        assert await ref.call("last") == "last"
+    assert record == ["q2 sent"]
+    assert actor.seen == [("wait", gate), "q1", "q2", "last"]
+
+
+async def test_control_lane_overtakes_a_full_mailbox() -> None:
+    gate = anyio.Event()
+    actor = Gated()
+    snapshots: list[object] = []
+    async with open_actor(actor, name="g", capacity=3) as ref:
+        await ref.cast(("wait", gate))
+        await ref.cast("q1")
+        await ref.cast("q2")
+        await anyio.wait_all_tasks_blocked()  # the handler is running, waiting on the gate
+        assert ref.statistics().mailbox_depth == 3  # full
+
+        async def take_snapshot() -> None:
+            snapshots.append(await ref.inspect())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(take_snapshot)
+            await anyio.wait_all_tasks_blocked()
+            assert ref.statistics().control_depth == 1
+            gate.set()  # the running handler finishes; inspect runs next
+        # Inspect ran after the running handler and before q1 and q2.
+        assert snapshots == [[("wait", gate)]]
+        stopper_gate = anyio.Event()
+        await ref.cast(("wait", stopper_gate))
+        await ref.cast("never")
+        await anyio.wait_all_tasks_blocked()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ref.stop)
+            await anyio.wait_all_tasks_blocked()
+            stopper_gate.set()
+    assert "never" not in actor.seen
+
+
+async def test_inspect_and_stop_of_a_stopped_actor() -> None:
+    async with open_actor(Gated(), name="g") as ref:
+        await ref.stop()
+        with pytest.raises(ActorStopped, match="'g' is stopped"):
+            await ref.inspect()
+        await ref.stop()  # idempotent
