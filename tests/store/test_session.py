@@ -39,8 +39,10 @@ class Clock:
 
 
 def _snapshot(directory: Path) -> dict[str, bytes]:
+    """Every file's bytes, but the store's own lock and emptied (checkpointed) journal."""
     return {str(p.relative_to(directory)): p.read_bytes()
-            for p in sorted(directory.rglob("*")) if p.is_file() and p.name != ".lock"}
+            for p in sorted(directory.rglob("*")) if p.is_file() and p.name != ".lock"
+            and not (p.name == ".journal" and p.stat().st_size == 0)}
 
 
 def _ids(messages: list[dict[str, Any]]) -> list[str]:
@@ -344,18 +346,24 @@ def test_list_sessions_on_the_fixture(state: Path) -> None:
     assert [r["id"] for r in list_sessions(state)] == ["demo"]
 
 
-def test_outstanding_journals_are_bounded(core: SessionCore) -> None:
-    from store._session import MAX_OUTSTANDING_JOURNALS
+def test_the_journal_is_checkpointed_past_its_bounds(core: SessionCore) -> None:
+    from store._session import CHECKPOINT_BYTES, CHECKPOINT_RECORDS
 
+    journal = Path(core.directory) / ".journal"
     previous = "ROOT"
-    for i in range(MAX_OUTSTANDING_JOURNALS + 5):
+    for i in range(CHECKPOINT_RECORDS + 5):
         core.append({"id": f"n{i}", "content": "x", "predecessor": previous})
         previous = f"n{i}"
-    for i in range(MAX_OUTSTANDING_JOURNALS + 5):
+        assert 1 <= core.statistics().journal_records <= CHECKPOINT_RECORDS
+    for i in range(CHECKPOINT_RECORDS + 5):
         core.merge_node_metadata_batch({f"n{i}": {"m": i}})
-        assert len(core.outstanding_journals) <= MAX_OUTSTANDING_JOURNALS
+        assert core.statistics().journal_records <= CHECKPOINT_RECORDS
+    big = "y" * (CHECKPOINT_BYTES // 3)
+    for i in range(4):
+        core.append({"id": f"big{i}", "content": big})
+        assert journal.stat().st_size < CHECKPOINT_BYTES + len(big) + 4096
     core.close()
-    assert core.outstanding_journals == []
+    assert core.outstanding_journals == [] and journal.stat().st_size == 0
 
 
 @pytest.mark.parametrize("name", sorted(BAD_FILES))
@@ -381,7 +389,7 @@ def test_everything_created_is_owner_only(tmp_path: Path) -> None:
     core.merge_node_metadata_batch({"u1": {"m": 1}})
     session = tmp_path / "sessions" / "s"
     created = [p for p in tmp_path.rglob("*")]
-    assert any(p.name.startswith(".journal-") for p in created)
+    assert any(p.name == ".journal" for p in created)
     assert any(p.name == ".lock" for p in created)
     for path in created:
         mode = stat.S_IMODE(path.stat().st_mode)
