@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import anyio
 import click
 import orjson
 
-from memory._ledger import owed_tokens, records_from_branch, unwritten_turns
+from memory._headless import BOUNDARY_OK, run_headless, run_once
+from memory._ledger import ALLOWED_THRESHOLDS, WritePolicy, owed_tokens, records_from_branch, unwritten_turns
+from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
+from memory._session_actor import Reconsider
 from memory._records import MARKER_KEY
 from memory._session_view import render_session_tree
 from memory._workspace_id import read_workspace_id
@@ -28,6 +33,7 @@ from store import SessionCore, StoreError, list_sessions
 __all__ = ["main"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def _default_state() -> str:
@@ -54,6 +60,42 @@ def state_options(command: F) -> F:
 
 def emit_json(document: object) -> None:
     sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def runtime_options(command: F) -> F:
+    """Options of the commands that start the runtime."""
+    command = click.option(
+        "--backend", type=click.Choice(["asyncio", "trio"]), default="asyncio",
+        show_default=True, help="The async backend to run on.",
+    )(command)
+    command = click.option(
+        "--threshold", type=click.Choice([str(t) for t in ALLOWED_THRESHOLDS]), default="16000",
+        show_default=True, help="Owed tokens that trigger a write (SPEC §6.3).",
+    )(command)
+    command = click.option(
+        "--workers", type=click.IntRange(1, 64), default=4, show_default=True,
+        help="Writer workers in the pool.",
+    )(command)
+    return command
+
+
+def _config(threshold: str, workers: int, **extra: Any) -> RuntimeConfig:
+    return RuntimeConfig(policy=WritePolicy(threshold=int(threshold)), writer_workers=workers,
+                         **extra)
+
+
+def _with_runtime(
+    state_dir: str, config: RuntimeConfig, backend: str,
+    body: Callable[[MemoryRuntime], Awaitable[T]],
+) -> T:
+    async def main() -> T:
+        async with open_runtime(state_dir, config=config) as rt:
+            return await body(rt)
+
+    try:
+        return anyio.run(main, backend=backend)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _open_session(state_dir: str, session: str) -> SessionCore:
@@ -181,9 +223,6 @@ def memory_pending(sid: str, tip: str | None, state_dir: str, as_json: bool) -> 
         click.echo(f"  {record.message_id} [{record.role}] {_short(record.content)}")
 
 
-T = TypeVar("T")
-
-
 def _guard(read: Callable[[], T]) -> T:
     """Turn a store error into a clean CLI error (message on stderr, exit 1)."""
     try:
@@ -195,3 +234,89 @@ def _guard(read: Callable[[], T]) -> T:
 def _short(text: str, width: int = 60) -> str:
     line = " ".join(text.split())
     return line if len(line) <= width else line[: width - 1] + "…"
+
+
+@memory.command("write")
+@click.argument("sid", required=False)
+@click.option("--force", is_flag=True, help="Run the session boundary (SPEC §6.6), not the trigger.")
+@runtime_options
+@state_options
+def memory_write(sid: str | None, force: bool, threshold: str, workers: int, backend: str,
+                 state_dir: str, as_json: bool) -> None:
+    """Run the write cycle now, for SID or every session."""
+
+    async def body(rt: MemoryRuntime) -> dict[str, str]:
+        if force and sid is None:
+            return await run_once(rt)
+        if force:
+            assert sid is not None
+            return {sid: (await rt.flush(sid)).value}
+        sessions = [sid] if sid else [row["id"] for row in list_sessions(state_dir)]
+        for session in sessions:
+            await rt.session_ref(session).call(Reconsider())
+        await rt.drain()
+        return {session: "triggered" for session in sessions}
+
+    outcomes = _with_runtime(state_dir, _config(threshold, workers), backend, body)
+    if as_json:
+        emit_json({"sessions": outcomes})
+    else:
+        for session, outcome in sorted(outcomes.items()):
+            click.echo(f"{session}: {outcome}")
+    if any(o not in BOUNDARY_OK and o != "triggered" for o in outcomes.values()):
+        sys.exit(1)
+
+
+@memory.command("release")
+@click.argument("sid", required=False)
+@state_options
+def memory_release(sid: str | None, state_dir: str, as_json: bool) -> None:
+    """Release quarantined batches of SID (or of every session), to be written again."""
+
+    async def body(rt: MemoryRuntime) -> list[dict[str, Any]]:
+        released = await rt.release(sid)
+        return [{"session": e.session, "nodes": list(e.node_ids), "error": e.error}
+                for e in released]
+
+    released = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
+    if as_json:
+        emit_json({"released": released})
+    else:
+        click.echo(f"released {len(released)} batch(es)")
+
+
+@main.command("run")
+@click.option("--once", is_flag=True, help="Write everything owed (every session boundary), then exit.")
+@click.option("--log-json", is_flag=True, help="One JSON line per event on stderr.")
+@click.option("--scan-interval", type=float, default=2.0, show_default=True,
+              help="Seconds between scans for sessions other processes appended to.")
+@click.option("--drain-timeout", type=float, default=30.0, show_default=True,
+              help="On SIGINT/SIGTERM, how long in-flight jobs may take to finish.")
+@runtime_options
+@state_options
+def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float, threshold: str,
+        workers: int, backend: str, state_dir: str, as_json: bool) -> None:
+    """Run the memory runtime headless until SIGINT/SIGTERM (or, with --once, until done)."""
+
+    def log(event: dict[str, Any]) -> None:
+        event.setdefault("at", time.time())
+        if log_json:
+            sys.stderr.write(orjson.dumps(event, default=str).decode() + "\n")
+        else:
+            details = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("event", "at"))
+            sys.stderr.write(f"scriptorium: {event['event']} {details}\n")
+        sys.stderr.flush()
+
+    config = _config(threshold, workers, on_event=log)
+    if once:
+        outcomes = _with_runtime(state_dir, config, backend, run_once)
+        if as_json:
+            emit_json({"sessions": outcomes})
+        if any(o not in BOUNDARY_OK for o in outcomes.values()):
+            sys.exit(1)
+        return
+    try:
+        anyio.run(lambda: run_headless(state_dir, config=config, scan_interval=scan_interval,
+                                       drain_timeout=drain_timeout, log=log), backend=backend)
+    except StoreError as exc:
+        raise click.ClickException(str(exc)) from None

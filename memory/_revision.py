@@ -31,16 +31,12 @@ from dataclasses import dataclass, field
 
 from store._durable import TEMP_SUFFIX
 
-__all__ = ["RevisionCache", "workspace_revision", "revision_paths", "RACY_NS"]
+__all__ = ["RACY_NS", "RevisionCache", "revision_paths", "workspace_revision"]
 
 RACY_NS = 2_000_000_000  # coarse filesystems (FAT, some network mounts) tick every 2 s
 _COUNTED_PRIVATE = ".scriptorium/runtime.json"
 
 _Signature = tuple[int, int, int, int]
-
-
-def _skipped(relative: str, name: str) -> bool:
-    return name == ".git" or name.startswith(".scriptorium") or name.endswith(TEMP_SUFFIX)
 
 
 def revision_paths(memory_dir: str) -> list[tuple[str, os.stat_result]]:
@@ -61,14 +57,15 @@ def revision_paths(memory_dir: str) -> list[tuple[str, os.stat_result]]:
         except FileNotFoundError:
             continue
         for entry in entries:
-            relative = prefix + entry.name
-            if _skipped(relative, entry.name):
+            name = entry.name
+            if name == ".git" or name.startswith(".scriptorium") or name.endswith(TEMP_SUFFIX):
                 continue
             if entry.is_dir(follow_symlinks=False):
-                stack.append((relative + "/", entry.path))
+                stack.append((prefix + name + "/", entry.path))
             elif entry.is_file(follow_symlinks=False):
-                found.append((relative, entry.stat(follow_symlinks=False)))
-    found.sort(key=lambda item: item[0].encode("utf-8"))
+                found.append((prefix + name, entry.stat(follow_symlinks=False)))
+    # Code point order is UTF-8 byte order, so sorting the strings sorts the paths' bytes.
+    found.sort(key=lambda item: item[0])
     return found
 
 
@@ -79,27 +76,54 @@ class RevisionCache:
     memory_dir: str
     _digests: dict[str, tuple[_Signature, bytes]] = field(default_factory=dict)
     reads: int = 0  # files actually read (tests and the benchmark look at it)
+    # The scan behind the last revision, for callers that need the file list too.
+    last_scan: list[tuple[str, os.stat_result]] = field(default_factory=list)
 
     def revision(self, *, now_ns: int | None = None) -> str:
         """The current ``workspace_revision``; reads only files whose stat changed."""
-        now = time.time_ns() if now_ns is None else now_ns
-        total = hashlib.sha256()
+        self.last_scan = revision_paths(self.memory_dir)
+        return self._digest_scan(now_ns)
+
+    def revision_after(self, changed: list[str], *, now_ns: int | None = None) -> str:
+        """The revision after the caller itself changed only ``changed`` since the last scan.
+
+        Re-stats just those paths. Used right after an install under the write
+        lock; if anything else moved meanwhile, the next full :meth:`revision`
+        differs and the transaction refuses the stale base: never a lost update.
+        """
+        scan = {relative: stat for relative, stat in self.last_scan}
+        for relative in changed:
+            try:
+                scan[relative] = os.stat(os.path.join(self.memory_dir, relative))
+            except FileNotFoundError:
+                scan.pop(relative, None)
+        self.last_scan = sorted(scan.items(), key=lambda item: item[0])
+        return self._digest_scan(now_ns)
+
+    def _digest_scan(self, now_ns: int | None) -> str:
+        # Each cached record is the whole ``path \0 digest \0`` slice, so an
+        # unchanged file costs one dict lookup and one tuple comparison.
+        trusted_before = (time.time_ns() if now_ns is None else now_ns) - RACY_NS
+        digests = self._digests
         live: dict[str, tuple[_Signature, bytes]] = {}
-        for relative, stat in revision_paths(self.memory_dir):
+        records: list[bytes] = []
+        for relative, stat in self.last_scan:
             signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-            cached = self._digests.get(relative)
+            cached = digests.get(relative)
             if cached is not None and cached[0] == signature:
-                digest = cached[1]
+                record = cached[1]
             else:
-                read = self._read_digest(relative)
-                if read is None:  # vanished between the scan and the read
+                digest = self._read_digest(relative)
+                if digest is None:  # vanished between the scan and the read
                     continue
-                digest = read
-            if now - max(stat.st_mtime_ns, stat.st_ctime_ns) > RACY_NS:
-                live[relative] = (signature, digest)
-            total.update(relative.encode("utf-8") + b"\0" + digest + b"\0")
+                name = relative.encode("utf-8", "surrogateescape")
+                record = name + b"\0" + digest + b"\0"
+            # ctime moves with every content change (mtime can be set back).
+            if stat.st_ctime_ns < trusted_before:
+                live[relative] = (signature, record)
+            records.append(record)
         self._digests = live
-        return total.hexdigest()[:32]
+        return hashlib.sha256(b"".join(records)).hexdigest()[:32]
 
     def _read_digest(self, relative: str) -> bytes | None:
         self.reads += 1

@@ -113,6 +113,7 @@ class RuntimeConfig:
     files: DurableFiles = field(default_factory=DurableFiles)
     seed: int | None = None
     track_deliveries: bool = False
+    on_event: Callable[[dict[str, Any]], None] | None = None
 
 
 class MemoryRuntime:
@@ -231,11 +232,22 @@ class MemoryRuntime:
             self.deliveries.update((job.batch.session_id, n) for n in job.batch.node_ids)
         self._jobs_send.send_nowait(job)
 
+    def emit(self, event: str, **fields: Any) -> None:
+        """One structured event (``scriptorium run --log-json`` prints each as a JSON line)."""
+        if self.config.on_event is not None:
+            self.config.on_event({"event": event, "at": self.config.clock(), **fields})
+
     def record_outcome(self, job: WriteJob, outcome: WriteOutcome) -> None:
-        self.outcomes["written" if outcome.failure is None else outcome.failure.value] += 1
+        result = "written" if outcome.failure is None else outcome.failure.value
+        self.outcomes[result] += 1
         started = self._submitted_at.pop(job.id, None)
+        elapsed = None
         if started is not None:
-            self.latencies["write_cycle"].append(anyio.current_time() - started)
+            elapsed = anyio.current_time() - started
+            self.latencies["write_cycle"].append(elapsed)
+        self.emit("job", session=job.batch.session_id, job=job.id, result=result,
+                  nodes=len(job.batch.node_ids), files=list(outcome.changed_files),
+                  seconds=elapsed, error=None if outcome.error is None else str(outcome.error))
 
     def job_done(self, job: WriteJob) -> None:
         self._in_flight -= 1
@@ -257,9 +269,12 @@ class MemoryRuntime:
         await self.workspace_ref.call(QuarantineBatch(entry), timeout=None)
         self.quarantined.append(entry)
         self.outcomes["quarantined"] += 1
+        self.emit("quarantined", session=entry.session, nodes=list(entry.node_ids),
+                  error=entry.error)
 
     async def record_session_end(self, session: str, updated_at: float) -> None:
         await self.workspace_ref.call(RecordSessionEnd(session, updated_at), timeout=None)
+        self.emit("session_end", session=session, updated_at=updated_at)
 
     def watchdog_touch(self, session: str, updated_at: object) -> None:
         if isinstance(updated_at, (int, float)):

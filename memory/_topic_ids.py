@@ -28,6 +28,7 @@ Pure functions: no I/O; the transaction hands in what the workspace holds.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import posixpath
 import re
@@ -49,14 +50,14 @@ from memory._topics import (
 
 __all__ = [
     "NormalisedTopic",
-    "normalise_topic",
     "block_id_for",
     "footnote_id_for",
-    "normalised_body",
-    "is_source_handle",
-    "source_link_target",
-    "source_key",
     "handle_key",
+    "is_source_handle",
+    "normalise_topic",
+    "normalised_body",
+    "source_key",
+    "source_link_target",
 ]
 
 _HANDLE = re.compile(r"openprogram/([^/\s,()\[\]#]+)/([^/\s,()\[\]#]+)")
@@ -76,6 +77,7 @@ def handle_key(handle: str) -> str:
     return f"{match.group(1)}#{source_anchor(handle)}"
 
 
+@functools.lru_cache(maxsize=65536)
 def source_key(topic_path: str, target: str) -> str | None:
     """The ``<sid>#source-<16hex>`` a committed link points at, or None if not an archive link."""
     file_part, hash_mark, fragment = target.partition("#")
@@ -91,9 +93,12 @@ def source_link_target(topic_path: str, handle: str) -> str:
     match = _HANDLE.fullmatch(handle)
     if match is None:
         raise ValueError(f"not a source handle: {handle!r}")
-    archive = f"sources/openprogram/_v2/{match.group(1)}.md"
-    relative = posixpath.relpath(archive, posixpath.dirname(topic_path) or ".")
-    return f"{relative}#{source_anchor(handle)}"
+    return f"{_archive_link(posixpath.dirname(topic_path), match.group(1))}#{source_anchor(handle)}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _archive_link(topic_dir: str, session: str) -> str:
+    return posixpath.relpath(f"sources/openprogram/_v2/{session}.md", topic_dir or ".")
 
 
 def normalised_body(body: str) -> str:
@@ -135,6 +140,7 @@ class NormalisedTopic:
     kept_ids: frozenset[str]  # of those, ids that existed before
     handles: frozenset[str]  # raw handles this draft cites (now links)
     linked: frozenset[str]  # source keys cited through links kept from the base
+    new_ids: tuple[str, ...] = ()  # block ids assigned here, in file order
 
 
 def normalise_topic(
@@ -154,7 +160,7 @@ def normalise_topic(
     """
     topic = parse_topic(draft, path, strict=False)
     file_name = posixpath.basename(path)
-    labels, handles, linked = _bind_footnotes(path, topic, base, used_labels)
+    labels, kept_labels, handles, linked = _bind_footnotes(path, topic, base, used_labels)
 
     # Ids the draft keeps explicitly, across the whole file, before any reuse.
     kept: set[str] = set()
@@ -166,21 +172,27 @@ def normalise_topic(
                 raise TopicError(path, 0, f"block id ^{block_id} kept on two paragraphs")
             kept.add(block_id)
         explicit.append(ids)
+    # Only base paragraphs whose ids the draft did not keep can be matched by body.
     reusable: dict[str, tuple[str, ...]] = {}
-    if base is not None:
+    if base is not None and any(not ids for ids in explicit):
         for old in base.paragraphs:
-            reusable.setdefault(normalised_body(old.body), old.ids)
+            if not kept.intersection(old.ids):
+                reusable.setdefault(normalised_body(old.body), old.ids)
 
     blocks: list[Heading | Paragraph] = []
     footnotes: dict[str, Footnote] = {}
     result_ids: set[str] = set()
+    new_ids: list[str] = []
     paragraphs = iter(explicit)
     for block in topic.blocks:
         if isinstance(block, Heading):
             blocks.append(block)
             continue
         ids = next(paragraphs)
-        body = CITATION.sub(lambda m: f"[^{labels[m.group(1)]}]", block.body)
+        if all(labels[label] == label for label in block.citations):
+            body = block.body
+        else:
+            body = CITATION.sub(lambda m: f"[^{labels[m.group(1)]}]", block.body)
         if not ids:
             previous = reusable.get(normalised_body(block.body), ())
             if previous and not (set(previous) & (kept | result_ids)):
@@ -188,27 +200,33 @@ def normalise_topic(
             else:
                 ids = (block_id_for(file_name, block.body, used_ids),)
                 used_ids.add(ids[0])
+                new_ids.append(ids[0])
         result_ids.update(ids)
-        blocks.append(Paragraph(body, ids))
-        for label in CITATION.findall(block.body):
+        blocks.append(block if body is block.body and ids == block.ids else Paragraph(body, ids))
+        for label in block.citations:
             footnote = labels[label]
             if footnote not in footnotes:
-                footnotes[footnote] = _bound_footnote(path, topic.footnotes[label], footnote)
+                draft_footnote = topic.footnotes[label]
+                footnotes[footnote] = (
+                    draft_footnote if label in kept_labels
+                    else _bound_footnote(path, draft_footnote, footnote)
+                )
 
     if not any(isinstance(block, Paragraph) for block in blocks):
         return NormalisedTopic(path, None, frozenset(), frozenset(), handles, linked)
     text = render_topic(Topic(tuple(blocks), footnotes))
     return NormalisedTopic(
         path, text, frozenset(result_ids), frozenset(result_ids & set(existing_ids)),
-        handles, linked,
+        handles, linked, tuple(new_ids),
     )
 
 
 def _bind_footnotes(
     path: str, topic: Topic, base: Topic | None, used_labels: set[str],
-) -> tuple[dict[str, str], frozenset[str], frozenset[str]]:
-    """Map each draft label to its committed label; collect what the footnotes cite."""
+) -> tuple[dict[str, str], set[str], frozenset[str], frozenset[str]]:
+    """Map each draft label to its committed label; collect what new footnotes cite."""
     labels: dict[str, str] = {}
+    kept: set[str] = set()
     handles: set[str] = set()
     linked: set[str] = set()
     for paragraph in topic.paragraphs:
@@ -216,6 +234,12 @@ def _bind_footnotes(
             if label in labels:
                 continue
             footnote = topic.footnotes[label]
+            if base is not None:
+                old = base.footnotes.get(label)
+                if old is footnote or old == footnote:
+                    labels[label] = label  # unchanged evidence, already cited by the base
+                    kept.add(label)
+                    continue
             targets: list[str] = []
             for link in footnote.sources:
                 if is_source_handle(link.target):
@@ -231,13 +255,9 @@ def _bind_footnotes(
                     )
                 linked.add(key)
                 targets.append(link.target)
-            kept = base is not None and base.footnotes.get(label) == footnote
-            if kept:
-                labels[label] = label
-            else:
-                labels[label] = footnote_id_for(footnote.when, targets, used_labels)
-                used_labels.add(labels[label])
-    return labels, frozenset(handles), frozenset(linked)
+            labels[label] = footnote_id_for(footnote.when, targets, used_labels)
+            used_labels.add(labels[label])
+    return labels, kept, frozenset(handles), frozenset(linked)
 
 
 def _bound_footnote(path: str, footnote: Footnote, label: str) -> Footnote:

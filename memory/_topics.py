@@ -32,23 +32,26 @@ line, each footnote definition right after the paragraph that first cites it.
 from __future__ import annotations
 
 import datetime
+import functools
 import re
-from dataclasses import dataclass
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
 from memory._errors import TopicError
 
 __all__ = [
+    "CITATION",
+    "Footnote",
     "Heading",
     "Paragraph",
-    "Footnote",
     "SourceLink",
     "Topic",
-    "parse_topic",
-    "render_topic",
-    "render_footnote",
-    "CITATION",
     "is_block_id",
     "is_footnote_id",
+    "parse_topic",
+    "render_footnote",
+    "render_topic",
 ]
 
 CITATION = re.compile(r"\[\^([A-Za-z0-9_-]+)\]")
@@ -66,6 +69,7 @@ _DRAFT_DEFINITION = re.compile(
 )
 _LINK = r"\[(?P<label>[^\[\]\n]+)\]\((?P<target>[^()\s]+)\)"
 _STRICT_SOURCE = re.compile(_LINK + r"(?:, |$)")
+_STRICT_SOURCES = re.compile(r"(?:\[[^\[\]\n]+\]\([^()\s]+\), )*\[[^\[\]\n]+\]\([^()\s]+\)")
 _DRAFT_SOURCE = re.compile(r"\s*(?:" + _LINK + r"|(?P<handle>[^\s,\[\]()]+))\s*(?:,|$)")
 _TRAILING_IDS = re.compile(r"(?:[ \t]+\^[^\s^]+)+[ \t]*$")
 _ENDS_WITH_CITATION = re.compile(r"\[\^[A-Za-z0-9_-]+\]$")
@@ -92,15 +96,15 @@ class Paragraph:
 
     body: str
     ids: tuple[str, ...]
+    # Cited footnote labels, each once, in order of first appearance.
+    citations: tuple[str, ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "citations", tuple(dict.fromkeys(CITATION.findall(self.body))))
 
     @property
     def block_id(self) -> str | None:
         return self.ids[0] if self.ids else None
-
-    @property
-    def citations(self) -> tuple[str, ...]:
-        """Cited footnote labels, each once, in order of first appearance."""
-        return tuple(dict.fromkeys(CITATION.findall(self.body)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,53 +138,123 @@ class Topic:
         return [block_id for paragraph in self.paragraphs for block_id in paragraph.ids]
 
 
+_CACHE_SIZE = 64
+_parsed: OrderedDict[tuple[str, str, bool], Topic] = OrderedDict()
+_parsed_lock = threading.Lock()  # commits run in worker threads, writers in the loop
+
+
 def parse_topic(text: str, path: str = "<topic>", *, strict: bool = True) -> Topic:
-    """Parse a topic file (``strict``) or a writer's draft; raise :class:`TopicError`."""
+    """Parse a topic file (``strict``) or a writer's draft; raise :class:`TopicError`.
+
+    The same text is parsed again and again (by the transaction's index, the
+    writer, the normaliser), so the last few results are remembered; a
+    :class:`Topic` is immutable in use (never mutate its ``footnotes``).
+    """
+    key = (path, text, strict)
+    with _parsed_lock:
+        topic = _parsed.get(key)
+        if topic is not None:
+            _parsed.move_to_end(key)
+            return topic
+    topic = _parse(text, path, strict)
+    with _parsed_lock:
+        _parsed[key] = topic
+        while len(_parsed) > _CACHE_SIZE:
+            _parsed.popitem(last=False)
+    return topic
+
+
+_Item = tuple[Heading | Paragraph | Footnote, int]  # element, line within its chunk
+_CHUNK_CACHE_SIZE = 200_000
+_chunks: dict[tuple[str, bool], tuple[_Item, ...]] = {}
+
+
+def _parse(text: str, path: str, strict: bool) -> Topic:
     if "\r" in text:
         if strict:
             raise TopicError(path, 0, "carriage return in a topic file (topics are LF-only)")
         text = text.replace("\r\n", "\n").replace("\r", "\n")
+    # Blank lines end every construct, so the runs between them parse
+    # independently: a file that grew by one paragraph re-parses one chunk.
+    chunks = text.split("\n\n")
     blocks: list[Heading | Paragraph] = []
     footnotes: dict[str, Footnote] = {}
-    where: dict[str, int] = {}
+    where: dict[str, tuple[int, int]] = {}  # label -> (chunk, line in chunk)
+    for index, chunk in enumerate(chunks):
+        key = (chunk, strict)
+        # A chunk valid in a committed file means the same in a draft: share it,
+        # so a draft's unchanged paragraphs are the base's very objects.
+        items = _chunks.get(key) if strict else _chunks.get((chunk, True)) or _chunks.get(key)
+        if items is None:
+            try:
+                items = _parse_chunk(chunk, strict)
+            except TopicError as error:
+                raise TopicError(path, error.line + _line_of(chunks, index), error.reason) from None
+            if len(_chunks) >= _CHUNK_CACHE_SIZE:
+                _chunks.clear()
+            _chunks[key] = items
+        for element, line in items:
+            if isinstance(element, Footnote):
+                if element.label in footnotes:
+                    raise TopicError(
+                        path, line + _line_of(chunks, index),
+                        f"duplicate footnote [^{element.label}] (first defined on line "
+                        f"{_absolute(chunks, where[element.label])})",
+                    )
+                footnotes[element.label] = element
+                where[element.label] = (index, line)
+            else:
+                blocks.append(element)
+    unused = _check_references(blocks, footnotes, path, strict)
+    if unused is not None:
+        raise TopicError(
+            path, _absolute(chunks, where[unused]), f"footnote [^{unused}] is never cited",
+        )
+    return Topic(tuple(blocks), footnotes)
+
+
+def _absolute(chunks: list[str], position: tuple[int, int]) -> int:
+    return _line_of(chunks, position[0]) + position[1]
+
+
+def _line_of(chunks: list[str], index: int) -> int:
+    """Lines before chunk ``index`` (each split point removed two newlines)."""
+    return sum(chunk.count("\n") + 2 for chunk in chunks[:index])
+
+
+def _parse_chunk(chunk: str, strict: bool) -> tuple[_Item, ...]:
+    """Parse one run of text; line numbers are relative (the caller adds the offset)."""
+    items: list[_Item] = []
     pending: list[str] = []
     pending_start = 0
 
     def close_paragraph() -> None:
         if pending:
-            blocks.append(_paragraph(pending, path, pending_start, strict))
+            items.append((_paragraph(pending, "", pending_start, strict), pending_start))
             pending.clear()
 
-    for number, line in enumerate(text.split("\n"), start=1):
+    for number, line in enumerate(chunk.split("\n"), start=1):
         if not line.strip():
             close_paragraph()
             continue
-        heading = _HEADING.fullmatch(line)
+        first = line[0]
+        heading = _HEADING.fullmatch(line) if first == "#" else None
         if heading is not None:
             close_paragraph()
             title = heading.group(2).strip()
             if not title or title != heading.group(2):
-                raise TopicError(path, number, "a heading needs text without surrounding spaces")
-            blocks.append(Heading(len(heading.group(1)), title))
+                raise TopicError("", number, "a heading needs text without surrounding spaces")
+            items.append((Heading(len(heading.group(1)), title), number))
             continue
-        if _DEFINITION_START.match(line):
+        if first == "[" and _DEFINITION_START.match(line):
             close_paragraph()
-            footnote = _footnote(line, path, number, strict)
-            if footnote.label in footnotes:
-                raise TopicError(
-                    path, number,
-                    f"duplicate footnote [^{footnote.label}] (first defined on line "
-                    f"{where[footnote.label]})",
-                )
-            footnotes[footnote.label] = footnote
-            where[footnote.label] = number
+            items.append((_footnote(line, "", number, strict), number))
             continue
         if not pending:
             pending_start = number
         pending.append(line)
     close_paragraph()
-    _check_references(blocks, footnotes, where, path, strict)
-    return Topic(tuple(blocks), footnotes)
+    return tuple(items)
 
 
 def _paragraph(lines: list[str], path: str, start: int, strict: bool) -> Paragraph:
@@ -220,7 +294,9 @@ def _footnote(line: str, path: str, number: int, strict: bool) -> Footnote:
     if strict and not is_footnote_id(label):
         raise TopicError(path, number, f"footnote label [^{label}] is not a runtime id")
     if not _valid_when(when):
-        raise TopicError(path, number, f"invalid time {when!r} (YYYY, YYYY-MM, YYYY-MM-DD, undated)")
+        raise TopicError(
+            path, number, f"invalid time {when!r} (YYYY, YYYY-MM, YYYY-MM-DD, undated)",
+        )
     sources = _sources(match.group("sources"), strict)
     if sources is None:
         raise TopicError(path, number, f"malformed sources of footnote [^{label}]")
@@ -228,6 +304,13 @@ def _footnote(line: str, path: str, number: int, strict: bool) -> Footnote:
 
 
 def _sources(text: str, strict: bool) -> tuple[SourceLink, ...] | None:
+    if strict:
+        if _STRICT_SOURCES.fullmatch(text) is None:
+            return None
+        return tuple(
+            SourceLink(match.group("label"), match.group("target"))
+            for match in _STRICT_SOURCE.finditer(text)
+        )
     pattern = _STRICT_SOURCE if strict else _DRAFT_SOURCE
     found: list[SourceLink] = []
     position = 0
@@ -246,6 +329,7 @@ def _sources(text: str, strict: bool) -> tuple[SourceLink, ...] | None:
     return tuple(found)
 
 
+@functools.lru_cache(maxsize=4096)
 def _valid_when(when: str) -> bool:
     if when == "undated":
         return True
@@ -261,9 +345,9 @@ def _valid_when(when: str) -> bool:
 
 
 def _check_references(
-    blocks: list[Heading | Paragraph], footnotes: dict[str, Footnote],
-    where: dict[str, int], path: str, strict: bool,
-) -> None:
+    blocks: list[Heading | Paragraph], footnotes: dict[str, Footnote], path: str, strict: bool,
+) -> str | None:
+    """Raise on a dangling citation or a duplicate id; return a never-cited label, if any."""
     cited: set[str] = set()
     seen_ids: set[str] = set()
     for block in blocks:
@@ -273,13 +357,14 @@ def _check_references(
             if label not in footnotes:
                 raise TopicError(path, 0, f"citation [^{label}] has no footnote definition")
             cited.add(label)
-        for block_id in block.ids if strict else ():  # drafts: the normaliser decides
-            if block_id in seen_ids:
-                raise TopicError(path, 0, f"duplicate block id ^{block_id}")
-            seen_ids.add(block_id)
-    for label, number in where.items():
-        if label not in cited:
-            raise TopicError(path, number, f"footnote [^{label}] is never cited")
+        if strict:  # in drafts the normaliser decides what a repeated id means
+            for block_id in block.ids:
+                if block_id in seen_ids:
+                    raise TopicError(path, 0, f"duplicate block id ^{block_id}")
+                seen_ids.add(block_id)
+    if len(cited) == len(footnotes):
+        return None
+    return next(label for label in footnotes if label not in cited)
 
 
 def render_footnote(footnote: Footnote) -> str:
@@ -291,16 +376,17 @@ def render_topic(topic: Topic) -> str:
     """The canonical text of ``topic`` (an empty topic renders as the empty string)."""
     out: list[str] = []
     written: set[str] = set()
+    footnotes = topic.footnotes
     for block in topic.blocks:
-        if out:
-            out.append("")
-        if isinstance(block, Heading):
+        if type(block) is Heading:
             out.append("#" * block.level + " " + block.text)
             continue
-        out.append(block.body + "".join(f" ^{block_id}" for block_id in block.ids))
+        assert isinstance(block, Paragraph)
+        ids = block.ids
+        out.append(f"{block.body} ^{ids[0]}" if len(ids) == 1 else
+                   block.body + "".join(f" ^{block_id}" for block_id in ids))
         for label in block.citations:
             if label not in written:
                 written.add(label)
-                out.append("")
-                out.append(render_footnote(topic.footnotes[label]))
-    return "\n".join(out) + "\n" if out else ""
+                out.append(render_footnote(footnotes[label]))
+    return "\n\n".join(out) + "\n" if out else ""

@@ -31,13 +31,14 @@ holds across processes and threads):
 6. fsync every replaced file and its directory in one ``sync_paths`` call;
 7. unlink the journal durably.
 
-Recovery (:meth:`Transactions.recover`, at every start and before every
-commit): no journal means the crash came before the commit point, so every
-topic file is old; leftover temp files are deleted (roll back). A journal
-means every new text is durable, so it is replayed from the top (step 5-7;
-replaying is idempotent, so a crash during recovery is recovered the same
-way) and then removed (roll forward). Every topic file is all-old or all-new
-at every instant a crash can observe.
+Recovery (:meth:`Transactions.recover` at start; the journal check also
+runs before every commit, in case another process died mid-install): no
+journal means the crash came before the commit point, so every topic file
+is old; leftover temp files are deleted (roll back). A journal means every
+new text is durable, so it is replayed from the top (steps 5-7; replaying is
+idempotent, so a crash during recovery is recovered the same way) and then
+removed (roll forward). At any crash each topic file is whole, old or new
+(renames are atomic); once recovery ran, the set is all-old or all-new.
 
 Every durable step goes through one :class:`DurableFiles`, and
 :meth:`Transactions.commit` is synchronous so the caller runs it in one
@@ -70,10 +71,10 @@ from memory._topic_ids import (
     source_key,
 )
 from memory._topics import Topic, parse_topic
-from memory._writer import TopicEdit
-from store._durable import DIR_MODE, FILE_MODE, TEMP_SUFFIX, DurableFiles
+from memory._writer import TopicEdit, WorkspaceSnapshot
+from store._durable import FILE_MODE, TEMP_SUFFIX, DurableFiles
 
-__all__ = ["Transactions", "CommitResult", "Archived", "JOURNAL", "LOCK"]
+__all__ = ["JOURNAL", "LOCK", "Archived", "CommitResult", "Transactions"]
 
 JOURNAL = ".scriptorium/install.journal"
 LOCK = ".scriptorium/write.lock"
@@ -84,11 +85,16 @@ Archived = Callable[[str], bool | None]
 
 @dataclass(frozen=True, slots=True)
 class CommitResult:
-    """The audit list, the changed topic files (sorted) and the revision after the commit."""
+    """The audit list, the changed topic files (sorted) and the revision after the commit.
+
+    ``created_blocks`` are the block ids this commit assigned, in path then file
+    order (what ``runtime.json``'s ``creation_order`` counts).
+    """
 
     audit: tuple[dict[str, Any], ...]
     changed_files: tuple[str, ...]
     revision: str
+    created_blocks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +113,12 @@ class _TopicIndex:
     memory_dir: str
     _files: dict[str, tuple[tuple[int, int, int, int], _TopicFacts]] = field(default_factory=dict)
 
-    def refresh(self) -> dict[str, _TopicFacts]:
+    def refresh(self, scan: list[tuple[str, os.stat_result]]) -> dict[str, _TopicFacts]:
+        """Bring the index up to ``scan`` (the revision's file list) and return it."""
         current: dict[str, tuple[tuple[int, int, int, int], _TopicFacts]] = {}
-        for relative, stat in _topic_files(self.memory_dir):
+        for relative, stat in scan:
+            if not _is_topic_file(relative):
+                continue
             signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
             cached = self._files.get(relative)
             if cached is None or cached[0] != signature:
@@ -140,24 +149,11 @@ class _TopicIndex:
         )
 
 
-def _topic_files(memory_dir: str) -> list[tuple[str, os.stat_result]]:
-    found: list[tuple[str, os.stat_result]] = []
-    stack = [("topics/", os.path.join(memory_dir, "topics"))]
-    while stack:
-        prefix, directory = stack.pop()
-        try:
-            entries = list(os.scandir(directory))
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                stack.append((prefix + entry.name + "/", entry.path))
-            elif entry.name.endswith(".md") and entry.is_file(follow_symlinks=False):
-                found.append((prefix + entry.name, entry.stat(follow_symlinks=False)))
-    found.sort()
-    return found
+def _is_topic_file(relative: str) -> bool:
+    return (
+        relative.startswith("topics/") and relative.endswith(".md")
+        and "/." not in relative
+    )
 
 
 def check_topic_path(path: str) -> None:
@@ -172,11 +168,11 @@ def check_topic_path(path: str) -> None:
 
 
 @contextmanager
-def _locked(memory_dir: str) -> Iterator[None]:
+def workspace_lock(memory_dir: str, files: DurableFiles) -> Iterator[None]:
+    """``.scriptorium/write.lock``: every read-modify-write of the workspace, across processes."""
     # The lock file carries no data, so opening it read-only is enough for
     # flock and nothing but DurableFiles ever opens a file for writing.
-    private = os.path.join(memory_dir, ".scriptorium")
-    os.makedirs(private, mode=DIR_MODE, exist_ok=True)
+    files.make_dirs(os.path.join(memory_dir, ".scriptorium"))
     fd = os.open(os.path.join(memory_dir, LOCK), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -209,20 +205,40 @@ class Transactions:
         nevertheless in memory (a re-delivery after a crash between install
         and mark, with a writer that merges repeated facts).
         """
-        facts = self._index.refresh()
+        self.revisions.revision()  # rescans by stat; unchanged files are not re-read
+        facts = self._index.refresh(self.revisions.last_scan)
         cited = set().union(*(f.cited for f in facts.values())) if facts else set()
         return all(handle_key(source) in cited for source in sources)
+
+    def snapshot(self) -> WorkspaceSnapshot:
+        """The revision and topic paths now, for a writer.
+
+        ``read`` reads the file when called; if it changed after the snapshot,
+        the commit's revision check refuses the edits (``ConcurrentUpdate``).
+        """
+        revision = self.revisions.revision()
+        paths = tuple(path for path, _ in self.revisions.last_scan if _is_topic_file(path))
+        return WorkspaceSnapshot(revision, paths, self._read_topic)
+
+    def _read_topic(self, path: str) -> str:
+        check_topic_path(path)
+        with open(os.path.join(self.memory_dir, path), encoding="utf-8", newline="") as handle:
+            return handle.read()
 
     # -- recovery ------------------------------------------------------------
 
     def recover(self) -> bool:
-        """Finish (or discard) an interrupted install; True if a journal was replayed."""
-        with _locked(self.memory_dir):
-            return self._recover_locked()
+        """Finish (or discard) an interrupted install; True if a journal was replayed.
 
-    def _recover_locked(self) -> bool:
+        Run once at start: it also sweeps temp files a crash left behind.
+        """
+        with workspace_lock(self.memory_dir, self.files):
+            return self._recover_locked(sweep=True)
+
+    def _recover_locked(self, *, sweep: bool) -> bool:
         journal = os.path.join(self.memory_dir, JOURNAL)
-        self._remove_temp_files()
+        if sweep:
+            self._remove_temp_files()
         try:
             with open(journal, "rb") as handle:
                 raw = handle.read()
@@ -256,17 +272,23 @@ class Transactions:
         Raises :class:`ConcurrentUpdate` if memory moved since the base (nothing
         is installed). Rejected edits are reported in the audit, not raised.
         """
-        with _locked(self.memory_dir):
-            self._recover_locked()
+        with workspace_lock(self.memory_dir, self.files):
+            self._recover_locked(sweep=False)  # another process may have crashed mid-install
             current = self.revisions.revision()
             if current != base_revision:
                 raise ConcurrentUpdate(base_revision, current)
-            facts = self._index.refresh()
+            facts = self._index.refresh(self.revisions.last_scan)
             audit, accepted = self._validate(edits, facts, frozenset(batch_sources))
             changes = self._changes(accepted)
+            changed_set = {path for path, _ in changes}
+            created = tuple(
+                block_id
+                for normalised in sorted(accepted.values(), key=lambda n: n.path)
+                if normalised.path in changed_set
+                for block_id in normalised.new_ids
+            )
             if changes:
                 self._prepare_directories(changes)
-                self.files.make_dirs(os.path.join(self.memory_dir, ".scriptorium"))
                 self.files.write_atomic(
                     os.path.join(self.memory_dir, JOURNAL), _encode_journal(changes),
                 )
@@ -276,7 +298,8 @@ class Transactions:
                 "tool": "commit", "status": "ok", "count": len(changed),
                 "topic_paths": list(changed),
             })
-            return CommitResult(tuple(audit), changed, self.revisions.revision())
+            revision = self.revisions.revision_after(list(changed))
+            return CommitResult(tuple(audit), changed, revision, created)
 
     def _validate(
         self, edits: Sequence[TopicEdit], facts: dict[str, _TopicFacts],
@@ -350,11 +373,19 @@ class Transactions:
         batch_sources: frozenset[str],
     ) -> NormalisedTopic:
         check_topic_path(edit.path)
+        self._check_place(edit.path)
         base = facts.get(edit.path)
         if base is not None and base.error is not None:
             raise EditRejected(
                 edit.path, f"the file on disk fails the strict parse ({base.error.reason})",
             )
+        if edit.text is not None:
+            try:
+                edit.text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise EditRejected(
+                    edit.path, "text cannot be stored as UTF-8 (lone surrogate)",
+                ) from None
         if edit.text is None:
             return NormalisedTopic(
                 edit.path, None, frozenset(), frozenset(), frozenset(), frozenset(),
@@ -380,6 +411,16 @@ class Transactions:
                 f"links to {unknown[0]}, which no topic cited before; cite its raw handle",
             )
         return normalised
+
+    def _check_place(self, path: str) -> None:
+        """The path must be installable: no parent is a file, the path is not a directory."""
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            parent = os.path.join(self.memory_dir, *parts[:depth])
+            if os.path.exists(parent) and not os.path.isdir(parent):
+                raise EditRejected(path, f"{'/'.join(parts[:depth])} is a file, not a directory")
+        if os.path.isdir(os.path.join(self.memory_dir, path)):
+            raise EditRejected(path, "a directory has that name")
 
     def _changes(self, accepted: dict[int, NormalisedTopic]) -> list[tuple[str, str | None]]:
         changes: list[tuple[str, str | None]] = []

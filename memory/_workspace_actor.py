@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -36,9 +37,9 @@ from memory._runtime_state import (
     write_runtime_state,
     write_session_end,
 )
-from memory._transaction import CommitResult, Transactions
+from memory._transaction import CommitResult, Transactions, workspace_lock
 from memory._workspace_id import load_or_create_workspace_id
-from memory._writer import Batch, TopicEdit, WorkspaceSnapshot
+from memory._writer import Batch, TopicEdit
 from store import DurableFiles, run_durable
 
 __all__ = [
@@ -54,8 +55,6 @@ __all__ = [
     "ReadRuntimeState",
     "ReplaceRuntimeState",
 ]
-
-TOPICS = "topics"
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +166,7 @@ class WorkspaceActor(Actor):
             case ArchiveBatch(batch):
                 return await run_durable(self._archive, batch.session_id, batch.records)
             case TakeSnapshot():
-                return await run_durable(self._snapshot)
+                return await run_durable(self.transactions.snapshot)
             case CommitEdits(batch, edits, base):
                 return await run_durable(self._commit, batch, edits, base)
             case BatchCovered(batch):
@@ -183,7 +182,7 @@ class WorkspaceActor(Actor):
             case ReadRuntimeState():
                 return await run_durable(read_runtime_state, self.memory_dir)
             case ReplaceRuntimeState(state):
-                return await run_durable(write_runtime_state, self.memory_dir, state, self.files)
+                return await run_durable(self._replace_runtime_state, state)
         raise TypeError(f"the workspace actor got an unknown message {message!r}")
 
     # -- the synchronous bodies, each one thread hop --------------------------------
@@ -204,28 +203,13 @@ class WorkspaceActor(Actor):
         return self._archived_of(parts[1]).trusted.get(source)
 
     def _archive(self, session: str, records: Sequence[SourceRecord]) -> AppendResult:
-        known = self._archived_of(session)
-        result = append_records(self.memory_dir, session, records, self.files)
+        with self._lock():
+            self._archives.pop(session, None)  # another process may have appended
+            known = self._archived_of(session)
+            result = append_records(self.memory_dir, session, records, self.files)
         for record in records:
             known.trusted.setdefault(record.source_id, record.trusted)
         return result
-
-    def _snapshot(self) -> WorkspaceSnapshot:
-        revision = self.transactions.revision()
-        paths: list[str] = []
-        root = os.path.join(self.memory_dir, TOPICS)
-        for directory, dirs, names in os.walk(root):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-            relative = os.path.relpath(directory, self.memory_dir).replace(os.sep, "/")
-            paths.extend(f"{relative}/{n}" for n in sorted(names)
-                         if n.endswith(".md") and not n.startswith("."))
-        memory_dir = self.memory_dir
-
-        def read(path: str) -> str:
-            with open(os.path.join(memory_dir, path), encoding="utf-8", newline="") as handle:
-                return handle.read()
-
-        return WorkspaceSnapshot(revision, tuple(paths), read)
 
     def _commit(self, batch: Batch, edits: Sequence[TopicEdit], base: str) -> list[dict[str, Any]]:
         result: CommitResult = self.transactions.commit(
@@ -234,13 +218,18 @@ class WorkspaceActor(Actor):
         )
         if result.changed_files:
             self.commits += 1
-            state = read_runtime_state(self.memory_dir)
-            write_runtime_state(self.memory_dir, replace(
-                state,
-                local_batches=state.local_batches + 1,
-                local_tokens=state.local_tokens + sum(r.tokens for r in batch.records),
-                write_commits_since_global=state.write_commits_since_global + 1,
-            ), self.files)
+            with self._lock():
+                state = read_runtime_state(self.memory_dir)
+                order = dict(state.creation_order)
+                for block in result.created_blocks:
+                    order.setdefault(block, len(order))
+                write_runtime_state(self.memory_dir, replace(
+                    state,
+                    creation_order=order,
+                    local_batches=state.local_batches + 1,
+                    local_tokens=state.local_tokens + sum(r.tokens for r in batch.records),
+                    write_commits_since_global=state.write_commits_since_global + 1,
+                ), self.files)
         return [dict(entry) for entry in result.audit]
 
     def _covered(self, batch: Batch) -> bool:
@@ -250,21 +239,32 @@ class WorkspaceActor(Actor):
             return False
         return self.transactions.all_cited(trusted)
 
+    def _lock(self) -> AbstractContextManager[None]:
+        """Read-modify-writes of shared files hold the workspace lock (other runtimes)."""
+        return workspace_lock(self.memory_dir, self.files)
+
     def _record_session_end(self, session: str, updated_at: float) -> None:
-        entries = read_session_end(self.memory_dir)
-        if entries.get(session) == updated_at:
-            return
-        entries[session] = updated_at
-        write_session_end(self.memory_dir, entries, self.files)
+        with self._lock():
+            entries = read_session_end(self.memory_dir)
+            if entries.get(session) == updated_at:
+                return
+            entries[session] = updated_at
+            write_session_end(self.memory_dir, entries, self.files)
 
     def _quarantine_add(self, entry: QuarantineEntry) -> None:
-        entries = read_quarantine(self.memory_dir)
-        write_quarantine(self.memory_dir, [*entries, entry], self.files)
+        with self._lock():
+            entries = read_quarantine(self.memory_dir)
+            write_quarantine(self.memory_dir, [*entries, entry], self.files)
 
     def _quarantine_release(self, session: str | None) -> list[QuarantineEntry]:
-        entries = read_quarantine(self.memory_dir)
-        released = [e for e in entries if session is None or e.session == session]
-        if released:
-            kept = [e for e in entries if not (session is None or e.session == session)]
-            write_quarantine(self.memory_dir, kept, self.files)
+        with self._lock():
+            entries = read_quarantine(self.memory_dir)
+            released = [e for e in entries if session is None or e.session == session]
+            if released:
+                kept = [e for e in entries if not (session is None or e.session == session)]
+                write_quarantine(self.memory_dir, kept, self.files)
         return released
+
+    def _replace_runtime_state(self, state: RuntimeState) -> None:
+        with self._lock():
+            write_runtime_state(self.memory_dir, state, self.files)

@@ -23,8 +23,9 @@ def state(tmp_path: Path) -> str:
 
 
 def run(*args: str) -> tuple[int, str]:
+    """Exit code and stdout (stderr is kept apart: --json prints one document on stdout)."""
     result = CliRunner().invoke(main, list(args))
-    return result.exit_code, result.output
+    return result.exit_code, result.stdout if result.exit_code == 0 else result.output
 
 
 def test_session_list_and_branches_json(state: str) -> None:
@@ -68,3 +69,39 @@ def test_bad_session_ids_are_clean_errors(state: str, sid: str) -> None:
     assert code != 0
     assert "Traceback" not in out
     assert "Error" in out
+
+
+def test_scan_sessions_reports_each_change_once() -> None:
+    from memory._headless import scan_sessions
+
+    seen: dict[str, object] = {}
+    rows = [{"id": "a", "updated_at": 1.0}, {"id": "b", "updated_at": 2.0}]
+    assert scan_sessions(rows, seen) == ["a", "b"]
+    assert scan_sessions(rows, seen) == []
+    assert scan_sessions([{"id": "a", "updated_at": 3.0}, rows[1]], seen) == ["a"]
+
+
+def test_run_once_writes_every_session_and_reports_json(state: str) -> None:
+    from store import SessionCore
+
+    core = SessionCore.create(state, "fresh", title="fresh")
+    previous = "ROOT"
+    for index in range(4):
+        node = core.append({"role": ["user", "assistant"][index % 2], "predecessor": previous,
+                            "content": f"I prefer tea number {index}. We decided to ship it."})
+        previous = node["id"]
+    code, out = run("run", "--once", "--json", "--state", state)
+    assert code == 0, out
+    outcomes = orjson.loads(out)
+    assert outcomes["sessions"]["fresh"] == "written"
+    code, out = run("memory", "pending", "fresh", "--state", state, "--json")
+    assert orjson.loads(out)["pending"] == []
+
+
+def test_memory_write_force_and_release_json(state: str) -> None:
+    code, out = run("memory", "write", "demo", "--force", "--state", state, "--json")
+    assert code == 0, out
+    assert set(orjson.loads(out)["sessions"]) == {"demo"}
+    code, out = run("memory", "release", "--state", state, "--json")
+    assert code == 0, out
+    assert orjson.loads(out) == {"released": []}

@@ -83,3 +83,13 @@ def test_a_racily_clean_file_is_read_again(tmp_path: Path) -> None:
     (tmp_path / "topics/a.md").write_bytes(b"b")
     os.utime(tmp_path / "topics/a.md", ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert cache.revision(now_ns=mtime + RACY_NS // 2) == expected(tmp_path, ["topics/a.md"])
+
+
+def test_revision_after_a_known_change_equals_a_full_scan(tmp_path: Path) -> None:
+    make(tmp_path, {f"topics/t{i}.md": b"x" for i in range(5)})
+    cache = RevisionCache(str(tmp_path))
+    cache.revision(now_ns=LATER)
+    make(tmp_path, {"topics/t1.md": b"changed", "topics/new.md": b"n"})
+    os.unlink(tmp_path / "topics/t2.md")
+    after = cache.revision_after(["topics/t1.md", "topics/new.md", "topics/t2.md"], now_ns=LATER)
+    assert after == workspace_revision(str(tmp_path))

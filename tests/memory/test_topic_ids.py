@@ -6,9 +6,11 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
 
 from memory._errors import TopicError
 from memory._topic_ids import (
+    NormalisedTopic,
     block_id_for,
     footnote_id_for,
     normalise_topic,
@@ -16,7 +18,8 @@ from memory._topic_ids import (
     source_key,
     source_link_target,
 )
-from memory._topics import parse_topic
+from memory._topics import Topic, parse_topic, render_topic
+from tests.memory.test_topics import topics
 
 FIXTURE = Path("/work/shared/fixtures/openprogram-sample/memory/topics/people/owner.md")
 PATH = "topics/people/owner.md"
@@ -34,8 +37,10 @@ The owner prefers tea.[^e2] ^deadbeef
 """
 
 
-def normalise(draft: str, base: str | None = None, path: str = PATH,
-              used_ids: set[str] | None = None, used_labels: set[str] | None = None):  # type: ignore[no-untyped-def]
+def normalise(
+    draft: str, base: str | None = None, path: str = PATH,
+    used_ids: set[str] | None = None, used_labels: set[str] | None = None,
+) -> NormalisedTopic:
     topic = parse_topic(base, path) if base is not None else None
     existing = set(topic.block_ids()) if topic else set()
     labels = set(topic.footnotes) if topic else set()
@@ -127,7 +132,7 @@ The owner dislikes coffee.[^e2] ^0badc0de
     assert ids[1] == ("3216f7d0",)  # kept, invented alias stripped
     assert ids[2] != ("0badc0de",) and len(ids[2]) == 1
     assert result.kept_ids == {"37913bbd", "3216f7d0"}
-    assert result.linked == {"demo#source-feaf6d348c725728"}
+    assert result.linked == frozenset()  # an unchanged footnote needs no new check
     assert "[^e-290945cf46]" in result.text  # an unchanged footnote keeps its label
 
 
@@ -175,3 +180,16 @@ def test_the_same_invented_id_on_two_paragraphs_is_simply_stripped() -> None:
     result = normalise(draft, path="topics/x.md")
     assert result.text is not None and "^mine" not in result.text
     assert len(result.block_ids) == 2
+
+
+@settings(max_examples=80, deadline=None)
+@given(topics())
+def test_normalising_a_committed_file_changes_nothing(topic: Topic) -> None:
+    text = render_topic(topic)
+    base = parse_topic(text, "topics/x.md")
+    result = normalise_topic(
+        "topics/x.md", text, base=base, existing_ids=set(base.block_ids()),
+        used_ids=set(base.block_ids()), used_labels=set(base.footnotes),
+    )
+    assert result.text == (text if base.paragraphs else None)
+    assert result.new_ids == ()

@@ -135,7 +135,8 @@ def topics(draw: st.DrawFn) -> Topic:
             continue
         labels = []
         for _ in range(draw(st.integers(1, 3))):
-            if footnotes and draw(st.booleans()):
+            reuse: bool = draw(st.booleans())
+            if footnotes and reuse:
                 labels.append(draw(st.sampled_from(sorted(footnotes))))
                 continue
             label = "e-" + draw(_hex)

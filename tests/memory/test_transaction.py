@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -14,7 +17,7 @@ from hypothesis import strategies as st
 
 from memory._errors import ConcurrentUpdate, InstallJournalCorrupt
 from memory._topics import parse_topic
-from memory._transaction import JOURNAL, Transactions
+from memory._transaction import JOURNAL, CommitResult, Transactions
 from memory._writer import TopicEdit
 from store._durable import TEMP_SUFFIX, DurableFiles
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
@@ -53,7 +56,9 @@ def draft(body: str, source: str, when: str = "2025-08-12") -> str:
     return f"{body}[^e1]\n\n[^e1]: Time: `{when}`; Sources: {source}\n"
 
 
-def commit(tx: Transactions, edits: list[TopicEdit], batch: set[str] | None = None):  # type: ignore[no-untyped-def]
+def commit(
+    tx: Transactions, edits: list[TopicEdit], batch: set[str] | None = None,
+) -> CommitResult:
     return tx.commit(edits, base_revision=tx.revision(), batch_sources=batch or {
         "openprogram/demo/a2"})
 
@@ -75,6 +80,7 @@ def test_an_accepted_edit_is_installed_and_audited(tmp_path: Path) -> None:
     assert "../sources/openprogram/_v2/demo.md#source-90d15db34a915d33" in text
     assert len(topic.paragraphs) == 1
     assert result.revision == tx.revision() != ""
+    assert result.created_blocks == (parse_topic(text).paragraphs[0].block_id,)
     assert not (memory / JOURNAL).exists()
     assert stat.S_IMODE((memory / "topics/core.md").stat().st_mode) == 0o600
 
@@ -110,6 +116,9 @@ def test_committing_the_same_edit_again_changes_nothing(tmp_path: Path) -> None:
         (TopicEdit(OWNER, "# Owner\n\n" + draft("Only this.", "openprogram/demo/a2")),
          "would vanish"),
         (TopicEdit(OWNER, None), "would vanish"),
+        (TopicEdit(OWNER + "/x.md", draft("X.", "openprogram/demo/a2")), "is a file"),
+        (TopicEdit("topics/people.md/", "x"), "only write topics/"),
+        (TopicEdit("topics/a.md", draft("Bad \ud800 text.", "openprogram/demo/a2")), "UTF-8"),
     ],
 )
 def test_each_rule_rejects_the_edit_and_leaves_the_workspace_alone(
@@ -226,12 +235,22 @@ def test_a_corrupt_journal_stops_recovery_without_touching_topics(tmp_path: Path
 
 # -- crashes -----------------------------------------------------------------------
 
+def prepared(root: Path) -> Path:
+    """The fixture plus topics/gone.md, which the crash tests delete."""
+    memory = workspace(root)
+    tx = Transactions(str(memory), archived=archived)
+    commit(tx, [TopicEdit("topics/gone.md", draft("Soon gone.", "openprogram/demo/a2"))])
+    return memory
+
+
 def _three_file_edits(memory: Path) -> list[TopicEdit]:
     text = (memory / OWNER).read_text()
+    gone = parse_topic((memory / "topics/gone.md").read_text()).block_ids()
     return [
         TopicEdit(OWNER, text + "\n" + draft("The owner likes jam.", "openprogram/demo/a2")),
         TopicEdit("topics/new/deep.md", draft("Deep fact.", "openprogram/demo/a2")),
         TopicEdit("topics/core.md", draft("Core fact.", "openprogram/demo/a2")),
+        TopicEdit("topics/gone.md", None, delete_blocks=frozenset(gone)),
     ]
 
 
@@ -242,7 +261,7 @@ def _topics_state(memory: Path) -> dict[str, bytes]:
 def test_a_crash_at_any_step_leaves_all_old_or_all_new_and_recovery_finishes(
     tmp_path: Path,
 ) -> None:
-    reference = workspace(tmp_path / "reference")
+    reference = prepared(tmp_path / "reference")
     old = _topics_state(reference)
     commit(Transactions(str(reference), archived=archived), _three_file_edits(reference))
     new = _topics_state(reference)
@@ -252,12 +271,12 @@ def test_a_crash_at_any_step_leaves_all_old_or_all_new_and_recovery_finishes(
         tx = Transactions(str(root), archived=archived, files=files)
         commit(tx, _three_file_edits(root))
 
-    probe = workspace(tmp_path / "probe")
+    probe = prepared(tmp_path / "probe")
     steps = count_steps(lambda files: run(files, probe))
     assert steps >= 10
     outcomes = set()
     for k in range(steps):
-        memory = workspace(tmp_path / f"crash{k}")
+        memory = prepared(tmp_path / f"crash{k}")
         with pytest.raises(SimulatedCrash):
             run(FaultyFiles(crash_at=k), memory)
         # Each file is whole (old or new); the set is made consistent by recovery.
@@ -275,7 +294,7 @@ def test_a_crash_at_any_step_leaves_all_old_or_all_new_and_recovery_finishes(
 
 
 def test_a_crash_during_recovery_is_recovered_by_the_next_start(tmp_path: Path) -> None:
-    reference = workspace(tmp_path / "reference")
+    reference = prepared(tmp_path / "reference")
     commit(Transactions(str(reference), archived=archived), _three_file_edits(reference))
     new = _topics_state(reference)
 
@@ -286,12 +305,12 @@ def test_a_crash_during_recovery_is_recovered_by_the_next_start(tmp_path: Path) 
         with pytest.raises(SimulatedCrash):
             commit(tx, _three_file_edits(root))
 
-    probe = workspace(tmp_path / "probe")
+    probe = prepared(tmp_path / "probe")
     crashed_after_commit_point(probe)
     steps = count_steps(lambda files: Transactions(
         str(probe), archived=archived, files=files).recover())
     for k in range(steps):
-        memory = workspace(tmp_path / f"recover{k}")
+        memory = prepared(tmp_path / f"recover{k}")
         crashed_after_commit_point(memory)
         with pytest.raises(SimulatedCrash):
             Transactions(str(memory), archived=archived, files=FaultyFiles(crash_at=k)).recover()
@@ -300,14 +319,14 @@ def test_a_crash_during_recovery_is_recovered_by_the_next_start(tmp_path: Path) 
 
 
 def test_an_io_error_mid_install_is_finished_by_recovery(tmp_path: Path) -> None:
-    memory = workspace(tmp_path)
+    memory = prepared(tmp_path)
     files = FaultyFiles(only=frozenset({"rename"}), fail_at=2)
     with pytest.raises(OSError):
         commit(Transactions(str(memory), archived=archived, files=files),
                _three_file_edits(memory))
     tx = Transactions(str(memory), archived=archived)
     assert tx.recover() is True
-    reference = workspace(tmp_path / "reference")
+    reference = prepared(tmp_path / "reference")
     commit(Transactions(str(reference), archived=archived), _three_file_edits(reference))
     assert _topics_state(memory) == _topics_state(reference)
 
@@ -318,7 +337,7 @@ def _topics_state_without_temps(memory: Path) -> dict[str, bytes]:
 
 def test_the_crash_test_would_catch_an_install_without_a_journal(tmp_path: Path) -> None:
     """Plant the fault: skip the journal, and a crash mid-install is caught as torn."""
-    reference = workspace(tmp_path / "reference")
+    reference = prepared(tmp_path / "reference")
     old = _topics_state(reference)
     commit(Transactions(str(reference), archived=archived), _three_file_edits(reference))
     new = _topics_state(reference)
@@ -329,7 +348,7 @@ def test_the_crash_test_would_catch_an_install_without_a_journal(tmp_path: Path)
                 return
             super().write_atomic(path, data)
 
-    memory = workspace(tmp_path / "planted")
+    memory = prepared(tmp_path / "planted")
     files = NoJournal(only=frozenset({"rename"}), crash_at=1)
     with pytest.raises(SimulatedCrash):
         commit(Transactions(str(memory), archived=archived, files=files),
@@ -342,9 +361,12 @@ def test_the_crash_test_would_catch_an_install_without_a_journal(tmp_path: Path)
 
 # -- random edits ------------------------------------------------------------------
 
-_sources = st.sampled_from(sorted(ARCHIVE) + ["openprogram/demo/zz", "openprogram/other/x"])
-_paths = st.sampled_from([OWNER, "topics/core.md", "topics/a/b.md", "notes/x.md"])
-_bodies = st.sampled_from(["The owner prefers tea.", "Fresh fact.", "Another fact.", "Tail"])
+# Mostly valid edits (so installs happen), with every kind of fault mixed in.
+_sources = st.sampled_from(["openprogram/demo/a2"] * 4 + ["openprogram/demo/u1",
+                            "openprogram/demo/p1", "openprogram/demo/zz"])
+_paths = st.sampled_from([OWNER, "topics/core.md", "topics/a/b.md", "topics/c.md", "notes/x.md"])
+_bodies = st.sampled_from(["The owner prefers tea.", "Fresh fact.", "Another fact."])
+_endings = st.sampled_from(["", "", "", " ^37913bbd", " ^3216f7d0", " ^badbadba", " tail"])
 
 
 @st.composite
@@ -354,16 +376,18 @@ def random_edit(draw: st.DrawFn) -> TopicEdit:
         return TopicEdit(path, None, delete_blocks=frozenset(
             draw(st.lists(st.sampled_from(["37913bbd", "3216f7d0"])))))
     units = []
-    for index in range(draw(st.integers(0, 3))):
-        body = draw(_bodies)
-        ending = draw(st.sampled_from(["", " ^37913bbd", " ^3216f7d0", " ^badbadba", " tail"]))
-        units.append(f"{body}[^e{index}]{ending}\n\n[^e{index}]: Time: `2025`; "
+    for index in range(draw(st.integers(0 if path == OWNER else 1, 3))):
+        units.append(f"{draw(_bodies)}[^e{index}]{draw(_endings)}\n\n[^e{index}]: Time: `2025`; "
                      f"Sources: {draw(_sources)}")
-    return TopicEdit(path, "# T\n\n" + "\n\n".join(units) + "\n")
+    deleted = ["37913bbd", "3216f7d0"] if path == OWNER and draw(st.booleans()) else []
+    return TopicEdit(path, "# T\n\n" + "\n\n".join(units) + "\n",
+                     delete_blocks=frozenset(deleted))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(random_edit(), min_size=1, max_size=4), st.integers(0, 60))
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(random_edit(), min_size=1, max_size=4), st.none() | st.integers(0, 20))
 def test_random_edits_install_completely_or_leave_the_workspace_identical(
     tmp_path_factory: pytest.TempPathFactory, edits: list[TopicEdit], crash_at: int,
 ) -> None:
@@ -393,3 +417,54 @@ def test_random_edits_install_completely_or_leave_the_workspace_identical(
             edits, base_revision=base, batch_sources={"openprogram/demo/a2"})
         assert after == snapshot(clean)
         assert full.changed_files
+
+
+def test_a_snapshot_lists_topics_and_reads_them_at_its_revision(tmp_path: Path) -> None:
+    memory = workspace(tmp_path)
+    tx = Transactions(str(memory), archived=archived)
+    snap = tx.snapshot()
+    assert snap.topic_paths == (OWNER,)
+    assert snap.read(OWNER) == (memory / OWNER).read_text()
+    result = tx.commit([NEW], base_revision=snap.revision, batch_sources={"openprogram/demo/a2"})
+    assert result.changed_files == ("topics/core.md",)
+    assert tx.snapshot().revision == result.revision
+
+
+def test_an_edit_onto_a_directory_is_rejected_not_raised(tmp_path: Path) -> None:
+    memory = workspace(tmp_path)
+    (memory / "topics/odd.md").mkdir()
+    tx = Transactions(str(memory), archived=archived)
+    result = commit(tx, [TopicEdit("topics/odd.md", draft("X.", "openprogram/demo/a2")), NEW])
+    assert "a directory has that name" in result.audit[0]["error"]
+    assert result.changed_files == ("topics/core.md",)
+
+
+def test_the_write_lock_holds_across_processes(tmp_path: Path) -> None:
+    memory = workspace(tmp_path)
+    script = (
+        "import sys; from memory._transaction import workspace_lock; "
+        "from store._durable import DurableFiles\n"
+        f"with workspace_lock({str(memory)!r}, DurableFiles()):\n"
+        "    print('held', flush=True); sys.stdin.readline()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert holder.stdout is not None and holder.stdin is not None
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        fd = os.open(memory / ".scriptorium/write.lock", os.O_RDONLY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            holder.stdin.write("\n")
+            holder.stdin.flush()
+            assert holder.wait(timeout=30) == 0
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once the holder left
+        finally:
+            os.close(fd)
+    finally:
+        holder.kill()
+        holder.wait()
