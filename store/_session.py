@@ -381,10 +381,8 @@ class SessionCore:
         if not self._journal_records:
             return
         with self._lock:
-            if self._journal_stamp == _stamp(self._journal_path):
-                self._checkpoint_locked(list(self._journal_files))
-            else:  # another owner or a failed write was here: replay covers everything
-                self._sync_locked()
+            self._sync_locked()  # adopts what another owner (or a failed write) left
+            self._checkpoint_locked(list(self._journal_files))
 
     # -- internals -------------------------------------------------------------
 
@@ -416,7 +414,7 @@ class SessionCore:
                 raise
 
     def _recover_locked(self) -> None:
-        """Drop crash leftovers (temp files) and replay the journal if one is found."""
+        """Drop crash leftovers (temp files), replay the journal if one is found, checkpoint."""
         for folder in (self.directory, self._path(HISTORY)):
             try:
                 names = os.listdir(folder)
@@ -426,31 +424,55 @@ class SessionCore:
                 if name.startswith(".") and name.endswith(TEMP_SUFFIX):
                     self._files.unlink(os.path.join(folder, name))
         self._sync_locked()
+        if self._journal_problem is None:
+            self._checkpoint_locked(list(self._journal_files))
 
     def _sync_locked(self) -> None:
-        """Under the lock: replay a journal this owner did not write, then refresh the index."""
+        """Under the lock: adopt a journal this owner did not write, then refresh the index."""
         stamp = _stamp(self._journal_path)
         if stamp != self._journal_stamp:
+            self._forget_index()
             self._journal_problem = None
             try:
-                self._replay_locked()
+                self._adopt_locked()
             except JournalFileError as exc:
                 self._journal_problem = exc
                 self._journal_stamp = stamp
         self._refresh()
 
-    def _replay_locked(self) -> None:
-        """Install each file as the journal's last record left it, then checkpoint."""
+    def _forget_index(self) -> None:
+        """Another owner wrote (or this one failed): reload whatever the timestamps say.
+
+        history/ and meta.json may look unchanged when the other write fell
+        in the same timestamp tick; the journal never does.
+        """
+        self._fingerprint = None
+
+    def _adopt_locked(self) -> None:
+        """Install each file as the journal's last record left it; keep the records.
+
+        The records stay in the journal, and this owner's records follow them
+        in the same sequence, so replay order still holds and two processes
+        taking turns do not checkpoint at every turn. A torn tail is the
+        exception: nothing may be appended after it, so the files are synced
+        and the journal truncated at once.
+        """
         journal = read_journal(self.directory, f"{self._rel}/{JOURNAL_NAME}")
         latest = latest_per_file(journal.records)
         for rel, data in latest.items():
             path = self._path(rel)
             if _read_or_none(path) != data:
                 self._files.replace_unsynced(path, data)
-        self._checkpoint_locked(list(latest), torn=journal.torn_bytes > 0)
+        self._journal_files = dict.fromkeys(latest)
+        self._journal_records = len(journal.records)
+        self._journal_bytes = journal.valid_end
+        self._journal_stamp = _stamp(self._journal_path)
+        if journal.torn_bytes:
+            self._checkpoint_locked(list(latest), torn=True)
 
     def _checkpoint_locked(self, rels: list[str], *, torn: bool = False) -> None:
         """Sync the named files (then their directories) and empty the journal."""
+        unchanged = Fingerprint.of(self.directory) == self._fingerprint
         paths = [self._path(rel) for rel in rels]
         self._files.sync_paths([p for p in paths if os.path.exists(p)])
         stamp = _stamp(self._journal_path)
@@ -459,6 +481,8 @@ class SessionCore:
         self._journal_stamp = _stamp(self._journal_path)
         self._journal_records = self._journal_bytes = 0
         self._journal_files.clear()
+        if unchanged:  # the truncation is ours: the index is as current as before
+            self._mark_synced()
 
     def _journal_locked(self, entries: list[tuple[str, bytes]]) -> None:
         """Make ``entries`` durable with one journal record, then install each unsynced."""

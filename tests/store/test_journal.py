@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -155,3 +156,55 @@ def test_the_splice_falls_back_when_the_metadata_is_not_canonical() -> None:
     node = decode_node(data, "n")
     result = encode_with_metadata(data, node, {"m": 1})
     assert result == encode_node(node.with_metadata({"m": 1}))
+
+
+def test_owners_taking_turns_keep_one_flush_per_mutation(tmp_path: Path) -> None:
+    """A second owner adopts the first one's records instead of checkpointing them."""
+    from tests.faults import FaultyFiles
+
+    first = SessionCore.create(tmp_path, "s")
+    counting = FaultyFiles(only=frozenset({"fsync", "fsync_dir"}))
+    second = SessionCore.open(tmp_path, "s", files=counting)
+    first.append({"id": "u1", "content": "q"})
+    second.append({"id": "a1", "role": "assistant", "content": "r"})
+    first.append({"id": "u2", "content": "q2"})
+    second.merge_node_metadata_batch({"u1": {"m": 1}})
+    assert [step for step, _ in counting.steps] == ["fsync", "fsync"]
+    assert second.statistics().journal_records == 4  # all four, in order, until the checkpoint
+    second.close()
+    third = SessionCore.open(tmp_path, "s")
+    assert [m["id"] for m in third.get_branch()] == ["u1", "a1", "u2"]
+    assert third.node("u1").metadata == {"m": 1}
+
+
+def test_another_owners_write_is_seen_under_the_lock_even_within_one_timestamp_tick(
+    tmp_path: Path,
+) -> None:
+    """Coarse timestamps: the foreign append leaves history/ and meta.json looking unchanged.
+
+    The journal changed, so the next mutation reloads anyway and continues
+    the foreign head instead of forking from a stale one.
+    """
+    def clock() -> float:
+        return 1000.5
+
+    ours = SessionCore.create(tmp_path, "s", clock=clock)
+    ours.append({"id": "u1", "content": "q"})
+    session = tmp_path / "sessions" / "s"
+    stats = {p: p.stat() for p in (session / "history", session / "meta.json")}
+    SessionCore.open(tmp_path, "s", clock=clock).append({"id": "u2", "content": "q"})
+    for path, before in stats.items():  # the same tick: nothing moved
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (session / "meta.json").stat().st_size == stats[session / "meta.json"].st_size
+    assert not ours.is_stale()  # a lock-free read cannot tell (documented)
+    ours.append({"id": "u3", "content": "q"})
+    assert [m["id"] for m in SessionCore.open(tmp_path, "s").get_branch()] == ["u1", "u2", "u3"]
+
+
+def test_the_tick_check_catches_an_owner_that_trusts_the_timestamps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plant the fault (no reload on a foreign journal): the test above must fail."""
+    monkeypatch.setattr(SessionCore, "_forget_index", lambda self: None)
+    with pytest.raises(AssertionError):
+        test_another_owners_write_is_seen_under_the_lock_even_within_one_timestamp_tick(tmp_path)
