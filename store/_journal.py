@@ -155,15 +155,14 @@ def scan(data: bytes, path: str) -> JournalScan:
         if header_end < 0 or not data.startswith(_MAGIC, at):
             break
         fields = data[at + len(_MAGIC):header_end].split(b" ")
-        if len(fields) != 2 or not fields[0].isdigit() or len(fields[1]) != 8:
+        if len(fields) != 2 or not fields[0].isdigit():
             break
         size = int(fields[0])
         payload = data[header_end + 1:header_end + 1 + size]
-        try:
-            checksum = int(fields[1], 16)
-        except ValueError:
-            break
-        if len(payload) != size or zlib.crc32(payload) != checksum:
+        # the header must be exactly what encode_record writes for this payload
+        # (so "0A1B..." for "0a1b...", or a leading zero, is damage, not a record)
+        canonical = b"%s%d %08x\n" % (_MAGIC, size, zlib.crc32(payload))
+        if len(payload) != size or data[at:header_end + 1] != canonical:
             break
         records.append(decode_entries(payload, path, at))
         at = header_end + 1 + size
