@@ -26,7 +26,6 @@ from actors._ref import ActorRef as ActorRef
 from actors._registry import CrashHook as CrashHook
 from actors._registry import Registry as Registry
 from actors._registry import open_registry as open_registry
-from actors._run import as_factory as as_factory
 from actors._run import open_actor as open_actor
 
 __all__ = [
@@ -48,7 +47,6 @@ __all__ = [
     "MailboxFull",
     "PoisonMessage",
     "Registry",
-    "as_factory",
     "open_actor",
     "open_registry",
     "snapshot",

@@ -23,11 +23,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 
+from actors._actor import Actor
 from actors._errors import (
     ActorCrashed,
     ActorRestarting,
@@ -37,9 +38,6 @@ from actors._errors import (
 )
 from actors._mailbox import Backpressure, Envelope, Inspect, Mailbox, Passivate, ReplySlot, Stop
 from actors._ref import ActorRef
-
-if TYPE_CHECKING:
-    from actors._actor import Actor
 
 DeadLetter = Callable[[Any, BaseException], None]
 
@@ -165,6 +163,11 @@ class ActorCell:
         if not self.closed:
             self.mailbox.put_control(message)
 
+    def request_passivate(self) -> None:
+        """Ask the running incarnation to passivate if its mailbox is empty then."""
+        if self.state is ActorState.STARTING or self.state is ActorState.RUNNING:
+            self.mailbox.put_control(Passivate())
+
     def request_inspect(self, slot: ReplySlot) -> None:
         self._refuse(Backpressure.WAIT)
         self.mailbox.put_control(Inspect(slot))
@@ -194,32 +197,44 @@ class ActorCell:
             raise ActorStopped(self.name) from self.cause
         self.state = ActorState.STARTING
         self.incarnations += 1
-        actor = self.factory()
+        try:
+            actor = self.factory()
+        except Exception as exc:
+            self._note_crash(exc)  # a factory that fails is a crash of this incarnation
+            self._wake_stop_waiters()
+            raise
         actor._ref = self.ref
         self.actor = actor
         try:
-            async with actor.lifespan():
-                try:
-                    await actor.on_start()
-                    self.state = ActorState.RUNNING
-                    if on_started is not None:
-                        on_started()
-                    outcome = await self._loop(actor)
-                except Exception as exc:
-                    self._note_crash(exc)
-                    await actor.on_stop(exc)
-                    raise
-                try:
-                    await actor.on_stop(None)
-                except Exception as exc:
-                    self._note_crash(exc)
-                    raise
+            if type(actor).lifespan is Actor.lifespan:  # the common case: skip a no-op context
+                outcome = await self._live(actor, on_started)
+            else:
+                async with actor.lifespan():
+                    outcome = await self._live(actor, on_started)
         finally:
             self._current = None
             self._wake_stop_waiters()
         if outcome is Exit.STOPPED:
             self.state = ActorState.STOPPED
             self._fail_queued(None)
+        return outcome
+
+    async def _live(self, actor: Actor, on_started: Callable[[], None] | None) -> Exit:
+        try:
+            await actor.on_start()
+            self.state = ActorState.RUNNING
+            if on_started is not None:
+                on_started()
+            outcome = await self._loop(actor)
+        except Exception as exc:
+            self._note_crash(exc)
+            await actor.on_stop(exc)
+            raise
+        try:
+            await actor.on_stop(None)
+        except Exception as exc:
+            self._note_crash(exc)
+            raise
         return outcome
 
     def detach(self) -> None:

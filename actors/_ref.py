@@ -116,15 +116,25 @@ class ActorRef:
         if timeout is DEFAULT:
             timeout = cell.call_timeout
         slot = ReplySlot()
-        with anyio.fail_after(timeout):
+        with anyio.move_on_after(timeout) as scope:
             try:
                 cell.request_inspect(slot)
                 await slot.event.wait()
             finally:
                 slot.abandoned = not slot.done
+        if scope.cancelled_caught and not slot.done:
+            raise CallTimeout(cell.name, "inspect()", timeout or 0.0)
         if slot.error is not None:
             raise slot.error
         return slot.value
+
+    def passivate(self) -> None:
+        """Ask a keyed actor to passivate now (control lane), e.g. from an idle watchdog.
+
+        Ignored if messages are queued when the actor gets to it: it is not idle.
+        For an actor outside a registry, passivating is a normal exit.
+        """
+        self.cell.request_passivate()
 
     async def stop(self) -> None:
         """Stop gracefully: finish the current message, run ``on_stop``; queued calls fail."""

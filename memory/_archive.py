@@ -45,23 +45,23 @@ from memory._records import SourceMeta, SourceRecord, source_anchor
 from store._durable import DurableFiles
 
 __all__ = [
-    "V2_MARKER",
     "PROVIDER",
-    "archive_relpath",
-    "encode_speaker_id",
-    "is_canonical_speaker_id",
-    "encode_source_meta",
-    "decode_source_meta",
-    "format_timestamp",
-    "normalize_label",
-    "render_frame",
+    "V2_MARKER",
+    "AppendResult",
     "ArchiveFrame",
     "ArchiveScan",
+    "append_records",
+    "archive_relpath",
+    "decode_source_meta",
+    "encode_source_meta",
+    "encode_speaker_id",
+    "format_timestamp",
+    "is_canonical_speaker_id",
+    "normalize_label",
     "parse_archive",
     "plan_append",
     "read_archive",
-    "append_records",
-    "AppendResult",
+    "render_frame",
 ]
 
 V2_MARKER = "<!-- openprogram-source-archive:v2 -->"
@@ -368,6 +368,7 @@ def plan_append(
     records: Iterable[SourceRecord],
     *,
     tz: tzinfo | None = None,
+    scan: ArchiveScan | None = None,
 ) -> tuple[bytes, tuple[str, ...]]:
     """The archive after appending ``records`` and the source ids actually added.
 
@@ -375,9 +376,11 @@ def plan_append(
     nothing to add returns ``existing`` unchanged. Raises
     :class:`IncompleteArchive` if ``existing`` does not scan completely and
     :class:`UnframeableRecord` for a record the grammar cannot hold, before
-    anything is decided.
+    anything is decided. ``scan`` is ``parse_archive(existing, session_id)``
+    when the caller already has it (:class:`~memory._archive_cache.ArchiveCache`).
     """
-    scan = parse_archive(existing, session_id)
+    if scan is None:
+        scan = parse_archive(existing, session_id)
     if not scan.complete:
         # Messages name paths relative to the state directory (<state>/memory/...).
         raise IncompleteArchive(
@@ -385,12 +388,13 @@ def plan_append(
             f"{scan.stop_reason} at line {scan.stop_line}",
             len(scan.frames),
         )
-    known = set(scan.source_ids)
+    known = scan.source_ids  # not copied: the archive may hold thousands of ids
+    fresh: set[str] = set()
     added: list[str] = []
     frames: list[bytes] = []
     for record in records:
         source = _check_source(record, session_id)
-        if source in known:
+        if source in known or source in fresh:
             continue
         try:
             frames.append(render_frame(record, tz=tz).encode("utf-8"))
@@ -398,18 +402,19 @@ def plan_append(
             raise UnframeableRecord(
                 source, "its text is not valid Unicode (lone surrogate)"
             ) from None
-        known.add(source)
+        fresh.add(source)
         added.append(source)
     if not frames:
         return existing, ()
     if not existing:
-        prefix = _HEADER
+        parts = [_HEADER]
     elif scan.open_ended:
-        prefix = existing
+        parts = [existing]
     else:
         # Not ``endswith(b"\n\n")``: a body's own last line may be empty.
-        prefix = existing + b"\n"
-    return prefix + b"\n".join(frames), tuple(added)
+        parts = [existing, b"\n"]
+    # One join: a large archive is copied once, not once per concatenation.
+    return b"".join([*parts, b"\n".join(frames)]), tuple(added)
 
 
 @dataclass(frozen=True, slots=True)

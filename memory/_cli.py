@@ -21,6 +21,7 @@ import anyio
 import click
 import orjson
 
+from memory._audit import audit, read_audit_inputs
 from memory._headless import BOUNDARY_OK, run_headless, run_once
 from memory._ledger import ALLOWED_THRESHOLDS, WritePolicy, owed_tokens, records_from_branch, unwritten_turns
 from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
@@ -320,3 +321,104 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float, 
                                        drain_timeout=drain_timeout, log=log), backend=backend)
     except StoreError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+class _ProgressBar:
+    """A click progress bar on stderr fed by ``progress(done, total)``; silent when disabled."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled
+        self.bar: Any = None
+        self.done = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or total <= 0:
+            return
+        if self.bar is None:
+            self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
+            self.bar.__enter__()
+        self.bar.update(done - self.done)
+        self.done = done
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+
+@memory.command("migrate")
+@runtime_options
+@state_options
+def memory_migrate(threshold: str, workers: int, backend: str, state_dir: str,
+                   as_json: bool) -> None:
+    """Turn runtime.json's legacy position cursors into markers (SPEC §6.7).
+
+    The runtime also does this by itself at every start; this command runs it
+    alone and prints what it marked.
+    """
+    progress = _ProgressBar("migrating", not as_json and sys.stderr.isatty())
+
+    async def body(rt: MemoryRuntime) -> dict[str, Any]:
+        report = rt.migration
+        if report is not None and report.had_cursors and not report.cursors_removed:
+            report = await rt.migrate(progress)  # the start attempt failed: try once more
+        progress.close()
+        if report is None:
+            return {"marked": {}, "cursors_removed": False}
+        for line in (*report.problems, *report.errors):
+            click.echo(f"scriptorium: {line}", err=True)
+        return report.as_json()
+
+    document = _with_runtime(state_dir, _config(threshold, workers), backend, body)
+    if as_json:
+        emit_json(document)
+    else:
+        marked = sum(len(ids) for ids in document["marked"].values())
+        click.echo(f"marked {marked} turn(s) in {len(document['marked'])} session(s); "
+                   f"cursors removed: {document['cursors_removed']}")
+
+
+@memory.command("backfill")
+@runtime_options
+@state_options
+def memory_backfill(threshold: str, workers: int, backend: str, state_dir: str,
+                    as_json: bool) -> None:
+    """Write every trusted archived source that no topic cites yet (SPEC §6.8)."""
+    progress = _ProgressBar("backfilling", not as_json and sys.stderr.isatty())
+
+    async def body(rt: MemoryRuntime) -> dict[str, Any]:
+        report = await rt.backfill(progress)
+        progress.close()
+        for line in (*report.problems, *report.errors):
+            click.echo(f"scriptorium: {line}", err=True)
+        return report.as_json()
+
+    document = _with_runtime(state_dir, _config(threshold, workers), backend, body)
+    if as_json:
+        emit_json(document)
+    else:
+        click.echo(" ".join(f"{k}={v}" for k, v in document.items()))
+    if document.get("status") != "ok":
+        sys.exit(1)
+
+
+@memory.command("audit")
+@state_options
+def memory_audit(state_dir: str, as_json: bool) -> None:
+    """Check markers against the archive and citations against sources; exit 1 on a problem."""
+    workspace = read_workspace_id(os.path.join(state_dir, "memory"))
+    if workspace is None:
+        raise click.ClickException(
+            f"{state_dir}/memory has no workspace id yet; nothing was ever written there")
+    report = audit(read_audit_inputs(state_dir, workspace))
+    if as_json:
+        emit_json(report)
+    else:
+        for key, value in report.items():
+            if isinstance(value, list) and value:
+                click.echo(f"{key}: {len(value)}")
+                for item in value[:20]:
+                    click.echo(f"  {item}")
+        click.echo("ok" if report["ok"] else "problems found")
+    if not report["ok"]:
+        sys.exit(1)

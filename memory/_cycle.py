@@ -49,11 +49,11 @@ from memory._writer import Batch, CommittedWrite, TopicEdit, WorkspaceSnapshot, 
 
 __all__ = [
     "DEFAULT_WRITER_TIMEOUT",
-    "FailureKind",
-    "WriteOutcome",
     "ArchiveStep",
-    "SnapshotStep",
     "CommitStep",
+    "FailureKind",
+    "SnapshotStep",
+    "WriteOutcome",
     "changed_files",
     "run_write_cycle",
 ]
@@ -128,13 +128,13 @@ async def run_write_cycle(
     sid, ids = batch.session_id, batch.node_ids
     try:
         await archive(batch)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (every failure is an outcome; nothing marked)
         return _failed(
             FailureKind.ARCHIVE, ArchiveStepFailed(sid, ids, f"archiving raised {exc!r}"), exc
         )
     try:
         view = await snapshot()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (every failure is an outcome; nothing marked)
         return _failed(
             FailureKind.SNAPSHOT,
             WriteCycleError(sid, ids, f"reading the workspace raised {exc!r}"),
@@ -144,7 +144,7 @@ async def run_write_cycle(
     try:
         with anyio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
             output = await writer.write(batch, view)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (a writer may raise anything)
         return _failed(
             FailureKind.WRITER, WriterFailed(sid, ids, f"the writer raised {exc!r}"), exc
         )
@@ -173,7 +173,7 @@ async def run_write_cycle(
             )
         try:
             audit = tuple(await commit(batch, edits, view.revision))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (every failure is an outcome; nothing marked)
             rejected = CommitRejected(sid, ids, f"the commit was refused: {exc}")
             # A refusal other than a concurrent update will refuse the same edits again.
             rejected.retryable = isinstance(exc, ConcurrentUpdate) or not isinstance(

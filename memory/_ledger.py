@@ -26,21 +26,21 @@ from memory._records import MARKER_KEY, SourceMeta, SourceRecord
 from memory._tokens import TokenCounter, estimate_tokens
 
 __all__ = [
-    "RUNTIME_SOURCES",
     "ALLOWED_THRESHOLDS",
-    "DEFAULT_THRESHOLD",
     "DEFAULT_IDLE_AFTER",
-    "message_text",
-    "is_runtime_turn",
-    "speaker_label",
-    "source_meta",
-    "records_from_branch",
-    "unwritten_turns",
-    "owed_tokens",
-    "first_batch",
+    "DEFAULT_THRESHOLD",
+    "RUNTIME_SOURCES",
     "WritePolicy",
+    "first_batch",
+    "is_runtime_turn",
+    "message_text",
+    "owed_tokens",
+    "records_from_branch",
     "should_write",
     "should_write_at_boundary",
+    "source_meta",
+    "speaker_label",
+    "unwritten_turns",
 ]
 
 # SPEC §6.1: turns the runtime scheduled itself, not anything anybody said.

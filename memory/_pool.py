@@ -8,43 +8,34 @@ It then reports the outcome to the session actor, which alone marks.
 
 Failure policy (SPEC §7; the choice is recorded in docs/decisions.md):
 
-- ``ConcurrentUpdate`` (another commit landed first) is retried at once on
-  a fresh snapshot, a few times: it is contention, not failure.
 - A writer that raised or ran past its timeout crashes the worker after
   the job is reported failed: the supervisor restarts it with backoff, so
   a failing model endpoint is not hammered.
 - A rejected commit or an empty change is the writer's answer, not a
   crash: reported, the worker goes on.
-- A batch that changes nothing because every one of its trusted records is
-  already cited (a re-delivery after a crash between install and mark, with
-  a writer that merges repeated facts) counts as written: memory provably
-  holds it, and owing it forever would stall the branch.
+
+The cycle itself (``MemoryRuntime.write_cycle``) retries a concurrent
+update and counts an already-cited batch as written.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from actors import Actor, ActorRef
-from memory._cycle import FailureKind, WriteOutcome, run_write_cycle
-from memory._errors import ConcurrentUpdate, WriteCycleError
+from actors import Actor
+from memory._cycle import FailureKind, WriteOutcome
+from memory._errors import WriteCycleError
 from memory._session_actor import JobFinished, WriteJob
-from memory._workspace_actor import ArchiveBatch, BatchCovered, CommitEdits, TakeSnapshot
-from memory._writer import Batch, WorkspaceSnapshot
 
 if TYPE_CHECKING:
     from memory._runtime import MemoryRuntime
 
-__all__ = ["WriterWorker", "WriterCrashed", "CONCURRENT_RETRIES"]
-
-CONCURRENT_RETRIES = 8
+__all__ = ["WriterCrashed", "WriterWorker"]
 
 
 class WriterCrashed(Exception):
@@ -55,24 +46,6 @@ class WriterCrashed(Exception):
             f"writer failed ({kind.value}) on session {job.batch.session_id!r}, nodes "
             f"{list(job.batch.node_ids)}; the worker restarts with backoff and the batch stays owed"
         )
-
-
-@dataclass(frozen=True, slots=True)
-class _Steps:
-    workspace: ActorRef
-
-    async def archive(self, batch: Batch) -> object:
-        return await self.workspace.call(ArchiveBatch(batch), timeout=None)
-
-    async def snapshot(self) -> WorkspaceSnapshot:
-        snapshot: WorkspaceSnapshot = await self.workspace.call(TakeSnapshot(), timeout=None)
-        return snapshot
-
-    async def commit(self, batch: Batch, edits: Any, base: str) -> list[dict[str, Any]]:
-        audit: list[dict[str, Any]] = await self.workspace.call(
-            CommitEdits(batch, tuple(edits), base), timeout=None
-        )
-        return audit
 
 
 class WriterWorker(Actor):
@@ -121,7 +94,7 @@ class WriterWorker(Actor):
     async def run_job(self, job: WriteJob) -> None:
         self.current = job
         try:
-            outcome = await self.cycle(job.batch)
+            outcome = await self.runtime.write_cycle(job.batch)
         except Exception as exc:  # noqa: BLE001 - reported, then the worker crashes
             error = WriteCycleError(job.batch.session_id, job.batch.node_ids, repr(exc))
             await self.report(job, WriteOutcome((), (), (), FailureKind.WRITER, error))
@@ -132,26 +105,6 @@ class WriterWorker(Actor):
         self.done += 1
         if outcome.failure in (FailureKind.WRITER, FailureKind.TIMEOUT):
             raise WriterCrashed(job, outcome.failure) from outcome.error
-
-    async def cycle(self, batch: Batch) -> WriteOutcome:
-        steps = _Steps(self.runtime.workspace_ref)
-        timeout = self.runtime.config.writer_timeout
-        outcome: WriteOutcome | None = None
-        for _ in range(CONCURRENT_RETRIES):
-            outcome = await run_write_cycle(
-                batch, self.runtime.writer, snapshot=steps.snapshot, archive=steps.archive,
-                commit=steps.commit, timeout=None if math.isinf(timeout) else timeout,
-            )
-            if not (outcome.failure is FailureKind.REJECTED
-                    and isinstance(outcome.error.__cause__ if outcome.error else None,
-                                   ConcurrentUpdate)):
-                break
-        assert outcome is not None
-        if outcome.failure is FailureKind.EMPTY and await steps.workspace.call(
-            BatchCovered(batch), timeout=None
-        ):
-            outcome = replace(outcome, marks=batch.node_ids, failure=None, error=None)
-        return outcome
 
     async def report(self, job: WriteJob, outcome: WriteOutcome) -> None:
         self.runtime.record_outcome(job, outcome)

@@ -32,11 +32,11 @@ from memory._writer import WorkspaceSnapshot
 
 __all__ = [
     "TopicOutline",
-    "outline_topic",
     "outline_snapshot",
+    "outline_topic",
     "render_observations",
-    "render_workspace",
     "render_prompt",
+    "render_workspace",
 ]
 
 _HEADING = re.compile(r"(#{1,6}) +(\S.*?)\s*$")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-__all__ = ["SourceMeta", "SourceRecord", "source_id", "source_anchor", "MARKER_KEY"]
+__all__ = ["MARKER_KEY", "SourceMeta", "SourceRecord", "source_anchor", "source_id"]
 
 # The per-provider marker key on node metadata (SPEC §1, §6.2).
 MARKER_KEY = "memory_written_scriptorium"

@@ -26,20 +26,24 @@ import random
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
 from actors import ActorRef, open_actor
-from memory._cycle import WriteOutcome
+from memory._backfill import BackfillReport, backfill
+from memory._cycle import FailureKind, WriteOutcome, run_write_cycle
+from memory._errors import ConcurrentUpdate
+from memory._migrate import MigrationReport, Progress, migrate
 from memory._extractive import ExtractiveWriter
 from memory._ledger import WritePolicy
 from memory._pool import worker_factory
 from memory._prompt import render_prompt
 from memory._quarantine import QuarantineEntry
-from memory._records import SourceRecord
+from memory._records import MARKER_KEY, SourceRecord
+from memory._runtime_state import RuntimeState
 from memory._session_actor import (
     BoundaryOutcome,
     BoundaryResult,
@@ -52,14 +56,22 @@ from memory._session_actor import (
 )
 from memory._tokens import TokenCounter, default_counter
 from memory._watchdog import IdleWatchdog, PollNow, Touched
+from memory._topic_ids import handle_key
 from memory._workspace_actor import (
+    ArchiveBatch,
+    BatchCovered,
+    CitedSources,
+    CommitEdits,
     QuarantineBatch,
     ReadQuarantine,
+    ReadRuntimeState,
     RecordSessionEnd,
     ReleaseQuarantine,
+    ReplaceRuntimeState,
+    TakeSnapshot,
     WorkspaceActor,
 )
-from memory._writer import Writer
+from memory._writer import Batch, TopicEdit, WorkspaceSnapshot, Writer
 from store import DurableFiles, SessionCore, SessionNotFoundError, run_durable
 from store._actor import (
     Append,
@@ -82,7 +94,9 @@ from supervisors import (
     Supervisor,
 )
 
-__all__ = ["RuntimeConfig", "MemoryRuntime", "Sessions", "open_runtime"]
+__all__ = ["CONCURRENT_RETRIES", "MemoryRuntime", "RuntimeConfig", "Sessions", "open_runtime"]
+
+CONCURRENT_RETRIES = 8
 
 
 @dataclass(frozen=True)
@@ -145,6 +159,7 @@ class MemoryRuntime:
         self._watchdog: IdleWatchdog | None = None
         self._task_group: TaskGroup | None = None
         self.root: ActorRef | None = None
+        self.migration: MigrationReport | None = None
         # Set by open_runtime once the tree is up; stable across restarts (refs point at cells).
         self.workspace_ref: ActorRef
         self.watchdog_ref: ActorRef
@@ -281,6 +296,79 @@ class MemoryRuntime:
             with contextlib.suppress(Exception):
                 self.watchdog_ref.cast_nowait(Touched(session, float(updated_at)))
 
+    async def write_cycle(self, batch: Batch) -> WriteOutcome:
+        """One batch through archive → writer → commit (SPEC §6.4), as workers and backfill run it.
+
+        A concurrent update (another commit landed first) is retried at once
+        on a fresh snapshot: contention, not failure. A batch that changed
+        nothing but whose every trusted record is archived and already cited
+        counts as written (see docs/decisions.md, "Runtime").
+        """
+        workspace = self.workspace_ref
+
+        async def archive(batch: Batch) -> object:
+            return await workspace.call(ArchiveBatch(batch), timeout=None)
+
+        async def snapshot() -> WorkspaceSnapshot:
+            view: WorkspaceSnapshot = await workspace.call(TakeSnapshot(), timeout=None)
+            return view
+
+        async def commit(batch: Batch, edits: Sequence[TopicEdit], base: str) -> Any:
+            return await workspace.call(CommitEdits(batch, tuple(edits), base), timeout=None)
+
+        timeout = self.config.writer_timeout
+        outcome = await run_write_cycle(
+            batch, self.writer, snapshot=snapshot, archive=archive, commit=commit,
+            timeout=None if math.isinf(timeout) else timeout)
+        for _ in range(CONCURRENT_RETRIES):
+            if not (outcome.failure is FailureKind.REJECTED and outcome.error is not None
+                    and isinstance(outcome.error.__cause__, ConcurrentUpdate)):
+                break
+            outcome = await run_write_cycle(
+                batch, self.writer, snapshot=snapshot, archive=archive, commit=commit,
+                timeout=None if math.isinf(timeout) else timeout)
+        if outcome.failure is FailureKind.EMPTY and await workspace.call(
+            BatchCovered(batch), timeout=None
+        ):
+            outcome = replace(outcome, marks=batch.node_ids, failure=None, error=None)
+        return outcome
+
+    async def migrate(self, progress: Progress | None = None) -> MigrationReport:
+        """SPEC §6.7: position cursors in runtime.json become markers (no-op without cursors)."""
+        workspace = self.workspace_ref
+
+        async def read_state() -> RuntimeState:
+            state: RuntimeState = await workspace.call(ReadRuntimeState(), timeout=None)
+            return state
+
+        async def write_state(state: RuntimeState) -> object:
+            return await workspace.call(ReplaceRuntimeState(state), timeout=None)
+
+        async def mark(session: str, node_ids: Sequence[str]) -> object:
+            return await self.sessions.merge_node_metadata_batch(
+                session, {node: {MARKER_KEY: self.workspace_id} for node in node_ids})
+
+        report = await migrate(self.memory_dir, get_branch=self.sessions.get_branch, mark=mark,
+                               read_state=read_state, write_state=write_state, progress=progress)
+        if report.had_cursors:
+            self.emit("migrated", marked={s: len(ids) for s, ids in report.marked.items()},
+                      cursors_removed=report.cursors_removed, errors=list(report.errors))
+        return report
+
+    async def backfill(self, progress: Progress | None = None) -> BackfillReport:
+        """SPEC §6.8: write every trusted archived source no topic cites yet (markers ignored)."""
+        workspace = self.workspace_ref
+        cited: frozenset[str] = await workspace.call(CitedSources(), timeout=None)
+
+        async def revision() -> str:
+            view: WorkspaceSnapshot = await workspace.call(TakeSnapshot(), timeout=None)
+            return view.revision
+
+        return await backfill(
+            self.memory_dir, write_batch=self.write_cycle, cited=lambda s: handle_key(s) in cited,
+            revision=revision, threshold=self.config.policy.threshold,
+            counter=self.config.counter, progress=progress)
+
     # -- the public API ----------------------------------------------------------------
 
     async def pending(self, session: str, tip: str | None = None) -> list[SourceRecord]:
@@ -400,6 +488,8 @@ async def open_runtime(
         runtime.workspace_ref = await root.call(GetChild("workspace"))
         runtime.watchdog_ref = await root.call(GetChild("watchdog"))
         runtime.quarantined = list(await runtime.workspace_ref.call(ReadQuarantine(), timeout=None))
+        # SPEC §6.7: before anything computes what a branch owes.
+        runtime.migration = await runtime.migrate()
         # Retry timers live in their own group: leaving the block cancels them,
         # then the tree stops gracefully in reverse start order.
         body_error: BaseException | None = None

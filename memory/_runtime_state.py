@@ -32,12 +32,12 @@ __all__ = [
     "SESSION_END_PATH",
     "RuntimeState",
     "parse_runtime_state",
-    "render_runtime_state",
-    "read_runtime_state",
-    "write_runtime_state",
     "parse_session_end",
-    "render_session_end",
+    "read_runtime_state",
     "read_session_end",
+    "render_runtime_state",
+    "render_session_end",
+    "write_runtime_state",
     "write_session_end",
 ]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-__all__ = ["TokenCounter", "estimate_tokens", "tiktoken_counter", "default_counter"]
+__all__ = ["TokenCounter", "default_counter", "estimate_tokens", "tiktoken_counter"]
 
 TokenCounter = Callable[[str], int]
 
@@ -38,7 +38,7 @@ def tiktoken_counter(encoding: str = TIKTOKEN_ENCODING) -> TokenCounter | None:
     try:
         tiktoken = importlib.import_module("tiktoken")
         codec = tiktoken.get_encoding(encoding)
-    except Exception:  # ImportError, or a vocabulary that cannot be fetched
+    except Exception:  # noqa: BLE001 (ImportError, or a vocabulary that cannot be fetched)
         return None
 
     def count(text: str) -> int:

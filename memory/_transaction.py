@@ -205,10 +205,14 @@ class Transactions:
         nevertheless in memory (a re-delivery after a crash between install
         and mark, with a writer that merges repeated facts).
         """
+        cited = self.cited_keys()
+        return all(handle_key(source) in cited for source in sources)
+
+    def cited_keys(self) -> frozenset[str]:
+        """The ``<sid>#source-<16hex>`` keys cited by every topic file now."""
         self.revisions.revision()  # rescans by stat; unchanged files are not re-read
         facts = self._index.refresh(self.revisions.last_scan)
-        cited = set().union(*(f.cited for f in facts.values())) if facts else set()
-        return all(handle_key(source) in cited for source in sources)
+        return frozenset().union(*(f.cited for f in facts.values()))
 
     def snapshot(self) -> WorkspaceSnapshot:
         """The revision and topic paths now, for a writer.

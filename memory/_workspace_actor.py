@@ -22,11 +22,12 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from actors import Actor
-from memory._archive import AppendResult, append_records, read_archive
+from memory._archive import AppendResult
+from memory._archive_cache import ArchiveCache
 from memory._errors import ScriptoriumMemoryError
 from memory._quarantine import QuarantineEntry, read_quarantine, write_quarantine
 from memory._records import SourceRecord
@@ -48,6 +49,7 @@ __all__ = [
     "TakeSnapshot",
     "CommitEdits",
     "BatchCovered",
+    "CitedSources",
     "RecordSessionEnd",
     "QuarantineBatch",
     "ReleaseQuarantine",
@@ -79,6 +81,11 @@ class BatchCovered:
     """Is every trusted record of ``batch`` archived and already cited by a topic?"""
 
     batch: Batch
+
+
+@dataclass(frozen=True, slots=True)
+class CitedSources:
+    """The ``<sid>#source-<16hex>`` keys every topic cites now (for backfill)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,13 +121,6 @@ class ReplaceRuntimeState:
     state: RuntimeState
 
 
-@dataclass
-class _Archived:
-    """Trust of every archived source of one session, as scanned (valid prefix)."""
-
-    trusted: dict[str, bool] = field(default_factory=dict)
-
-
 class WorkspaceActor(Actor):
     """Owns ``<state>/memory``; see the module docstring."""
 
@@ -137,7 +137,7 @@ class WorkspaceActor(Actor):
         self.files = files if files is not None else DurableFiles()
         self.clock = clock
         self.workspace_id = ""
-        self._archives: dict[str, _Archived] = {}
+        self.archives = ArchiveCache(memory_dir, self.files)
         self._transactions: Transactions | None = None
         self.commits = 0
 
@@ -145,7 +145,9 @@ class WorkspaceActor(Actor):
         def start() -> Transactions:
             self.files.make_dirs(os.path.join(self.memory_dir, ".scriptorium"))
             self.workspace_id = load_or_create_workspace_id(self.memory_dir, self.files)
-            transactions = Transactions(self.memory_dir, archived=self._archived, files=self.files)
+            transactions = Transactions(
+                self.memory_dir, archived=self.archives.archived, files=self.files
+            )
             transactions.recover()
             return transactions
 
@@ -159,7 +161,7 @@ class WorkspaceActor(Actor):
 
     def inspect(self) -> object:
         return {"workspace_id": self.workspace_id, "commits": self.commits,
-                "archives_cached": len(self._archives)}
+                "archives": self.archives.statistics()}
 
     async def handle(self, message: Any) -> Any:
         match message:
@@ -169,6 +171,8 @@ class WorkspaceActor(Actor):
                 return await run_durable(self.transactions.snapshot)
             case CommitEdits(batch, edits, base):
                 return await run_durable(self._commit, batch, edits, base)
+            case CitedSources():
+                return await run_durable(self.transactions.cited_keys)
             case BatchCovered(batch):
                 return await run_durable(self._covered, batch)
             case RecordSessionEnd(session, updated_at):
@@ -187,29 +191,9 @@ class WorkspaceActor(Actor):
 
     # -- the synchronous bodies, each one thread hop --------------------------------
 
-    def _archived_of(self, session: str) -> _Archived:
-        known = self._archives.get(session)
-        if known is None:
-            scan = read_archive(self.memory_dir, session)
-            known = _Archived({f.source_id: f.trusted for f in scan.frames})
-            self._archives[session] = known
-        return known
-
-    def _archived(self, source: str) -> bool | None:
-        """``Transactions``' archive lookup: True trusted, False pending, None absent."""
-        parts = source.split("/")
-        if len(parts) != 3 or parts[0] != "openprogram":
-            return None
-        return self._archived_of(parts[1]).trusted.get(source)
-
     def _archive(self, session: str, records: Sequence[SourceRecord]) -> AppendResult:
-        with self._lock():
-            self._archives.pop(session, None)  # another process may have appended
-            known = self._archived_of(session)
-            result = append_records(self.memory_dir, session, records, self.files)
-        for record in records:
-            known.trusted.setdefault(record.source_id, record.trusted)
-        return result
+        with self._lock():  # another runtime may append to the same archive
+            return self.archives.append(session, records)
 
     def _commit(self, batch: Batch, edits: Sequence[TopicEdit], base: str) -> list[dict[str, Any]]:
         result: CommitResult = self.transactions.commit(
@@ -233,11 +217,9 @@ class WorkspaceActor(Actor):
         return [dict(entry) for entry in result.audit]
 
     def _covered(self, batch: Batch) -> bool:
-        trusted = [r.source_id for r in batch.records if r.trusted]
-        known = self._archived_of(batch.session_id).trusted
-        if any(source not in known for source in (r.source_id for r in batch.records)):
+        if any(self.archives.archived(r.source_id) is None for r in batch.records):
             return False
-        return self.transactions.all_cited(trusted)
+        return self.transactions.all_cited([r.source_id for r in batch.records if r.trusted])
 
     def _lock(self) -> AbstractContextManager[None]:
         """Read-modify-writes of shared files hold the workspace lock (other runtimes)."""

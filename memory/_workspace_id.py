@@ -29,10 +29,10 @@ from store._durable import DurableFiles
 
 __all__ = [
     "WORKSPACE_ID_PATH",
+    "load_or_create_workspace_id",
     "new_workspace_id",
     "parse_workspace_id",
     "read_workspace_id",
-    "load_or_create_workspace_id",
 ]
 
 # Relative to ``<state>/memory``.

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from memory._records import SourceRecord
 
-__all__ = ["Batch", "TopicEdit", "CommittedWrite", "WorkspaceSnapshot", "Writer", "WriterOutput"]
+__all__ = ["Batch", "CommittedWrite", "TopicEdit", "WorkspaceSnapshot", "Writer", "WriterOutput"]
 
 
 @dataclass(frozen=True, slots=True)

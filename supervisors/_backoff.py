@@ -34,7 +34,11 @@ class Backoff:
 
     def delay(self, attempt: int, rng: random.Random) -> float:
         """The wait before retry number ``attempt`` (1-based) of a streak, jittered."""
-        delay = min(self.maximum, self.initial * self.factor ** (attempt - 1))
+        try:
+            grown = self.initial * self.factor ** (attempt - 1)
+        except OverflowError:  # a very long streak: the cap applies anyway
+            grown = self.maximum
+        delay = min(self.maximum, grown)
         if self.jitter:
             delay *= 1.0 + self.jitter * (2.0 * rng.random() - 1.0)
         return delay

@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-from actors import Actor, ActorCell, ActorRef, Backpressure, DeadLetter, Registry
+from actors import Actor, ActorCell, ActorRef, ActorState, Backpressure, DeadLetter, Registry
 from supervisors._backoff import Backoff, BackoffStreak
 from supervisors._errors import RestartIntensityExceeded
 from supervisors._intensity import RestartIntensity
@@ -42,6 +42,7 @@ class ActivateChild:
 @dataclass(frozen=True)
 class DynamicSupervisorStatistics:
     name: str
+    state: ActorState
     children: int  # live activations
     activations: int
     passivations: int
@@ -178,6 +179,7 @@ class DynamicSupervisor(Actor, Generic[K]):
         registry = self.registry
         return DynamicSupervisorStatistics(
             name=self.ref.name,
+            state=self.ref.cell.state,
             children=len(registry),
             activations=registry.activations,
             passivations=registry.passivations,

@@ -31,7 +31,14 @@ class RestartIntensity:
 
     def recent(self, now: float) -> int:
         """Restarts inside the window that ends at ``now``."""
-        return sum(1 for t in self._times if now - t < self.within)
+        # Times are recorded in order and pruned on record, so only a few
+        # leading ones can have left the window since: O(1) in practice.
+        stale = 0
+        for t in self._times:
+            if now - t < self.within:
+                break
+            stale += 1
+        return len(self._times) - stale
 
     def allows(self, now: float) -> bool:
         """Whether one more restart at ``now`` stays within the limit."""

@@ -105,7 +105,10 @@ class ChildStatistics:
 
 @dataclass(frozen=True)
 class SupervisorStatistics:
+    """What ``statistics()`` (sync) and ``await ref.inspect()`` return for a supervisor."""
+
     name: str
+    state: ActorState
     strategy: Strategy
     children: tuple[ChildStatistics, ...]
     restarts: int  # restarts this incarnation performed
@@ -258,6 +261,7 @@ class Supervisor(Actor):
     def statistics(self) -> SupervisorStatistics:
         return SupervisorStatistics(
             name=self.ref.name,
+            state=self.ref.cell.state,
             strategy=self.strategy,
             children=tuple(
                 ChildStatistics(
@@ -316,7 +320,19 @@ class Supervisor(Actor):
         child.done = anyio.Event()
         await self._tg.start(self._run, child, child.generation)
 
-    async def _run(self, child: _Child, generation: int, *, task_status: TaskStatus[None]) -> None:
+    def _start_soon(self, child: _Child) -> None:
+        assert self._tg is not None
+        child.running = True
+        child.done = anyio.Event()
+        self._tg.start_soon(self._run, child, child.generation)
+
+    async def _run(
+        self,
+        child: _Child,
+        generation: int,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
         started = False
 
         def mark_started() -> None:
@@ -389,6 +405,9 @@ class Supervisor(Actor):
                 member.cell.state = ActorState.RESTARTING
         delay = child.backoff.next_delay(self.backoff, now, self.rng)
         if delay <= 0:
+            if len(group) == 1:
+                self._start_soon(child)  # nothing to order: do not wait for its on_start
+                return
             for member in group:
                 await self._start(member)
             return

@@ -239,3 +239,13 @@ async def test_cancellation_is_never_caught_by_the_loop() -> None:
             scope.cancel()
     assert scope.cancelled_caught
     assert cell.statistics().crashes == 0  # a cancellation is not a crash
+
+
+async def test_a_failing_factory_is_a_crash_not_a_hang() -> None:
+    def broken() -> Actor:
+        raise OSError("cannot rebuild the index")
+
+    cell = ActorCell(broken, name="w")
+    with pytest.raises(OSError, match="cannot rebuild"):
+        await cell.run_incarnation()
+    assert (cell.state, cell.statistics().crashes) == (ActorState.RESTARTING, 1)

@@ -175,6 +175,15 @@ async def test_control_lane_overtakes_a_full_mailbox() -> None:
     assert "never" not in actor.seen
 
 
+@pytest.mark.virtual_time
+async def test_inspect_waits_for_the_running_handler_within_its_timeout() -> None:
+    async with open_actor(Gated(), name="g") as ref:
+        await ref.cast(("wait", anyio.Event()))
+        await anyio.wait_all_tasks_blocked()
+        with pytest.raises(CallTimeout, match="did not reply to 'inspect\\(\\)' within 2 s"):
+            await ref.inspect(timeout=2.0)
+
+
 async def test_inspect_and_stop_of_a_stopped_actor() -> None:
     async with open_actor(Gated(), name="g") as ref:
         await ref.stop()

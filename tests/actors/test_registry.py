@@ -39,6 +39,8 @@ class Session(Actor):
 
     async def handle(self, message: Any) -> Any:
         self.count += 1
+        if isinstance(message, anyio.Event):
+            await message.wait()
         self.liveness.handled.append((self.key, message))
         return (self.key, message, self.count)
 
@@ -101,6 +103,17 @@ async def test_messages_sent_during_passivation_are_all_processed_by_one_activat
     assert liveness.started["s1"] == 2
 
 
+async def test_a_burst_of_first_messages_activates_the_key_once() -> None:
+    liveness = Liveness()
+    async with open_registry(session_factory(liveness)) as registry:
+        for i in range(5):
+            await registry.ref("s1").cast(i)  # all sent before the activation runs
+        await registry.ref("s1").call("sync")
+        assert registry.activations == 1
+    assert liveness.started["s1"] == 1
+    assert liveness.most == 1
+
+
 @pytest.mark.virtual_time
 async def test_the_passivation_race_test_catches_a_registry_that_ignores_late_messages(
     monkeypatch: pytest.MonkeyPatch,
@@ -142,3 +155,20 @@ async def test_an_unsupervised_keyed_crash_is_raised_out_of_the_block() -> None:
         async with open_registry(fragile) as registry:
             await registry.ref("k").cast("x")
             await anyio.sleep_forever()
+
+
+async def test_passivate_on_request_only_when_idle() -> None:
+    liveness = Liveness()
+    async with open_registry(session_factory(liveness), idle_timeout=None) as registry:
+        ref = registry.ref("s1")
+        gate = anyio.Event()
+        await ref.call("first")
+        await ref.cast(gate)  # handled next: the actor is busy, then has "queued" waiting
+        await ref.cast("queued")
+        ref.passivate()  # taken after the gate message, with "queued" still waiting: ignored
+        gate.set()
+        assert await ref.call("sync") == ("s1", "sync", 4)
+        assert "s1" in registry
+        ref.passivate()
+        await anyio.wait_all_tasks_blocked()
+        assert "s1" not in registry and liveness.live["s1"] == 0

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-FIXTURE = Path("/work/shared/fixtures/openprogram-sample")
+from tests.fixture import FIXTURE
 DEMO_ARCHIVE = FIXTURE / "memory" / "sources" / "openprogram" / "_v2" / "demo.md"
 
 _RESERVED = {"id", "role", "content", "timestamp", "predecessor", "caller"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import orjson
@@ -10,16 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 from memory._cli import main
-from tests.memory._fixture import FIXTURE
+from tests.fixture import copy_fixture
 
 
 @pytest.fixture
 def state(tmp_path: Path) -> str:
-    target = tmp_path / "state"
-    shutil.copytree(FIXTURE, target)
-    for path in [target, *target.rglob("*")]:
-        path.chmod(0o700 if path.is_dir() else 0o600)
-    return str(target)
+    return str(copy_fixture(tmp_path / "state"))
 
 
 def run(*args: str) -> tuple[int, str]:
@@ -105,3 +100,33 @@ def test_memory_write_force_and_release_json(state: str) -> None:
     code, out = run("memory", "release", "--state", state, "--json")
     assert code == 0, out
     assert orjson.loads(out) == {"released": []}
+
+
+def test_migrate_backfill_audit_on_the_fixture(state: str) -> None:
+    runtime_json = Path(state) / "memory" / ".scriptorium" / "runtime.json"
+    legacy = orjson.loads(runtime_json.read_bytes())
+    legacy["cursors"] = {"demo": {"message_id": "a2", "ordinal": 3}}
+    runtime_json.write_bytes(orjson.dumps(legacy))
+    code, out = run("memory", "migrate", "--state", state, "--json")
+    assert code == 0, out
+    report = orjson.loads(out)
+    # the v2 archive holds u2, a2, u1; a2's real path is u1 a1 u2 a2 and a1 is not archived,
+    # so only the contiguous prefix [u1] may be marked (SPEC §6.7)
+    assert report == {"marked": {"demo": ["u1"]}, "cursors_removed": True}
+    kept = orjson.loads(runtime_json.read_bytes())
+    assert "cursors" not in kept and kept["local_batches"] == legacy["local_batches"]
+    code, out = run("memory", "backfill", "--state", state, "--json")
+    assert code == 0, out
+    assert orjson.loads(out)["remaining"] == 0
+    code, out = run("memory", "audit", "--state", state, "--json")
+    assert code == 0, out
+    assert orjson.loads(out)["ok"] is True
+
+
+def test_audit_fails_on_a_marked_turn_missing_from_the_archive(state: str) -> None:
+    from store import SessionCore
+
+    SessionCore.open(state, "demo").merge_node_metadata_batch(
+        {"a2b": {"memory_written_scriptorium": "w-aa116220"}})
+    code, out = run("memory", "audit", "--state", state, "--json")
+    assert code == 1

@@ -170,7 +170,7 @@ async def test_an_exception_at_any_step_marks_nothing(
 
 
 async def test_a_concurrent_update_is_retryable_and_other_refusals_are_not() -> None:
-    outcome = await cycle(Recorder(fail="commit", error=ConcurrentUpdate("base-revision", "current-revision")))
+    outcome = await cycle(Recorder(fail="commit", error=ConcurrentUpdate("a" * 32, "b" * 32)))
     assert_nothing_marked(outcome, FailureKind.REJECTED)
     assert outcome.error is not None and outcome.error.retryable
     outcome = await cycle(Recorder(fail="commit", error=TransactionError("cites unarchived")))

@@ -25,8 +25,9 @@ from memory._topic_ids import normalise_topic
 from memory._topics import parse_topic
 from memory._transaction import Transactions
 from memory._writer import Batch, TopicEdit, WorkspaceSnapshot, Writer
+from tests.fixture import FIXTURE as SAMPLE
 
-FIXTURE = Path("/work/shared/fixtures/openprogram-sample/memory")
+FIXTURE = SAMPLE / "memory"
 
 
 def record(node: str, content: str, *, trusted: bool = True, ts: float = 1_755_000_000.0,

@@ -20,8 +20,9 @@ from memory._topic_ids import (
 )
 from memory._topics import Topic, parse_topic, render_topic
 from tests.memory.test_topics import topics
+from tests.fixture import FIXTURE as SAMPLE
 
-FIXTURE = Path("/work/shared/fixtures/openprogram-sample/memory/topics/people/owner.md")
+FIXTURE = SAMPLE / "memory" / "topics" / "people" / "owner.md"
 PATH = "topics/people/owner.md"
 DRAFT = """# Owner
 

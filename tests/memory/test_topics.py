@@ -18,8 +18,9 @@ from memory._topics import (
     parse_topic,
     render_topic,
 )
+from tests.fixture import FIXTURE as SAMPLE
 
-FIXTURE = Path("/work/shared/fixtures/openprogram-sample/memory/topics/people/owner.md")
+FIXTURE = SAMPLE / "memory" / "topics" / "people" / "owner.md"
 LINK = "[x](../sources/openprogram/_v2/s.md#source-0123456789abcdef)"
 F1 = "e-0123456789"
 F2 = "e-abcdefabcd"

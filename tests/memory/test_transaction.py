@@ -21,8 +21,9 @@ from memory._transaction import JOURNAL, CommitResult, Transactions
 from memory._writer import TopicEdit
 from store._durable import TEMP_SUFFIX, DurableFiles
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
+from tests.fixture import FIXTURE as SAMPLE
 
-FIXTURE = Path("/work/shared/fixtures/openprogram-sample/memory")
+FIXTURE = SAMPLE / "memory"
 OWNER = "topics/people/owner.md"
 ARCHIVE = {
     "openprogram/demo/u1": True, "openprogram/demo/u2": True, "openprogram/demo/a2": True,

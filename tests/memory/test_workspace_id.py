@@ -105,7 +105,7 @@ def _race(create: Callable[[str, DurableFiles], str], root: Path, n: int) -> set
     def run() -> None:
         try:
             results.append(create(str(root), _MeetBeforeLink(barrier)))
-        except BaseException as exc:  # report it to the test thread
+        except BaseException as exc:  # noqa: BLE001 (reported to the test thread)
             errors.append(exc)
 
     threads = [threading.Thread(target=run) for _ in range(n)]

@@ -57,6 +57,14 @@ def test_first_restart_is_immediate_then_exponential_then_capped() -> None:
     assert delays == [0.0, 0.1, 0.2, 0.4, 0.5, 0.5]
 
 
+def test_a_streak_of_thousands_of_restarts_stays_at_the_cap() -> None:
+    policy = Backoff(initial=0.1, factor=2.0, maximum=5.0, jitter=0.0)
+    streak = BackoffStreak()
+    rng = random.Random(1)
+    delays = [streak.next_delay(policy, i * 1e-3, rng) for i in range(5000)]
+    assert delays[-1] == 5.0
+
+
 def test_a_quiet_period_resets_the_streak() -> None:
     policy = Backoff(initial=1.0, jitter=0.0, reset_after=30.0)
     streak = BackoffStreak()

@@ -23,6 +23,7 @@ from supervisors import (
     StartChild,
     Strategy,
     Supervisor,
+    SupervisorStatistics,
     TerminateChild,
     WhichChildren,
 )
@@ -252,6 +253,9 @@ async def test_management_calls_and_their_typed_errors() -> None:
         with pytest.raises(LookupError, match="has no child 'b'"):
             await sup.call(GetChild("b"))
         assert sup.statistics().crashes == 0  # bad calls never crash the supervisor
+        stats = await sup.inspect()
+        assert isinstance(stats, SupervisorStatistics)
+        assert (stats.state, [c.id for c in stats.children]) == (ActorState.RUNNING, ["a"])
 
 
 async def test_poison_messages_reach_the_supervisors_dead_letter_hook() -> None:
