@@ -382,7 +382,8 @@ class SessionCore:
             return
         with self._lock:
             self._sync_locked()  # adopts what another owner (or a failed write) left
-            self._checkpoint_locked(list(self._journal_files))
+            if self._journal_problem is None:  # else the journal is evidence: untouched
+                self._checkpoint_locked(list(self._journal_files))
 
     # -- internals -------------------------------------------------------------
 

@@ -112,16 +112,18 @@ def test_a_foreign_record_in_the_journal_refuses_changes_and_is_left_alone(
     tmp_path: Path,
 ) -> None:
     core = SessionCore.create(tmp_path, "s")
-    core.append({"id": "u1", "content": "q"})
-    core.close()
+    core.append({"id": "u1", "content": "q"})  # its record is still outstanding
     journal = tmp_path / "sessions" / "s" / JOURNAL_NAME
     bad = encode_record([("index.json", b"{}")])
     journal.write_bytes(bad)
+    core.close()  # its checkpoint finds the foreign record and must not truncate it
+    assert journal.read_bytes() == bad
     reopened = SessionCore.open(tmp_path, "s")
     assert [getattr(p, "path", "") for p in reopened.problems] == ["sessions/s/.journal"]
     assert reopened.get_branch()[0]["id"] == "u1"  # reads still work
     with pytest.raises(JournalFileError):
         reopened.merge_node_metadata_batch({"u1": {"m": 1}})
+    reopened.close()
     assert journal.read_bytes() == bad
     journal.unlink()  # the operator moves it away: the session is usable again
     reopened.merge_node_metadata_batch({"u1": {"m": 1}})
