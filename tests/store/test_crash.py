@@ -313,3 +313,30 @@ def test_the_power_loss_check_catches_a_replay_in_the_wrong_order(
     monkeypatch.setattr(session_module, "latest_per_file", first_wins)
     with pytest.raises(AssertionError):
         test_power_loss_with_the_journal_cut_at_every_byte(tmp_path)
+
+
+def test_adopting_another_owners_records_crash_at_every_step(tmp_path: Path) -> None:
+    """Owner B adopts owner A's outstanding record, then appends; B dies at every step."""
+
+    def scenario(files: DurableFiles) -> tuple[Path, bool]:
+        state = _build(tmp_path)
+        b = SessionCore.open(state, "s", files=files)
+        a = SessionCore.open(state, "s")
+        a.append({"id": "u6", "content": "from a", "predecessor": "a5"})  # outstanding
+        try:
+            b.append({"id": "a7", "role": "assistant", "content": "from b"})
+        except SimulatedCrash:
+            return state, False
+        return state, True
+
+    total = count_steps(lambda files: scenario(files))
+    assert total >= 9  # B's record and installs (A's record needed no step of B's)
+    for k in range(total + 1):
+        state, acked = scenario(FaultyFiles(crash_at=k))
+        core = _recover(state)
+        ids = [n.id for n in core.nodes()]
+        assert ids[:7] == ["u0", "a1", "u2", "a3", "u4", "a5", "u6"], k  # A's ack holds
+        assert ids[7:] in ([], ["a7"]) and (ids[7:] == ["a7"]) == (core.head == "a7"), k
+        assert acked <= (ids[7:] == ["a7"]), k
+        if ids[7:] == ["a7"]:
+            assert core.node("a7").predecessor == "u6"  # B continued A's head
