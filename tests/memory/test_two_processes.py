@@ -22,7 +22,10 @@ and flush, all concurrently. Then it checks what the issue asks:
 Deliveries (turns handed to a writer) are counted per process: two
 runtimes do not see each other's jobs in flight, so a turn may be
 delivered by both (a duplicate, which the extractive writer merges); the
-test reports that number and bounds it, it does not forbid it.
+test reports that number and bounds it, it does not forbid it. Measured:
+the same workload run by the two processes one after the other delivers
+each of its 144 turns once; run concurrently, 116-129 of them twice, since
+each runtime's "at most one job per session" holds only inside its process.
 """
 
 from __future__ import annotations
