@@ -65,33 +65,47 @@ SENTENCES = [
 # -- the worker process --------------------------------------------------------------
 
 
-async def _work(state: str, name: str, seed: int) -> dict[str, Any]:
+async def _work(state: str, name: str, seed: int, tolerant: bool) -> dict[str, Any]:
     rng = random.Random(seed)
     config = RuntimeConfig(policy=WritePolicy(threshold=8000), writer_workers=2,
                            track_deliveries=True, seed=seed)
     appended: dict[str, list[str]] = {sid: [] for sid in SESSIONS}
     stamped: dict[str, dict[str, list[str]]] = {sid: {} for sid in SESSIONS}
     outcomes: list[str] = []
+    errors: list[str] = []
     async with open_runtime(state, config=config) as rt:
         print("ready", flush=True)
         await anyio.to_thread.run_sync(sys.stdin.readline)  # both start together
 
         async def converse(sid: str) -> None:
             for turn in range(TURNS):
-                node_id = f"{name}-{sid}-{turn}"
-                text = f"{SENTENCES[turn % len(SENTENCES)]} Turn {node_id}."
-                await rt.sessions.append(sid, {"id": node_id, "content": text,
-                                               "role": ("user", "assistant")[turn % 2]})
-                appended[sid].append(node_id)
-                if rng.random() < 0.4:  # a component stamping its own key on some node
-                    nodes = [m["id"] for m in await rt.sessions.get_branch(sid)]
-                    target = rng.choice(nodes)
-                    key = f"{name}_stamp_{turn}"
-                    await rt.sessions.merge_node_metadata_batch(sid, {target: {key: turn}})
-                    stamped[sid].setdefault(target, []).append(key)
-                if turn % 8 == 7:
-                    outcomes.append((await rt.flush(sid)).value)
-            outcomes.append((await rt.flush(sid)).value)
+                try:
+                    await step(sid, turn)
+                except Exception as exc:
+                    if not tolerant:
+                        raise
+                    errors.append(repr(exc))  # a planted fault: let the checks judge
+            try:
+                outcomes.append((await rt.flush(sid)).value)
+            except Exception as exc:
+                if not tolerant:
+                    raise
+                errors.append(repr(exc))
+
+        async def step(sid: str, turn: int) -> None:
+            node_id = f"{name}-{sid}-{turn}"
+            text = f"{SENTENCES[turn % len(SENTENCES)]} Turn {node_id}."
+            await rt.sessions.append(sid, {"id": node_id, "content": text,
+                                           "role": ("user", "assistant")[turn % 2]})
+            appended[sid].append(node_id)
+            if rng.random() < 0.4:  # a component stamping its own key on some node
+                nodes = [m["id"] for m in await rt.sessions.get_branch(sid)]
+                target = rng.choice(nodes)
+                key = f"{name}_stamp_{turn}"
+                await rt.sessions.merge_node_metadata_batch(sid, {target: {key: turn}})
+                stamped[sid].setdefault(target, []).append(key)
+            if turn % 8 == 7:
+                outcomes.append((await rt.flush(sid)).value)
 
         async with anyio.create_task_group() as tg:
             for sid in SESSIONS:
@@ -99,7 +113,7 @@ async def _work(state: str, name: str, seed: int) -> dict[str, Any]:
         await rt.drain()
         deliveries = {f"{sid}/{node}": n for (sid, node), n in rt.deliveries.items()}
     return {"appended": appended, "stamped": stamped, "outcomes": outcomes,
-            "deliveries": deliveries}
+            "deliveries": deliveries, "errors": errors}
 
 
 def worker_main(argv: list[str]) -> None:
@@ -114,7 +128,7 @@ def worker_main(argv: list[str]) -> None:
 
         SessionLock.__enter__ = lambda self: self  # type: ignore[method-assign]
         SessionLock.__exit__ = lambda self, *exc: None  # type: ignore[method-assign]
-    report = anyio.run(_work, state, name, int(seed), backend=backend)
+    report = anyio.run(_work, state, name, int(seed), bool(plant), backend=backend)
     print(json.dumps(report), flush=True)
 
 
