@@ -39,6 +39,7 @@ from ._message import node_to_message as node_to_message
 from ._node import RESERVED_KEYS as RESERVED_KEYS
 from ._node import Node as Node
 from ._session import SessionCore as SessionCore
+from ._session import SessionStatistics as SessionStatistics
 from ._session import list_sessions as list_sessions
 
 __all__ = [

@@ -25,7 +25,8 @@ reads the same.
     ├── SessionNotFoundError
     ├── CorruptFileError               a file on disk cannot be decoded (``path`` names it)
     │   ├── NodeFileError              a node file; skipped and reported, never rewritten
-    │   └── MetaFileError              meta.json
+    │   ├── MetaFileError              meta.json
+    │   └── JournalFileError           a checksummed journal record that names no file of ours
     └── BrokenChainError               a predecessor chain that does not reach its root
         └── ChainCycleError
 """
@@ -40,6 +41,7 @@ __all__ = [
     "DuplicateNodeError",
     "InvalidNodeError",
     "InvalidRequestError",
+    "JournalFileError",
     "MetaFileError",
     "NodeFileError",
     "NodeNotFoundError",
@@ -166,6 +168,20 @@ class NodeFileError(CorruptFileError):
 
 class MetaFileError(CorruptFileError):
     """An unparsable meta.json."""
+
+
+class JournalFileError(CorruptFileError):
+    """A journal record passed its checksum but is not scriptorium's: mutations are refused."""
+
+    def __init__(self, path: str, offset: int, problem: str) -> None:
+        self.offset = offset
+        StoreError.__init__(
+            self,
+            f"{path} cannot be replayed: the record at byte {offset} passed its checksum but "
+            f"{problem}, so it was not written by scriptorium. The journal was left untouched "
+            "and the session refuses changes until it is moved away (reads still work).",
+        )
+        self.path, self.problem = path, problem
 
 
 class BrokenChainError(StoreError):

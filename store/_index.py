@@ -29,7 +29,7 @@ from ._errors import NodeFileError
 from ._format import decode_node, node_filename, parse_filename
 from ._node import ROLE_LETTERS, Node
 
-__all__ = ["Fingerprint", "SessionIndex", "load_index"]
+__all__ = ["Fingerprint", "SessionIndex", "load_index", "read_capped"]
 
 HISTORY = "history"
 META = "meta.json"
@@ -82,6 +82,25 @@ class SessionIndex:
         return next(iter(self.nodes.values()), None)
 
 
+def read_capped(path: str, rel: str, cap: int) -> bytes:
+    """A node file's bytes; an oversized file is refused before it is read into memory."""
+    # Plain descriptors: the size check costs no more syscalls than open().read().
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        if size > cap:
+            raise NodeFileError(rel, f"{size} bytes, over the cap of {cap}")
+        data = os.read(fd, size)
+        while len(data) < size:  # a short read: keep going until EOF
+            more = os.read(fd, size - len(data))
+            if not more:
+                break
+            data += more
+    finally:
+        os.close(fd)
+    return data
+
+
 def load_index(session_dir: str, rel_dir: str, cap: int) -> SessionIndex:
     """Read every node file of ``session_dir/history`` into a fresh index.
 
@@ -104,12 +123,12 @@ def load_index(session_dir: str, rel_dir: str, cap: int) -> SessionIndex:
     # Every parsed node stays alive in the index, so the cyclic GC would
     # re-scan the growing heap many times during the load (a third of its
     # cost, measured); parsed JSON holds no cycles, so pausing it is safe.
-    paused = gc.isenabled()
+    was_enabled = gc.isenabled()
     gc.disable()
     try:
         _load_entries(index, history, rel_dir, cap, entries)
     finally:
-        if paused:
+        if was_enabled:
             gc.enable()
     return index
 
@@ -121,8 +140,7 @@ def _load_entries(
     for seq, name, letter, file_id in entries:
         rel = f"{rel_dir}/{HISTORY}/{name}"
         try:
-            with open(os.path.join(history, name), "rb") as handle:
-                data = handle.read()
+            data = read_capped(os.path.join(history, name), rel, cap)
             node = decode_node(data, rel, cap)
             if node.id != file_id or node.seq != seq or ROLE_LETTERS[node.role] != letter:
                 raise NodeFileError(rel, "its id, seq or role does not match its file name")

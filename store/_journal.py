@@ -1,91 +1,115 @@
-"""The batch journal: N node rewrites for two fsyncs on the critical path.
+"""The session journal: every mutation for one flush on its critical path.
 
-The problem: a marker merge rewrites N node files, and writing each durably
-(temp, fsync, rename) plus one directory fsync costs N+1 fsyncs before the
-writer worker may go on; at 64 nodes that is most of a batch's latency.
+The problem: an append made durable file by file costs four fsyncs (the
+node file and meta.json, each temp + fsync + rename + fsync of its
+directory), and a marker merge of N nodes N+1; at thousands of turns per
+second the flushes, not the work, set the pace.
 
-The design. A metadata batch (and a rewind, which stamps nodes and moves
-the head) first writes one *journal* holding the full new bytes of every
-file it will change, durably: temp file, fsync, rename, fsync of the session
-directory (2 fsyncs). Then each file is installed with
+The design. Each session has one append-only journal, ``<sid>/.journal``.
+A mutation (append, marker batch, rewind, head move) first appends one
+*record* holding the full new bytes of every file it changes, and
+``fdatasync``\\ s it: **one flush**. Then each file is installed with
 :meth:`~store._durable.DurableFiles.replace_unsynced` (temp + rename, no
-fsync): readers never see a torn file, and the journal is what makes the new
-bytes durable. The operation is acknowledged. Later the journal is *retired*:
-``sync_paths`` the installed files (and their directories), then unlink the
-journal. That happens when the owner is idle, at close, or before any later
-mutation touches a file the journal names.
+fsync): readers, the reference agent included, never see a torn file and
+see the new bytes at once (installs are never deferred behind an overlay),
+and the journal is what makes them durable. The mutation is acknowledged.
+Later the journal is *checkpointed*: ``sync_paths`` every file it names
+(each once, then their directories), then truncate it durably. That
+happens when the owner is idle or closes, and before the journal grows past
+a bound, so the per-file flushes are paid once per checkpoint, off the
+critical path, and meta.json (in every append's record) once per
+checkpoint instead of once per turn.
 
-Recovery. Opening a session (and taking its lock) replays every journal
-found that this owner did not write: install each file's journal bytes
-again, sync them, unlink the journal. Replay is idempotent (it only ever
-installs the same bytes), so a crash during replay is repaired by the next
-replay.
+A record is ``scriptorium-journal 2 <size> <crc32>\\n`` and ``size`` bytes
+of payload: per file its path relative to the session directory, a line
+with its length, its bytes and a newline, then ``end\\n``. Framing, not
+JSON: the content is already encoded and sits on the critical path.
 
-The invariant that makes replay safe: **a file named by an outstanding
-journal is not changed again until that journal is retired.** Otherwise a
-replay after a crash would put back older bytes over a newer write. The
-session core keeps it by retiring every outstanding journal that names a
-file before touching that file, and by retiring, under the session lock,
-journals left by other processes before doing anything.
+Recovery (:func:`scan`, run by whoever takes the lock and finds a journal
+it did not write): the valid prefix of records is replayed, *last record
+wins per file*, skipping files already holding those bytes; the files are
+synced; the journal is truncated. Replay only ever installs bytes a record
+holds, so it is idempotent, and a crash during replay is repaired by the
+next replay.
 
-Crash cases (each one tested by killing the operation at every step):
+Why the valid prefix is exactly the acknowledged records, plus maybe more:
+a record is acknowledged only after its ``fdatasync``, which made it and
+everything before it durable. A crash can tear only records written after
+the last flush; the scan stops at the first record that is short or fails
+its checksum and never resynchronises, so bytes after a tear are never
+trusted. A complete but unacknowledged last record (crash between the
+flush and the ack) is replayed: the operation happens, as if it had been
+acknowledged, never half.
 
-* before the journal's rename: no journal, no file changed, not acknowledged;
-* after it, during installs: some files new, some old; the next open
-  replays, so all are new, and the operation was durable before its ack;
-* during retirement: the journal still exists; replay installs identical
-  bytes and finishes the retirement.
+The invariant that makes replay in order safe: **a file named by a
+record not yet checkpointed changes only through later records.** Every
+mutation of the owning core goes through the journal, so it holds; a new
+owner (another process, a restarted actor) replays and checkpoints a
+journal it did not write before anything else. A writer that takes no lock
+(the reference agent) and rewrites a file named by an outstanding record
+between our install and a crash would see its write replaced on replay;
+checkpointing when idle keeps that window to the owner's busy periods.
 
-A journal is a header line ``scriptorium-journal 1``, then per file its
-path relative to the session directory, a line with its length, its bytes
-and a newline, then ``end``: framing, not JSON, because the journal sits on
-the critical path and its content is already encoded. It is atomic by
-rename, so a journal that does not parse was damaged outside scriptorium: it
-is reported and left in place.
+A record that passes its checksum but names a file outside the session
+was not written by scriptorium: :class:`~store._errors.JournalFileError`,
+the journal is left untouched and mutations are refused (appending after
+it would write records no replay reaches).
 """
 
 from __future__ import annotations
 
 import os
-import secrets
-from collections.abc import Iterable
+import zlib
+from dataclasses import dataclass
 
-from ._durable import DurableFiles
-from ._errors import CorruptFileError
+from ._errors import JournalFileError
 from ._format import parse_filename
 
 __all__ = [
-    "JOURNAL_PREFIX",
-    "JOURNAL_SUFFIX",
-    "decode_journal",
-    "encode_journal",
-    "find_journals",
-    "journal_name",
-    "retire",
-    "write_and_install",
+    "JOURNAL_NAME",
+    "JournalScan",
+    "decode_entries",
+    "encode_entries",
+    "encode_record",
+    "latest_per_file",
+    "read_journal",
+    "scan",
 ]
 
-JOURNAL_PREFIX = ".journal-"
-JOURNAL_SUFFIX = ".json"
-_HEADER = b"scriptorium-journal 1\n"
+JOURNAL_NAME = ".journal"
+_MAGIC = b"scriptorium-journal 2 "
 _TRAILER = b"end\n"
+# The longest header line: magic, a 20-digit size, a space, 8 hex digits, LF.
+_MAX_HEADER = len(_MAGIC) + 20 + 1 + 8 + 1
+
+Entries = list[tuple[str, bytes]]
 
 
-def journal_name() -> str:
-    return f"{JOURNAL_PREFIX}{secrets.token_hex(8)}{JOURNAL_SUFFIX}"
+@dataclass(frozen=True)
+class JournalScan:
+    """What a journal holds: its valid records in order, and where they end."""
+
+    records: list[Entries]
+    valid_end: int
+    size: int
+
+    @property
+    def torn_bytes(self) -> int:
+        """Bytes after the valid prefix (a record torn by a crash, or damage)."""
+        return self.size - self.valid_end
 
 
-def _valid_target(rel: object) -> bool:
+def _valid_target(rel: str) -> bool:
     if rel == "meta.json":
         return True
-    if not isinstance(rel, str) or not rel.startswith("history/"):
+    if not rel.startswith("history/"):
         return False
     name = rel[len("history/"):]
     return "/" not in name and parse_filename(name) is not None
 
 
-def encode_journal(entries: list[tuple[str, bytes]]) -> bytes:
-    parts = [_HEADER]
+def encode_entries(entries: Entries) -> bytes:
+    parts: list[bytes] = []
     for rel, data in entries:
         parts.append(f"{rel}\n{len(data)}\n".encode())
         parts.append(data)
@@ -94,67 +118,77 @@ def encode_journal(entries: list[tuple[str, bytes]]) -> bytes:
     return b"".join(parts)
 
 
-def decode_journal(data: bytes, path: str) -> list[tuple[str, bytes]]:
-    if not data.startswith(_HEADER):
-        raise CorruptFileError(path, "not a version-1 journal")
-    entries: list[tuple[str, bytes]] = []
-    at = len(_HEADER)
-    while data[at:] != _TRAILER:
+def decode_entries(payload: bytes, path: str, offset: int) -> Entries:
+    """The entries of one checksummed payload; JournalFileError if they are not ours."""
+    entries: Entries = []
+    at = 0
+    while payload[at:] != _TRAILER:
         try:
-            rel_end = data.index(b"\n", at)
-            size_end = data.index(b"\n", rel_end + 1)
-            rel = data[at:rel_end].decode("utf-8")
-            size = int(data[rel_end + 1:size_end])
+            rel_end = payload.index(b"\n", at)
+            size_end = payload.index(b"\n", rel_end + 1)
+            rel = payload[at:rel_end].decode("utf-8")
+            size = int(payload[rel_end + 1:size_end])
         except (ValueError, UnicodeDecodeError):
-            raise CorruptFileError(path, f"journal entry at byte {at} is malformed") from None
+            raise JournalFileError(path, offset, "an entry is malformed") from None
         body_end = size_end + 1 + size
-        if not _valid_target(rel) or size < 0 or data[body_end:body_end + 1] != b"\n":
-            raise CorruptFileError(path, f"journal entry {rel[:80]!r} is not a node or meta")
-        entries.append((rel, data[size_end + 1:body_end]))
+        if not _valid_target(rel) or size < 0 or payload[body_end:body_end + 1] != b"\n":
+            raise JournalFileError(path, offset, f"entry {rel[:80]!r} is not a node file or meta")
+        entries.append((rel, payload[size_end + 1:body_end]))
         at = body_end + 1
     return entries
 
 
-def find_journals(session_dir: str) -> list[str]:
-    """Names of the journals in ``session_dir``, sorted."""
-    try:
-        names = os.listdir(session_dir)
-    except FileNotFoundError:
-        return []
-    return sorted(
-        n for n in names if n.startswith(JOURNAL_PREFIX) and n.endswith(JOURNAL_SUFFIX)
-    )
+def encode_record(entries: Entries) -> bytes:
+    payload = encode_entries(entries)
+    return b"%s%d %08x\n%s" % (_MAGIC, len(payload), zlib.crc32(payload), payload)
 
 
-def write_and_install(
-    files: DurableFiles, session_dir: str, entries: list[tuple[str, bytes]]
-) -> str:
-    """Journal ``entries`` durably (2 fsyncs), install each unsynced; return the journal name."""
-    name = journal_name()
-    files.write_atomic(os.path.join(session_dir, name), encode_journal(entries))
-    for rel, data in entries:
-        files.replace_unsynced(os.path.join(session_dir, rel), data)
-    return name
+def scan(data: bytes, path: str) -> JournalScan:
+    """The valid prefix of records in ``data``; stops at the first short or bad record.
 
-
-def retire(
-    files: DurableFiles,
-    session_dir: str,
-    name: str,
-    targets: Iterable[tuple[str, bytes]],
-    *,
-    install: bool,
-) -> None:
-    """Make the journaled files durable, then drop the journal.
-
-    ``install=True`` (recovery) first puts the journal's bytes in place,
-    since a crash may have happened before some installs.
+    ``path`` (relative to the state directory) names the journal in errors.
     """
-    paths: list[str] = []
-    for rel, data in targets:
-        path = os.path.join(session_dir, rel)
-        if install:
-            files.replace_unsynced(path, data)
-        paths.append(path)
-    files.sync_paths(paths)
-    files.unlink(os.path.join(session_dir, name))
+    records: list[Entries] = []
+    at = 0
+    while at < len(data):
+        header_end = data.find(b"\n", at, at + _MAX_HEADER)
+        if header_end < 0 or not data.startswith(_MAGIC, at):
+            break
+        fields = data[at + len(_MAGIC):header_end].split(b" ")
+        if len(fields) != 2 or not fields[0].isdigit():
+            break
+        size = int(fields[0])
+        payload = data[header_end + 1:header_end + 1 + size]
+        # the header must be exactly what encode_record writes for this payload
+        # (so "0A1B..." for "0a1b...", or a leading zero, is damage, not a record)
+        canonical = b"%s%d %08x\n" % (_MAGIC, size, zlib.crc32(payload))
+        if len(payload) != size or data[at:header_end + 1] != canonical:
+            break
+        records.append(decode_entries(payload, path, at))
+        at = header_end + 1 + size
+    return JournalScan(records, at, len(data))
+
+
+def read_journal(session_dir: str, path: str) -> JournalScan:
+    """Scan ``session_dir/.journal`` (absent: empty)."""
+    try:
+        with open(os.path.join(session_dir, JOURNAL_NAME), "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        data = b""
+    return scan(data, path)
+
+
+def latest_per_file(records: list[Entries]) -> dict[str, bytes]:
+    """Each file's bytes as the last record naming it left them, in replay order.
+
+    A file is placed where its last record names it, so installing in this
+    order keeps each record's own order (an append's node file before the
+    meta.json whose head names it).
+    """
+    latest: dict[str, bytes] = {}
+    for entries in records:
+        for rel, data in entries:
+            latest.pop(rel, None)
+            latest[rel] = data
+    return latest

@@ -12,13 +12,14 @@ call that does all of its file work**.
 Contract of every mutation:
 
 1. take ``<sid>/.lock`` (:mod:`store._lock`);
-2. retire journals other processes left (:mod:`store._journal`), then
-   re-check the fingerprint and rebuild the index if someone else wrote;
+2. replay and checkpoint a journal another owner left (:mod:`store._journal`),
+   then re-check the fingerprint and rebuild the index if someone else wrote;
 3. validate everything before touching anything (a refused request changes
    nothing);
-4. retire own outstanding journals that name a file it will change;
-5. write through :class:`~store._durable.DurableFiles` only;
-6. update the index and meta in memory, and record the new fingerprint.
+4. append one journal record holding every file it changes (one flush),
+   then install those files unsynced, all through
+   :class:`~store._durable.DurableFiles`;
+5. update the index and meta in memory, and record the new fingerprint.
 
 Reads re-check the fingerprint (without the lock) and answer from the index.
 
@@ -26,15 +27,22 @@ Reads re-check the fingerprint (without the lock) and answer from the index.
 node files it names; node files a merge or rewind rewrites are re-read from
 disk under the lock, never taken from the cache, so even a foreign write the
 fingerprint missed cannot be overwritten with stale metadata.
+
+For the owner: open with ``await run_durable(SessionCore.open, state,
+sid)``, call every method (reads too: a stale index reloads from disk)
+through ``run_durable`` one at a time, call :meth:`SessionCore.retire_journals`
+(the checkpoint) when the mailbox is idle and :meth:`SessionCore.close` when
+passivating.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from ._durable import TEMP_SUFFIX, DurableFiles
@@ -43,6 +51,7 @@ from ._errors import (
     CorruptFileError,
     DuplicateNodeError,
     InvalidNodeError,
+    JournalFileError,
     NodeFileError,
     NodeNotFoundError,
     SessionExistsError,
@@ -61,20 +70,40 @@ from ._format import (
     node_filename,
 )
 from ._ids import validate_id, validate_name
-from ._index import HISTORY, META, Fingerprint, SessionIndex, load_index
-from ._journal import decode_journal, find_journals, retire, write_and_install
+from ._index import HISTORY, META, Fingerprint, SessionIndex, load_index, read_capped
+from ._journal import JOURNAL_NAME, encode_record, latest_per_file, read_journal
 from ._lock import SessionLock
 from ._message import check_metadata_keys, message_to_node, node_to_message
 from ._node import ROOT, Node
 from ._walk import absorbed_covers, branch, list_tips, rewind_ids, visible_back_from
 
-__all__ = ["MAX_OUTSTANDING_JOURNALS", "SessionCore", "list_sessions"]
+__all__ = [
+    "CHECKPOINT_BYTES",
+    "CHECKPOINT_RECORDS",
+    "SessionCore",
+    "SessionStatistics",
+    "list_sessions",
+]
 
 SESSIONS = "sessions"
-# Journals of batches on disjoint nodes accumulate until the owner is idle;
-# past this many the oldest is retired first, bounding replay work and the
-# session directory.
-MAX_OUTSTANDING_JOURNALS = 16
+# Records accumulate in the journal until the owner is idle or closes; past
+# either bound the next mutation checkpoints first, bounding what a replay
+# has to read and install.
+CHECKPOINT_RECORDS = 64
+CHECKPOINT_BYTES = 8 * 1024 * 1024
+
+_JournalStamp = tuple[int, int, int]  # inode, size, mtime_ns
+
+
+@dataclass(frozen=True)
+class SessionStatistics:
+    session: str
+    nodes: int
+    head: str | None
+    index_rebuilds: int  # loads from disk: the first, then one per outside write seen
+    journal_records: int  # own records not yet checkpointed
+    journal_files: int  # files whose durability still rests on the journal
+    skipped_files: int
 
 
 class SessionCore:
@@ -105,10 +134,16 @@ class SessionCore:
         self._index = SessionIndex()
         self._meta: dict[str, Any] = {}
         self._fingerprint: Fingerprint | None = None
-        self._journals: dict[str, list[tuple[str, bytes]]] = {}
-        self._journal_problems: dict[str, CorruptFileError] = {}
-        self.rebuilds = 0
-        self._checked = False
+        self._journal_path = os.path.join(self.directory, JOURNAL_NAME)
+        # What the journal looked like after this owner's last write to it:
+        # anything else means another owner wrote (or this owner failed).
+        self._journal_stamp: _JournalStamp | None = None
+        self._journal_records = 0
+        self._journal_bytes = 0
+        self._journal_files: dict[str, None] = {}  # rel paths awaiting the checkpoint
+        self._journal_problem: JournalFileError | None = None
+        self._rebuilds = 0
+        self._checked = False  # see trusting_index
 
     # -- opening -----------------------------------------------------------
 
@@ -155,7 +190,7 @@ class SessionCore:
         return core
 
     def close(self) -> None:
-        """Retire every outstanding journal (the owner calls this when passivated)."""
+        """Checkpoint the journal (the owner calls this when passivated)."""
         self.retire_journals()
 
     # -- reads ---------------------------------------------------------------
@@ -186,7 +221,10 @@ class SessionCore:
     def problems(self) -> list[CorruptFileError]:
         """Files skipped because they could not be read (node files, journals)."""
         self._refresh()
-        return [*self._index.problems, *self._journal_problems.values()]
+        problems: list[CorruptFileError] = list(self._index.problems)
+        if self._journal_problem is not None:
+            problems.append(self._journal_problem)
+        return problems
 
     def branch_nodes(self, tip: str | None = None) -> list[Node]:
         self._refresh()
@@ -221,7 +259,7 @@ class SessionCore:
         """Rebuild the index now if it is stale; the actor runs this in a worker thread."""
         self._refresh(force=True)
 
-    @contextlib.contextmanager
+    @contextmanager
     def trusting_index(self) -> Iterator[None]:
         """Reads inside the block skip the freshness check; call it right after one.
 
@@ -238,7 +276,26 @@ class SessionCore:
 
     @property
     def outstanding_journals(self) -> list[str]:
-        return sorted(self._journals)
+        """Files (relative to the session) whose durability still rests on the journal."""
+        return sorted(self._journal_files)
+
+    @property
+    def rebuilds(self) -> int:
+        """Index loads from disk: the first, then one per outside write seen."""
+        return self._rebuilds
+
+    def statistics(self) -> SessionStatistics:
+        """A snapshot for introspection (no disk access)."""
+        head = self._meta.get("head_id")
+        return SessionStatistics(
+            session=self.session,
+            nodes=len(self._index.nodes),
+            head=head if isinstance(head, str) else None,
+            index_rebuilds=self._rebuilds,
+            journal_records=self._journal_records,
+            journal_files=len(self._journal_files),
+            skipped_files=len(self._index.problems) + (self._journal_problem is not None),
+        )
 
     # -- mutations -------------------------------------------------------------
 
@@ -246,8 +303,7 @@ class SessionCore:
         """Append one turn (a message dict); returns its message view. SPEC §4 append."""
         raw_id = message.get("id")
         node_id = validate_id(raw_id if raw_id else secrets.token_hex(6), "node id", self.session)
-        with self._lock:
-            self._sync_locked()
+        with self._mutation():
             node = message_to_node(
                 message, self.session, node_id=node_id, seq=self._index.max_seq + 1,
                 now=self._clock(), default_predecessor=self._meta.get("head_id") or ROOT,
@@ -262,8 +318,7 @@ class SessionCore:
         if name is not None:
             validate_name(name, "branch name", self.session)
         node_id = secrets.token_hex(6)
-        with self._lock:
-            self._sync_locked()
+        with self._mutation():
             if caller_node not in self._index.nodes:
                 raise NodeNotFoundError(self.session, caller_node)
             now = self._clock()
@@ -284,8 +339,7 @@ class SessionCore:
         for covered in covers_ids:
             validate_id(covered, "covered node id", self.session)
         node_id = "summary_" + secrets.token_hex(5)
-        with self._lock:
-            self._sync_locked()
+        with self._mutation():
             covers = absorbed_covers(self._index, self.session, covers_ids)
             first = self._index.nodes[covers_ids[0]]
             node = Node(
@@ -300,16 +354,14 @@ class SessionCore:
     def set_head(self, node_id: str) -> None:
         """Move the head; never onto a summary. ``updated_at`` does not move."""
         validate_id(node_id, "head id", self.session)
-        with self._lock:
-            self._sync_locked()
+        with self._mutation():
             node = self._index.nodes.get(node_id)
             if node is None:
                 raise NodeNotFoundError(self.session, node_id)
             if node.is_summary:
                 raise SummaryHeadError(self.session, node_id)
             meta = {**self._meta, "head_id": node_id}
-            self._retire_touching({META})
-            self._files.write_atomic(self._path(META), encode_meta(meta))
+            self._journal_locked([(META, encode_meta(meta))])
             self._meta = meta
             self._mark_synced()
 
@@ -320,8 +372,7 @@ class SessionCore:
         leaves either none or (after recovery) all of them.
         """
         validate_id(user_turn, "user turn id", self.session)
-        with self._lock:
-            self._sync_locked()
+        with self._mutation():
             head = self._meta.get("head_id")
             if not isinstance(head, str):
                 raise InvalidNodeError(self.session, user_turn, "the session has no head")
@@ -348,26 +399,49 @@ class SessionCore:
                 raise InvalidNodeError(self.session, node_id, "a metadata patch is not an object")
             check_metadata_keys(patch, self.session, node_id)
             check_value(dict(patch), self.session, node_id)
-        with self._lock:
-            self._sync_locked()
+        with self._mutation():
             return self._rewrite_locked(patches, None)
 
     def retire_journals(self) -> None:
-        """Make every outstanding own journal's files durable and drop the journals."""
-        if not self._journals:
+        """Checkpoint: make every file the journal names durable, then empty the journal."""
+        if not self._journal_records:
             return
         with self._lock:
-            for name in list(self._journals):
-                self._retire_own(name)
-            self._mark_synced()
+            self._sync_locked()  # adopts what another owner (or a failed write) left
+            if self._journal_problem is None:  # else the journal is evidence: untouched
+                self._checkpoint_locked(list(self._journal_files))
 
     # -- internals -------------------------------------------------------------
 
     def _path(self, rel: str) -> str:
         return os.path.join(self.directory, rel)
 
+    @contextmanager
+    def _mutation(self) -> Iterator[None]:
+        """Lock, catch up with other owners, and distrust the cache if the disk work failed.
+
+        A refused request (a :class:`StoreError`) changed nothing. Any other
+        failure (an ``OSError``, a crash) may have left a record in the
+        journal and some files new: the index is reloaded on the next access
+        and the journal is treated as foreign, so the next lock holder (this
+        one included) replays it before anything else: the operation ends up
+        whole or, if its record was torn, not at all.
+        """
+        with self._lock:
+            self._sync_locked()
+            if self._journal_problem is not None:
+                raise self._journal_problem
+            try:
+                yield
+            except StoreError:
+                raise
+            except BaseException:
+                self._fingerprint = None
+                self._journal_stamp = None
+                raise
+
     def _recover_locked(self) -> None:
-        """Drop crash leftovers (temp files) and replay every journal found."""
+        """Drop crash leftovers (temp files), replay the journal if one is found, checkpoint."""
         for folder in (self.directory, self._path(HISTORY)):
             try:
                 names = os.listdir(folder)
@@ -377,23 +451,79 @@ class SessionCore:
                 if name.startswith(".") and name.endswith(TEMP_SUFFIX):
                     self._files.unlink(os.path.join(folder, name))
         self._sync_locked()
+        if self._journal_problem is None:
+            self._checkpoint_locked(list(self._journal_files))
 
     def _sync_locked(self) -> None:
-        """Under the lock: adopt foreign journals, then refresh if someone else wrote."""
-        for name in find_journals(self.directory):
-            if name in self._journals or name in self._journal_problems:
-                continue
-            path = self._path(name)
+        """Under the lock: adopt a journal this owner did not write, then refresh the index."""
+        stamp = _stamp(self._journal_path)
+        if stamp != self._journal_stamp:
+            self._forget_index()
+            self._journal_problem = None
             try:
-                with open(path, "rb") as handle:
-                    entries = decode_journal(handle.read(), f"{self._rel}/{name}")
-            except FileNotFoundError:
-                continue
-            except CorruptFileError as exc:
-                self._journal_problems[name] = exc
-                continue
-            retire(self._files, self.directory, name, entries, install=True)
+                self._adopt_locked()
+            except JournalFileError as exc:
+                self._journal_problem = exc
+                self._journal_stamp = stamp
         self._refresh(force=True)
+
+    def _forget_index(self) -> None:
+        """Another owner wrote (or this one failed): reload whatever the timestamps say.
+
+        history/ and meta.json may look unchanged when the other write fell
+        in the same timestamp tick; the journal never does.
+        """
+        self._fingerprint = None
+
+    def _adopt_locked(self) -> None:
+        """Install each file as the journal's last record left it; keep the records.
+
+        The records stay in the journal, and this owner's records follow them
+        in the same sequence, so replay order still holds and two processes
+        taking turns do not checkpoint at every turn. A torn tail is the
+        exception: nothing may be appended after it, so the files are synced
+        and the journal truncated at once.
+        """
+        journal = read_journal(self.directory, f"{self._rel}/{JOURNAL_NAME}")
+        latest = latest_per_file(journal.records)
+        for rel, data in latest.items():
+            path = self._path(rel)
+            if _read_or_none(path) != data:
+                self._files.replace_unsynced(path, data)
+        self._journal_files = dict.fromkeys(latest)
+        self._journal_records = len(journal.records)
+        self._journal_bytes = journal.valid_end
+        self._journal_stamp = _stamp(self._journal_path)
+        if journal.torn_bytes:
+            self._checkpoint_locked(list(latest), torn=True)
+
+    def _checkpoint_locked(self, rels: list[str], *, torn: bool = False) -> None:
+        """Sync the named files (then their directories) and empty the journal."""
+        unchanged = Fingerprint.of(self.directory) == self._fingerprint
+        paths = [self._path(rel) for rel in rels]
+        self._files.sync_paths([p for p in paths if os.path.exists(p)])
+        stamp = _stamp(self._journal_path)
+        if stamp is not None and (stamp[1] > 0 or torn):
+            self._files.truncate(self._journal_path)
+        self._journal_stamp = _stamp(self._journal_path)
+        self._journal_records = self._journal_bytes = 0
+        self._journal_files.clear()
+        if unchanged:  # the truncation is ours: the index is as current as before
+            self._mark_synced()
+
+    def _journal_locked(self, entries: list[tuple[str, bytes]]) -> None:
+        """Make ``entries`` durable with one journal record, then install each unsynced."""
+        if (self._journal_records >= CHECKPOINT_RECORDS
+                or self._journal_bytes >= CHECKPOINT_BYTES):
+            self._checkpoint_locked(list(self._journal_files))
+        record = encode_record(entries)
+        self._files.append_synced(self._journal_path, record)
+        self._journal_records += 1
+        self._journal_bytes += len(record)
+        for rel, data in entries:
+            self._journal_files[rel] = None
+            self._files.replace_unsynced(self._path(rel), data)
+        self._journal_stamp = _stamp(self._journal_path)
 
     def _refresh(self, *, force: bool = False) -> None:
         """Rebuild the index and meta once when the fingerprint moved.
@@ -414,22 +544,10 @@ class SessionCore:
         self._meta = decode_meta(meta_bytes, f"{self._rel}/{META}")
         self._index = load_index(self.directory, self._rel, self._cap)
         self._fingerprint = fingerprint
-        self.rebuilds += 1
+        self._rebuilds += 1
 
     def _mark_synced(self) -> None:
         self._fingerprint = Fingerprint.of(self.directory)
-
-    def _retire_own(self, name: str) -> None:
-        entries = self._journals[name]
-        if os.path.exists(self._path(name)):
-            retire(self._files, self.directory, name, entries, install=False)
-        # else another process already replayed and retired it
-        del self._journals[name]
-
-    def _retire_touching(self, rels: set[str]) -> None:
-        for name, entries in list(self._journals.items()):
-            if any(rel in rels for rel, _ in entries):
-                self._retire_own(name)
 
     def _check_new_node(self, node: Node) -> None:
         session = self.session
@@ -473,10 +591,8 @@ class SessionCore:
             known = meta.get("branches")
             meta["branches"] = {**(known if isinstance(known, dict) else {}), **branches}
         filename = f"{HISTORY}/{node_filename(node)}"
-        self._retire_touching({META})
-        self._files.write_atomic_many(
-            [(self._path(filename), data), (self._path(META), encode_meta(meta))]
-        )
+        # The node first: a reader never sees a head whose file is missing.
+        self._journal_locked([(filename, data), (META, encode_meta(meta))])
         self._index.add(node)
         self._meta = meta
         self._mark_synced()
@@ -485,7 +601,7 @@ class SessionCore:
     def _rewrite_locked(
         self, patches: Mapping[str, Mapping[str, Any]], meta: dict[str, Any] | None
     ) -> list[str]:
-        """Merge patches into node files (re-read from disk) and maybe meta, via one journal."""
+        """Merge patches into node files (re-read from disk) and maybe meta: one journal record."""
         updated: list[Node] = []
         entries: list[tuple[str, bytes]] = []
         for node_id, patch in patches.items():
@@ -506,11 +622,7 @@ class SessionCore:
             entries.append((META, encode_meta(meta)))
         if not entries:
             return []
-        self._retire_touching({rel for rel, _ in entries})
-        while len(self._journals) >= MAX_OUTSTANDING_JOURNALS:
-            self._retire_own(next(iter(self._journals)))  # the oldest
-        name = write_and_install(self._files, self.directory, entries)
-        self._journals[name] = entries
+        self._journal_locked(entries)
         for node in updated:
             self._index.replace(node)
         if meta is not None:
@@ -521,8 +633,7 @@ class SessionCore:
     def _read_node(self, rel: str) -> tuple[bytes, Node]:
         path = f"{self._rel}/{rel}"
         try:
-            with open(self._path(rel), "rb") as handle:
-                data = handle.read()
+            data = read_capped(self._path(rel), path, self._cap)
         except OSError as exc:
             raise NodeFileError(path, f"unreadable ({exc.strerror})") from None
         return data, decode_node(data, path, self._cap)
@@ -559,3 +670,18 @@ def list_sessions(state_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
               else 0.0, reverse=True)
     return rows
 
+
+def _stamp(path: str) -> _JournalStamp | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _read_or_none(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None

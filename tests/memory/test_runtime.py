@@ -149,10 +149,10 @@ class CrashBeforeMarking(DurableFiles):
     """Dies (SimulatedCrash) when a session's marker journal is first written: after install."""
 
     def __init__(self) -> None:
-        self.armed = True
+        self.armed = False
 
     def _step(self, step: str, path: str) -> None:
-        if self.armed and step == "open" and "/sessions/" in path and ".journal-" in path:
+        if self.armed and step == "open" and "/sessions/" in path and path.endswith("/.journal"):
             self.armed = False
             raise SimulatedCrash(f"crash before marking: {path}")
 
@@ -163,6 +163,7 @@ async def test_a_crash_between_install_and_mark_rewrites_one_batch_once(tmp_path
         async with open_runtime(tmp_path, config=config(files=files)) as rt:
             sid = await rt.sessions.create(title="crash")
             await chain(rt, sid, "ROOT", ["u1", "a1", "u2", "a2"])
+            files.armed = True  # the next session journal record is the marker batch
             await rt.flush(sid)
     assert crash.group_contains(SimulatedCrash) if isinstance(crash.value, BaseExceptionGroup) \
         else isinstance(crash.value, SimulatedCrash)

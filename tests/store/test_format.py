@@ -22,7 +22,8 @@ from store._format import (
     parse_filename,
 )
 from store._node import Node
-from tests.store.conftest import DEMO_HISTORY, FIXTURE
+from tests.fixture import FIXTURE
+from tests.store.conftest import DEMO_HISTORY
 
 FIXTURE_FILES = sorted(DEMO_HISTORY.glob("*.json"))
 

@@ -39,8 +39,10 @@ class Clock:
 
 
 def _snapshot(directory: Path) -> dict[str, bytes]:
+    """Every file's bytes, but the store's own lock and emptied (checkpointed) journal."""
     return {str(p.relative_to(directory)): p.read_bytes()
-            for p in sorted(directory.rglob("*")) if p.is_file() and p.name != ".lock"}
+            for p in sorted(directory.rglob("*")) if p.is_file() and p.name != ".lock"
+            and not (p.name == ".journal" and p.stat().st_size == 0)}
 
 
 def _ids(messages: list[dict[str, Any]]) -> list[str]:
@@ -315,18 +317,18 @@ def test_leftover_temp_files_are_ignored_and_cleaned_on_open(state: Path) -> Non
 def test_an_outside_write_triggers_exactly_one_rebuild(tmp_path: Path) -> None:
     ours = SessionCore.create(tmp_path, "s")
     ours.append({"id": "u1", "content": "q"})
-    rebuilds = ours.rebuilds
+    rebuilds = ours.statistics().index_rebuilds
     for _ in range(5):
         ours.get_branch()
         ours.list_branches()
-    assert ours.rebuilds == rebuilds  # own writes keep the index current
+    assert ours.statistics().index_rebuilds == rebuilds  # own writes keep the index current
     theirs = SessionCore.open(tmp_path, "s")
     theirs.append({"id": "a1", "role": "assistant", "content": "r"})
     assert _ids(ours.get_branch()) == ["u1", "a1"]
     for _ in range(5):
         ours.get_branch()
         ours.list_branches()
-    assert ours.rebuilds == rebuilds + 1
+    assert ours.statistics().index_rebuilds == rebuilds + 1
 
 
 def test_list_sessions(tmp_path: Path) -> None:
@@ -344,18 +346,24 @@ def test_list_sessions_on_the_fixture(state: Path) -> None:
     assert [r["id"] for r in list_sessions(state)] == ["demo"]
 
 
-def test_outstanding_journals_are_bounded(core: SessionCore) -> None:
-    from store._session import MAX_OUTSTANDING_JOURNALS
+def test_the_journal_is_checkpointed_past_its_bounds(core: SessionCore) -> None:
+    from store._session import CHECKPOINT_BYTES, CHECKPOINT_RECORDS
 
+    journal = Path(core.directory) / ".journal"
     previous = "ROOT"
-    for i in range(MAX_OUTSTANDING_JOURNALS + 5):
+    for i in range(CHECKPOINT_RECORDS + 5):
         core.append({"id": f"n{i}", "content": "x", "predecessor": previous})
         previous = f"n{i}"
-    for i in range(MAX_OUTSTANDING_JOURNALS + 5):
+        assert 1 <= core.statistics().journal_records <= CHECKPOINT_RECORDS
+    for i in range(CHECKPOINT_RECORDS + 5):
         core.merge_node_metadata_batch({f"n{i}": {"m": i}})
-        assert len(core.outstanding_journals) <= MAX_OUTSTANDING_JOURNALS
+        assert core.statistics().journal_records <= CHECKPOINT_RECORDS
+    big = "y" * (CHECKPOINT_BYTES // 3)
+    for i in range(4):
+        core.append({"id": f"big{i}", "content": big})
+        assert journal.stat().st_size < CHECKPOINT_BYTES + len(big) + 4096
     core.close()
-    assert core.outstanding_journals == []
+    assert core.outstanding_journals == [] and journal.stat().st_size == 0
 
 
 @pytest.mark.parametrize("name", sorted(BAD_FILES))
@@ -373,3 +381,28 @@ def test_each_bad_node_file_is_reported_and_nothing_else_changes(state: Path, na
     core.close()
     after = _snapshot(state)
     assert {k for k in after if after[k] != before[k]} == {"sessions/demo/history/0001-l-a1.json"}
+
+
+def test_everything_created_is_owner_only(tmp_path: Path) -> None:
+    core = SessionCore.create(tmp_path, "s")
+    core.append({"id": "u1", "content": "q"})
+    core.merge_node_metadata_batch({"u1": {"m": 1}})
+    session = tmp_path / "sessions" / "s"
+    created = [p for p in tmp_path.rglob("*")]
+    assert any(p.name == ".journal" for p in created)
+    assert any(p.name == ".lock" for p in created)
+    for path in created:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode == (0o700 if path.is_dir() else 0o600), (path, oct(mode))
+    assert stat.S_IMODE(session.stat().st_mode) == 0o700
+
+
+def test_an_oversized_node_file_is_refused_before_it_is_read(state: Path) -> None:
+    history = state / "sessions" / "demo" / "history"
+    big = history / "0004-l-a2b.json"
+    with open(big, "r+b") as handle:  # 50 MB, sparse: cheap to make
+        handle.truncate(50 * 1024 * 1024)
+    core = SessionCore.open(state, "demo")
+    assert str(core.problems[0]).startswith(
+        "sessions/demo/history/0004-l-a2b.json cannot be read: 52428800 bytes, over the cap")
+    assert big.stat().st_size == 50 * 1024 * 1024

@@ -12,7 +12,7 @@ from store._format import decode_node
 from store._index import SessionIndex, load_index
 from store._node import ROOT, Node
 from store._walk import absorbed_covers, branch, chain, list_tips, rewind_ids, trunk_tip
-from tests.store.conftest import FIXTURE
+from tests.fixture import FIXTURE
 
 
 def _fixture_index() -> SessionIndex:
