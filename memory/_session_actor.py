@@ -293,7 +293,7 @@ class MemorySessionActor(SessionActor):
         if outcome.failure is None:
             marks = {node_id: {MARKER_KEY: self.runtime.workspace_id} for node_id in outcome.marks}
             await run_durable(self.core.merge_node_metadata_batch, marks)
-            self._queue_retire()
+            self._queue_checkpoint()
             ledger.failures = 0
             if ledger.boundary is not None:
                 ledger.boundary.batches += 1

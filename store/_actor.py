@@ -13,10 +13,13 @@ Reads answer from the in-memory index on the event loop: the fingerprint
 is checked once per message (two ``stat`` calls) and a rebuild after an
 outside write hops to a thread.
 
-Outstanding batch journals (``store._journal``) are retired when the
-mailbox has drained (a ``RetireJournals`` message queued behind the work)
-and when the actor stops, so the fsyncs a metadata batch saves on its
-critical path are paid off it.
+Every mutation is one record in the session journal (``store._journal``):
+one flush, then the files are installed unsynced. The checkpoint that syncs
+those files and truncates the journal runs when the mailbox has drained (a
+``CheckpointJournal`` message queued behind the work: after a merge or a
+rewind, and after appends once ``CHECKPOINT_AFTER`` records are waiting) and
+when the actor stops, so the fsyncs a mutation saves are paid off its
+critical path.
 
 Subclasses (the memory runtime's session actor) add their own messages by
 overriding :meth:`dispatch` and calling ``super().dispatch`` for the rest,
@@ -48,9 +51,13 @@ __all__ = [
     "SpawnBranch",
     "InsertSummary",
     "MergeMetadata",
-    "RetireJournals",
+    "CheckpointJournal",
 ]
 
+
+# Appends queue a checkpoint once this many records wait, well before the
+# core's own limit makes an append pay one inline.
+CHECKPOINT_AFTER = 32
 
 # -- messages -----------------------------------------------------------------
 
@@ -113,8 +120,8 @@ class MergeMetadata:
 
 
 @dataclass(frozen=True, slots=True)
-class RetireJournals:
-    """Pay off outstanding journals; queued behind the work, so it runs when drained."""
+class CheckpointJournal:
+    """Sync the journaled files and truncate the journal; queued behind the work."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +188,7 @@ class SessionActor(Actor):
             "session": self.session,
             "open": True,
             "head": core.meta().get("head_id"),
-            "journals": len(core.outstanding_journals),
+            "journal_files": len(core.outstanding_journals),
             "rebuilds": core.rebuilds,
         }
 
@@ -207,6 +214,8 @@ class SessionActor(Actor):
                 head_before = core.head
                 node = await run_durable(core.append, msg)
                 head = core.head
+                if core.statistics().journal_records >= CHECKPOINT_AFTER:
+                    self._queue_checkpoint()
                 await self.tip_moved(
                     TipMoved(self.session, node, head, head_moved=head != head_before)
                 )
@@ -221,13 +230,13 @@ class SessionActor(Actor):
                 return await run_durable(core.set_head, node_id)
             case RewindTo(user_turn):
                 stamped = await run_durable(core.rewind_to, user_turn)
-                self._queue_retire()
+                self._queue_checkpoint()
                 return stamped
             case MergeMetadata(patches):
                 changed = await run_durable(core.merge_node_metadata_batch, patches)
-                self._queue_retire()
+                self._queue_checkpoint()
                 return changed
-            case RetireJournals():
+            case CheckpointJournal():
                 self._retire_queued = False
                 await run_durable(core.retire_journals)
                 return None
@@ -236,11 +245,11 @@ class SessionActor(Actor):
     async def tip_moved(self, event: TipMoved) -> None:
         """Called after every append, inside the actor; subclasses react here."""
 
-    def _queue_retire(self) -> None:
+    def _queue_checkpoint(self) -> None:
         if self._retire_queued or not self.core.outstanding_journals:
             return
         try:
-            self.ref.cast_nowait(RetireJournals())
+            self.ref.cast_nowait(CheckpointJournal())
         except ActorError:
             return  # a full mailbox: the next merge, or on_stop, retires them
         self._retire_queued = True

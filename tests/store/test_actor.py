@@ -24,7 +24,7 @@ from store._actor import (
     GetMeta,
     ListBranches,
     MergeMetadata,
-    RetireJournals,
+    CheckpointJournal,
     RewindTo,
     SessionActor,
     TipMoved,
@@ -84,8 +84,8 @@ async def test_journals_are_retired_once_the_mailbox_drains(tmp_path: Path) -> N
     async with open_actor(actor) as ref:
         await ref.call(Append({"id": "u1", "role": "user", "content": "hi"}))
         await ref.call(MergeMetadata({"u1": {"k": 1}}))
-        # the RetireJournals cast sits behind any queued work; a call after it drains it
-        await ref.call(RetireJournals())
+        # the CheckpointJournal cast sits behind any queued work; a call after it drains it
+        await ref.call(CheckpointJournal())
         assert actor.core.outstanding_journals == []
 
 
