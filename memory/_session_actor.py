@@ -291,7 +291,9 @@ class MemorySessionActor(SessionActor):
         if outcome.failure is None:
             await self._fresh()
             marks = {node_id: {MARKER_KEY: self.runtime.workspace_id} for node_id in outcome.marks}
+            started = anyio.current_time()
             await run_durable(self.core.merge_node_metadata_batch, marks)
+            self.runtime.record_marks(self.session, outcome.marks, anyio.current_time() - started)
             self._queue_retire()
             ledger.failures = 0
             if ledger.boundary is not None:
