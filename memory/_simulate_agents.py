@@ -61,7 +61,6 @@ def sentence(rng: random.Random) -> str:
         return f"My colleague {rng.choice(_PEOPLE)} is leading {rng.choice(_PROJECTS)}."
     if kind == 3:
         return f"The deadline for {rng.choice(_PROJECTS)} moved to week {rng.randrange(1, 53)}."
-    if kind == 4:
     return f"The team office is in {rng.choice(_CITIES)} near the old harbour."
 
 
