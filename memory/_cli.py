@@ -22,6 +22,7 @@ import orjson
 from memory._ledger import owed_tokens, records_from_branch, unwritten_turns
 from memory._records import MARKER_KEY
 from memory._session_view import render_session_tree
+from memory._simulate_cli import simulate
 from memory._workspace_id import read_workspace_id
 from store import SessionCore, StoreError, list_sessions
 
@@ -195,3 +196,6 @@ def _guard(read: Callable[[], T]) -> T:
 def _short(text: str, width: int = 60) -> str:
     line = " ".join(text.split())
     return line if len(line) <= width else line[: width - 1] + "…"
+
+
+main.add_command(simulate)
