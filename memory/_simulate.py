@@ -22,8 +22,9 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import orjson
@@ -58,6 +59,7 @@ class SimulationConfig:
     writer_timeout: float = 2.0
     outside_sessions: int = 8
     outside_rounds: int = 200
+    fault_rates: Mapping[str, Any] = field(default_factory=dict)  # FaultPlan field overrides
     progress: Callable[[int, int], None] | None = None
 
 
@@ -78,6 +80,8 @@ class SimulationResult:
     latencies: dict[str, list[float]]
     deliveries: int
     peak_rss_mb: float
+    workspace_id: str = ""
+    evidence: Evidence | None = None
 
     @property
     def passed(self) -> bool:
@@ -166,7 +170,7 @@ async def _outside(config: SimulationConfig, sessions: list[str], into: dict[str
 
 async def simulate(config: SimulationConfig) -> SimulationResult:
     """Run the whole simulation on the current event loop; see the module docstring."""
-    plan = FaultPlan(config.faults, config.seed)
+    plan = FaultPlan(config.faults, config.seed, **config.fault_rates)
     acknowledged = Acknowledged()
     totals = _Totals()
     agents: list[Agent] = []
@@ -195,9 +199,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
                             chosen = [a.session for a in agents[: config.outside_sessions]]
                             background.start_soon(_outside, config, chosen, outside)
                     await _run_agents(rt, agents, config)
-                    plan.enabled = False
-                    await _settle(rt, agents, background, outside, plan,
-                                  evidence_before, evidence_after)
+                    await _settle(rt, agents, outside, plan, evidence_before, evidence_after)
                     totals.absorb(rt, await _restarts(rt))
                 break
             except BaseException as error:  # noqa: BLE001 - a simulated crash is caught, others not
@@ -221,7 +223,10 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
     invariants = await run_durable(lambda: check_invariants(
         config.state_dir, workspace_id, threshold=config.threshold,
         counter=runtime_config(config, plan).counter, evidence=evidence))
-    return _result(config, invariants, agents, totals, plan, seconds, outside)
+    result = _result(config, invariants, agents, totals, plan, seconds, outside)
+    result.workspace_id = workspace_id
+    result.evidence = evidence
+    return result
 
 
 async def _run_agents(rt: MemoryRuntime, agents: list[Agent], config: SimulationConfig) -> None:
@@ -247,26 +252,32 @@ async def _run_agents(rt: MemoryRuntime, agents: list[Agent], config: Simulation
 async def _settle(
     rt: MemoryRuntime,
     agents: list[Agent],
-    background: anyio.abc.TaskGroup,
     outside: dict[str, object],
     plan: FaultPlan,
     before: dict[str, float],
     after: dict[str, float],
 ) -> None:
-    """Faults off, outside writer finished, then the boundary for every session, then drain."""
+    """The session boundary for every session, first with faults on, then off, then drain.
+
+    The first round runs under the faults (a crash here reopens the runtime
+    and settles again); the later rounds run without them and release any
+    quarantined batch, as an operator would, so the oracle sees the end state.
+    """
     if "outside-appends" in plan.faults:
         while not outside:
             await anyio.sleep(0.05)
     await rt.drain()
     before.update(await _updated_at(rt))
-    for _ in range(3):
+    for round_number in range(4):
         async with anyio.create_task_group() as tg:
             for agent in agents:
                 tg.start_soon(rt.flush, agent.session)
         await rt.drain()
-        if not rt.quarantined:
+        plan.enabled = False
+        if round_number > 0 and not rt.quarantined:
             break
-        await rt.release()  # the operator's release (SPEC §7), once faults are gone
+        if rt.quarantined:
+            await rt.release()
     after.update(await _updated_at(rt))
 
 

@@ -78,7 +78,9 @@ class Mix:
     spawn: float = 0.02
     compact: float = 0.01
     idle: float = 0.004
-    facts: tuple[int, int] = (0, 2)  # statements per turn, beside one line of chatter
+    # Statements per turn, beside one line of chatter. At least one: a batch of pure chatter
+    # changes nothing, so SPEC §6.4 never marks it and the branch stalls (docs/decisions.md).
+    facts: tuple[int, int] = (1, 2)
     idle_seconds: float = 1.0
 
 

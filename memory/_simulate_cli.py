@@ -16,6 +16,7 @@ the option says so and the run goes on.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 import tempfile
@@ -37,7 +38,7 @@ def percentile(values: list[float], fraction: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
-    rank = min(len(ordered) - 1, max(0, int(round(fraction * len(ordered) + 0.5)) - 1))
+    rank = min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))
     return ordered[rank]
 
 
