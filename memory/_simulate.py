@@ -35,7 +35,6 @@ from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory._simulate_agents import Acknowledged, Agent, Mix
 from memory._simulate_faults import FaultPlan, FaultyDisk, FaultyWriter, SimulatedCrash
 from memory._simulate_oracle import Evidence, Verdict, check_invariants
-from memory._simulate_outside import OUTSIDE_KEY
 from store import list_sessions, run_durable
 from supervisors import Backoff, GetChild
 
@@ -202,7 +201,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
                     await _settle(rt, agents, outside, plan, evidence_before, evidence_after)
                     totals.absorb(rt, await _restarts(rt))
                 break
-            except BaseException as error:  # noqa: BLE001 - a simulated crash is caught, others not
+            except BaseException as error:
                 if not _crashed(error):
                     raise
                 if rt is not None:

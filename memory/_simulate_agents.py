@@ -28,7 +28,7 @@ import anyio
 from memory._runtime import MemoryRuntime
 from store import StoreError
 
-__all__ = ["Acknowledged", "Agent", "Mix", "SIM_KEY", "chatter", "sentence"]
+__all__ = ["SIM_KEY", "Acknowledged", "Agent", "Mix", "chatter", "sentence"]
 
 SIM_KEY = "sim_agent"  # a metadata key every simulated turn carries (the oracle tracks it)
 # Message-view fields that are not metadata (SPEC §4 message view).

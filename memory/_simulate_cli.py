@@ -30,7 +30,7 @@ from memory._simulate import SimulationConfig, SimulationResult
 from memory._simulate import simulate as run_simulation
 from memory._simulate_faults import FAULTS, parse_faults
 
-__all__ = ["simulate", "percentile", "result_document", "render_report"]
+__all__ = ["percentile", "render_report", "result_document", "simulate"]
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -78,17 +78,17 @@ def render_report(result: SimulationResult) -> str:
     doc = result_document(result)
     lat = doc["latency_ms"]
     lines = [
-        f"scriptorium simulate: {doc['sessions']} sessions, seed {doc['seed']}, "
-        f"faults: {', '.join(doc['faults']) or 'none'}",
+        (f"scriptorium simulate: {doc['sessions']} sessions, seed {doc['seed']}, "
+        f"faults: {', '.join(doc['faults']) or 'none'}"),
         "",
-        f"  turns            {doc['turns']:>10}   ({doc['turns_per_s']} turns/s end to end, "
-        f"{doc['seconds']} s)",
+        (f"  turns            {doc['turns']:>10}   ({doc['turns_per_s']} turns/s end to end, "
+        f"{doc['seconds']} s)"),
         f"  branches (tips)  {doc['branches']:>10}",
         f"  batches written  {doc['batches']:>10}   ({doc['deliveries']} deliveries)",
-        f"  write cycle      p50 {lat.get('write_cycle_p50', 0):>8.1f} ms   "
-        f"p99 {lat.get('write_cycle_p99', 0):>8.1f} ms",
-        f"  marker merge     p50 {lat.get('marker_merge_p50', 0):>8.1f} ms   "
-        f"p99 {lat.get('marker_merge_p99', 0):>8.1f} ms",
+        (f"  write cycle      p50 {lat.get('write_cycle_p50', 0):>8.1f} ms   "
+        f"p99 {lat.get('write_cycle_p99', 0):>8.1f} ms"),
+        (f"  marker merge     p50 {lat.get('marker_merge_p50', 0):>8.1f} ms   "
+        f"p99 {lat.get('marker_merge_p99', 0):>8.1f} ms"),
         f"  restarts         {doc['restarts']:>10}   (supervisors healed crashed actors)",
         f"  quarantined      {doc['quarantined']:>10}",
         f"  runtime crashes  {doc['runtime_incarnations'] - 1:>10}   (reopened on the same state)",
@@ -137,8 +137,8 @@ def _compare(config: SimulationConfig, as_json: bool) -> object:
 
 
 @click.command("simulate")
-@click.option("--sessions", default=200, show_default=True, help="Concurrent simulated agents.")
-@click.option("--turns", default=40, show_default=True, help="Turns each agent appends.")
+@click.option("--sessions", default=60, show_default=True, help="Concurrent simulated agents.")
+@click.option("--turns", default=30, show_default=True, help="Turns each agent appends.")
 @click.option("--seed", default=0, show_default=True, help="Seed of every random choice.")
 @click.option("--faults", "faults_spec", default="", metavar="SPEC",
               help=f"Comma-separated faults or 'all': {', '.join(FAULTS)}.")

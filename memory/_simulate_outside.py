@@ -25,7 +25,7 @@ import orjson
 from memory._simulate_agents import sentence
 from store import SessionCore, StoreError
 
-__all__ = ["OUTSIDE_KEY", "run_outside", "main"]
+__all__ = ["OUTSIDE_KEY", "main", "run_outside"]
 
 OUTSIDE_KEY = "outside_note"
 

@@ -14,6 +14,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import orjson
@@ -82,7 +83,7 @@ def damaged(finished_run: tuple[str, SimulationResult], tmp_path: Path) -> tuple
     return copy, result
 
 
-def verdicts(state: Path, result: SimulationResult, **evidence: object) -> dict[str, Verdict]:
+def verdicts(state: Path, result: SimulationResult, **evidence: Any) -> dict[str, Verdict]:
     assert result.evidence is not None
     return check_invariants(
         str(state), result.workspace_id, threshold=result.config.threshold,
@@ -115,7 +116,7 @@ def test_a_dropped_marker_fails(damaged: tuple[Path, SimulationResult]) -> None:
 
 def test_a_skipped_archive_frame_fails(damaged: tuple[Path, SimulationResult]) -> None:
     state, result = damaged
-    archive = sorted((state / "memory/sources/openprogram/_v2").glob("*.md"))[0]
+    archive = min((state / "memory/sources/openprogram/_v2").glob("*.md"))
     text = archive.read_text(encoding="utf-8")
     first = text.index('<a id="source-')
     second = text.index('<a id="source-', first + 1)
@@ -125,7 +126,7 @@ def test_a_skipped_archive_frame_fails(damaged: tuple[Path, SimulationResult]) -
 
 def test_an_unwritten_head_tail_fails(damaged: tuple[Path, SimulationResult]) -> None:
     state, result = damaged
-    sid = sorted(os.listdir(state / "sessions"))[0]
+    sid = min(os.listdir(state / "sessions"))
     core = SessionCore.open(state, sid)
     for index in range(4):
         core.append({"id": f"late{index}", "role": "user" if index % 2 == 0 else "assistant",
@@ -136,7 +137,7 @@ def test_an_unwritten_head_tail_fails(damaged: tuple[Path, SimulationResult]) ->
 
 def test_a_moved_updated_at_fails(damaged: tuple[Path, SimulationResult]) -> None:
     state, result = damaged
-    meta_path = sorted((state / "sessions").glob("*/meta.json"))[0]
+    meta_path = min((state / "sessions").glob("*/meta.json"))
     meta = orjson.loads(meta_path.read_bytes())
     meta["updated_at"] += 30.0
     meta_path.write_bytes(orjson.dumps(meta))
