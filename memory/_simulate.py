@@ -81,6 +81,7 @@ class SimulationResult:
     peak_rss_mb: float
     workspace_id: str = ""
     evidence: Evidence | None = None
+    workload_seconds: float = 0.0  # until the last agent finished; the rest is the boundary
 
     @property
     def passed(self) -> bool:
@@ -175,6 +176,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
     agents: list[Agent] = []
     outside: dict[str, object] = {}
     started = time.perf_counter()
+    workload_done = 0.0
     evidence_before: dict[str, float] = {}
     evidence_after: dict[str, float] = {}
     workspace_id = ""
@@ -198,6 +200,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
                             chosen = [a.session for a in agents[: config.outside_sessions]]
                             background.start_soon(_outside, config, chosen, outside)
                     await _run_agents(rt, agents, config)
+                    workload_done = workload_done or time.perf_counter()
                     await _settle(rt, agents, outside, plan, evidence_before, evidence_after)
                     totals.absorb(rt, await _restarts(rt))
                 break
@@ -224,6 +227,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
         counter=runtime_config(config, plan).counter, evidence=evidence))
     result = _result(config, invariants, agents, totals, plan, seconds, outside)
     result.workspace_id = workspace_id
+    result.workload_seconds = (workload_done or started) - started
     result.evidence = evidence
     return result
 

@@ -59,6 +59,7 @@ def result_document(result: SimulationResult) -> dict[str, Any]:
         "quarantined": result.quarantined,
         "peak_rss_mb": round(result.peak_rss_mb, 1),
         "seconds": round(result.seconds, 2),
+        "workload_seconds": round(result.workload_seconds, 2),
         "sessions": config.sessions,
         "branches": result.branches,
         "batches": result.batches,
@@ -83,8 +84,10 @@ def render_report(result: SimulationResult) -> str:
         "",
         (f"  turns            {doc['turns']:>10}   ({doc['turns_per_s']} turns/s end to end, "
         f"{doc['seconds']} s)"),
+        f"  appending        {doc['workload_seconds']:>10} s   (then the boundary for every "
+        f"session: {round(doc['seconds'] - doc['workload_seconds'], 2)} s)",
         f"  branches (tips)  {doc['branches']:>10}",
-        f"  batches written  {doc['batches']:>10}   ({doc['deliveries']} deliveries)",
+        f"  batches written  {doc['batches']:>10}   ({doc['deliveries']} node deliveries)",
         (f"  write cycle      p50 {lat.get('write_cycle_p50', 0):>8.1f} ms   "
         f"p99 {lat.get('write_cycle_p99', 0):>8.1f} ms"),
         (f"  marker merge     p50 {lat.get('marker_merge_p50', 0):>8.1f} ms   "
