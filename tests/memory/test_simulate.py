@@ -212,3 +212,11 @@ def test_the_command_refuses_an_unknown_fault() -> None:
     outcome = CliRunner().invoke(main, ["simulate", "--faults", "meteor"])
     assert outcome.exit_code == 2
     assert "unknown fault" in outcome.output
+
+
+@pytest.mark.xfail(strict=True, reason="runtime gap: a batch with nothing worth remembering "
+                   "changes nothing, so SPEC §6.4 never marks it and the head branch stays owed")
+async def test_a_head_branch_of_pure_chatter_is_written_eventually(tmp_path: Path) -> None:
+    config = small(str(tmp_path), sessions=3, turns=6, mix=Mix(facts=(0, 0), idle_seconds=0.6))
+    result = await simulate(config)
+    assert result.invariants["head_branches_written"].passed
