@@ -308,6 +308,7 @@ def _result(
     for agent in agents:
         actions.update(agent.actions)
         actions["refused"] += agent.refused
+        actions["errors"] += agent.errors
     appended = outside.get("appended")
     outside_turns = len(appended) if isinstance(appended, list) else 0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux

@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 
+from actors import ActorError
 from memory._runtime import MemoryRuntime
 from store import StoreError
 
@@ -111,6 +112,7 @@ class Agent:
     done_turns: int = 0
     actions: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     refused: int = 0
+    errors: int = 0  # calls that failed because the session actor could not be healed
     line: list[tuple[str, str]] = field(default_factory=list)  # (node id, role) of the head branch
     rng: random.Random = field(init=False)
     _ids: int = 0
@@ -145,6 +147,14 @@ class Agent:
                 # A refused request (a stale fork point, an outside writer moved the
                 # head): nothing changed; re-read and go on, as an agent would.
                 self.refused += 1
+                await self.resync(rt)
+            except ActorError:
+                # The message crashed its actor more often than redelivery allows
+                # (PoisonMessage) or the supervisor gave the session up: counted and
+                # reported; the oracle still judges the files.
+                self.errors += 1
+                if self.errors > 3:
+                    raise
                 await self.resync(rt)
 
     async def _append(self, rt: MemoryRuntime, role: str, predecessor: str | None,

@@ -84,8 +84,8 @@ def render_report(result: SimulationResult) -> str:
         "",
         (f"  turns            {doc['turns']:>10}   ({doc['turns_per_s']} turns/s end to end, "
         f"{doc['seconds']} s)"),
-        f"  appending        {doc['workload_seconds']:>10} s   (then the boundary for every "
-        f"session: {round(doc['seconds'] - doc['workload_seconds'], 2)} s)",
+        (f"  appending        {doc['workload_seconds']:>10} s   (then the boundary for every "
+        f"session: {round(doc['seconds'] - doc['workload_seconds'], 2)} s)"),
         f"  branches (tips)  {doc['branches']:>10}",
         f"  batches written  {doc['batches']:>10}   ({doc['deliveries']} node deliveries)",
         (f"  write cycle      p50 {lat.get('write_cycle_p50', 0):>8.1f} ms   "
