@@ -126,7 +126,8 @@ class _Status:
         sys.stderr.flush()
 
 
-def _compare(config: SimulationConfig, as_json: bool) -> object:
+def _compare(config: SimulationConfig) -> tuple[object, str | None]:
+    """The baselines' report on the same workload size and seed, and its text (if renderable)."""
     try:
         baselines = importlib.import_module("memory._baselines")
     except ImportError:
@@ -134,9 +135,11 @@ def _compare(config: SimulationConfig, as_json: bool) -> object:
     run = getattr(baselines, "run_baselines", None)
     if run is None:
         click.echo("--compare: the baselines (memory._baselines.run_baselines) are not "
-                   "installed in this build; skipped.", err=True)
-        return None
-    return run(sessions=config.sessions, turns=config.turns, seed=config.seed, json=as_json)
+                   "in this build; skipped.", err=True)
+        return None, None
+    report = run(seed=config.seed, sessions=config.sessions, turns=config.turns)
+    render = getattr(baselines, "render_baselines", None)
+    return report, render(report) if render is not None else None
 
 
 @click.command("simulate")
@@ -171,8 +174,9 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
                                   faults=faults, progress=_Status(sys.stderr.isatty()))
         result = anyio.run(run_simulation, config, backend=backend)
         document = result_document(result)
+        compared_text = None
         if compare:
-            document["compare"] = _compare(config, as_json)
+            document["compare"], compared_text = _compare(config)
         if not state_dir:
             document["state"] = None
         if as_json:
@@ -180,6 +184,7 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
         else:
             click.echo(render_report(result))
             if compare and document["compare"] is not None:
-                click.echo(str(document["compare"]))
+                click.echo("")
+                click.echo(compared_text or orjson.dumps(document["compare"]).decode())
     if not result.passed:
         sys.exit(1)

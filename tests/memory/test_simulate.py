@@ -214,6 +214,27 @@ def test_the_command_refuses_an_unknown_fault() -> None:
     assert "unknown fault" in outcome.output
 
 
+def test_compare_hands_the_workload_to_the_baselines(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    import sys
+    import types
+
+    seen: dict[str, int] = {}
+    fake = types.ModuleType("memory._baselines")
+
+    def run_baselines(*, seed: int, sessions: int, turns: int) -> dict[str, int]:
+        seen.update(seed=seed, sessions=sessions, turns=turns)
+        return {"omitted": 0}
+
+    fake.run_baselines = run_baselines  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "memory._baselines", fake)
+    outcome = CliRunner().invoke(main, ["simulate", "--sessions", "2", "--turns", "3",
+                                        "--seed", "4", "--compare", "--json"])
+    assert outcome.exit_code == 0, outcome.output
+    assert orjson.loads(outcome.stdout)["compare"] == {"omitted": 0}
+    assert seen == {"seed": 4, "sessions": 2, "turns": 3}
+
+
 @pytest.mark.xfail(strict=True, reason="runtime gap: a batch with nothing worth remembering "
                    "changes nothing, so SPEC §6.4 never marks it and the head branch stays owed")
 async def test_a_head_branch_of_pure_chatter_is_written_eventually(tmp_path: Path) -> None:
