@@ -9,7 +9,7 @@ runtime; the harness reopens it on the same state and the agents carry on.
 When the workload ends, faults switch off, the session boundary runs for
 every session (quarantined batches are released once, as an operator
 would), the pool drains, and :mod:`memory._simulate_oracle` checks the
-files. :mod:`memory._simulate_report` prints the result.
+files. :mod:`memory._simulate_cli` prints the result.
 
 Everything here is orchestration; the rules live in the runtime.
 """
@@ -31,10 +31,12 @@ import orjson
 
 from memory._extractive import ExtractiveWriter
 from memory._ledger import WritePolicy
+from memory._records import MARKER_KEY
 from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory._simulate_agents import Acknowledged, Agent, Mix
 from memory._simulate_faults import FaultPlan, FaultyDisk, FaultyWriter, SimulatedCrash
 from memory._simulate_oracle import Evidence, Verdict, check_invariants
+from memory._tokens import default_counter
 from store import list_sessions, run_durable
 from supervisors import Backoff, GetChild
 
@@ -213,7 +215,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
     for sid, node, key in _triples(outside.get("merged")):
         acknowledged.add(sid, node, (key,))
     for sid, node in totals.marked:
-        acknowledged.add(sid, node, ("memory_written_scriptorium",))
+        acknowledged.add(sid, node, (MARKER_KEY,))
     evidence = Evidence(
         acknowledged=acknowledged.keys,
         updated_before_boundary=evidence_before,
@@ -224,7 +226,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
     )
     invariants = await run_durable(lambda: check_invariants(
         config.state_dir, workspace_id, threshold=config.threshold,
-        counter=runtime_config(config, plan).counter, evidence=evidence))
+        counter=default_counter(), evidence=evidence))
     result = _result(config, invariants, agents, totals, plan, seconds, outside)
     result.workspace_id = workspace_id
     result.workload_seconds = (workload_done or started) - started

@@ -151,7 +151,7 @@ class FaultyDisk(DurableFiles):
         self._lock = threading.Lock()
         self._decisions: Counter[str] = Counter()
 
-    def _decide(self, fault: str, path: str, rate: float) -> bool:
+    def _decide(self, fault: str, rate: float) -> bool:
         with self._lock:
             self._decisions[fault] += 1
             n = self._decisions[fault]
@@ -162,7 +162,7 @@ class FaultyDisk(DurableFiles):
         if not plan.enabled:
             return
         if step in ("fsync", "rename") and plan.on("slow-disk") and self._decide(
-            "slow-disk", path, plan.slow_rate
+            "slow-disk", plan.slow_rate
         ):
             plan.injected["slow-disk"] += 1
             time.sleep(plan.slow_seconds)
@@ -172,7 +172,7 @@ class FaultyDisk(DurableFiles):
         marker_journal = ".journal-" in path
         if marker_journal and plan.on("crash-before-mark") and (
             plan.process_crashes < plan.max_process_crashes
-        ) and self._decide("crash-before-mark", path, plan.crash_rate):
+        ) and self._decide("crash-before-mark", plan.crash_rate):
             with self._lock:
                 plan.process_crashes += 1
             plan.injected["crash-before-mark"] += 1
@@ -180,7 +180,7 @@ class FaultyDisk(DurableFiles):
         node_file = f"{os.sep}history{os.sep}" in path
         if (marker_journal or node_file) and plan.on("actor-crash") and (
             plan.injected["actor-crash"] < plan.max_actor_crashes
-        ) and self._decide("actor-crash", path, plan.actor_crash_rate):
+        ) and self._decide("actor-crash", plan.actor_crash_rate):
             with self._lock:
                 plan.injected["actor-crash"] += 1
                 plan.crashed_sessions[session] += 1
