@@ -28,6 +28,7 @@ from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory._session_actor import Reconsider
 from memory._records import MARKER_KEY
 from memory._session_view import render_session_tree
+from memory._simulate_cli import simulate
 from memory._workspace_id import read_workspace_id
 from store import SessionCore, StoreError, list_sessions
 
@@ -422,3 +423,6 @@ def memory_audit(state_dir: str, as_json: bool) -> None:
         click.echo("ok" if report["ok"] else "problems found")
     if not report["ok"]:
         sys.exit(1)
+
+
+main.add_command(simulate)

@@ -145,6 +145,10 @@ class MemoryRuntime:
         self.latencies: dict[str, deque[float]] = {
             "write_cycle": deque(maxlen=100_000), "marker_merge": deque(maxlen=100_000)}
         self.outcomes: Counter[str] = Counter()
+        # With track_deliveries: every batch that was written (session, node ids), in order,
+        # and every (session, node) whose marker merge was acknowledged.
+        self.written_batches: list[tuple[str, tuple[str, ...]]] = []
+        self.marked: set[tuple[str, str]] = set()
         self._ledgers: dict[str, SessionLedger] = {}
         self._job_ids = itertools.count(1)
         self._submitted_at: dict[int, float] = {}
@@ -263,6 +267,14 @@ class MemoryRuntime:
         self.emit("job", session=job.batch.session_id, job=job.id, result=result,
                   nodes=len(job.batch.node_ids), files=list(outcome.changed_files),
                   seconds=elapsed, error=None if outcome.error is None else str(outcome.error))
+        if self.config.track_deliveries and outcome.failure is None:
+            self.written_batches.append((job.batch.session_id, job.batch.node_ids))
+
+    def record_marks(self, session: str, node_ids: Sequence[str], seconds: float) -> None:
+        """A session actor merged the markers of a finished job, taking ``seconds``."""
+        self.latencies["marker_merge"].append(seconds)
+        if self.config.track_deliveries:
+            self.marked.update((session, node_id) for node_id in node_ids)
 
     def job_done(self, job: WriteJob) -> None:
         self._in_flight -= 1

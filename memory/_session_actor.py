@@ -292,7 +292,9 @@ class MemorySessionActor(SessionActor):
         self.runtime.job_done(job)
         if outcome.failure is None:
             marks = {node_id: {MARKER_KEY: self.runtime.workspace_id} for node_id in outcome.marks}
+            started = anyio.current_time()
             await run_durable(self.core.merge_node_metadata_batch, marks)
+            self.runtime.record_marks(self.session, outcome.marks, anyio.current_time() - started)
             self._queue_checkpoint()
             ledger.failures = 0
             if ledger.boundary is not None:

@@ -1,0 +1,190 @@
+"""The ``scriptorium simulate`` command and its report.
+
+The report is what a newcomer reads first, so it says what was done (turns,
+branches, batches, faults injected), how fast (turns/s end to end, write
+cycle and marker merge p50/p99), what the supervisors healed (restarts,
+quarantined jobs, runtime crashes survived), the peak RSS, and then the
+oracle's table: PASS/FAIL per invariant. Any FAIL exits non-zero. With
+``--json`` exactly one JSON object goes to stdout and progress stays on
+stderr.
+
+``--compare`` hands the same workload to the baselines of issue 6 when
+``memory._baselines.run_baselines`` exists (built separately); without it
+the option says so and the run goes on.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import sys
+import tempfile
+from typing import Any
+
+import anyio
+import click
+import orjson
+
+from memory._simulate import SimulationConfig, SimulationResult
+from memory._simulate import simulate as run_simulation
+from memory._simulate_faults import FAULTS, parse_faults
+
+__all__ = ["percentile", "render_report", "result_document", "simulate"]
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile; 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))
+    return ordered[rank]
+
+
+def result_document(result: SimulationResult) -> dict[str, Any]:
+    """The ``--json`` object (issue 6 names the first keys)."""
+    latency = {
+        f"{name}_{label}": round(percentile(values, q) * 1000, 3)
+        for name, values in sorted(result.latencies.items())
+        for label, q in (("p50", 0.5), ("p99", 0.99))
+    }
+    config = result.config
+    return {
+        "invariants": {name: v.status for name, v in result.invariants.items()},
+        "turns_per_s": round(result.turns_per_s, 1),
+        "turns": result.turns,
+        "latency_ms": latency,
+        "restarts": result.restarts,
+        "quarantined": result.quarantined,
+        "peak_rss_mb": round(result.peak_rss_mb, 1),
+        "seconds": round(result.seconds, 2),
+        "workload_seconds": round(result.workload_seconds, 2),
+        "sessions": config.sessions,
+        "branches": result.branches,
+        "batches": result.batches,
+        "deliveries": result.deliveries,
+        "runtime_incarnations": result.incarnations,
+        "faults": sorted(config.faults),
+        "injected": result.injected,
+        "outcomes": result.outcomes,
+        "actions": result.actions,
+        "seed": config.seed,
+        "state": config.state_dir,
+        "problems": {n: v.problems for n, v in result.invariants.items() if v.problems},
+    }
+
+
+def render_report(result: SimulationResult) -> str:
+    doc = result_document(result)
+    lat = doc["latency_ms"]
+    lines = [
+        (f"scriptorium simulate: {doc['sessions']} sessions, seed {doc['seed']}, "
+        f"faults: {', '.join(doc['faults']) or 'none'}"),
+        "",
+        (f"  turns            {doc['turns']:>10}   ({doc['turns_per_s']} turns/s end to end, "
+        f"{doc['seconds']} s)"),
+        (f"  appending        {doc['workload_seconds']:>10} s   (then the boundary for every "
+        f"session: {round(doc['seconds'] - doc['workload_seconds'], 2)} s)"),
+        f"  branches (tips)  {doc['branches']:>10}",
+        f"  batches written  {doc['batches']:>10}   ({doc['deliveries']} node deliveries)",
+        (f"  write cycle      p50 {lat.get('write_cycle_p50', 0):>8.1f} ms   "
+        f"p99 {lat.get('write_cycle_p99', 0):>8.1f} ms"),
+        (f"  marker merge     p50 {lat.get('marker_merge_p50', 0):>8.1f} ms   "
+        f"p99 {lat.get('marker_merge_p99', 0):>8.1f} ms"),
+        f"  restarts         {doc['restarts']:>10}   (supervisors healed crashed actors)",
+        f"  quarantined      {doc['quarantined']:>10}",
+        f"  runtime crashes  {doc['runtime_incarnations'] - 1:>10}   (reopened on the same state)",
+        f"  peak RSS         {doc['peak_rss_mb']:>10} MB",
+    ]
+    if doc["injected"]:
+        injected = ", ".join(f"{k} {v}" for k, v in sorted(doc["injected"].items()) if v)
+        lines.append(f"  injected         {injected or 'nothing'}")
+    lines += ["", "  invariant                            result   checked"]
+    for name, verdict in result.invariants.items():
+        lines.append(f"  {name:<36} {verdict.status:<8} {verdict.checked:>7}")
+        lines += [f"      {problem}" for problem in verdict.problems[:5]]
+    lines.append("")
+    lines.append("ALL PASS" if result.passed else "FAIL: an invariant does not hold (see above)")
+    return "\n".join(lines)
+
+
+class _Status:
+    """A one-line progress display on stderr (only on a terminal)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = width * done // max(total, 1)
+        sys.stderr.write(f"\r  [{'#' * filled}{'.' * (width - filled)}] {done}/{total} turns")
+        if done >= total:
+            sys.stderr.write("  settling, then checking...\n")
+        sys.stderr.flush()
+
+
+def _compare(config: SimulationConfig) -> tuple[object, str | None]:
+    """The baselines' report on the same workload size and seed, and its text (if renderable)."""
+    try:
+        baselines = importlib.import_module("memory._baselines")
+    except ImportError:
+        baselines = None
+    run = getattr(baselines, "run_baselines", None)
+    if run is None:
+        click.echo("--compare: the baselines (memory._baselines.run_baselines) are not "
+                   "in this build; skipped.", err=True)
+        return None, None
+    report = run(seed=config.seed, sessions=config.sessions, turns=config.turns)
+    render = getattr(baselines, "render_baselines", None)
+    return report, render(report) if render is not None else None
+
+
+@click.command("simulate")
+@click.option("--sessions", default=60, show_default=True, help="Concurrent simulated agents.")
+@click.option("--turns", default=30, show_default=True, help="Turns each agent appends.")
+@click.option("--seed", default=0, show_default=True, help="Seed of every random choice.")
+@click.option("--faults", "faults_spec", default="", metavar="SPEC",
+              help=f"Comma-separated faults or 'all': {', '.join(FAULTS)}.")
+@click.option("--backend", type=click.Choice(["asyncio", "trio"]), default="asyncio",
+              show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option("--state", "state_dir", type=click.Path(file_okay=False, path_type=str),
+              default=None, help="Keep the simulated state here (default: a temporary dir).")
+@click.option("--compare", is_flag=True, help="Also run the baselines on the same workload.")
+def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: str,
+                     as_json: bool, state_dir: str | None, compare: bool) -> None:
+    """Run concurrent simulated agents with seeded faults, then check every invariant."""
+    try:
+        faults = parse_faults(faults_spec)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--faults") from None
+    if sessions < 1 or turns < 1:
+        raise click.BadParameter("--sessions and --turns must be at least 1")
+    with tempfile.TemporaryDirectory(prefix="scriptorium-sim-") as temporary:
+        state = state_dir or temporary
+        if state_dir and os.path.isdir(os.path.join(state_dir, "sessions")) and os.listdir(
+                os.path.join(state_dir, "sessions")):
+            raise click.UsageError(f"--state {state_dir} already holds sessions; "
+                                   "give an empty or new directory")
+        os.makedirs(state, mode=0o700, exist_ok=True)
+        config = SimulationConfig(state_dir=state, sessions=sessions, turns=turns, seed=seed,
+                                  faults=faults, progress=_Status(sys.stderr.isatty()))
+        result = anyio.run(run_simulation, config, backend=backend)
+        document = result_document(result)
+        compared_text = None
+        if compare:
+            document["compare"], compared_text = _compare(config)
+        if not state_dir:
+            document["state"] = None
+        if as_json:
+            sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+        else:
+            click.echo(render_report(result))
+            if compare and document["compare"] is not None:
+                click.echo("")
+                click.echo(compared_text or orjson.dumps(document["compare"]).decode())
+    if not result.passed:
+        sys.exit(1)

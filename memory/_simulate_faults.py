@@ -1,0 +1,205 @@
+"""The faults ``scriptorium simulate`` injects, each switchable and seeded.
+
+A stress run that only exercises the happy path proves little: the design's
+promises (SPEC §6.4, §7) are about what happens when a writer raises, hangs,
+is rejected or changes nothing, when the disk is slow, when the process dies
+between install and mark, when a session actor crashes mid-operation, and
+when another process writes the same sessions. Each fault here is named on
+the command line (``--faults writer-raise,slow-disk`` or ``all``) and decided
+by a seeded hash of *what* is being done (the batch, the step's path), not by
+call order, so a seed reproduces the same decisions whatever the scheduling.
+
+Two seams carry them: :class:`FaultyWriter` wraps the real writer (the
+runtime reads ``rt.writer`` per job), and :class:`FaultyDisk` is the
+:class:`~store.DurableFiles` subclass the runtime writes through.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import anyio
+
+from memory._records import MARKER_KEY
+from memory._writer import Batch, TopicEdit, WorkspaceSnapshot, Writer, WriterOutput
+from store import DurableFiles
+
+__all__ = [
+    "FAULTS",
+    "FaultPlan",
+    "FaultyDisk",
+    "FaultyWriter",
+    "SimulatedCrash",
+    "parse_faults",
+]
+
+FAULTS = (
+    "writer-raise",
+    "writer-hang",
+    "reject",
+    "empty",
+    "slow-disk",
+    "crash-before-mark",
+    "actor-crash",
+    "outside-appends",
+)
+
+
+class SimulatedCrash(BaseException):
+    """The simulated process died here; a BaseException so no ``except Exception`` survives it."""
+
+
+def parse_faults(spec: str) -> frozenset[str]:
+    """``"all"``, ``""``/``"none"`` or a comma-separated list of :data:`FAULTS`."""
+    names = {part.strip() for part in spec.split(",") if part.strip()}
+    if names <= {"none"}:
+        return frozenset()
+    if "all" in names:
+        return frozenset(FAULTS)
+    unknown = sorted(names - set(FAULTS))
+    if unknown:
+        raise ValueError(
+            f"unknown fault(s) {', '.join(unknown)}; choose from {', '.join(FAULTS)} or 'all'"
+        )
+    return frozenset(names)
+
+
+def chance(seed: int, *parts: object) -> float:
+    """A number in [0, 1) fixed by ``seed`` and ``parts``: the same question, the same answer."""
+    text = "\x1f".join(str(part) for part in (seed, *parts))
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") / 2**64
+
+
+@dataclass
+class FaultPlan:
+    """Which faults are on, how often, and what was injected so far.
+
+    Rates are per decision (per writer call, per durable step). Process
+    crashes and actor crashes are capped so a run always finishes; the
+    ``enabled`` switch turns everything off for the final settling phase.
+    """
+
+    faults: frozenset[str]
+    seed: int
+    writer_rate: float = 0.04
+    slow_rate: float = 0.02
+    slow_seconds: float = 0.002
+    actor_crash_rate: float = 0.004
+    max_actor_crashes: int = 8
+    max_process_crashes: int = 2
+    crash_rate: float = 0.02
+    enabled: bool = True
+    injected: Counter[str] = field(default_factory=Counter)
+    # Per session: how many injected crashes could make it re-deliver a written batch.
+    crashed_sessions: Counter[str] = field(default_factory=Counter)
+    process_crashes: int = 0
+
+    def on(self, fault: str) -> bool:
+        return self.enabled and fault in self.faults
+
+
+class FaultyWriter:
+    """Wraps a writer; for a chosen share of batches, fails the way the plan says.
+
+    The decision hashes the batch's session, first node and the attempt
+    number for that batch, so a retried batch is decided afresh and a
+    failing batch does not fail forever (quarantine still happens when the
+    dice say so ``max_failures`` times in a row).
+    """
+
+    def __init__(self, inner: Writer, plan: FaultPlan) -> None:
+        self.inner = inner
+        self.plan = plan
+        self._attempts: Counter[tuple[str, str]] = Counter()
+
+    async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput:
+        plan = self.plan
+        key = (batch.session_id, batch.node_ids[0] if batch.node_ids else "")
+        self._attempts[key] += 1
+        for fault in ("writer-raise", "writer-hang", "reject", "empty"):
+            if plan.on(fault) and chance(plan.seed, fault, *key, self._attempts[key]) < plan.writer_rate:
+                plan.injected[fault] += 1
+                if fault == "writer-raise":
+                    raise RuntimeError(f"simulated model endpoint error on {batch.session_id}")
+                if fault == "writer-hang":
+                    await anyio.sleep_forever()
+                if fault == "reject":
+                    # Outside topics/: the transaction refuses the whole commit.
+                    return [TopicEdit("notes/rejected.md", "Rejected edit.[^e1] ^\n")]
+                return []
+        return await self.inner.write(batch, workspace)
+
+
+class FaultyDisk(DurableFiles):
+    """The durable seam with slow steps, session actor crashes and process crashes.
+
+    - ``slow-disk``: a share of fsyncs and renames sleep (in the worker thread).
+    - ``actor-crash``: an ``OSError`` before a session's node or marker journal
+      temp file is opened; nothing is written yet, the session actor crashes,
+      its supervisor restarts it and the message is redelivered.
+    - ``crash-before-mark``: :class:`SimulatedCrash` when a session journal
+      record that sets markers is about to be written, i.e. after the batch
+      was installed in memory and before it is marked; the whole runtime dies
+      and the harness reopens it.
+    """
+
+    def __init__(self, plan: FaultPlan) -> None:
+        self.plan = plan
+        self._lock = threading.Lock()
+        self._decisions: Counter[str] = Counter()
+
+    def _decide(self, fault: str, rate: float) -> bool:
+        with self._lock:
+            self._decisions[fault] += 1
+            n = self._decisions[fault]
+        return chance(self.plan.seed, fault, n) < rate
+
+    def _step(self, step: str, path: str) -> None:
+        plan = self.plan
+        if not plan.enabled:
+            return
+        if step in ("fsync", "rename") and plan.on("slow-disk") and self._decide(
+            "slow-disk", plan.slow_rate
+        ):
+            plan.injected["slow-disk"] += 1
+            time.sleep(plan.slow_seconds)
+        if step != "open" or f"{os.sep}sessions{os.sep}" not in path:
+            return
+        session = _session_of(path)
+        marker_journal = path.endswith(f"{os.sep}.journal")
+        node_file = f"{os.sep}history{os.sep}" in path
+        if (marker_journal or node_file) and plan.on("actor-crash") and (
+            plan.injected["actor-crash"] < plan.max_actor_crashes
+        ) and self._decide("actor-crash", plan.actor_crash_rate):
+            with self._lock:
+                plan.injected["actor-crash"] += 1
+                plan.crashed_sessions[session] += 1
+            raise OSError(f"simulated I/O error in session {session} ({os.path.basename(path)})")
+
+
+    def append_synced(self, path: str, data: bytes) -> int:
+        """A session journal record carrying markers is the marking step of SPEC §6.4."""
+        plan = self.plan
+        if (plan.enabled and plan.on("crash-before-mark") and path.endswith(f"{os.sep}.journal")
+                and MARKER_BYTES in data and plan.process_crashes < plan.max_process_crashes
+                and self._decide("crash-before-mark", plan.crash_rate)):
+            with self._lock:
+                plan.process_crashes += 1
+            plan.injected["crash-before-mark"] += 1
+            raise SimulatedCrash(
+                f"simulated crash before marking in session {_session_of(path)}")
+        return super().append_synced(path, data)
+
+
+MARKER_BYTES = f'"{MARKER_KEY}"'.encode()
+
+
+def _session_of(path: str) -> str:
+    parts = path.split(os.sep)
+    index = len(parts) - 1 - parts[::-1].index("sessions")
+    return parts[index + 1] if index + 1 < len(parts) else ""

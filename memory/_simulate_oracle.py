@@ -1,0 +1,254 @@
+"""The oracle of ``scriptorium simulate``: every invariant checked against the files.
+
+A stress run is worth only what its final check is worth. After the
+workload, the harness runs the session boundary for every session and
+drains; then this module reads the state directory *from disk* (not from
+the runtime's memory) and decides, per invariant, PASS or FAIL:
+
+``head_branches_written``
+    every recordable turn of every head branch carries this workspace's
+    marker (SPEC §6.6: the head branch is written completely; an unmarked
+    turn below a marked one would be an omission the ledger never repairs).
+``no_owed_tail_at_threshold``
+    no tip owes a tail of ``threshold`` tokens or more (SPEC §6.6).
+``marked_turns_archived``
+    every marked turn's source id is in its session's archive (SPEC §6.4:
+    archive, install, then mark).
+``citations_resolve``
+    every topic file parses strictly and every citation points at an
+    archive file and an anchor of one of its frames.
+``metadata_keys_kept``
+    no node file lost a metadata key the runtime acknowledged writing
+    (appends, rewinds, spawns, summaries, markers, outside merges): the
+    lost-marker race of SPEC §1.
+``updated_at_not_moved_by_marking``
+    the boundary (which only marks) left every ``updated_at`` as it was,
+    and each session's ``updated_at`` is its last append's.
+``duplicates_only_after_crashes``
+    a batch repeating already-written turns appears only in a session a
+    crash could have interrupted, at most one batch per crash.
+
+Plain synchronous code over the files and the harness's records; no runtime.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from memory._archive import parse_archive
+from memory._errors import TopicError
+from memory._ledger import owed_tokens, records_from_branch, unwritten_turns
+from memory._records import MARKER_KEY, source_anchor
+from memory._tokens import TokenCounter
+from memory._topics import parse_topic
+from store import SessionCore, StoreError
+
+__all__ = ["INVARIANTS", "Evidence", "Verdict", "check_invariants"]
+
+INVARIANTS = (
+    "head_branches_written",
+    "no_owed_tail_at_threshold",
+    "marked_turns_archived",
+    "citations_resolve",
+    "metadata_keys_kept",
+    "updated_at_not_moved_by_marking",
+    "duplicates_only_after_crashes",
+)
+
+# updated_at and the last node's created_at come from two clock reads in one append.
+_APPEND_SLACK = 0.5
+
+
+@dataclass
+class Evidence:
+    """What the harness saw while running, for the checks the files alone cannot make."""
+
+    acknowledged: Mapping[tuple[str, str], Iterable[str]]
+    updated_before_boundary: Mapping[str, float]
+    updated_after_boundary: Mapping[str, float]
+    written_batches: list[tuple[str, tuple[str, ...]]]
+    process_crashes: int
+    actor_crashes: Mapping[str, int]
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    checked: int
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return "PASS" if self.passed else "FAIL"
+
+
+class _Check:
+    def __init__(self) -> None:
+        self.checked = 0
+        self.problems: list[str] = []
+
+    def count(self, n: int = 1) -> None:
+        self.checked += n
+
+    def fail(self, problem: str) -> None:
+        self.problems.append(problem)
+
+    def verdict(self) -> Verdict:
+        return Verdict(not self.problems, self.checked, self.problems[:20])
+
+
+def check_invariants(
+    state_dir: str,
+    workspace_id: str,
+    *,
+    threshold: int,
+    counter: TokenCounter,
+    evidence: Evidence,
+) -> dict[str, Verdict]:
+    """Every invariant of the module docstring, in :data:`INVARIANTS` order."""
+    memory_dir = os.path.join(state_dir, "memory")
+    checks = {name: _Check() for name in INVARIANTS}
+    archives: dict[str, frozenset[str]] = {}
+    for session in sorted(os.listdir(os.path.join(state_dir, "sessions"))):
+        archived = _archived(memory_dir, session)
+        archives[session] = archived
+        try:
+            core = SessionCore.open(state_dir, session)
+        except StoreError as exc:
+            checks["head_branches_written"].fail(f"session {session} unreadable: {exc}")
+            continue
+        _check_session(core, workspace_id, threshold, counter, archived, evidence, checks)
+    _check_citations(memory_dir, checks["citations_resolve"])
+    _check_duplicates(evidence, checks["duplicates_only_after_crashes"])
+    return {name: check.verdict() for name, check in checks.items()}
+
+
+def _archived(memory_dir: str, session: str) -> frozenset[str]:
+    path = os.path.join(memory_dir, "sources", "openprogram", "_v2", f"{session}.md")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return frozenset()
+    return frozenset(frame.source_id for frame in parse_archive(data, session).frames)
+
+
+def _check_session(
+    core: SessionCore,
+    workspace_id: str,
+    threshold: int,
+    counter: TokenCounter,
+    archived: frozenset[str],
+    evidence: Evidence,
+    checks: Mapping[str, _Check],
+) -> None:
+    session = core.session
+    head = core.head
+    if head is not None:
+        records = records_from_branch(session, core.get_branch(head), counter=counter)
+        check = checks["head_branches_written"]
+        check.count(len(records))
+        for record in records:
+            if record.marker != workspace_id:
+                check.fail(f"session {session}: head-branch turn {record.message_id} unwritten")
+    check = checks["no_owed_tail_at_threshold"]
+    for row in core.list_branches():
+        tip = row["head_msg_id"]
+        records = records_from_branch(session, core.get_branch(tip), counter=counter)
+        owed = owed_tokens(unwritten_turns(records, workspace_id))
+        check.count()
+        if owed >= threshold:
+            check.fail(f"session {session}: tip {tip} owes {owed} tokens (threshold {threshold})")
+    nodes = {node.id: node for node in core.nodes()}
+    check = checks["marked_turns_archived"]
+    for node in nodes.values():
+        if node.metadata.get(MARKER_KEY) == workspace_id:
+            check.count()
+            if f"openprogram/{session}/{node.id}" not in archived:
+                check.fail(f"session {session}: marked turn {node.id} is not archived")
+    check = checks["metadata_keys_kept"]
+    for (owner, node_id), keys in evidence.acknowledged.items():
+        if owner != session:
+            continue
+        check.count()
+        found = nodes.get(node_id)
+        if found is None:
+            check.fail(f"session {session}: acknowledged node {node_id} is gone")
+            continue
+        lost = sorted(set(keys) - set(found.metadata))
+        if lost:
+            check.fail(f"session {session}: node {node_id} lost metadata keys {lost}")
+    check = checks["updated_at_not_moved_by_marking"]
+    check.count()
+    updated_at = core.meta().get("updated_at")
+    before = evidence.updated_before_boundary.get(session)
+    after = evidence.updated_after_boundary.get(session)
+    if before is not None and after != before:
+        check.fail(f"session {session}: the boundary moved updated_at from {before} to {after}")
+    newest = max((node.created_at for node in nodes.values()), default=None)
+    if isinstance(updated_at, (int, float)) and newest is not None and not (
+        0 <= updated_at - newest <= _APPEND_SLACK
+    ):
+        check.fail(f"session {session}: updated_at {updated_at} is not its last append's "
+                   f"({newest})")
+
+
+def _check_citations(memory_dir: str, check: _Check) -> None:
+    topics = os.path.join(memory_dir, "topics")
+    scans: dict[str, frozenset[str]] = {}
+    for directory, _, names in os.walk(topics):
+        for name in sorted(names):
+            if not name.endswith(".md"):
+                continue
+            path = os.path.join(directory, name)
+            relative = os.path.relpath(path, memory_dir)
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    topic = parse_topic(handle.read(), relative)
+            except (TopicError, UnicodeDecodeError) as exc:
+                check.fail(f"{relative} does not parse: {exc}")
+                continue
+            for footnote in topic.footnotes.values():
+                for link in footnote.sources:
+                    check.count()
+                    problem = _resolve(memory_dir, directory, link.target, scans)
+                    if problem:
+                        check.fail(f"{relative} [^{footnote.label}] {link.target}: {problem}")
+
+
+def _resolve(memory_dir: str, directory: str, target: str,
+             scans: dict[str, frozenset[str]]) -> str | None:
+    file_part, _, anchor = target.partition("#")
+    path = os.path.normpath(os.path.join(directory, file_part))
+    if not path.startswith(os.path.join(memory_dir, "sources") + os.sep):
+        return "points outside sources/"
+    if path not in scans:
+        session = os.path.basename(path).removesuffix(".md")
+        try:
+            with open(path, "rb") as handle:
+                frames = parse_archive(handle.read(), session).frames
+        except FileNotFoundError:
+            return "no such archive"
+        scans[path] = frozenset(source_anchor(frame.source_id) for frame in frames)
+    if anchor not in scans[path]:
+        return "no frame with that anchor"
+    return None
+
+
+def _check_duplicates(evidence: Evidence, check: _Check) -> None:
+    seen: set[tuple[str, str]] = set()
+    repeats: Counter[str] = Counter()
+    for session, node_ids in evidence.written_batches:
+        check.count()
+        keys = {(session, node) for node in node_ids}
+        if keys & seen:
+            repeats[session] += 1
+        seen |= keys
+    for session, count in sorted(repeats.items()):
+        allowed = evidence.process_crashes + evidence.actor_crashes.get(session, 0)
+        if count > allowed:
+            check.fail(f"session {session}: {count} batches rewrote written turns, "
+                       f"{allowed} crash(es) could explain")

@@ -1,0 +1,241 @@
+"""``scriptorium simulate``: a CI-sized run passes the oracle, and the oracle can fail.
+
+The run is real (real threads, real fsyncs, a real outside subprocess) but
+small: a dozen agents with every fault switched on and the crash rates
+raised so that a process crash and actor crashes do happen. The oracle
+tests then plant one fault at a time in a finished run's files and show
+the matching invariant turns FAIL, so a PASS is never vacuous.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from memory._cli import main
+from memory._records import MARKER_KEY
+from memory._simulate import SimulationConfig, SimulationResult, simulate
+from memory._simulate_agents import Mix
+from memory._simulate_cli import percentile
+from memory._simulate_faults import FAULTS, chance, parse_faults
+from memory._simulate_oracle import INVARIANTS, Evidence, Verdict, check_invariants
+from memory._tokens import default_counter
+from store import SessionCore
+
+SMALL = Mix(idle_seconds=0.6)
+
+
+def small(state: str, **overrides: object) -> SimulationConfig:
+    options: dict[str, object] = {
+        "state_dir": state, "sessions": 10, "turns": 16, "seed": 7, "mix": SMALL,
+        "session_idle": 0.4, "watchdog_poll": 0.4, "writer_timeout": 0.5,
+        "outside_sessions": 3, "outside_rounds": 40,
+    }
+    options.update(overrides)
+    return SimulationConfig(**options)  # type: ignore[arg-type]
+
+
+async def test_a_small_run_with_every_fault_passes_the_oracle(tmp_path: Path) -> None:
+    config = small(str(tmp_path), faults=parse_faults("all"), fault_rates={
+        "crash_rate": 0.5, "max_process_crashes": 1, "actor_crash_rate": 0.05,
+        "max_actor_crashes": 3, "writer_rate": 0.1})
+    result = await simulate(config)
+    failing = {n: v.problems for n, v in result.invariants.items() if not v.passed}
+    assert failing == {}
+    assert list(result.invariants) == list(INVARIANTS)
+    assert all(v.checked > 0 for v in result.invariants.values())
+    # the faults really happened, and the harness lived through them
+    assert result.incarnations == 2  # one simulated process crash, reopened once
+    assert result.injected["actor-crash"] >= 1
+    assert result.restarts >= 1
+    assert result.turns >= 10 * 16
+    assert result.batches >= 10
+
+
+# -- the oracle can fail --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished_run() -> Iterator[tuple[str, SimulationResult]]:
+    """One fault-free run whose state each test copies and damages."""
+    with tempfile.TemporaryDirectory() as state:
+        result = anyio.run(simulate, small(state, seed=3))
+        assert result.passed
+        yield state, result
+
+
+@pytest.fixture
+def damaged(finished_run: tuple[str, SimulationResult], tmp_path: Path) -> tuple[Path, SimulationResult]:
+    import shutil
+
+    state, result = finished_run
+    copy = tmp_path / "state"
+    shutil.copytree(state, copy)
+    return copy, result
+
+
+def verdicts(state: Path, result: SimulationResult, **evidence: Any) -> dict[str, Verdict]:
+    assert result.evidence is not None
+    return check_invariants(
+        str(state), result.workspace_id, threshold=result.config.threshold,
+        counter=default_counter(), evidence=dataclasses.replace(result.evidence, **evidence))
+
+
+def failed(found: dict[str, Verdict]) -> set[str]:
+    return {name for name, verdict in found.items() if not verdict.passed}
+
+
+def node_files(state: Path) -> Iterator[Path]:
+    yield from sorted((state / "sessions").glob("*/history/*.json"))
+
+
+def test_the_undamaged_copy_passes(damaged: tuple[Path, SimulationResult]) -> None:
+    state, result = damaged
+    assert failed(verdicts(state, result)) == set()
+
+
+def test_a_dropped_marker_fails(damaged: tuple[Path, SimulationResult]) -> None:
+    state, result = damaged
+    for path in node_files(state):
+        node = orjson.loads(path.read_bytes())
+        if node["metadata"].get(MARKER_KEY) and node["caller"] == "":
+            del node["metadata"][MARKER_KEY]
+            path.write_bytes(orjson.dumps(node))
+            break
+    assert {"metadata_keys_kept"} <= failed(verdicts(state, result))
+
+
+def test_a_skipped_archive_frame_fails(damaged: tuple[Path, SimulationResult]) -> None:
+    state, result = damaged
+    archive = min((state / "memory/sources/openprogram/_v2").glob("*.md"))
+    text = archive.read_text(encoding="utf-8")
+    first = text.index('<a id="source-')
+    second = text.index('<a id="source-', first + 1)
+    archive.write_text(text[:first] + text[second:], encoding="utf-8")
+    assert {"marked_turns_archived", "citations_resolve"} <= failed(verdicts(state, result))
+
+
+def test_an_unwritten_head_tail_fails(damaged: tuple[Path, SimulationResult]) -> None:
+    state, result = damaged
+    sid = min(os.listdir(state / "sessions"))
+    core = SessionCore.open(state, sid)
+    for index in range(4):
+        core.append({"id": f"late{index}", "role": "user" if index % 2 == 0 else "assistant",
+                     "content": "We decided to move the launch. " * 700})
+    assert {"head_branches_written", "no_owed_tail_at_threshold"} <= failed(
+        verdicts(state, result))
+
+
+def test_a_moved_updated_at_fails(damaged: tuple[Path, SimulationResult]) -> None:
+    state, result = damaged
+    meta_path = min((state / "sessions").glob("*/meta.json"))
+    meta = orjson.loads(meta_path.read_bytes())
+    meta["updated_at"] += 30.0
+    meta_path.write_bytes(orjson.dumps(meta))
+    assert result.evidence is not None
+    after = dict(result.evidence.updated_after_boundary)
+    after[meta["id"]] = meta["updated_at"]
+    assert "updated_at_not_moved_by_marking" in failed(
+        verdicts(state, result, updated_after_boundary=after))
+
+
+def test_a_rewritten_batch_without_a_crash_fails(damaged: tuple[Path, SimulationResult]) -> None:
+    state, result = damaged
+    assert result.evidence is not None
+    batches = list(result.evidence.written_batches)
+    found = verdicts(state, result, written_batches=[*batches, batches[0]])
+    assert failed(found) == {"duplicates_only_after_crashes"}
+    # ...and one crash explains exactly one such batch
+    found = verdicts(state, result, written_batches=[*batches, batches[0]], process_crashes=1)
+    assert failed(found) == set()
+    found = verdicts(state, result, written_batches=[*batches, batches[0], batches[0]],
+                     process_crashes=1)
+    assert failed(found) == {"duplicates_only_after_crashes"}
+
+
+def test_an_empty_evidence_still_checks_the_files(damaged: tuple[Path, SimulationResult]) -> None:
+    state, result = damaged
+    empty = Evidence({}, {}, {}, [], 0, {})
+    found = check_invariants(str(state), result.workspace_id, threshold=8000,
+                             counter=default_counter(), evidence=empty)
+    assert found["head_branches_written"].checked > 0
+    assert failed(found) == set()
+
+
+# -- pure pieces and the command --------------------------------------------------
+
+
+def test_fault_specs() -> None:
+    assert parse_faults("all") == frozenset(FAULTS)
+    assert parse_faults("") == parse_faults("none") == frozenset()
+    assert parse_faults("reject, slow-disk") == {"reject", "slow-disk"}
+    with pytest.raises(ValueError, match="unknown fault"):
+        parse_faults("reject,meteor")
+
+
+def test_fault_decisions_are_seeded_by_what_not_when() -> None:
+    assert chance(1, "reject", "s", "n", 1) == chance(1, "reject", "s", "n", 1)
+    assert chance(1, "reject", "s", "n", 1) != chance(2, "reject", "s", "n", 1)
+    draws = [chance(5, "x", i) for i in range(2000)]
+    assert 0.45 < sum(d < 0.5 for d in draws) / len(draws) < 0.55
+
+
+def test_percentile() -> None:
+    assert percentile([], 0.5) == 0.0
+    assert percentile([3.0, 1.0, 2.0], 0.5) == 2.0
+    assert percentile([float(i) for i in range(1, 101)], 0.99) == 99.0
+
+
+def test_the_command_prints_one_json_object(tmp_path: Path) -> None:
+    state = tmp_path / "keep"
+    outcome = CliRunner().invoke(main, ["simulate", "--sessions", "3", "--turns", "6",
+                                        "--faults", "reject,empty", "--json",
+                                        "--state", str(state)])
+    assert outcome.exit_code == 0, outcome.output
+    document = orjson.loads(outcome.stdout)
+    assert set(document["invariants"].values()) == {"PASS"}
+    for key in ("turns_per_s", "turns", "latency_ms", "restarts", "quarantined", "peak_rss_mb"):
+        assert key in document
+    assert (state / "sessions").is_dir()  # --state keeps the state
+
+
+def test_the_command_refuses_an_unknown_fault() -> None:
+    outcome = CliRunner().invoke(main, ["simulate", "--faults", "meteor"])
+    assert outcome.exit_code == 2
+    assert "unknown fault" in outcome.output
+
+
+def test_compare_hands_the_workload_to_the_baselines(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    import sys
+    import types
+
+    seen: dict[str, int] = {}
+    fake = types.ModuleType("memory._baselines")
+
+    def run_baselines(*, seed: int, sessions: int, turns: int) -> dict[str, int]:
+        seen.update(seed=seed, sessions=sessions, turns=turns)
+        return {"omitted": 0}
+
+    fake.run_baselines = run_baselines  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "memory._baselines", fake)
+    outcome = CliRunner().invoke(main, ["simulate", "--sessions", "2", "--turns", "3",
+                                        "--seed", "4", "--compare", "--json"])
+    assert outcome.exit_code == 0, outcome.output
+    assert orjson.loads(outcome.stdout)["compare"] == {"omitted": 0}
+    assert seen == {"seed": 4, "sessions": 2, "turns": 3}
+
+
+async def test_a_head_branch_of_pure_chatter_is_written_eventually(tmp_path: Path) -> None:
+    config = small(str(tmp_path), sessions=3, turns=6, mix=Mix(facts=(0, 0), idle_seconds=0.6))
+    result = await simulate(config)
+    assert result.invariants["head_branches_written"].passed
