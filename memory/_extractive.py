@@ -451,6 +451,8 @@ class ExtractiveWriter:
     so a batch parses only the files it changes.
     """
 
+    exclusive = True  # cheap and local: one batch at a time beats redoing work on conflicts
+
     def __init__(self) -> None:
         self._index = _FactIndex()
 

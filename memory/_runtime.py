@@ -152,6 +152,7 @@ class MemoryRuntime:
         self._ledgers: dict[str, SessionLedger] = {}
         self._job_ids = itertools.count(1)
         self._submitted_at: dict[int, float] = {}
+        self._exclusive = anyio.Lock()  # see Writer.exclusive
         self._in_flight = 0
         self._idle = anyio.Event()
         self._idle.set()
@@ -329,6 +330,14 @@ class MemoryRuntime:
             return await workspace.call(CommitEdits(batch, tuple(edits), base), timeout=None)
 
         timeout = self.config.writer_timeout
+        exclusive = self._exclusive if getattr(self.writer, "exclusive", False) else None
+        async with exclusive or contextlib.nullcontext():
+            return await self._cycle(batch, archive, snapshot, commit, timeout)
+
+    async def _cycle(
+        self, batch: Batch, archive: Any, snapshot: Any, commit: Any, timeout: float
+    ) -> WriteOutcome:
+        workspace = self.workspace_ref
         outcome = await run_write_cycle(
             batch, self.writer, snapshot=snapshot, archive=archive, commit=commit,
             timeout=None if math.isinf(timeout) else timeout)

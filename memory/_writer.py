@@ -77,6 +77,13 @@ class WorkspaceSnapshot:
 
 @runtime_checkable
 class Writer(Protocol):
-    """Turns a batch into topic edits. Must not mutate the workspace itself."""
+    """Turns a batch into topic edits. Must not mutate the workspace itself.
+
+    A writer may set ``exclusive = True`` when it is cheap and local (no
+    model, no network): the runtime then runs snapshot → write → commit for
+    one batch at a time, so workers never redo a writer run because another
+    commit landed first. A slow writer (a model) leaves it unset and the
+    runtime commits optimistically, retrying on ``ConcurrentUpdate``.
+    """
 
     async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput: ...

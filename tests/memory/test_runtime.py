@@ -14,11 +14,13 @@ from typing import Any
 import anyio
 import pytest
 
+from memory._extractive import ExtractiveWriter
 from memory._ledger import WritePolicy
 from memory._records import MARKER_KEY
 from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory._session_actor import BoundaryOutcome
 from memory._topics import parse_topic
+from memory._writer import Batch, TopicEdit, WorkspaceSnapshot
 from store import DurableFiles, SessionCore, SessionNotFoundError, UnsafeIdError
 from tests.faults import SimulatedCrash
 
@@ -180,3 +182,38 @@ async def test_a_crash_between_install_and_mark_rewrites_one_batch_once(tmp_path
     assert markers(tmp_path, sid, workspace) == {"u1", "a1", "u2", "a2"}  # ...and marked
     # the extractive writer merged the repeated facts: memory is byte-identical
     assert {p: p.read_bytes() for p in (tmp_path / "memory" / "topics").rglob("*.md")} == topics
+
+
+class CountingWriter(ExtractiveWriter):
+    def __init__(self, exclusive: bool) -> None:
+        super().__init__()
+        self.exclusive = exclusive
+        self.runs = 0
+
+    async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> list[TopicEdit]:
+        self.runs += 1
+        # Let every other worker take its snapshot (or queue for the lock) first,
+        # the interleaving under which optimistic commits collide.
+        await anyio.wait_all_tasks_blocked()
+        return await super().write(batch, workspace)
+
+
+@pytest.mark.parametrize("exclusive", [True, False])
+async def test_an_exclusive_writer_never_redoes_a_batch(tmp_path: Path, exclusive: bool) -> None:
+    """With 4 workers, optimistic commits collide and redo writer runs; exclusive ones never."""
+    writer = CountingWriter(exclusive)
+    async with open_runtime(tmp_path, writer, config=config(writer_workers=4)) as rt:
+        sids = [await rt.sessions.create() for _ in range(8)]
+        for sid in sids:
+            await chain(rt, sid, "ROOT", [f"{sid}-{i}" for i in range(4)])
+        async with anyio.create_task_group() as tg:
+            for sid in sids:
+                tg.start_soon(rt.flush, sid)
+        await rt.drain()
+        assert rt.outcomes == {"written": 8}
+        for sid in sids:
+            assert await rt.pending(sid) == []
+    if exclusive:
+        assert writer.runs == 8
+    else:
+        assert writer.runs > 8  # the contention the exclusive mode removes
