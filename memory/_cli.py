@@ -23,10 +23,16 @@ import orjson
 
 from memory._audit import audit, read_audit_inputs
 from memory._headless import BOUNDARY_OK, run_headless, run_once
-from memory._ledger import ALLOWED_THRESHOLDS, WritePolicy, owed_tokens, records_from_branch, unwritten_turns
+from memory._ledger import (
+    ALLOWED_THRESHOLDS,
+    WritePolicy,
+    owed_tokens,
+    records_from_branch,
+    unwritten_turns,
+)
+from memory._records import MARKER_KEY
 from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory._session_actor import Reconsider
-from memory._records import MARKER_KEY
 from memory._session_view import render_session_tree
 from memory._simulate_cli import simulate
 from memory._workspace_id import read_workspace_id

@@ -27,25 +27,25 @@ and say what to do next.
 from __future__ import annotations
 
 __all__ = [
-    "ScriptoriumMemoryError",
     "ArchiveError",
-    "IncompleteArchive",
-    "UnframeableRecord",
+    "ArchiveStepFailed",
+    "CommitRejected",
+    "ConcurrentUpdate",
     "CorruptWorkspaceId",
+    "EditRejected",
+    "IncompleteArchive",
+    "InstallJournalCorrupt",
+    "InvalidThreshold",
+    "LedgerError",
+    "NothingChanged",
+    "ScriptoriumMemoryError",
     "TopicError",
     "TransactionError",
-    "ConcurrentUpdate",
-    "EditRejected",
-    "InstallJournalCorrupt",
+    "UnframeableRecord",
+    "UnidentifiedMessage",
     "WriteCycleError",
-    "ArchiveStepFailed",
     "WriterFailed",
     "WriterTimedOut",
-    "CommitRejected",
-    "NothingChanged",
-    "LedgerError",
-    "UnidentifiedMessage",
-    "InvalidThreshold",
 ]
 
 

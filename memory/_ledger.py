@@ -34,13 +34,13 @@ __all__ = [
     "first_batch",
     "is_runtime_turn",
     "message_text",
+    "owed_tail",
     "owed_tokens",
     "records_from_branch",
     "should_write",
     "should_write_at_boundary",
     "source_meta",
     "speaker_label",
-    "owed_tail",
     "unwritten_turns",
 ]
 

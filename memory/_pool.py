@@ -95,7 +95,7 @@ class WriterWorker(Actor):
         self.current = job
         try:
             outcome = await self.runtime.write_cycle(job.batch)
-        except Exception as exc:  # noqa: BLE001 - reported, then the worker crashes
+        except Exception as exc:
             error = WriteCycleError(job.batch.session_id, job.batch.node_ids, repr(exc))
             await self.report(job, WriteOutcome((), (), (), FailureKind.WRITER, error))
             raise

@@ -36,9 +36,9 @@ from actors import ActorRef, open_actor
 from memory._backfill import BackfillReport, backfill
 from memory._cycle import FailureKind, WriteOutcome, run_write_cycle
 from memory._errors import ConcurrentUpdate
-from memory._migrate import MigrationReport, Progress, migrate
 from memory._extractive import ExtractiveWriter
 from memory._ledger import WritePolicy
+from memory._migrate import MigrationReport, Progress, migrate
 from memory._pool import worker_factory
 from memory._prompt import render_prompt
 from memory._quarantine import QuarantineEntry
@@ -55,8 +55,8 @@ from memory._session_actor import (
     session_factory,
 )
 from memory._tokens import TokenCounter, default_counter
-from memory._watchdog import IdleWatchdog, PollNow, Touched
 from memory._topic_ids import handle_key
+from memory._watchdog import IdleWatchdog, PollNow, Touched
 from memory._workspace_actor import (
     ArchiveBatch,
     BatchCovered,

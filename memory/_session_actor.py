@@ -55,17 +55,17 @@ if TYPE_CHECKING:
     from memory._runtime import MemoryRuntime
 
 __all__ = [
-    "MemorySessionActor",
-    "SessionLedger",
-    "WriteJob",
-    "Pending",
-    "Flush",
-    "CheckIdle",
-    "JobFinished",
-    "RetryDue",
-    "Reconsider",
     "BoundaryOutcome",
     "BoundaryResult",
+    "CheckIdle",
+    "Flush",
+    "JobFinished",
+    "MemorySessionActor",
+    "Pending",
+    "Reconsider",
+    "RetryDue",
+    "SessionLedger",
+    "WriteJob",
 ]
 
 

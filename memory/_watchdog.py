@@ -32,7 +32,7 @@ from store import list_sessions, run_durable
 if TYPE_CHECKING:
     from memory._runtime import MemoryRuntime
 
-__all__ = ["IdleWatchdog", "Touched", "PollNow", "idle_sessions", "is_idle"]
+__all__ = ["IdleWatchdog", "PollNow", "Touched", "idle_sessions", "is_idle"]
 
 
 def is_idle(updated_at: float, processed: float | None, now: float, session_idle: float) -> bool:

@@ -44,18 +44,18 @@ from memory._writer import Batch, TopicEdit
 from store import DurableFiles, run_durable
 
 __all__ = [
-    "WorkspaceActor",
     "ArchiveBatch",
-    "TakeSnapshot",
-    "CommitEdits",
     "BatchCovered",
     "CitedSources",
-    "RecordSessionEnd",
+    "CommitEdits",
     "QuarantineBatch",
-    "ReleaseQuarantine",
     "ReadQuarantine",
     "ReadRuntimeState",
+    "RecordSessionEnd",
+    "ReleaseQuarantine",
     "ReplaceRuntimeState",
+    "TakeSnapshot",
+    "WorkspaceActor",
 ]
 
 

@@ -40,18 +40,18 @@ from ._errors import StoreError
 from ._session import SessionCore
 
 __all__ = [
-    "SessionActor",
-    "TipMoved",
     "Append",
-    "GetBranch",
-    "ListBranches",
-    "GetMeta",
-    "SetHead",
-    "RewindTo",
-    "SpawnBranch",
-    "InsertSummary",
-    "MergeMetadata",
     "CheckpointJournal",
+    "GetBranch",
+    "GetMeta",
+    "InsertSummary",
+    "ListBranches",
+    "MergeMetadata",
+    "RewindTo",
+    "SessionActor",
+    "SetHead",
+    "SpawnBranch",
+    "TipMoved",
 ]
 
 

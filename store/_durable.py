@@ -26,7 +26,7 @@ from typing import TypeVar
 
 import anyio.to_thread
 
-__all__ = ["DurableFiles", "run_durable", "FILE_MODE", "DIR_MODE", "TEMP_SUFFIX"]
+__all__ = ["DIR_MODE", "FILE_MODE", "TEMP_SUFFIX", "DurableFiles", "run_durable"]
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700

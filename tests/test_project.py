@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,3 +62,18 @@ def test_ci_runs_the_readme_test_line_verbatim() -> None:
     assert "scriptorium simulate" in commands[0]
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert commands[1] in ci, ".ci/run must run the README's test line verbatim"
+
+
+def _tool(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", module, *args], check=False, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_the_packages_type_check_strictly() -> None:
+    result = _tool("mypy", "--strict", *PACKAGES)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_code_is_lint_clean() -> None:
+    result = _tool("ruff", "check", *PACKAGES, "tests", "bench")
+    assert result.returncode == 0, result.stdout + result.stderr

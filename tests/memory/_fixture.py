@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from tests.fixture import FIXTURE
+
 DEMO_ARCHIVE = FIXTURE / "memory" / "sources" / "openprogram" / "_v2" / "demo.md"
 
 _RESERVED = {"id", "role", "content", "timestamp", "predecessor", "caller"}

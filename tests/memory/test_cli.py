@@ -128,5 +128,5 @@ def test_audit_fails_on_a_marked_turn_missing_from_the_archive(state: str) -> No
 
     SessionCore.open(state, "demo").merge_node_metadata_batch(
         {"a2b": {"memory_written_scriptorium": "w-aa116220"}})
-    code, out = run("memory", "audit", "--state", state, "--json")
+    code, _ = run("memory", "audit", "--state", state, "--json")
     assert code == 1

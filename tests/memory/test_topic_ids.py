@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -19,8 +18,8 @@ from memory._topic_ids import (
     source_link_target,
 )
 from memory._topics import Topic, parse_topic, render_topic
-from tests.memory.test_topics import topics
 from tests.fixture import FIXTURE as SAMPLE
+from tests.memory.test_topics import topics
 
 FIXTURE = SAMPLE / "memory" / "topics" / "people" / "owner.md"
 PATH = "topics/people/owner.md"

@@ -20,11 +20,11 @@ from actors import open_actor
 from store import SessionCore, StoreError, UnsafeIdError
 from store._actor import (
     Append,
+    CheckpointJournal,
     GetBranch,
     GetMeta,
     ListBranches,
     MergeMetadata,
-    CheckpointJournal,
     RewindTo,
     SessionActor,
     TipMoved,
