@@ -208,7 +208,7 @@ _PARTS = (
     ("marker_walk", "marker walk over the records (`unwritten_turns`)"),
     ("cursor", "(a) cursor: whole owed computation"),
     ("external_set", "(c) external set: whole owed computation"),
-    ("markers_full", "(d) markers as built: get_branch + records + walk"),
+    ("markers_full", "(d) markers over the whole branch: get_branch + records + walk"),
     ("markers_tail", "(d) markers, tail walk from the tip (`owed_from_tip`)"),
     ("core_tail", "(d) the same tail walk through `SessionCore` on disk (`owed_from_core`)"),
 )

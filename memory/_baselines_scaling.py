@@ -3,15 +3,18 @@
 The design doc's layer 3 claims the marker read costs "a few steps back from
 the tip" while an external set costs "the whole list". That holds for the
 walk itself (:func:`~memory._ledger.unwritten_turns` scans back from the
-end), but the runtime first builds the whole branch (``get_branch``: every
-node from the root, each turned into a message dict) and filters every
-message into records, and both are O(session). So on a 100k-node session
-with a 10-turn backlog, the owed computation as built grows with the
+end), but applying the rule to a whole branch first builds it
+(``get_branch``: every node from the root, each turned into a message dict)
+and filters every message into records, and both are O(session). So on a
+100k-node session with a 10-turn backlog that computation grows with the
 session, not the backlog, and the measurement says so.
 
-The cure is :func:`owed_from_tip`: walk back from the tip over the index,
-turning only the visited nodes into messages and records, and stop at the
-first record carrying this workspace's marker. Its answer is exactly the
+The cure, which the runtime uses (``MemorySessionActor.owed``), walks back
+from the tip (``SessionCore.messages_back``) and applies the rule to the
+walk (``memory._ledger.owed_tail``), turning only the visited nodes into
+messages and records and stopping at the first record carrying this
+workspace's marker; :func:`owed_from_tip` and :func:`owed_from_core` measure
+it. Its answer is exactly the
 full computation's (SPEC §6.2), because the record filter looks at one
 message at a time and the walk from the tip meets the same records in
 reverse. When the walk reaches the start of the chain without a marker,
