@@ -54,8 +54,8 @@ from memory._quarantine import QuarantineEntry, is_quarantined
 from memory._records import MARKER_KEY, SourceRecord
 from memory._writer import Batch
 from store import SessionActor, run_durable
-from store._claim import Claim
 from store._actor import TipMoved
+from store._claim import Claim
 
 if TYPE_CHECKING:
     from memory._runtime import MemoryRuntime
