@@ -61,18 +61,18 @@ if TYPE_CHECKING:
     from memory._runtime import MemoryRuntime
 
 __all__ = [
-    "MemorySessionActor",
-    "SessionLedger",
-    "WriteJob",
-    "Pending",
-    "Flush",
-    "CheckIdle",
-    "JobFinished",
-    "RetryDue",
-    "Reconsider",
-    "ClaimRecheck",
     "BoundaryOutcome",
     "BoundaryResult",
+    "CheckIdle",
+    "ClaimRecheck",
+    "Flush",
+    "JobFinished",
+    "MemorySessionActor",
+    "Pending",
+    "Reconsider",
+    "RetryDue",
+    "SessionLedger",
+    "WriteJob",
 ]
 
 
