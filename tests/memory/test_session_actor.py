@@ -4,7 +4,10 @@ A second runtime on the same state directory must wait for the first one's
 batch instead of delivering it again (SPEC §1: duplicates only after a
 crash), keep a session boundary open while it waits (the other job may
 still fail), and take over when the claim is released: after a failure, or
-when the first runtime exits. Each proof has its planted fault.
+when the first runtime exits. A batch the other runtime marked just before
+the claim is confirmed away, not delivered (plan, claim, confirm). Each
+proof has its planted fault; removing the confirmation step from
+``MemorySessionActor._plan`` fails the last one as well.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ import anyio
 import pytest
 
 from memory._extractive import ExtractiveWriter
+from memory._records import MARKER_KEY
 from memory._runtime import MemoryRuntime, open_runtime
 from memory._session_actor import BoundaryOutcome, BoundaryResult, Flush
 from memory._writer import Batch, WorkspaceSnapshot, WriterOutput
+from store import SessionCore
 from store._claim import CLAIM_NAME, Claim, decode_claim
 from tests.memory.test_runtime import chain
 from tests.memory.test_runtime_failures import marked, virtual_config
@@ -145,3 +150,45 @@ async def test_the_check_catches_claims_kept_after_exit(
     monkeypatch.setattr(MemoryRuntime, "release_claims", lambda self: None)
     with pytest.raises(AssertionError, match="outlived its runtime"):
         await check_exit_releases(tmp_path)
+
+
+async def check_the_claim_confirms_the_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, catch_up: bool
+) -> None:
+    """Another runtime marks the batch right before this one claims it: nothing is delivered."""
+    claim_batch = SessionCore.claim_batch
+
+    def others_finish_first(core: SessionCore, node_ids: Any, *args: Any) -> bool:
+        other = SessionCore.open(core.state_dir, core.session)  # the other runtime's owner
+        other.merge_node_metadata_batch({n: {MARKER_KEY: workspace} for n in node_ids})
+        other.close()
+        if not catch_up:  # the planted fault: the claim does not bring the index up to date
+            monkeypatch.setattr(SessionCore, "_sync_locked", lambda self: None)
+        try:
+            return claim_batch(core, node_ids, *args)
+        finally:
+            monkeypatch.undo()  # only the first claim races (this undoes both patches)
+
+    async with open_runtime(tmp_path, ExtractiveWriter(), config=virtual_config()) as rt:
+        workspace = rt.workspace_id
+        sid = await rt.sessions.create(title="shared")
+        await chain(rt, sid, "ROOT", TURNS)
+        monkeypatch.setattr(SessionCore, "claim_batch", others_finish_first)
+        assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
+        await rt.drain()
+        assert delivered(rt) == {}, "a batch marked before the claim was delivered again"
+
+
+@pytest.mark.virtual_time(cushion=0.05)
+async def test_a_batch_marked_before_the_claim_is_not_delivered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await check_the_claim_confirms_the_batch(tmp_path, monkeypatch, catch_up=True)
+
+
+@pytest.mark.virtual_time(cushion=0.05)
+async def test_the_check_catches_a_claim_that_does_not_catch_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(AssertionError, match="delivered again"):
+        await check_the_claim_confirms_the_batch(tmp_path, monkeypatch, catch_up=False)
