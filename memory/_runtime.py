@@ -23,6 +23,7 @@ import itertools
 import math
 import os
 import random
+import secrets
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -47,6 +48,7 @@ from memory._runtime_state import RuntimeState
 from memory._session_actor import (
     BoundaryOutcome,
     BoundaryResult,
+    ClaimRecheck,
     Flush,
     Pending,
     RetryDue,
@@ -72,7 +74,7 @@ from memory._workspace_actor import (
     WorkspaceActor,
 )
 from memory._writer import Batch, TopicEdit, WorkspaceSnapshot, Writer
-from store import DurableFiles, SessionCore, SessionNotFoundError, run_durable
+from store import DurableFiles, SessionCore, SessionNotFoundError, StoreError, run_durable
 from store._actor import (
     Append,
     GetBranch,
@@ -83,6 +85,7 @@ from store._actor import (
     SetHead,
     SpawnBranch,
 )
+from store._claim import release_claim
 from store._ids import validate_id
 from supervisors import (
     Backoff,
@@ -97,6 +100,9 @@ from supervisors import (
 __all__ = ["CONCURRENT_RETRIES", "MemoryRuntime", "RuntimeConfig", "Sessions", "open_runtime"]
 
 CONCURRENT_RETRIES = 8
+# A claim's lease when the writer has no timeout: a holder on another host
+# that died blocks its sessions at most this long.
+UNBOUNDED_LEASE = 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,13 @@ class RuntimeConfig:
         default_factory=lambda: Backoff(initial=0.5, factor=2.0, maximum=30.0, jitter=0.25)
     )
     call_timeout: float | None = 120.0
+    # Claims between runtimes (docs/decisions.md, "Claims between runtimes"):
+    # a claim's lease is writer_timeout + claim_margin; a session blocked by
+    # another runtime's claim looks again after claim_recheck's delays.
+    claim_margin: float = 60.0
+    claim_recheck: Backoff = field(
+        default_factory=lambda: Backoff(initial=0.05, factor=2.0, maximum=1.0, jitter=0.25)
+    )
     clock: Callable[[], float] = time.time
     counter: TokenCounter = field(default_factory=default_counter)
     files: DurableFiles = field(default_factory=DurableFiles)
@@ -139,6 +152,9 @@ class MemoryRuntime:
         self.writer = writer
         self.config = config
         self.sessions = Sessions(self)
+        # Names this runtime in the claims it writes (store._claim); new per open_runtime.
+        self.instance_id = "r-" + secrets.token_hex(4)
+        self._claimed: set[str] = set()  # sessions whose claim this runtime may still hold
         self.quarantined: list[QuarantineEntry] = []
         self.rng = random.Random(config.seed)
         self.deliveries: Counter[tuple[str, str]] = Counter()
@@ -283,15 +299,44 @@ class MemoryRuntime:
             self._idle.set()
 
     def schedule_retry(self, session: str, failures: int) -> None:
-        delay = self.config.retry_backoff.delay(failures, self.rng)
+        self._cast_later(session, RetryDue(), self.config.retry_backoff.delay(failures, self.rng))
 
+    def schedule_claim_recheck(self, session: str, attempt: int) -> None:
+        """Another runtime holds the session's claim: ask the session again later."""
+        self._cast_later(session, ClaimRecheck(),
+                         self.config.claim_recheck.delay(attempt, self.rng))
+
+    def _cast_later(self, session: str, message: object, delay: float) -> None:
         async def later() -> None:
             await anyio.sleep(delay)
             with contextlib.suppress(Exception):
-                await self.session_ref(session).cast(RetryDue())
+                await self.session_ref(session).cast(message)
 
         assert self._task_group is not None
         self._task_group.start_soon(later)
+
+    @property
+    def claim_lease(self) -> float:
+        """How long a claim binds: one write cycle's timeout and a margin."""
+        timeout = self.config.writer_timeout
+        return (timeout if math.isfinite(timeout) else UNBOUNDED_LEASE) + self.config.claim_margin
+
+    def claim_taken(self, session: str) -> None:
+        self._claimed.add(session)
+
+    def claim_released(self, session: str) -> None:
+        self._claimed.discard(session)
+
+    def release_claims(self) -> None:
+        """On exit: release every claim still held, so no other runtime waits out a lease.
+
+        Synchronous (run it in a worker thread). A failure leaves that claim
+        to expire; it is a hint, nothing is lost.
+        """
+        for session in sorted(self._claimed):
+            with contextlib.suppress(OSError, StoreError):
+                release_claim(self.state_dir, session, self.instance_id, self.config.files)
+        self._claimed.clear()
 
     async def quarantine(self, entry: QuarantineEntry) -> None:
         await self.workspace_ref.call(QuarantineBatch(entry), timeout=None)
@@ -504,23 +549,28 @@ async def open_runtime(
     runtime = MemoryRuntime(state, writer or ExtractiveWriter(), config or RuntimeConfig())
     files = runtime.config.files
     await run_durable(files.make_dirs, os.path.join(state, "sessions"))
-    async with open_actor(runtime.root_supervisor(), name="runtime", call_timeout=None) as root:
-        runtime.root = root
-        runtime.workspace_ref = await root.call(GetChild("workspace"))
-        runtime.watchdog_ref = await root.call(GetChild("watchdog"))
-        runtime.quarantined = list(await runtime.workspace_ref.call(ReadQuarantine(), timeout=None))
-        # SPEC §6.7: before anything computes what a branch owes.
-        runtime.migration = await runtime.migrate()
-        # Retry timers live in their own group: leaving the block cancels them,
-        # then the tree stops gracefully in reverse start order.
-        body_error: BaseException | None = None
-        async with anyio.create_task_group() as timers:
-            runtime._task_group = timers
-            try:
-                yield runtime
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, not in a group
-                body_error = exc
-            finally:
-                timers.cancel_scope.cancel()
-        if body_error is not None:
-            raise body_error
+    try:
+        async with open_actor(runtime.root_supervisor(), name="runtime", call_timeout=None) as root:
+            runtime.root = root
+            runtime.workspace_ref = await root.call(GetChild("workspace"))
+            runtime.watchdog_ref = await root.call(GetChild("watchdog"))
+            runtime.quarantined = list(await runtime.workspace_ref.call(ReadQuarantine(), timeout=None))
+            # SPEC §6.7: before anything computes what a branch owes.
+            runtime.migration = await runtime.migrate()
+            # Retry timers live in their own group: leaving the block cancels them,
+            # then the tree stops gracefully in reverse start order.
+            body_error: BaseException | None = None
+            async with anyio.create_task_group() as timers:
+                runtime._task_group = timers
+                try:
+                    yield runtime
+                except BaseException as exc:  # noqa: BLE001 - re-raised below, not in a group
+                    body_error = exc
+                finally:
+                    timers.cancel_scope.cancel()
+            if body_error is not None:
+                raise body_error
+    finally:
+        # A claim lives as long as its runtime (a dead process's claims are void by pid).
+        with anyio.CancelScope(shield=True):
+            await run_durable(runtime.release_claims)

@@ -9,7 +9,12 @@ Rules it keeps:
 
 - **At most one job per session in flight** (SPEC §2): a batch is always
   the oldest owed records of its branch, so markers fill a branch from its
-  oldest end and the owed tail stays contiguous.
+  oldest end and the owed tail stays contiguous. Across runtimes (two
+  processes on one state directory) the same holds through a leased claim
+  in ``<sid>/.claim`` (:mod:`store._claim`): plan a batch, claim it under
+  the session lock, confirm it on the index the claim refreshed, and only
+  then submit; a session whose claim another runtime holds waits and looks
+  again (``ClaimRecheck``), and a boundary stays open meanwhile.
 - **Marks only for a finished job, only its nodes** (SPEC §6.4): the writer
   worker reports a ``JobFinished``; the markers are merged here.
 - **Failures back off, then quarantine** (SPEC §7): consecutive failures
@@ -50,6 +55,7 @@ from memory._records import MARKER_KEY, SourceRecord
 from memory._writer import Batch
 from store import SessionActor, run_durable
 from store._actor import TipMoved
+from store._claim import Claim
 
 if TYPE_CHECKING:
     from memory._runtime import MemoryRuntime
@@ -58,6 +64,7 @@ __all__ = [
     "BoundaryOutcome",
     "BoundaryResult",
     "CheckIdle",
+    "ClaimRecheck",
     "Flush",
     "JobFinished",
     "MemorySessionActor",
@@ -108,6 +115,11 @@ class Reconsider:
     """Something outside changed (another process appended): evaluate the trigger again."""
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimRecheck:
+    """Another runtime held this session's claim a moment ago: plan again (not a failure)."""
+
+
 # -- state kept across incarnations ---------------------------------------------
 
 
@@ -155,6 +167,14 @@ class SessionLedger:
     retry_pending: bool = False
     boundary: BoundaryResult | None = None
     waiters: list[BoundaryResult] = field(default_factory=list)
+    recheck_pending: bool = False  # blocked by another runtime's claim; a ClaimRecheck is due
+    rechecks: int = 0  # consecutive blocked plans (the recheck delay backs off)
+
+
+# Plan, claim, confirm: when the batch planned before the claim differs from
+# the one confirmed after it (another runtime wrote meanwhile), claim again,
+# this many times at most before looking again later.
+CLAIM_ATTEMPTS = 3
 
 
 # -- the actor --------------------------------------------------------------------
@@ -173,7 +193,10 @@ class MemorySessionActor(SessionActor):
     # -- reading what is owed ---------------------------------------------------
 
     def owed(self, tip: str | None) -> list[SourceRecord]:
-        """SPEC §6.2 on the branch at ``tip``, minus the job in flight (its nodes are owed too).
+        """SPEC §6.2 on the branch at ``tip``, minus the jobs in flight (their nodes are owed too).
+
+        In flight: this runtime's job, and the batch another runtime's live
+        claim names (read without the lock: a hint, see :mod:`store._claim`).
 
         Walks back from the tip and stops at the newest own marker, so the cost
         follows the backlog; a branch with no own marker is read whole.
@@ -183,11 +206,19 @@ class MemorySessionActor(SessionActor):
         if owed is None:
             records = records_from_branch(self.session, self.core.get_branch(tip), counter=counter)
             owed = unwritten_turns(records, workspace)
+        busy: set[str] = set()
         job = self.ledger.in_flight
         if job is not None:
-            busy = set(job.batch.node_ids)
+            busy.update(job.batch.node_ids)
+        holder = self._claim_holder()
+        if holder is not None:
+            busy.update(holder.nodes)
+        if busy:
             owed = [record for record in owed if record.message_id not in busy]
         return owed
+
+    def _claim_holder(self) -> Claim | None:
+        return self.core.claim_holder(self.runtime.instance_id, self.runtime.config.clock())
 
     # -- messages -----------------------------------------------------------------
 
@@ -215,6 +246,10 @@ class MemorySessionActor(SessionActor):
             case Reconsider():
                 await self._plan()
                 return None
+            case ClaimRecheck():
+                self.ledger.recheck_pending = False
+                await self._plan()
+                return None
         return await super().dispatch(message)
 
     async def tip_moved(self, event: TipMoved) -> None:
@@ -236,9 +271,16 @@ class MemorySessionActor(SessionActor):
         return result
 
     async def _plan(self) -> None:
-        """Submit the next job if the rules call for one; finish the boundary if done."""
+        """Submit the next job if the rules call for one; finish the boundary if done.
+
+        Plan, claim, confirm: the batch chosen on the current index is
+        claimed under the session lock (which also brings the index up to
+        date), chosen again on that index and submitted only if it is the
+        same. Another runtime's live claim means its job is in flight: wait
+        for it (a boundary stays open; the job may still fail).
+        """
         ledger = self.ledger
-        if ledger.in_flight is not None or ledger.retry_pending:
+        if ledger.in_flight is not None or ledger.retry_pending or ledger.recheck_pending:
             return
         updated_at = self.core.meta().get("updated_at")
         blocked = is_quarantined(
@@ -248,21 +290,45 @@ class MemorySessionActor(SessionActor):
         if blocked is not None:
             await self._finish_boundary(BoundaryOutcome.QUARANTINED, blocked.error)
             return
+        claimed: tuple[str, ...] | None = None
+        records: list[SourceRecord] | None = None
+        for _ in range(CLAIM_ATTEMPTS):
+            records = self._next_batch()
+            if records is None:
+                break
+            node_ids = tuple(record.message_id for record in records)
+            if node_ids == claimed:
+                ledger.rechecks = 0
+                self._submit(records, boundary=ledger.boundary is not None)
+                return
+            if self._claim_holder() is not None or not await self._claim(node_ids):
+                break  # another runtime's job is in flight
+            claimed = node_ids
+        if claimed is not None:
+            await self._release_claim()
+        if records is not None or (ledger.boundary is not None
+                                   and self._claim_holder() is not None):
+            self._recheck_later()  # blocked, or the disk kept moving under the confirmation
+            return
+        ledger.rechecks = 0
+        await self._finish_boundary(BoundaryOutcome.WRITTEN, None)
+
+    def _next_batch(self) -> list[SourceRecord] | None:
+        """The batch the rules call for on the current index (SPEC §6.3, §6.6), if any."""
         config = self.runtime.config
         head = self.core.head
-        if ledger.boundary is None:
+        if self.ledger.boundary is None:
             if head is None:
-                return
+                return None
             owed = self.owed(head)
             if should_write(owed, config.clock(), config.policy):
-                self._submit(first_batch(owed, config.policy.threshold), boundary=False)
-            return
+                return first_batch(owed, config.policy.threshold)
+            return None
         # Session boundary: the head branch first and completely...
         if head is not None:
             owed = self.owed(head)
             if owed:
-                self._submit(first_batch(owed, config.policy.threshold), boundary=True)
-                return
+                return first_batch(owed, config.policy.threshold)
         # ...then every other live tip, only if it owes a whole batch.
         for row in self.core.list_branches():
             tip = row["head_msg_id"]
@@ -270,9 +336,28 @@ class MemorySessionActor(SessionActor):
                 continue
             owed = self.owed(tip)
             if should_write_at_boundary(owed, head=False, policy=config.policy):
-                self._submit(first_batch(owed, config.policy.threshold), boundary=True)
-                return
-        await self._finish_boundary(BoundaryOutcome.WRITTEN, None)
+                return first_batch(owed, config.policy.threshold)
+        return None
+
+    async def _claim(self, node_ids: tuple[str, ...]) -> bool:
+        runtime = self.runtime
+        taken = await run_durable(self.core.claim_batch, node_ids, runtime.instance_id,
+                                  runtime.config.clock(), runtime.claim_lease)
+        if taken:
+            runtime.claim_taken(self.session)
+        return taken
+
+    async def _release_claim(self) -> None:
+        await run_durable(self.core.release_claim, self.runtime.instance_id)
+        self.runtime.claim_released(self.session)
+
+    def _recheck_later(self) -> None:
+        ledger = self.ledger
+        if ledger.recheck_pending:
+            return
+        ledger.recheck_pending = True
+        ledger.rechecks += 1
+        self.runtime.schedule_claim_recheck(self.session, ledger.rechecks)
 
     def _submit(self, records: list[SourceRecord], *, boundary: bool) -> None:
         job = WriteJob(
@@ -293,14 +378,16 @@ class MemorySessionActor(SessionActor):
         if outcome.failure is None:
             marks = {node_id: {MARKER_KEY: self.runtime.workspace_id} for node_id in outcome.marks}
             started = anyio.current_time()
-            await run_durable(self.core.merge_node_metadata_batch, marks)
+            await run_durable(self._mark_and_release, marks)
             self.runtime.record_marks(self.session, outcome.marks, anyio.current_time() - started)
+            self.runtime.claim_released(self.session)
             self._queue_checkpoint()
             ledger.failures = 0
             if ledger.boundary is not None:
                 ledger.boundary.batches += 1
             await self._plan()
             return
+        await self._release_claim()
         ledger.failures += 1
         error = str(outcome.error) if outcome.error is not None else outcome.failure.value
         if ledger.failures >= self.runtime.config.max_failures:
@@ -313,6 +400,11 @@ class MemorySessionActor(SessionActor):
             await self._finish_boundary(BoundaryOutcome.FAILED, error)
         ledger.retry_pending = True
         self.runtime.schedule_retry(self.session, ledger.failures)
+
+    def _mark_and_release(self, marks: dict[str, dict[str, str]]) -> None:
+        """One thread hop: the markers first, then the claim (a reader after it sees them)."""
+        self.core.merge_node_metadata_batch(marks)
+        self.core.release_claim(self.runtime.instance_id)
 
     async def _quarantine(self, job: WriteJob, error: str) -> None:
         updated_at = self.core.meta().get("updated_at")

@@ -40,11 +40,12 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from ._claim import Claim, ClaimFile
 from ._durable import TEMP_SUFFIX, DurableFiles
 from ._errors import (
     AppendInvariantError,
@@ -131,6 +132,7 @@ class SessionCore:
         self._clock = clock
         self._cap = max_node_bytes
         self._lock = SessionLock(self.directory)
+        self._claims = ClaimFile(self.directory, self._files)
         self._index = SessionIndex()
         self._meta: dict[str, Any] = {}
         self._fingerprint: Fingerprint | None = None
@@ -410,6 +412,32 @@ class SessionCore:
             self._sync_locked()  # adopts what another owner (or a failed write) left
             if self._journal_problem is None:  # else the journal is evidence: untouched
                 self._checkpoint_locked(list(self._journal_files))
+
+    # -- claims between runtimes (store._claim) ---------------------------------
+
+    def claim_batch(self, node_ids: Sequence[str], owner: str, now: float, lease: float) -> bool:
+        """Claim the session's next batch for runtime ``owner``; False if another runtime holds it.
+
+        Under the lock, and after catching up with other owners exactly as a
+        mutation does: when this returns True the index includes every write
+        made before the claim (markers of the batch another runtime just
+        finished, above all), so the caller confirms its batch on it before
+        submitting. Writes nothing but the claim file, unsynced.
+        """
+        for node_id in node_ids:
+            validate_id(node_id, "node id", self.session)
+        with self._lock:
+            self._sync_locked()
+            return self._claims.take(owner, node_ids, now, lease)
+
+    def release_claim(self, owner: str) -> bool:
+        """Release ``owner``'s claim (under the lock); True if it held one."""
+        with self._lock:
+            return self._claims.give_back(owner)
+
+    def claim_holder(self, owner: str, now: float) -> Claim | None:
+        """Another runtime's live claim, read without the lock: a hint for what is owed here."""
+        return self._claims.holder(owner, now)
 
     # -- internals -------------------------------------------------------------
 

@@ -3,8 +3,8 @@
 An embedded agent and ``scriptorium run`` (or two agents) may open the same
 ``<state>`` at once. Each process has its own session actors, so inside a
 process the mailbox serialises a session's writes, and between processes
-only the session ``.lock``, the workspace ``write.lock`` and the
-transaction's revision check do. This test runs two real processes, one on
+only the session ``.lock`` (and the claim it guards), the workspace
+``write.lock`` and the transaction's revision check do. This test runs two real processes, one on
 asyncio and one on trio, that append to the same sessions (their turns
 interleave into one chain: an append without a predecessor continues the
 head as it is on disk under the lock), stamp metadata keys on random nodes,
@@ -17,15 +17,15 @@ and flush, all concurrently. Then it checks what the issue asks:
   of every head branch is marked (the last flush of a session came after
   every append to it);
 * **no torn file**: every node file, meta.json, archive and topic file
-  parses (strictly), and every archive scan is complete.
+  parses (strictly), and every archive scan is complete;
+* **no duplicate delivery**: no crash is injected, so no turn may be handed
+  to a writer twice (SPEC §1), counted over both processes. Each runtime's
+  "at most one job per session" holds only inside its process; across
+  them the leased claim in ``<sid>/.claim`` does it (store._claim). Measured
+  before claims: 106-140 of the 144 turns delivered twice; with them, none.
 
-Deliveries (turns handed to a writer) are counted per process: two
-runtimes do not see each other's jobs in flight, so a turn may be
-delivered by both (a duplicate, which the extractive writer merges); the
-test reports that number and bounds it, it does not forbid it. Measured:
-the same workload run by the two processes one after the other delivers
-each of its 144 turns once; run concurrently, 116-129 of them twice, since
-each runtime's "at most one job per session" holds only inside its process.
+Planted faults (each must make a check fail): ``no-session-lock`` turns the
+session ``.lock`` into a no-op, ``ignore-claims`` treats every claim as void.
 """
 
 from __future__ import annotations
@@ -120,7 +120,8 @@ def worker_main(argv: list[str]) -> None:
     """Entry point of one worker: ``state name backend seed [plant]``; prints ready, then a report.
 
     ``plant`` names a fault the test plants to show its checks catch it:
-    ``no-session-lock`` makes the session ``.lock`` a no-op in this process.
+    ``no-session-lock`` makes the session ``.lock`` a no-op in this process,
+    ``ignore-claims`` makes every claim void (as if claims did not exist).
     """
     state, name, backend, seed, *plant = argv
     if plant == ["no-session-lock"]:
@@ -128,6 +129,10 @@ def worker_main(argv: list[str]) -> None:
 
         SessionLock.__enter__ = lambda self: self  # type: ignore[method-assign]
         SessionLock.__exit__ = lambda self, *exc: None  # type: ignore[method-assign]
+    if plant == ["ignore-claims"]:
+        from store._claim import Claim
+
+        Claim.live = lambda self, now, **rules: False  # type: ignore[method-assign]
     report = anyio.run(_work, state, name, int(seed), bool(plant), backend=backend)
     print(json.dumps(report), flush=True)
 
@@ -231,8 +236,8 @@ def _check_two_runtimes(tmp_path: Path, plant: str | None = None) -> None:
     duplicates = sum(delivered.values()) - turns
     print(f"two processes: {turns} turns, {duplicates} duplicate deliveries, outcomes "
           f"{[sorted(set(r['outcomes'])) for r in reports]}")
-    # each flush of a process may repeat at most what the other had in flight
-    assert duplicates <= turns
+    # no crash was injected: not one turn may reach a writer twice (SPEC §1)
+    assert duplicates == 0, f"{duplicates} duplicate deliveries without a crash"
 
 
 def test_the_checks_catch_two_processes_without_the_session_lock(tmp_path: Path) -> None:
@@ -240,3 +245,9 @@ def test_the_checks_catch_two_processes_without_the_session_lock(tmp_path: Path)
     with pytest.raises(AssertionError) as caught:
         _check_two_runtimes(tmp_path, plant="no-session-lock")
     assert "worker failed" not in str(caught.value)  # a check failed, not a worker
+
+
+def test_the_checks_catch_two_processes_ignoring_claims(tmp_path: Path) -> None:
+    """Plant the fault (claims void): the runtimes deliver the same batches twice."""
+    with pytest.raises(AssertionError, match="duplicate deliveries without a crash"):
+        _check_two_runtimes(tmp_path, plant="ignore-claims")
