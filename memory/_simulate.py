@@ -223,6 +223,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
         written_batches=totals.written_batches,
         process_crashes=plan.process_crashes,
         actor_crashes=dict(plan.crashed_sessions),
+        summarised=acknowledged.summarised,
     )
     invariants = await run_durable(lambda: check_invariants(
         config.state_dir, workspace_id, threshold=config.threshold,

@@ -79,8 +79,8 @@ class Mix:
     spawn: float = 0.02
     compact: float = 0.01
     idle: float = 0.004
-    # Statements per turn, beside one line of chatter. At least one: a batch of pure chatter
-    # changes nothing, so SPEC §6.4 never marks it and the branch stalls (docs/decisions.md).
+    # Statements per turn, beside one line of chatter (the extractive writer files
+    # chatter as a conversation unit, so (0, 0) is a valid, all-chatter mix).
     facts: tuple[int, int] = (1, 2)
     idle_seconds: float = 1.0
 
@@ -90,6 +90,10 @@ class Acknowledged:
     """Every metadata key the runtime acknowledged writing, per ``(session, node)``."""
 
     keys: dict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    # When each session's latest compaction summary append returned (wall clock):
+    # a summary's created_at is backdated before the turns it covers, so the
+    # node files alone cannot say when the session was last appended to.
+    summarised: dict[str, float] = field(default_factory=dict)
 
     def add(self, session: str, node: str, keys: Iterable[str]) -> None:
         self.keys[(session, node)].update(keys)
@@ -238,6 +242,7 @@ class Agent:
             return await self._turn(rt)
         covers = [node for node, _ in self.line[: self.rng.randint(2, 4)]]
         summary = await rt.sessions.insert_summary(self.session, covers, self._text())
+        self.acknowledged.summarised[self.session] = rt.config.clock()
         self.done_turns += 1
         self.acknowledged.add_view(self.session, summary)
 

@@ -72,6 +72,7 @@ class Evidence:
     written_batches: list[tuple[str, tuple[str, ...]]]
     process_crashes: int
     actor_crashes: Mapping[str, int]
+    summarised: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -188,12 +189,15 @@ def _check_session(
     after = evidence.updated_after_boundary.get(session)
     if before is not None and after != before:
         check.fail(f"session {session}: the boundary moved updated_at from {before} to {after}")
-    newest = max((node.created_at for node in nodes.values()), default=None)
+    # A summary's created_at is backdated before what it covers; when it was
+    # appended is what the harness saw (``summarised``).
+    newest = max((n.created_at for n in nodes.values() if not n.is_summary), default=None)
+    latest = max(newest or 0.0, evidence.summarised.get(session, 0.0))
     if isinstance(updated_at, (int, float)) and newest is not None and not (
-        0 <= updated_at - newest <= _APPEND_SLACK
+        newest <= updated_at <= latest + _APPEND_SLACK
     ):
         check.fail(f"session {session}: updated_at {updated_at} is not its last append's "
-                   f"({newest})")
+                   f"({latest})")
 
 
 def _check_citations(memory_dir: str, check: _Check) -> None:

@@ -239,3 +239,24 @@ async def test_a_head_branch_of_pure_chatter_is_written_eventually(tmp_path: Pat
     config = small(str(tmp_path), sessions=3, turns=6, mix=Mix(facts=(0, 0), idle_seconds=0.6))
     result = await simulate(config)
     assert result.invariants["head_branches_written"].passed
+
+
+def test_a_late_summary_is_its_sessions_last_append(damaged: tuple[Path, SimulationResult]) -> None:
+    """A summary's created_at is backdated before what it covers; updated_at follows its append."""
+    state, result = damaged
+    assert result.evidence is not None
+    meta_path = min((state / "sessions").glob("*/meta.json"))
+    session = meta_path.parent.name
+    later = float(orjson.loads(meta_path.read_bytes())["updated_at"]) + 10.0
+    core = SessionCore.open(state, session, clock=lambda: later)
+    covers = [n.id for n in core.nodes() if n.role == "user" and not n.is_summary][:2]
+    core.insert_summary(covers, "Later compaction.")
+    # the summary was the agent's last append, before the final boundary
+    seen = {"updated_before_boundary": {**result.evidence.updated_before_boundary, session: later},
+            "updated_after_boundary": {**result.evidence.updated_after_boundary, session: later}}
+    # with the harness's record of when it appended the summary: consistent
+    assert "updated_at_not_moved_by_marking" not in failed(verdicts(
+        state, result, summarised={**result.evidence.summarised, session: later}, **seen))
+    # without it, the files alone make updated_at look moved: the evidence is needed
+    assert "updated_at_not_moved_by_marking" in failed(verdicts(
+        state, result, summarised={}, **seen))
