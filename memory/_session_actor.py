@@ -373,12 +373,15 @@ class MemorySessionActor(SessionActor):
         job = ledger.in_flight
         if job is None or job.id != job_id:
             return  # a report for a job this session no longer waits for
-        ledger.in_flight = None
-        self.runtime.job_done(job)
         if outcome.failure is None:
             marks = {node_id: {MARKER_KEY: self.runtime.workspace_id} for node_id in outcome.marks}
             started = anyio.current_time()
+            # The job stays in flight until its markers are durable: if this
+            # incarnation crashes mid-merge, the redelivered report finds it and
+            # merges again (idempotent) instead of the batch being written twice.
             await run_durable(self._mark_and_release, marks)
+            ledger.in_flight = None
+            self.runtime.job_done(job)
             self.runtime.record_marks(self.session, outcome.marks, anyio.current_time() - started)
             self.runtime.claim_released(self.session)
             self._queue_checkpoint()
@@ -387,6 +390,8 @@ class MemorySessionActor(SessionActor):
                 ledger.boundary.batches += 1
             await self._plan()
             return
+        ledger.in_flight = None
+        self.runtime.job_done(job)
         await self._release_claim()
         ledger.failures += 1
         error = str(outcome.error) if outcome.error is not None else outcome.failure.value

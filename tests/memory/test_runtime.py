@@ -217,3 +217,33 @@ async def test_an_exclusive_writer_never_redoes_a_batch(tmp_path: Path, exclusiv
         assert writer.runs == 8
     else:
         assert writer.runs > 8  # the contention the exclusive mode removes
+
+
+class FailFirstMarking(DurableFiles):
+    """The first session journal record that carries markers fails with an I/O error."""
+
+    def __init__(self) -> None:
+        self.failed = 0
+
+    def append_synced(self, path: str, data: bytes) -> int:
+        if not self.failed and path.endswith("/.journal") and MARKER_KEY.encode() in data:
+            self.failed += 1
+            raise OSError(5, "injected I/O error while marking")
+        return super().append_synced(path, data)
+
+
+async def test_a_session_actor_crash_while_marking_merges_again_not_rewrites(
+    tmp_path: Path,
+) -> None:
+    files = FailFirstMarking()
+    async with open_runtime(tmp_path, config=config(files=files)) as rt:
+        sid = await rt.sessions.create()
+        await chain(rt, sid, "ROOT", ["u1", "a1", "u2", "a2"])
+        with anyio.fail_after(60):  # a dropped report leaves the boundary waiting forever
+            assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
+            await rt.drain()
+        assert files.failed == 1  # the actor crashed once, mid-marking
+        assert max(rt.deliveries.values()) == 1  # redelivered report, not a second write
+        assert rt.outcomes == {"written": 1}
+        workspace = rt.workspace_id
+    assert markers(tmp_path, sid, workspace) == {"u1", "a1", "u2", "a2"}
