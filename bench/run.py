@@ -179,6 +179,87 @@ def _baseline_rows(data: Any) -> list[Row]:
     return rows
 
 
+# The raw floor of the simulate figures, measured in the same run by ``_disk_floor``.
+_FLOOR: dict[str, float] = {}
+
+
+def _disk_floor(seconds: float = 2.0, threads: int = 40) -> float:
+    """Durable atomic writes per second (temp, fsync, rename, dir fsync) from 40 threads.
+
+    Every appended turn costs at least one such write, so a turn rate can be
+    read against it.
+    """
+    import os
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    with tempfile.TemporaryDirectory(dir=ROOT) as root:
+        dirs = [os.path.join(root, f"s{i}") for i in range(threads)]
+        for directory in dirs:
+            os.mkdir(directory)
+        deadline = time.perf_counter() + seconds
+
+        def writer(directory: str) -> int:
+            done = 0
+            while time.perf_counter() < deadline:
+                temp = os.path.join(directory, f".{done}.tmp")
+                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                os.write(fd, b"x" * 600)
+                os.fsync(fd)
+                os.close(fd)
+                os.replace(temp, os.path.join(directory, f"{done}.json"))
+                dfd = os.open(directory, os.O_RDONLY)
+                os.fsync(dfd)
+                os.close(dfd)
+                done += 1
+            return done
+
+        began = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            total = sum(pool.map(writer, dirs))
+        return total / (time.perf_counter() - began)
+
+
+def _simulate_rows(data: Any) -> list[Row]:
+    """``scriptorium simulate --json``: the issue 6 figures and the oracle's verdicts."""
+    latency = data.get("latency_ms", {})
+    appending = data["turns"] / data["workload_seconds"] if data.get("workload_seconds") else 0
+    floor = _FLOOR.get("atomic_writes_per_s", 0.0)
+    raw = f"{floor:,.0f} atomic writes/s (40 threads)" if floor else ""
+
+    def ratio(rate: float) -> str:
+        return f"{rate / floor:.3f}" if floor else ""
+
+    rows: list[Row] = [
+        (f"turns ({data['sessions']} sessions, {data.get('branches', 0):,} branches)",
+         f"{data['turns']:,}", "", "", ""),
+        ("end to end, to every branch written", f"{data['turns_per_s']:,.1f} turns/s", raw,
+         ratio(data["turns_per_s"]), ">= 3,000 turns/s"),
+        ("appending phase alone", f"{appending:,.1f} turns/s", raw, ratio(appending), ""),
+        ("write cycle p50 / p99 (queueing included)",
+         f"{latency.get('write_cycle_p50', 0):,.0f} / {latency.get('write_cycle_p99', 0):,.0f} ms",
+         "", "", ""),
+        ("marker merge p50 / p99",
+         f"{latency.get('marker_merge_p50', 0):,.1f} / {latency.get('marker_merge_p99', 0):,.1f} ms",
+         "", "", ""),
+        ("supervisor restarts / quarantined / runtime crashes survived",
+         f"{data['restarts']} / {data['quarantined']} / {data.get('runtime_incarnations', 1) - 1}",
+         "", "", ""),
+        ("peak RSS", f"{data['peak_rss_mb']:,.0f} MB", "", "", "<= 1 GB"),
+        ("faults injected", ", ".join(f"{k} {v}" for k, v in data.get("injected", {}).items())
+         or "none", "", "", ""),
+    ]
+    for name, verdict in data["invariants"].items():
+        rows.append((f"invariant: {name}", verdict, "", "", "PASS"))
+    return rows
+
+
+def _simulate(python: str, name: str, args: list[str], timeout: float) -> Bench:
+    return Bench(name, "memory/_simulate.py",
+                 [python, "-c", "from memory._cli import main; main()", "simulate", "--json",
+                  *args], ["--sessions", "20", "--turns", "20"], _simulate_rows, timeout=timeout)
+
+
 def _benches(python: str) -> list[Bench]:
     def script(name: str) -> list[str]:
         return [python, f"bench/{name}.py", "--json"]
@@ -196,6 +277,13 @@ def _benches(python: str) -> list[Bench]:
         Bench("baselines", "memory/_baselines.py",
               [python, "-c", BASELINES_CODE, "1000,10000,100000", "20", "60", "3"],
               [], _baseline_rows, notes=lambda data: data.get("markdown", "")),
+        _simulate(python, "simulate, every fault on (trio)",
+                  ["--faults", "all", "--backend", "trio", "--seed", "1"], 900.0),
+        _simulate(python, "simulate, every fault on (asyncio)",
+                  ["--faults", "all", "--backend", "asyncio", "--seed", "1"], 900.0),
+        # Issue 6's target: 1,000 concurrent sessions, 100,000 turns, extractive writer.
+        _simulate(python, "simulate, target size", ["--sessions", "1000", "--turns", "100"],
+                  2400.0),
     ]
 
 
@@ -302,7 +390,9 @@ def main() -> int:
     outcomes = []
     for bench in benches:
         print(f"running {bench.name} ...", file=sys.stderr, flush=True)
-        outcome = _run(bench, args.quick, args.timeout)
+        if bench.name.startswith("simulate") and not _FLOOR:
+            _FLOOR["atomic_writes_per_s"] = _disk_floor()
+        outcome = _run(bench, args.quick, max(args.timeout, bench.timeout))
         print(f"  {outcome.status} ({outcome.seconds:.1f} s) {outcome.detail.splitlines()[0]}"
               if outcome.detail else f"  {outcome.status} ({outcome.seconds:.1f} s)",
               file=sys.stderr, flush=True)
