@@ -313,9 +313,11 @@ def _run(bench: Bench, quick: bool, timeout: float) -> Outcome:
         return Outcome(bench, "failed", time.perf_counter() - began,
                        detail=f"timed out after {timeout:.0f} s")
     seconds = time.perf_counter() - began
-    if done.returncode != 0:
+    if done.returncode != 0 and not done.stdout.strip():
         tail = "\n".join(done.stderr.strip().splitlines()[-8:])
         return Outcome(bench, "failed", seconds, detail=f"exit status {done.returncode}\n{tail}")
+    # A non-zero exit with a JSON document is a verdict (simulate's oracle found a
+    # FAIL), not a crash: keep the figures, which show which check failed.
     try:
         data = json.loads(done.stdout)
         bench.rows(data)  # an unreadable shape is a failure too, reported here
