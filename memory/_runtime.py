@@ -374,29 +374,20 @@ class MemoryRuntime:
         async def commit(batch: Batch, edits: Sequence[TopicEdit], base: str) -> Any:
             return await workspace.call(CommitEdits(batch, tuple(edits), base), timeout=None)
 
-        timeout = self.config.writer_timeout
+        limit = None if math.isinf(self.config.writer_timeout) else self.config.writer_timeout
         exclusive = self._exclusive if getattr(self.writer, "exclusive", False) else None
         async with exclusive or contextlib.nullcontext():
-            return await self._cycle(batch, archive, snapshot, commit, timeout)
-
-    async def _cycle(
-        self, batch: Batch, archive: Any, snapshot: Any, commit: Any, timeout: float
-    ) -> WriteOutcome:
-        workspace = self.workspace_ref
-        outcome = await run_write_cycle(
-            batch, self.writer, snapshot=snapshot, archive=archive, commit=commit,
-            timeout=None if math.isinf(timeout) else timeout)
-        for _ in range(CONCURRENT_RETRIES):
-            if not (outcome.failure is FailureKind.REJECTED and outcome.error is not None
-                    and isinstance(outcome.error.__cause__, ConcurrentUpdate)):
-                break
-            outcome = await run_write_cycle(
-                batch, self.writer, snapshot=snapshot, archive=archive, commit=commit,
-                timeout=None if math.isinf(timeout) else timeout)
-        if outcome.failure is FailureKind.EMPTY and await workspace.call(
-            BatchCovered(batch), timeout=None
-        ):
-            outcome = replace(outcome, marks=batch.node_ids, failure=None, error=None)
+            for _ in range(1 + CONCURRENT_RETRIES):
+                outcome = await run_write_cycle(
+                    batch, self.writer, snapshot=snapshot, archive=archive, commit=commit,
+                    timeout=limit)
+                if not (outcome.failure is FailureKind.REJECTED and outcome.error is not None
+                        and isinstance(outcome.error.__cause__, ConcurrentUpdate)):
+                    break
+            if outcome.failure is FailureKind.EMPTY and await workspace.call(
+                BatchCovered(batch), timeout=None
+            ):
+                outcome = replace(outcome, marks=batch.node_ids, failure=None, error=None)
         return outcome
 
     async def migrate(self, progress: Progress | None = None) -> MigrationReport:

@@ -34,7 +34,6 @@ them.
 from __future__ import annotations
 
 import enum
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -442,6 +441,3 @@ class MemorySessionActor(SessionActor):
 def session_factory(runtime: MemoryRuntime) -> Callable[[str], MemorySessionActor]:
     return lambda session: MemorySessionActor(runtime, session)
 
-
-def session_exists(state_dir: str, session: str) -> bool:
-    return os.path.isfile(os.path.join(state_dir, "sessions", session, "meta.json"))
