@@ -40,7 +40,9 @@ from memory._tokens import default_counter
 from store import list_sessions, run_durable
 from supervisors import Backoff, GetChild
 
-__all__ = ["SimulationConfig", "SimulationResult", "simulate"]
+__all__ = ["SETTLE_ROUNDS", "SimulationConfig", "SimulationResult", "simulate"]
+
+SETTLE_ROUNDS = 8  # boundary rounds at most; a round without a failure ends it
 
 
 @dataclass(frozen=True)
@@ -274,17 +276,24 @@ async def _settle(
             await anyio.sleep(0.05)
     await rt.drain()
     before.update(await _updated_at(rt))
-    for round_number in range(4):
+    for round_number in range(SETTLE_ROUNDS):
+        failures_before = _failures(rt)
         async with anyio.create_task_group() as tg:
             for agent in agents:
                 tg.start_soon(rt.flush, agent.session)
         await rt.drain()
         plan.enabled = False
-        if round_number > 0 and not rt.quarantined:
+        # A batch that failed this round waits on a retry timer, which drain()
+        # does not count: only a round in which nothing failed ends the boundary.
+        if round_number > 0 and _failures(rt) == failures_before and not rt.quarantined:
             break
         if rt.quarantined:
             await rt.release()
     after.update(await _updated_at(rt))
+
+
+def _failures(rt: MemoryRuntime) -> int:
+    return sum(count for result, count in rt.outcomes.items() if result != "written")
 
 
 async def _updated_at(rt: MemoryRuntime) -> dict[str, float]:

@@ -115,6 +115,9 @@ class FaultyWriter:
     def __init__(self, inner: Writer, plan: FaultPlan) -> None:
         self.inner = inner
         self.plan = plan
+        # The runtime serialises an exclusive writer's cycles; a wrapper that hid
+        # the flag would let workers race and lose commits to concurrent updates.
+        self.exclusive: bool = getattr(inner, "exclusive", False)
         self._attempts: Counter[tuple[str, str]] = Counter()
 
     async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput:

@@ -26,7 +26,8 @@ from memory._records import MARKER_KEY
 from memory._simulate import SimulationConfig, SimulationResult, simulate
 from memory._simulate_agents import Mix
 from memory._simulate_cli import percentile
-from memory._simulate_faults import FAULTS, chance, parse_faults
+from memory._extractive import ExtractiveWriter
+from memory._simulate_faults import FAULTS, FaultPlan, FaultyWriter, chance, parse_faults
 from memory._simulate_oracle import INVARIANTS, Evidence, Verdict, check_invariants
 from memory._tokens import default_counter
 from store import SessionCore
@@ -187,6 +188,13 @@ def test_fault_decisions_are_seeded_by_what_not_when() -> None:
     assert chance(1, "reject", "s", "n", 1) != chance(2, "reject", "s", "n", 1)
     draws = [chance(5, "x", i) for i in range(2000)]
     assert 0.45 < sum(d < 0.5 for d in draws) / len(draws) < 0.55
+
+
+def test_the_fault_wrapper_keeps_the_writer_exclusive() -> None:
+    """Hiding ``exclusive`` let the pool race: batches lost 9 commits in a row and stayed owed."""
+    plan = FaultPlan(frozenset(), 0)
+    assert FaultyWriter(ExtractiveWriter(), plan).exclusive is True
+    assert FaultyWriter(object(), plan).exclusive is False  # type: ignore[arg-type]
 
 
 def test_percentile() -> None:
