@@ -24,15 +24,20 @@ final punctuation) is merged instead of duplicated: the new record joins the
 sources of the paragraph's last footnote when that footnote has the same
 date (and is not shared with another paragraph), else the paragraph gains a
 new citation. A record already cited by that paragraph adds nothing, so
-writing a batch twice changes nothing.
+writing a batch twice changes nothing. A paragraph cites at most
+:data:`EVIDENCE_LIMIT` sources: past that, a turn that repeats it says
+nothing memory does not know, and it is logged like chatter (below).
+Without the bound, a fact said in every session grew one footnote line
+without end, and every batch re-parsed and re-rendered it: the cost of a
+batch grew with the whole history, quadratically in time and in memory.
 
 Every trusted record of a batch is cited. The runtime marks a batch only
 when its commit changes memory (SPEC §6.4), and batches are a branch's
 oldest owed turns: a batch of chatter that changed nothing would stay owed
 forever and block every later turn of its branch. So the records that state
-no fact are logged as one dated unit per batch in ``topics/conversations.md``
-(sharded like the subjects): "Conversation on 2026-11-30: small talk (3
-turns)." citing each of them. A re-delivered batch finds them all cited and
+no new fact are logged as one dated unit per batch in
+``topics/conversations.md`` (sharded like the subjects): "Conversation on
+2026-11-30: nothing new to keep (3 turns)." citing each of them. A re-delivered batch finds them all cited and
 changes nothing again.
 
 The writer emits the draft form of SPEC §5: existing paragraphs unchanged
@@ -64,7 +69,7 @@ from memory._topics import (
 from memory._writer import Batch, TopicEdit, WorkspaceSnapshot
 
 __all__ = [
-    "CONVERSATIONS", "SHARD_LIMIT", "ExtractiveWriter", "carries_a_fact", "extract_edits",
+    "CONVERSATIONS", "EVIDENCE_LIMIT", "SHARD_BYTES", "SHARD_LIMIT", "ExtractiveWriter", "carries_a_fact", "extract_edits",
     "subject_of", "useful_sentences",
 ]
 
@@ -233,12 +238,17 @@ class _Draft:
             }
         return cites
 
-    def add(self, sentence: str, record: SourceRecord) -> None:
+    def add(self, sentence: str, record: SourceRecord) -> bool:
+        """Cite ``record`` for ``sentence``; False when the fact's evidence is full."""
         handle = record.source_id
         key = handle_key(handle)
         index = self.facts.get(_fact_key(sentence))
-        if index is not None and key in self._cited_by(index):
-            return
+        if index is not None:
+            cited = self._cited_by(index)
+            if key in cited:
+                return True
+            if len(cited) >= EVIDENCE_LIMIT:
+                return False
         when = _when(record)
         link = SourceLink(handle, handle)
         if index is None:
@@ -261,6 +271,7 @@ class _Draft:
                 self.blocks[index] = Paragraph(f"{old.body}[^{label}]", old.ids)
             self._cited_by(index).add(key)
         self.changed = True
+        return True
 
     def log(self, records: Sequence[SourceRecord]) -> None:
         """Append one conversation-log unit citing ``records``, one footnote per date."""
@@ -292,6 +303,13 @@ Edits replace whole files, so a file's size is the cost of every batch that
 touches it; bounded shards keep a batch's cost independent of how much memory
 has accumulated."""
 
+SHARD_BYTES = 64 * 1024
+"""A topic file this large is full too, whatever its paragraph count (log units
+cite a whole batch each, so they are long)."""
+
+EVIDENCE_LIMIT = 16
+"""Sources one fact's paragraph cites at most; see the module docstring."""
+
 
 class _FactIndex:
     """Fact keys per topic file, recomputed only when a file's text changes."""
@@ -301,6 +319,7 @@ class _FactIndex:
         self._cites: dict[str, tuple[str, frozenset[str]]] = {}
 
     def facts(self, path: str, text: str) -> tuple[frozenset[str], int] | None:
+        """The file's fact keys and how full it is (paragraphs, or a full shard's count)."""
         cached = self._files.get(path)
         if cached is not None and cached[0] == text:
             return cached[1], cached[2]
@@ -310,8 +329,9 @@ class _FactIndex:
             return None  # a broken file is left to an operator, never rewritten
         paragraphs = topic.paragraphs
         keys = frozenset(_fact_key(paragraph.body) for paragraph in paragraphs)
-        self._files[path] = (text, keys, len(paragraphs))
-        return keys, len(paragraphs)
+        fill = SHARD_LIMIT if len(text) >= SHARD_BYTES else len(paragraphs)
+        self._files[path] = (text, keys, fill)
+        return keys, fill
 
     def cited(self, path: str, text: str) -> frozenset[str]:
         """The source keys ``text`` cites (empty for a file that does not parse)."""
@@ -361,7 +381,7 @@ def _shard_path(subject: str, number: int) -> str:
 
 
 def _log_line(days: list[str], turns: int) -> str:
-    """``Conversation on 2026-11-30: small talk (3 turns).`` for a batch's chatter."""
+    """``Conversation on 2026-11-30: nothing new to keep (3 turns).`` for a batch's chatter."""
     dated = sorted(day for day in days if day != "undated")
     if not dated:
         when = " (undated)"
@@ -369,7 +389,7 @@ def _log_line(days: list[str], turns: int) -> str:
         when = f" on {dated[0]}"
     else:
         when = f" from {dated[0]} to {dated[-1]}"
-    return f"Conversation{when}: small talk ({turns} turn{'' if turns == 1 else 's'})."
+    return f"Conversation{when}: nothing new to keep ({turns} turn{'' if turns == 1 else 's'})."
 
 
 def extract_edits(
@@ -419,7 +439,7 @@ def extract_edits(
     for record in records:
         if not record.trusted:
             continue  # pending evidence is archived, never cited
-        states_a_fact = False
+        cited = False
         for sentence in useful_sentences(record.content):
             known = subject(*subject_of(sentence))
             key = _fact_key(sentence)
@@ -428,9 +448,8 @@ def extract_edits(
                 # Never a broken shard: it counts as full, and facts are only
                 # ever homed in shards that parse.
                 shard = known.home[key] = known.place()
-            draft_of(known, shard).add(sentence, record)
-            states_a_fact = True
-        if not states_a_fact:
+            cited = draft_of(known, shard).add(sentence, record) or cited
+        if not cited:
             chatter.setdefault(record.source_id, record)
     if chatter:
         log = subject(*_CONVERSATIONS)

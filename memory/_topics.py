@@ -165,8 +165,11 @@ def parse_topic(text: str, path: str = "<topic>", *, strict: bool = True) -> Top
 
 
 _Item = tuple[Heading | Paragraph | Footnote, int]  # element, line within its chunk
-_CHUNK_CACHE_SIZE = 200_000
+# Bounded by text held, not by entries: a chunk can be one line or a whole
+# paragraph with its evidence, and the parsed form weighs several times its text.
+_CHUNK_CACHE_BYTES = 8 * 1024 * 1024
 _chunks: dict[tuple[str, bool], tuple[_Item, ...]] = {}
+_chunk_bytes = 0
 
 
 def _parse(text: str, path: str, strict: bool) -> Topic:
@@ -190,9 +193,7 @@ def _parse(text: str, path: str, strict: bool) -> Topic:
                 items = _parse_chunk(chunk, strict)
             except TopicError as error:
                 raise TopicError(path, error.line + _line_of(chunks, index), error.reason) from None
-            if len(_chunks) >= _CHUNK_CACHE_SIZE:
-                _chunks.clear()
-            _chunks[key] = items
+            _remember_chunk(key, items)
         for element, line in items:
             if isinstance(element, Footnote):
                 if element.label in footnotes:
@@ -211,6 +212,15 @@ def _parse(text: str, path: str, strict: bool) -> Topic:
             path, _absolute(chunks, where[unused]), f"footnote [^{unused}] is never cited",
         )
     return Topic(tuple(blocks), footnotes)
+
+
+def _remember_chunk(key: tuple[str, bool], items: tuple[_Item, ...]) -> None:
+    global _chunk_bytes
+    if _chunk_bytes + len(key[0]) > _CHUNK_CACHE_BYTES:
+        _chunks.clear()  # cheaper than LRU bookkeeping on every hit; refills from live files
+        _chunk_bytes = 0
+    _chunks[key] = items
+    _chunk_bytes += len(key[0])
 
 
 def _absolute(chunks: list[str], position: tuple[int, int]) -> int:

@@ -7,7 +7,6 @@ import os
 import shutil
 import stat
 import tempfile
-import time
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,8 @@ from hypothesis import strategies as st
 from memory import _extractive
 from memory._extractive import (
     CONVERSATIONS,
+    EVIDENCE_LIMIT,
+    SHARD_BYTES,
     SHARD_LIMIT,
     ExtractiveWriter,
     carries_a_fact,
@@ -195,7 +196,7 @@ def test_a_chatter_only_batch_changes_memory_once(tmp_path: Path) -> None:
     assert write(chatter) == (CONVERSATIONS,)
     log = parse_topic((memory / CONVERSATIONS).read_text())
     (unit,) = log.paragraphs
-    assert unit.body.startswith("Conversation on 2025-08-12: small talk (3 turns).[^e-")
+    assert unit.body.startswith("Conversation on 2025-08-12: nothing new to keep (3 turns).[^e-")
     (label,) = unit.citations
     assert log.footnotes[label].when == "2025-08-12"
     assert [link.label for link in log.footnotes[label].sources] == [
@@ -210,8 +211,8 @@ def test_a_chatter_only_batch_changes_memory_once(tmp_path: Path) -> None:
     assert write([record("c5", "cool", ts=1_755_000_180.0)]) == (CONVERSATIONS,)
     bodies = [p.body.split("[^")[0] for p in parse_topic((memory / CONVERSATIONS).read_text())
               .paragraphs]
-    assert bodies == ["Conversation on 2025-08-12: small talk (3 turns).",
-                      "Conversation on 2025-08-12: small talk (1 turn)."]
+    assert bodies == ["Conversation on 2025-08-12: nothing new to keep (3 turns).",
+                      "Conversation on 2025-08-12: nothing new to keep (1 turn)."]
 
 
 def test_the_fixture_turns_as_one_batch_are_all_cited(tmp_path: Path) -> None:
@@ -223,7 +224,7 @@ def test_the_fixture_turns_as_one_batch_are_all_cited(tmp_path: Path) -> None:
     log = parse_topic((memory / CONVERSATIONS).read_text())
     # The spawn turn (sp1) was written in 2026, the others in 2025.
     assert [p.body.split("[^")[0] for p in log.paragraphs] == [
-        "Conversation from 2025-08-12 to 2026-11-30: small talk (5 turns)."]
+        "Conversation from 2025-08-12 to 2026-11-30: nothing new to keep (5 turns)."]
     assert write(turns) == ()
 
 
@@ -235,7 +236,7 @@ def test_chatter_over_several_days_cites_each_day() -> None:
     log = parse_topic(edit.text, edit.path, strict=False)
     (unit,) = log.paragraphs
     assert unit.body.split("[^")[0] == (
-        "Conversation from 2025-08-12 to 2025-08-14: small talk (3 turns).")
+        "Conversation from 2025-08-12 to 2025-08-14: nothing new to keep (3 turns).")
     assert [log.footnotes[label].when for label in unit.citations] == [
         "2025-08-12", "undated", "2025-08-14"]
 
@@ -251,6 +252,39 @@ def test_the_conversation_log_is_sharded(tmp_path: Path, monkeypatch: Any) -> No
     assert write([record(f"s{i}", "thanks") for i in range(5)]) == ()
 
 
+def test_a_fact_cites_at_most_the_evidence_limit_and_later_repeats_are_logged(
+        tmp_path: Path) -> None:
+    """Without the limit one footnote grew with every repeat: quadratic time and memory."""
+    memory = _workspace(tmp_path)
+    tx, write = _committer(memory, {})
+    repeats = [record(f"r{i}", "I prefer tea over coffee.") for i in range(EVIDENCE_LIMIT + 5)]
+    assert write(repeats[:EVIDENCE_LIMIT]) == ("topics/preferences.md",)
+    assert write(repeats[EVIDENCE_LIMIT:]) == (CONVERSATIONS,)
+    preferences = parse_topic((memory / "topics/preferences.md").read_text())
+    (tea,) = [p for p in preferences.paragraphs if p.body.startswith("I prefer tea over")]
+    assert sum(len(preferences.footnotes[label].sources) for label in tea.citations) == (
+        EVIDENCE_LIMIT)
+    log = parse_topic((memory / CONVERSATIONS).read_text())
+    assert log.paragraphs[-1].body.startswith("Conversation on 2025-08-12: nothing new to keep "
+                                              "(5 turns).")
+    assert tx.all_cited([r.source_id for r in repeats])
+    assert write(repeats) == ()  # delivered again: every record is cited somewhere
+
+
+def test_a_shard_is_full_at_its_byte_limit(monkeypatch: Any) -> None:
+    monkeypatch.setattr(_extractive, "SHARD_BYTES", 200)
+    texts: dict[str, str] = {}
+    for i in range(3):
+        snapshot = WorkspaceSnapshot("rev", tuple(sorted(texts)), texts.__getitem__)
+        (edit,) = extract_edits([record(f"n{i}", f"I prefer blend {i} of green tea.")], snapshot)
+        assert edit.text is not None
+        texts[edit.path] = normalise_topic(edit.path, edit.text, base=None, existing_ids=set(),
+                                           used_ids=set(), used_labels=set()).text or ""
+    # one paragraph with its footnote passes 200 bytes: each fact starts a new shard
+    assert sorted(texts) == ["topics/preferences-2.md", "topics/preferences-3.md",
+                             "topics/preferences.md"]
+
+
 def test_a_broken_file_is_never_rewritten_and_its_records_go_to_the_next_shard() -> None:
     broken = "# Preferences\n\nI prefer tea.[^e1]\n\n[^e1]: Time: `2025-08-12`; Sources: x\n"
     texts = {"topics/preferences.md": broken, CONVERSATIONS: broken.replace("Pref", "Conv")}
@@ -262,7 +296,7 @@ def test_a_broken_file_is_never_rewritten_and_its_records_go_to_the_next_shard()
         assert edit.text is not None
         (paragraph,) = parse_topic(edit.text, edit.path, strict=False).paragraphs
         assert paragraph.body.split("[^")[0] in ("I prefer tea.",
-                                                 "Conversation on 2025-08-12: small talk (1 turn).")
+                                                 "Conversation on 2025-08-12: nothing new to keep (1 turn).")
 
 
 def test_the_same_batch_gives_the_same_edits() -> None:
@@ -292,19 +326,16 @@ def conversation(count: int) -> list[SourceRecord]:
     return records
 
 
-def test_it_is_fast_and_keeps_files_bounded() -> None:
+def test_files_stay_bounded() -> None:
     records = conversation(3000)
     texts: dict[str, str] = {}
     ids: set[str] = set()
     labels: set[str] = set()
     writer = ExtractiveWriter()
-    writing = 0.0
     for start in range(0, len(records), 100):
         snapshot = WorkspaceSnapshot("rev", tuple(sorted(texts)), texts.__getitem__)
         batch = Batch("demo", tuple(records[start:start + 100]), "")
-        started = time.perf_counter()
         edits = _run(writer.write(batch, snapshot))
-        writing += time.perf_counter() - started
         for edit in edits:
             assert edit.text is not None
             base = parse_topic(texts[edit.path], edit.path) if edit.path in texts else None
@@ -312,16 +343,15 @@ def test_it_is_fast_and_keeps_files_bounded() -> None:
                                    used_ids=ids, used_labels=labels)
             assert done.text is not None
             texts[edit.path] = done.text
-    # bench/workspace.py measures the >= 2,000 records/s target (and the whole
-    # pipeline); on a shared machine a test keeps only a gross regression guard.
-    rate = len(records) / writing
-    assert rate > 500, f"{rate:.0f} records/s"
+    # bench/workspace.py measures the >= 2,000 records/s target; tests time nothing.
     decisions = [parse_topic(text) for path, text in texts.items()
                  if path.startswith("topics/decisions")]
     # Every tenth turn repeated an earlier one: merged, not duplicated; files stay bounded.
     repeats = sum(1 for i in range(3000) if i % 10 == 9 and i >= 37)
     assert sum(len(topic.paragraphs) for topic in decisions) == 3000 - repeats
-    assert max(len(topic.paragraphs) for topic in decisions) == SHARD_LIMIT
+    assert max(len(topic.paragraphs) for topic in decisions) <= SHARD_LIMIT
+    # a shard fills up to SHARD_BYTES plus at most one batch's paragraphs
+    assert max(len(text.encode()) for text in texts.values()) < 1.5 * SHARD_BYTES
 
 
 def _run(coroutine: Coroutine[Any, Any, list[TopicEdit]]) -> list[TopicEdit]:
