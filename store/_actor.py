@@ -137,6 +137,10 @@ class TipMoved:
 # -- the actor ------------------------------------------------------------------
 
 
+# Messages whose SessionCore call refreshes the index under the session lock.
+_CHECKED_UNDER_LOCK = (Append, SetHead, RewindTo, SpawnBranch, InsertSummary, MergeMetadata)
+
+
 class SessionActor(Actor):
     """Owns ``<state>/sessions/<sid>``; see the module docstring.
 
@@ -193,9 +197,15 @@ class SessionActor(Actor):
         }
 
     async def handle(self, message: Any) -> Any:
-        """Check freshness once (rebuilding in a thread if needed), then :meth:`dispatch`."""
+        """Check freshness once (rebuilding in a thread if needed), then :meth:`dispatch`.
+
+        A mutation checks under the session lock in its own thread hop, which
+        also refreshes the index for the reads that follow it, so it skips the
+        check here: two ``stat`` calls on the event loop per append, where a
+        busy directory makes them slow.
+        """
         core = self.core
-        if core.is_stale():
+        if not isinstance(message, _CHECKED_UNDER_LOCK) and core.is_stale():
             await run_durable(core.refresh)
         with core.trusting_index():
             return await self.dispatch(message)
