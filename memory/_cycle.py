@@ -21,6 +21,10 @@ can wire to the workspace actor, and tests can record the call order:
 * ``commit(batch, edits, base_revision)``: the transaction; returns the
   audit list, raises :class:`TransactionError` when refused as a whole.
 
+:func:`run_group_cycle` runs the same steps once for several batches (group
+commit, for an exclusive :class:`~memory._writer.GroupWriter`); it never
+fails a batch, it only hands back the ones it did not write.
+
 Only the writer runs under ``timeout``: archive and commit are durable
 operations that a cancellation waits for anyway (``run_durable``), and
 timing them out would turn an installed commit into an unmarked one.
@@ -45,16 +49,25 @@ from memory._errors import (
     WriterFailed,
     WriterTimedOut,
 )
-from memory._writer import Batch, CommittedWrite, TopicEdit, WorkspaceSnapshot, Writer
+from memory._writer import (
+    Batch,
+    CommittedWrite,
+    GroupWriter,
+    TopicEdit,
+    WorkspaceSnapshot,
+    Writer,
+)
 
 __all__ = [
     "DEFAULT_WRITER_TIMEOUT",
     "ArchiveStep",
     "CommitStep",
     "FailureKind",
+    "GroupOutcome",
     "SnapshotStep",
     "WriteOutcome",
     "changed_files",
+    "run_group_cycle",
     "run_write_cycle",
 ]
 
@@ -189,6 +202,63 @@ async def run_write_cycle(
             audit=audit,
         )
     return WriteOutcome(ids, files, audit)
+
+
+GroupArchiveStep = Callable[[Sequence[Batch]], Awaitable[object]]
+GroupCommitStep = Callable[
+    [Sequence[Batch], Sequence[TopicEdit], str], Awaitable[Iterable[Mapping[str, Any]]]]
+CoveredStep = Callable[[Sequence[Batch]], Awaitable[Sequence[bool]]]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOutcome:
+    """Per batch, its outcome or ``None`` (run it alone); ``fallback`` says why none were written."""
+
+    outcomes: tuple[WriteOutcome | None, ...]
+    fallback: str | None = None
+
+
+async def run_group_cycle(
+    batches: Sequence[Batch],
+    writer: GroupWriter,
+    *,
+    snapshot: SnapshotStep,
+    archive: GroupArchiveStep,
+    commit: GroupCommitStep,
+    covered: CoveredStep,
+    timeout: float | None = DEFAULT_WRITER_TIMEOUT,
+) -> GroupOutcome:
+    """Several batches through one archive -> writer -> commit (group commit).
+
+    The same order as :func:`run_write_cycle`, once for all of ``batches``.
+    Nothing here marks or fails a batch: a step that fails sends every batch
+    back to be run alone (where its failure, if it is its own, is met and
+    counted), and after a commit that changed memory a batch is written only
+    if every trusted record of it is archived and cited, the rule by which a
+    re-delivered batch counts as written (docs/decisions.md, "Runtime").
+    """
+    alone = tuple(None for _ in batches)
+    try:
+        await archive(batches)
+        view = await snapshot()
+        with anyio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
+            output = await writer.write_group(batches, view)
+        if scope.cancelled_caught:
+            return GroupOutcome(alone, f"the writer ran past {timeout} s")
+        edits = _edits(output)
+        if not edits:
+            return GroupOutcome(alone, "the writer proposed no edit")
+        audit = tuple(await commit(batches, edits, view.revision))
+        files = changed_files(audit)
+        if not files:
+            return GroupOutcome(alone, "no topic file changed")
+        verdicts = await covered(batches)
+    except Exception as exc:  # noqa: BLE001 (each batch meets its own failure alone)
+        return GroupOutcome(alone, repr(exc))
+    return GroupOutcome(tuple(
+        WriteOutcome(batch.node_ids, files, audit) if ok else None
+        for batch, ok in zip(batches, verdicts, strict=True)
+    ))
 
 
 def _edits(output: object) -> tuple[TopicEdit, ...] | None:

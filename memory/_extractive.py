@@ -477,3 +477,14 @@ class ExtractiveWriter:
 
     async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> list[TopicEdit]:
         return extract_edits(batch.records, workspace, self._index)
+
+    async def write_group(
+        self, batches: Sequence[Batch], workspace: WorkspaceSnapshot
+    ) -> list[TopicEdit]:
+        """Every batch's records at once: each record is cited as if written alone.
+
+        Chatter of the group shares one log unit (a unit per call, as in
+        :meth:`write`).
+        """
+        return extract_edits([r for batch in batches for r in batch.records], workspace,
+                             self._index)

@@ -35,7 +35,7 @@ from anyio.abc import TaskGroup
 
 from actors import ActorRef, open_actor
 from memory._backfill import BackfillReport, backfill
-from memory._cycle import FailureKind, WriteOutcome, run_write_cycle
+from memory._cycle import FailureKind, WriteOutcome, run_group_cycle, run_write_cycle
 from memory._errors import ConcurrentUpdate
 from memory._extractive import ExtractiveWriter
 from memory._ledger import WritePolicy
@@ -60,8 +60,8 @@ from memory._tokens import TokenCounter, default_counter
 from memory._topic_ids import handle_key
 from memory._watchdog import IdleWatchdog, PollNow, Touched
 from memory._workspace_actor import (
-    ArchiveBatch,
-    BatchCovered,
+    ArchiveBatches,
+    BatchesCovered,
     CitedSources,
     CommitEdits,
     QuarantineBatch,
@@ -73,7 +73,7 @@ from memory._workspace_actor import (
     TakeSnapshot,
     WorkspaceActor,
 )
-from memory._writer import Batch, TopicEdit, WorkspaceSnapshot, Writer
+from memory._writer import Batch, GroupWriter, TopicEdit, WorkspaceSnapshot, Writer
 from store import DurableFiles, SessionCore, SessionNotFoundError, StoreError, run_durable
 from store._actor import (
     Append,
@@ -370,33 +370,56 @@ class MemoryRuntime:
         nothing but whose every trusted record is archived and already cited
         counts as written (see docs/decisions.md, "Runtime").
         """
-        workspace = self.workspace_ref
+        steps = _WorkspaceSteps(self.workspace_ref)
 
         async def archive(batch: Batch) -> object:
-            return await workspace.call(ArchiveBatch(batch), timeout=None)
-
-        async def snapshot() -> WorkspaceSnapshot:
-            view: WorkspaceSnapshot = await workspace.call(TakeSnapshot(), timeout=None)
-            return view
+            return await steps.archive((batch,))
 
         async def commit(batch: Batch, edits: Sequence[TopicEdit], base: str) -> Any:
-            return await workspace.call(CommitEdits(batch, tuple(edits), base), timeout=None)
+            return await steps.commit((batch,), edits, base)
 
-        limit = None if math.isinf(self.config.writer_timeout) else self.config.writer_timeout
         exclusive = self._exclusive if getattr(self.writer, "exclusive", False) else None
         async with exclusive or contextlib.nullcontext():
             for _ in range(1 + CONCURRENT_RETRIES):
                 outcome = await run_write_cycle(
-                    batch, self.writer, snapshot=snapshot, archive=archive, commit=commit,
-                    timeout=limit)
+                    batch, self.writer, snapshot=steps.snapshot, archive=archive, commit=commit,
+                    timeout=self._writer_limit)
                 if not (outcome.failure is FailureKind.REJECTED and outcome.error is not None
                         and isinstance(outcome.error.__cause__, ConcurrentUpdate)):
                     break
-            if outcome.failure is FailureKind.EMPTY and await workspace.call(
-                BatchCovered(batch), timeout=None
-            ):
+            if outcome.failure is FailureKind.EMPTY and (await steps.covered((batch,)))[0]:
                 outcome = replace(outcome, marks=batch.node_ids, failure=None, error=None)
         return outcome
+
+    @property
+    def groups_batches(self) -> bool:
+        """Whether waiting batches are committed together (an exclusive :class:`GroupWriter`)."""
+        return bool(getattr(self.writer, "exclusive", False)) and isinstance(
+            self.writer, GroupWriter)
+
+    async def write_group(self, batches: Sequence[Batch]) -> list[WriteOutcome]:
+        """Several batches as one transaction, each one the group does not cover alone.
+
+        See :class:`~memory._writer.GroupWriter`; without one (or for a
+        single batch) this is :meth:`write_cycle` per batch.
+        """
+        writer = self.writer
+        if len(batches) < 2 or not (self.groups_batches and isinstance(writer, GroupWriter)):
+            return [await self.write_cycle(batch) for batch in batches]
+        steps = _WorkspaceSteps(self.workspace_ref)
+        async with self._exclusive:
+            group = await run_group_cycle(
+                batches, writer, snapshot=steps.snapshot, archive=steps.archive,
+                commit=steps.commit, covered=steps.covered, timeout=self._writer_limit)
+        written = sum(outcome is not None for outcome in group.outcomes)
+        self.emit("group", batches=len(batches), written=written, fallback=group.fallback)
+        return [outcome if outcome is not None else await self.write_cycle(batch)
+                for batch, outcome in zip(batches, group.outcomes, strict=True)]
+
+    @property
+    def _writer_limit(self) -> float | None:
+        timeout = self.config.writer_timeout
+        return None if math.isinf(timeout) else timeout
 
     async def migrate(self, progress: Progress | None = None) -> MigrationReport:
         """SPEC §6.7: position cursors in runtime.json become markers (no-op without cursors)."""
@@ -476,6 +499,29 @@ class MemoryRuntime:
             "quarantined": len(self.quarantined),
             "sessions_active": 0 if self._sessions is None else len(self._sessions.registry),
         }
+
+
+@dataclass(frozen=True)
+class _WorkspaceSteps:
+    """The write cycle's steps as calls to the workspace actor."""
+
+    workspace: ActorRef
+
+    async def archive(self, batches: Sequence[Batch]) -> object:
+        return await self.workspace.call(ArchiveBatches(tuple(batches)), timeout=None)
+
+    async def snapshot(self) -> WorkspaceSnapshot:
+        view: WorkspaceSnapshot = await self.workspace.call(TakeSnapshot(), timeout=None)
+        return view
+
+    async def commit(self, batches: Sequence[Batch], edits: Sequence[TopicEdit], base: str) -> Any:
+        return await self.workspace.call(
+            CommitEdits(tuple(batches), tuple(edits), base), timeout=None)
+
+    async def covered(self, batches: Sequence[Batch]) -> list[bool]:
+        verdicts: list[bool] = await self.workspace.call(
+            BatchesCovered(tuple(batches)), timeout=None)
+        return verdicts
 
 
 class Sessions:

@@ -21,12 +21,20 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import anyio
 
 from memory._records import MARKER_KEY
-from memory._writer import Batch, TopicEdit, WorkspaceSnapshot, Writer, WriterOutput
+from memory._writer import (
+    Batch,
+    GroupWriter,
+    TopicEdit,
+    WorkspaceSnapshot,
+    Writer,
+    WriterOutput,
+)
 from store import DurableFiles
 
 __all__ = [
@@ -121,21 +129,42 @@ class FaultyWriter:
         self._attempts: Counter[tuple[str, str]] = Counter()
 
     async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput:
-        plan = self.plan
-        key = (batch.session_id, batch.node_ids[0] if batch.node_ids else "")
+        key = _batch_key(batch)
         self._attempts[key] += 1
-        for fault in ("writer-raise", "writer-hang", "reject", "empty"):
-            if plan.on(fault) and chance(plan.seed, fault, *key, self._attempts[key]) < plan.writer_rate:
-                plan.injected[fault] += 1
-                if fault == "writer-raise":
-                    raise RuntimeError(f"simulated model endpoint error on {batch.session_id}")
-                if fault == "writer-hang":
-                    await anyio.sleep_forever()
-                if fault == "reject":
-                    # Outside topics/: the transaction refuses the whole commit.
-                    return [TopicEdit("notes/rejected.md", "Rejected edit.[^e1] ^\n")]
-                return []
+        fault = self._fault(key, self._attempts[key])
+        if fault is not None:
+            self.plan.injected[fault] += 1
+            if fault == "writer-raise":
+                raise RuntimeError(f"simulated model endpoint error on {batch.session_id}")
+            if fault == "writer-hang":
+                await anyio.sleep_forever()
+            if fault == "reject":
+                # Outside topics/: the transaction refuses the whole commit.
+                return [TopicEdit("notes/rejected.md", "Rejected edit.[^e1] ^\n")]
+            return []
         return await self.inner.write(batch, workspace)
+
+    async def write_group(
+        self, batches: Sequence[Batch], workspace: WorkspaceSnapshot
+    ) -> Sequence[TopicEdit]:
+        """A batch the dice give a fault is left out: it runs alone and meets the fault there."""
+        if not isinstance(self.inner, GroupWriter):
+            raise TypeError(f"{type(self.inner).__name__} takes one batch at a time")
+        clean = [batch for batch in batches
+                 if self._fault(_batch_key(batch), self._attempts[_batch_key(batch)] + 1)
+                 is None]
+        return await self.inner.write_group(clean, workspace)
+
+    def _fault(self, key: tuple[str, str], attempt: int) -> str | None:
+        plan = self.plan
+        for fault in ("writer-raise", "writer-hang", "reject", "empty"):
+            if plan.on(fault) and chance(plan.seed, fault, *key, attempt) < plan.writer_rate:
+                return fault
+        return None
+
+
+def _batch_key(batch: Batch) -> tuple[str, str]:
+    return batch.session_id, batch.node_ids[0] if batch.node_ids else ""
 
 
 class FaultyDisk(DurableFiles):

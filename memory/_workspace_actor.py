@@ -30,7 +30,6 @@ from memory._archive import AppendResult
 from memory._archive_cache import ArchiveCache
 from memory._errors import ScriptoriumMemoryError
 from memory._quarantine import QuarantineEntry, read_quarantine, write_quarantine
-from memory._records import SourceRecord
 from memory._runtime_state import (
     RuntimeState,
     read_runtime_state,
@@ -38,14 +37,15 @@ from memory._runtime_state import (
     write_runtime_state,
     write_session_end,
 )
+from memory._topic_ids import handle_key
 from memory._transaction import CommitResult, Transactions, workspace_lock
 from memory._workspace_id import load_or_create_workspace_id
 from memory._writer import Batch, TopicEdit
 from store import DurableFiles, run_durable
 
 __all__ = [
-    "ArchiveBatch",
-    "BatchCovered",
+    "ArchiveBatches",
+    "BatchesCovered",
     "CitedSources",
     "CommitEdits",
     "QuarantineBatch",
@@ -60,8 +60,10 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class ArchiveBatch:
-    batch: Batch
+class ArchiveBatches:
+    """Archive the records of every batch, in one thread hop."""
+
+    batches: tuple[Batch, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,16 +73,18 @@ class TakeSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class CommitEdits:
-    batch: Batch
+    """Commit ``edits`` made for ``batches`` (one, or a group) against ``base_revision``."""
+
+    batches: tuple[Batch, ...]
     edits: tuple[TopicEdit, ...]
     base_revision: str
 
 
 @dataclass(frozen=True, slots=True)
-class BatchCovered:
-    """Is every trusted record of ``batch`` archived and already cited by a topic?"""
+class BatchesCovered:
+    """Per batch: is every trusted record of it archived and already cited by a topic?"""
 
-    batch: Batch
+    batches: tuple[Batch, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,16 +169,16 @@ class WorkspaceActor(Actor):
 
     async def handle(self, message: Any) -> Any:
         match message:
-            case ArchiveBatch(batch):
-                return await run_durable(self._archive, batch.session_id, batch.records)
+            case ArchiveBatches(batches):
+                return await run_durable(self._archive, batches)
             case TakeSnapshot():
                 return await run_durable(self.transactions.snapshot)
-            case CommitEdits(batch, edits, base):
-                return await run_durable(self._commit, batch, edits, base)
+            case CommitEdits(batches, edits, base):
+                return await run_durable(self._commit, batches, edits, base)
             case CitedSources():
                 return await run_durable(self.transactions.cited_keys)
-            case BatchCovered(batch):
-                return await run_durable(self._covered, batch)
+            case BatchesCovered(batches):
+                return await run_durable(self._covered, batches)
             case RecordSessionEnd(session, updated_at):
                 return await run_durable(self._record_session_end, session, updated_at)
             case QuarantineBatch(entry):
@@ -191,14 +195,16 @@ class WorkspaceActor(Actor):
 
     # -- the synchronous bodies, each one thread hop --------------------------------
 
-    def _archive(self, session: str, records: Sequence[SourceRecord]) -> AppendResult:
+    def _archive(self, batches: Sequence[Batch]) -> list[AppendResult]:
         with self._lock():  # another runtime may append to the same archive
-            return self.archives.append(session, records)
+            return [self.archives.append(batch.session_id, batch.records) for batch in batches]
 
-    def _commit(self, batch: Batch, edits: Sequence[TopicEdit], base: str) -> list[dict[str, Any]]:
+    def _commit(
+        self, batches: Sequence[Batch], edits: Sequence[TopicEdit], base: str
+    ) -> list[dict[str, Any]]:
+        records = [record for batch in batches for record in batch.records]
         result: CommitResult = self.transactions.commit(
-            edits, base_revision=base,
-            batch_sources=frozenset(r.source_id for r in batch.records),
+            edits, base_revision=base, batch_sources=frozenset(r.source_id for r in records),
         )
         if result.changed_files:
             self.commits += 1
@@ -210,16 +216,19 @@ class WorkspaceActor(Actor):
                 write_runtime_state(self.memory_dir, replace(
                     state,
                     creation_order=order,
-                    local_batches=state.local_batches + 1,
-                    local_tokens=state.local_tokens + sum(r.tokens for r in batch.records),
+                    local_batches=state.local_batches + len(batches),
+                    local_tokens=state.local_tokens + sum(r.tokens for r in records),
                     write_commits_since_global=state.write_commits_since_global + 1,
                 ), self.files)
         return [dict(entry) for entry in result.audit]
 
-    def _covered(self, batch: Batch) -> bool:
-        if any(self.archives.archived(r.source_id) is None for r in batch.records):
-            return False
-        return self.transactions.all_cited([r.source_id for r in batch.records if r.trusted])
+    def _covered(self, batches: Sequence[Batch]) -> list[bool]:
+        cited = self.transactions.cited_keys()
+        return [
+            all(self.archives.archived(r.source_id) is not None for r in batch.records)
+            and all(handle_key(r.source_id) in cited for r in batch.records if r.trusted)
+            for batch in batches
+        ]
 
     def _lock(self) -> AbstractContextManager[None]:
         """Read-modify-writes of shared files hold the workspace lock (other runtimes)."""

@@ -20,7 +20,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from memory._records import SourceRecord
 
-__all__ = ["Batch", "CommittedWrite", "TopicEdit", "WorkspaceSnapshot", "Writer", "WriterOutput"]
+__all__ = [
+    "Batch", "CommittedWrite", "GroupWriter", "TopicEdit", "WorkspaceSnapshot", "Writer",
+    "WriterOutput",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,3 +90,22 @@ class Writer(Protocol):
     """
 
     async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput: ...
+
+
+@runtime_checkable
+class GroupWriter(Writer, Protocol):
+    """An exclusive writer that can also take several batches in one call.
+
+    ``write_group`` returns one set of edits for all of ``batches`` (different
+    sessions, one snapshot). The runtime then commits the batches waiting in
+    the queue as one transaction (group commit): one snapshot, one parse and
+    render of each touched topic file, one install. A batch counts as written
+    when, after that commit changed memory, every trusted record of it is
+    archived and cited; any other batch of the group, and every batch of a
+    group whose call or commit failed, runs alone through :meth:`write`, so
+    one bad batch never fails its neighbours.
+    """
+
+    async def write_group(
+        self, batches: Sequence[Batch], workspace: WorkspaceSnapshot
+    ) -> Sequence[TopicEdit]: ...

@@ -8,7 +8,14 @@ from typing import Any
 import anyio
 import pytest
 
-from memory._cycle import FailureKind, WriteOutcome, changed_files, run_write_cycle
+from memory._cycle import (
+    FailureKind,
+    GroupOutcome,
+    WriteOutcome,
+    changed_files,
+    run_group_cycle,
+    run_write_cycle,
+)
 from memory._errors import (
     ArchiveStepFailed,
     CommitRejected,
@@ -254,3 +261,102 @@ async def test_cancellation_propagates_and_returns_no_outcome() -> None:
             await anyio.wait_all_tasks_blocked()
             scope.cancel()
     assert outcomes == [] and rec.calls == ["archive", "snapshot", "write"]
+
+
+# -- group commit ----------------------------------------------------------------
+
+GROUP = tuple(
+    Batch(f"s{n}", (SourceRecord(f"s{n}", "m0", "user", f"fact {n}", 100.0, "user"),), "")
+    for n in range(3)
+)
+
+
+class GroupRecorder:
+    """The group steps; ``covered`` answers per batch, ``fail`` names a step that raises."""
+
+    def __init__(self, covered: Sequence[bool] = (True, True, True), fail: str | None = None,
+                 audit: Iterable[Mapping[str, Any]] = OK_AUDIT,
+                 edits: Sequence[TopicEdit] = (EDIT,)) -> None:
+        self.calls: list[str] = []
+        self.verdicts = list(covered)
+        self.fail = fail
+        self.audit = tuple(audit)
+        self.edits = list(edits)
+
+    def _step(self, name: str) -> None:
+        self.calls.append(name)
+        if self.fail == name:
+            raise RuntimeError(f"injected failure in {name}")
+
+    async def archive(self, batches: Sequence[Batch]) -> None:
+        assert tuple(batches) == GROUP
+        self._step("archive")
+
+    async def snapshot(self) -> WorkspaceSnapshot:
+        self._step("snapshot")
+        return WorkspaceSnapshot("rev", (), lambda p: "")
+
+    async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput:
+        raise AssertionError("a group never calls write")
+
+    async def write_group(self, batches: Sequence[Batch], workspace: WorkspaceSnapshot
+                          ) -> list[TopicEdit]:
+        self._step("write_group")
+        if self.fail == "hang":
+            await anyio.sleep_forever()
+        return self.edits
+
+    async def commit(self, batches: Sequence[Batch], edits: Sequence[TopicEdit], base: str
+                     ) -> Iterable[Mapping[str, Any]]:
+        assert base == "rev"
+        self._step("commit")
+        return self.audit
+
+    async def covered(self, batches: Sequence[Batch]) -> list[bool]:
+        self._step("covered")
+        return self.verdicts
+
+
+async def group(rec: GroupRecorder, timeout: float | None = 600.0) -> GroupOutcome:
+    return await run_group_cycle(GROUP, rec, snapshot=rec.snapshot, archive=rec.archive,
+                                 commit=rec.commit, covered=rec.covered, timeout=timeout)
+
+
+async def test_a_group_commits_once_and_writes_each_covered_batch() -> None:
+    rec = GroupRecorder()
+    outcome = await group(rec)
+    assert rec.calls == ["archive", "snapshot", "write_group", "commit", "covered"]
+    assert outcome.fallback is None
+    assert [o.marks if o else None for o in outcome.outcomes] == [("m0",)] * 3
+    assert all(o is not None and o.changed_files == ("topics/core.md",)
+               for o in outcome.outcomes)
+
+
+async def test_a_batch_the_group_did_not_cover_runs_alone() -> None:
+    outcome = await group(GroupRecorder(covered=(True, False, True)))
+    assert [o is None for o in outcome.outcomes] == [False, True, False]
+
+
+@pytest.mark.parametrize("fail", ["archive", "snapshot", "write_group", "commit", "covered"])
+async def test_a_failed_step_sends_every_batch_alone(fail: str) -> None:
+    outcome = await group(GroupRecorder(fail=fail))
+    assert outcome.outcomes == (None, None, None)
+    assert outcome.fallback is not None and fail in outcome.fallback
+
+
+@pytest.mark.parametrize("recorder", [
+    GroupRecorder(edits=()),
+    GroupRecorder(audit=({"tool": "commit", "status": "ok", "count": 0, "topic_paths": []},)),
+])
+async def test_a_group_that_changed_nothing_marks_nothing(recorder: GroupRecorder) -> None:
+    outcome = await group(recorder)
+    assert outcome.outcomes == (None, None, None)
+    assert "covered" not in recorder.calls
+
+
+@pytest.mark.virtual_time
+async def test_a_group_writer_past_the_timeout_sends_every_batch_alone() -> None:
+    rec = GroupRecorder(fail="hang")
+    outcome = await group(rec, timeout=5.0)
+    assert outcome.outcomes == (None, None, None)
+    assert "commit" not in rec.calls

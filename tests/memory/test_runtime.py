@@ -8,6 +8,7 @@ is delivered twice.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from memory._records import MARKER_KEY
 from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory._session_actor import BoundaryOutcome
 from memory._topics import parse_topic
+from memory._transaction import Transactions
 from memory._writer import Batch, TopicEdit, WorkspaceSnapshot
 from store import DurableFiles, SessionCore, SessionNotFoundError, UnsafeIdError
 from tests.faults import SimulatedCrash
@@ -197,6 +199,12 @@ class CountingWriter(ExtractiveWriter):
         await anyio.wait_all_tasks_blocked()
         return await super().write(batch, workspace)
 
+    async def write_group(self, batches: Sequence[Batch], workspace: WorkspaceSnapshot
+                          ) -> list[TopicEdit]:
+        self.runs += len(batches)
+        await anyio.wait_all_tasks_blocked()
+        return await super().write_group(batches, workspace)
+
 
 @pytest.mark.parametrize("exclusive", [True, False])
 async def test_an_exclusive_writer_never_redoes_a_batch(tmp_path: Path, exclusive: bool) -> None:
@@ -217,6 +225,49 @@ async def test_an_exclusive_writer_never_redoes_a_batch(tmp_path: Path, exclusiv
         assert writer.runs == 8
     else:
         assert writer.runs > 8  # the contention the exclusive mode removes
+
+
+class LeavesOneOut(ExtractiveWriter):
+    """Group-writes every batch but ``skipped``'s, which must then be run alone."""
+
+    def __init__(self, skipped: str) -> None:
+        super().__init__()
+        self.skipped = skipped
+        self.alone: list[str] = []
+
+    async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> list[TopicEdit]:
+        self.alone.append(batch.session_id)
+        return await super().write(batch, workspace)
+
+    async def write_group(self, batches: Sequence[Batch], workspace: WorkspaceSnapshot
+                          ) -> list[TopicEdit]:
+        await anyio.wait_all_tasks_blocked()  # let the other sessions' jobs queue up
+        kept = [batch for batch in batches if batch.session_id != self.skipped]
+        return await super().write_group(kept, workspace)
+
+
+async def test_waiting_batches_commit_as_one_group_and_an_uncovered_one_runs_alone(
+        tmp_path: Path) -> None:
+    events: list[dict[str, Any]] = []
+    async with open_runtime(tmp_path, config=config(writer_workers=1,
+                                                    on_event=events.append)) as rt:
+        sids = [await rt.sessions.create() for _ in range(6)]
+        rt.writer = writer = LeavesOneOut(sids[3])
+        for sid in sids:
+            await chain(rt, sid, "ROOT", [f"{sid}-{i}" for i in range(4)])
+        async with anyio.create_task_group() as tg:
+            for sid in sids:
+                tg.start_soon(rt.flush, sid)
+        await rt.drain()
+        assert rt.outcomes == {"written": 6}
+        workspace = rt.workspace_id
+    groups = [e for e in events if e["event"] == "group"]
+    assert groups and max(g["batches"] for g in groups) > 1
+    assert sids[3] in writer.alone  # not covered by its group: written alone, not marked blind
+    memory = Transactions(str(tmp_path / "memory"), archived=lambda source: True)
+    for sid in sids:
+        assert markers(tmp_path, sid, workspace) == {f"{sid}-{i}" for i in range(4)}
+        assert memory.all_cited([f"openprogram/{sid}/{sid}-{i}" for i in range(4)])
 
 
 class FailFirstMarking(DurableFiles):

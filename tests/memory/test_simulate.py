@@ -22,11 +22,11 @@ import pytest
 from click.testing import CliRunner
 
 from memory._cli import main
+from memory._extractive import ExtractiveWriter
 from memory._records import MARKER_KEY
 from memory._simulate import SimulationConfig, SimulationResult, simulate
 from memory._simulate_agents import Mix
 from memory._simulate_cli import percentile
-from memory._extractive import ExtractiveWriter
 from memory._simulate_faults import FAULTS, FaultPlan, FaultyWriter, chance, parse_faults
 from memory._simulate_oracle import INVARIANTS, Evidence, Verdict, check_invariants
 from memory._tokens import default_counter
