@@ -10,9 +10,9 @@ and filters every message into records, and both are O(session). So on a
 session, not the backlog, and the measurement says so.
 
 The cure, which the runtime uses (``MemorySessionActor.owed``), walks back
-from the tip (``SessionCore.messages_back``) and applies the rule to the
-walk (``memory._ledger.owed_tail``), turning only the visited nodes into
-messages and records and stopping at the first record carrying this
+from the tip (``SessionCore.nodes_back``) and applies the rule to the walk
+(``memory._ledger.NodeRecords.owed``), turning only the visited nodes into
+records and stopping at the first record carrying this
 workspace's marker; :func:`owed_from_tip` and :func:`owed_from_core` measure
 it. Its answer is exactly the
 full computation's (SPEC §6.2), because the record filter looks at one
@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from memory._ledger import owed_tail, records_from_branch, unwritten_turns
+from memory._ledger import NodeRecords, records_from_branch, unwritten_turns
 from memory._records import MARKER_KEY, SourceRecord
 from memory._tokens import TokenCounter, estimate_tokens
 from store._durable import DurableFiles
@@ -68,23 +68,22 @@ def owed_from_tip(
     *, counter: TokenCounter = estimate_tokens,
 ) -> list[SourceRecord]:
     """SPEC §6.2 in O(backlog): the unmarked tail, found walking back from ``tip``."""
-    newest_first = (node_to_message(n, session) for n in visible_back_from(index, tip))
-    owed = owed_tail(session, newest_first, workspace_id, counter=counter)
-    if owed is not None:
-        return owed
     # No own marker on the way, or the chain is broken: the full rule decides (and raises).
-    return _full(session, branch(index, session, tip), workspace_id, counter)
+    return NodeRecords(session, counter=counter).owed(
+        visible_back_from(index, tip), lambda: branch(index, session, tip), workspace_id)
 
 
 def owed_from_core(
     core: SessionCore, tip: str | None, workspace_id: str,
     *, counter: TokenCounter = estimate_tokens,
 ) -> list[SourceRecord]:
-    """The same through a session's owner, as ``MemorySessionActor.owed`` computes it."""
-    owed = owed_tail(core.session, core.messages_back(tip), workspace_id, counter=counter)
-    if owed is not None:
-        return owed
-    return _full(core.session, core.branch_nodes(tip), workspace_id, counter)
+    """The same through a session's owner, as ``MemorySessionActor.owed`` computes it.
+
+    With fresh :class:`NodeRecords`: the cost of a first walk, before any
+    record is kept (the runtime's later walks only look records up).
+    """
+    return NodeRecords(core.session, counter=counter).owed(
+        core.nodes_back(tip), lambda: core.branch_nodes(tip), workspace_id)
 
 
 def linear_session(nodes: int, backlog: int, workspace_id: str = _WORKSPACE) -> tuple[

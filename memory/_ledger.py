@@ -16,7 +16,7 @@ rather than skipped, and the trigger errs towards writing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,18 +24,21 @@ from memory._archive import normalize_label
 from memory._errors import InvalidThreshold, UnidentifiedMessage
 from memory._records import MARKER_KEY, SourceMeta, SourceRecord
 from memory._tokens import TokenCounter, estimate_tokens
+from store import Node, node_to_message
 
 __all__ = [
     "ALLOWED_THRESHOLDS",
     "DEFAULT_IDLE_AFTER",
     "DEFAULT_THRESHOLD",
     "RUNTIME_SOURCES",
+    "NodeRecords",
     "WritePolicy",
     "first_batch",
     "is_runtime_turn",
     "message_text",
     "owed_tail",
     "owed_tokens",
+    "record_of",
     "records_from_branch",
     "should_write",
     "should_write_at_boundary",
@@ -149,35 +152,49 @@ def records_from_branch(
     """
     records: list[SourceRecord] = []
     for position, message in enumerate(messages):
-        role = message.get("role")
-        if role not in ("user", "assistant") or is_runtime_turn(message):
-            continue
-        text = message_text(message)
-        if not text:
-            continue
-        message_id = message.get("id")
-        if not isinstance(message_id, str) or not message_id:
-            raise UnidentifiedMessage(session_id, position)
-        display = _text_field(message, "speaker_display")
-        ident = _text_field(message, "speaker_id")
-        marker = message.get(MARKER_KEY)
-        records.append(
-            SourceRecord(
-                session_id=session_id,
-                message_id=message_id,
-                role=role,
-                content=text,
-                timestamp=_timestamp(message),
-                speaker=_label(display, ident, role),
-                # The reference writes a speaker-id header whenever it knows
-                # either half of the speaker (an empty id if only the name).
-                speaker_id=ident if ident is not None else ("" if display else None),
-                meta=source_meta(message),
-                marker=marker if isinstance(marker, str) else None,
-                tokens=counter(text),
-            )
-        )
+        record = record_of(session_id, message, position, counter=counter)
+        if record is not None:
+            records.append(record)
     return records
+
+
+def record_of(
+    session_id: str,
+    message: Mapping[str, Any],
+    position: int = 0,
+    *,
+    counter: TokenCounter = estimate_tokens,
+) -> SourceRecord | None:
+    """SPEC §6.1 for one message: its record, or None when it is not one.
+
+    ``position`` (in its branch) names a message without an id in the error.
+    """
+    role = message.get("role")
+    if role not in ("user", "assistant") or is_runtime_turn(message):
+        return None
+    text = message_text(message)
+    if not text:
+        return None
+    message_id = message.get("id")
+    if not isinstance(message_id, str) or not message_id:
+        raise UnidentifiedMessage(session_id, position)
+    display = _text_field(message, "speaker_display")
+    ident = _text_field(message, "speaker_id")
+    marker = message.get(MARKER_KEY)
+    return SourceRecord(
+        session_id=session_id,
+        message_id=message_id,
+        role=role,
+        content=text,
+        timestamp=_timestamp(message),
+        speaker=_label(display, ident, role),
+        # The reference writes a speaker-id header whenever it knows
+        # either half of the speaker (an empty id if only the name).
+        speaker_id=ident if ident is not None else ("" if display else None),
+        meta=source_meta(message),
+        marker=marker if isinstance(marker, str) else None,
+        tokens=counter(text),
+    )
 
 
 def unwritten_turns(records: Sequence[SourceRecord], workspace_id: str) -> list[SourceRecord]:
@@ -189,29 +206,68 @@ def unwritten_turns(records: Sequence[SourceRecord], workspace_id: str) -> list[
 
 
 def owed_tail(
-    session_id: str,
-    newest_first: Iterable[Mapping[str, Any]],
-    workspace_id: str,
-    *,
-    counter: TokenCounter = estimate_tokens,
+    newest_first: Iterable[SourceRecord | None], workspace_id: str
 ) -> list[SourceRecord] | None:
     """SPEC §6.2 walking back from the tip: the records after the newest own-marked one.
 
-    ``newest_first`` are the branch's messages from the tip backwards; only
-    the backlog and one marked record are read, so the cost follows what is
-    owed, not the session's size. ``None`` when the walk ends without an own
-    marker: then everything is owed and the caller applies
+    ``newest_first`` are the records of the branch's messages from the tip
+    backwards (``None`` for a message that is no record), produced lazily:
+    only the backlog and one marked record are read, so the cost follows
+    what is owed, not the session's size. ``None`` when the walk ends
+    without an own marker: then everything is owed and the caller applies
     :func:`unwritten_turns` to the whole, validated branch.
     """
-    tail: list[Mapping[str, Any]] = []
-    for message in newest_first:
-        if message.get(MARKER_KEY) == workspace_id and records_from_branch(
-            session_id, [message], counter=counter
-        ):
+    tail: list[SourceRecord] = []
+    for record in newest_first:
+        if record is None:
+            continue
+        if record.marker == workspace_id:
             tail.reverse()
-            return records_from_branch(session_id, tail, counter=counter)
-        tail.append(message)
+            return tail
+        tail.append(record)
     return None
+
+
+class NodeRecords:
+    """The record of each node of one session (``None``: not a record), kept per node object.
+
+    The owed tail is computed after every append, and until a branch has an
+    own marker that walk covers the whole branch: building each record again
+    on every walk was a quarter of the event loop's time in a 300-session
+    run. A node is immutable and a metadata merge or a reload replaces the
+    object, so identity says whether a kept record is still the node's.
+    """
+
+    def __init__(self, session_id: str, *, counter: TokenCounter = estimate_tokens) -> None:
+        self.session_id = session_id
+        self.counter = counter
+        self._kept: dict[str, tuple[Node, SourceRecord | None]] = {}
+
+    def of(self, node: Node) -> SourceRecord | None:
+        kept = self._kept.get(node.id)
+        if kept is not None and kept[0] is node:
+            return kept[1]
+        record = record_of(self.session_id, node_to_message(node, self.session_id),
+                           counter=self.counter)
+        self._kept[node.id] = (node, record)
+        return record
+
+    def owed(
+        self,
+        newest_first: Iterable[Node],
+        whole_branch: Callable[[], Iterable[Node]],
+        workspace_id: str,
+    ) -> list[SourceRecord]:
+        """SPEC §6.2: walk back from the tip; without an own marker, the whole branch is owed.
+
+        ``whole_branch`` gives the validated branch root to tip (it raises
+        for a broken chain, which the walk back simply stops at).
+        """
+        owed = owed_tail(map(self.of, newest_first), workspace_id)
+        if owed is None:
+            records = (self.of(node) for node in whole_branch())
+            owed = unwritten_turns([r for r in records if r is not None], workspace_id)
+        return owed
 
 
 def owed_tokens(records: Sequence[SourceRecord]) -> int:

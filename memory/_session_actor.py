@@ -42,12 +42,10 @@ import anyio
 
 from memory._cycle import FailureKind, WriteOutcome
 from memory._ledger import (
+    NodeRecords,
     first_batch,
-    owed_tail,
-    records_from_branch,
     should_write,
     should_write_at_boundary,
-    unwritten_turns,
 )
 from memory._quarantine import QuarantineEntry, is_quarantined
 from memory._records import MARKER_KEY, SourceRecord
@@ -188,6 +186,7 @@ class MemorySessionActor(SessionActor):
         )
         self.runtime = runtime
         self.ledger = runtime.ledger(session)
+        self.records = NodeRecords(session, counter=runtime.config.counter)
 
     # -- reading what is owed ---------------------------------------------------
 
@@ -200,11 +199,9 @@ class MemorySessionActor(SessionActor):
         Walks back from the tip and stops at the newest own marker, so the cost
         follows the backlog; a branch with no own marker is read whole.
         """
-        counter, workspace = self.runtime.config.counter, self.runtime.workspace_id
-        owed = owed_tail(self.session, self.core.messages_back(tip), workspace, counter=counter)
-        if owed is None:
-            records = records_from_branch(self.session, self.core.get_branch(tip), counter=counter)
-            owed = unwritten_turns(records, workspace)
+        core = self.core
+        owed = self.records.owed(core.nodes_back(tip), lambda: core.branch_nodes(tip),
+                                 self.runtime.workspace_id)
         busy: set[str] = set()
         job = self.ledger.in_flight
         if job is not None:

@@ -241,13 +241,17 @@ class SessionCore:
 
     def messages_back(self, tip: str | None = None) -> Iterator[dict[str, Any]]:
         """The branch's message dicts newest first, lazily (see ``visible_back_from``)."""
+        for node in self.nodes_back(tip):
+            yield node_to_message(node, self.session)
+
+    def nodes_back(self, tip: str | None = None) -> Iterator[Node]:
+        """The branch's visible nodes newest first, lazily (see ``visible_back_from``)."""
         self._refresh()
         start = tip if tip is not None else self._meta.get("head_id")
         if start is None:
             return
         validate_id(start, "tip", self.session)
-        for node in visible_back_from(self._index, start):
-            yield node_to_message(node, self.session)
+        yield from visible_back_from(self._index, start)
 
     def list_branches(self) -> list[dict[str, Any]]:
         self._refresh()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from memory._errors import InvalidThreshold, UnidentifiedMessage
 from memory._ledger import (
     DEFAULT_IDLE_AFTER,
     DEFAULT_THRESHOLD,
+    NodeRecords,
     WritePolicy,
     first_batch,
     message_text,
@@ -23,6 +25,7 @@ from memory._ledger import (
     unwritten_turns,
 )
 from memory._records import MARKER_KEY, SourceMeta, SourceRecord
+from store import SessionCore
 from tests.memory._fixture import message
 
 WS = "w-aa116220"
@@ -232,3 +235,27 @@ def test_session_boundary_writes_the_head_fully_and_other_tips_at_the_threshold(
 def test_marker_key_is_read_from_the_message_view() -> None:
     [record] = records_from_branch("s", [msg("u1", **{MARKER_KEY: WS})])
     assert record.marker == WS
+
+
+def test_node_records_follow_a_merge_and_build_each_record_once(tmp_path: Path) -> None:
+    """Kept records are the node's own: a merged marker shows, or the ledger would re-deliver."""
+    core = SessionCore.create(tmp_path, "s1")
+    for index in range(4):
+        core.append({"id": f"m{index}", "role": "user" if index % 2 == 0 else "assistant",
+                     "content": f"turn {index}"})
+    built: list[str] = []
+
+    def counting(text: str) -> int:
+        built.append(text)
+        return len(text)
+
+    records = NodeRecords("s1", counter=counting)
+
+    def owed() -> list[str]:
+        return ids(records.owed(core.nodes_back(), core.branch_nodes, "w-1"))
+
+    assert owed() == ["m0", "m1", "m2", "m3"]
+    assert owed() == ["m0", "m1", "m2", "m3"] and len(built) == 4  # the second walk built none
+    core.merge_node_metadata_batch({"m0": {MARKER_KEY: "w-1"}, "m1": {MARKER_KEY: "w-1"}})
+    assert owed() == ["m2", "m3"]
+    assert len(built) == 5  # m1 is a new object, rebuilt; the walk stops there, before m0
