@@ -206,18 +206,23 @@ class CountingWriter(ExtractiveWriter):
         return await super().write_group(batches, workspace)
 
 
+async def flush_all(rt: MemoryRuntime, sids: list[str]) -> None:
+    """Four turns in each session, every boundary at once, then drain."""
+    for sid in sids:
+        await chain(rt, sid, "ROOT", [f"{sid}-{i}" for i in range(4)])
+    async with anyio.create_task_group() as tg:
+        for sid in sids:
+            tg.start_soon(rt.flush, sid)
+    await rt.drain()
+
+
 @pytest.mark.parametrize("exclusive", [True, False])
 async def test_an_exclusive_writer_never_redoes_a_batch(tmp_path: Path, exclusive: bool) -> None:
     """With 4 workers, optimistic commits collide and redo writer runs; exclusive ones never."""
     writer = CountingWriter(exclusive)
     async with open_runtime(tmp_path, writer, config=config(writer_workers=4)) as rt:
         sids = [await rt.sessions.create() for _ in range(8)]
-        for sid in sids:
-            await chain(rt, sid, "ROOT", [f"{sid}-{i}" for i in range(4)])
-        async with anyio.create_task_group() as tg:
-            for sid in sids:
-                tg.start_soon(rt.flush, sid)
-        await rt.drain()
+        await flush_all(rt, sids)
         assert rt.outcomes == {"written": 8}
         for sid in sids:
             assert await rt.pending(sid) == []
@@ -253,12 +258,7 @@ async def test_waiting_batches_commit_as_one_group_and_an_uncovered_one_runs_alo
                                                     on_event=events.append)) as rt:
         sids = [await rt.sessions.create() for _ in range(6)]
         rt.writer = writer = LeavesOneOut(sids[3])
-        for sid in sids:
-            await chain(rt, sid, "ROOT", [f"{sid}-{i}" for i in range(4)])
-        async with anyio.create_task_group() as tg:
-            for sid in sids:
-                tg.start_soon(rt.flush, sid)
-        await rt.drain()
+        await flush_all(rt, sids)
         assert rt.outcomes == {"written": 6}
         workspace = rt.workspace_id
     groups = [e for e in events if e["event"] == "group"]
