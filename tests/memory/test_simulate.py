@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
+from memory import _simulate
 from memory._cli import main
 from memory._extractive import ExtractiveWriter
 from memory._records import MARKER_KEY
@@ -30,6 +31,7 @@ from memory._simulate_cli import percentile
 from memory._simulate_faults import FAULTS, FaultPlan, FaultyWriter, chance, parse_faults
 from memory._simulate_oracle import INVARIANTS, Evidence, Verdict, check_invariants
 from memory._tokens import default_counter
+from memory._writer import Batch, TopicEdit, WorkspaceSnapshot
 from store import SessionCore
 
 SMALL = Mix(idle_seconds=0.6)
@@ -268,3 +270,42 @@ def test_a_late_summary_is_its_sessions_last_append(damaged: tuple[Path, Simulat
     # without it, the files alone make updated_at look moved: the evidence is needed
     assert "updated_at_not_moved_by_marking" in failed(verdicts(
         state, result, summarised={}, **seen))
+
+
+class EmptyAtFirst(ExtractiveWriter):
+    """Changes nothing for one session's first ``times`` batches: a failure no fault plan owns."""
+
+    def __init__(self, session: str, times: int) -> None:
+        super().__init__()
+        self.session, self.left, self.asked = session, times, 0
+
+    async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> list[TopicEdit]:
+        if batch.session_id == self.session:
+            self.asked += 1
+            if self.left > 0:
+                self.left -= 1
+                return []
+        return await super().write(batch, workspace)
+
+    async def write_group(self, batches: Sequence[Batch], workspace: WorkspaceSnapshot
+                          ) -> list[TopicEdit]:
+        # the chosen session runs alone, through write
+        return await super().write_group(
+            [b for b in batches if b.session_id != self.session], workspace)
+
+
+async def test_the_boundary_goes_on_while_a_round_had_a_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch that failed in the last round waits on a retry timer that drain() ignores.
+
+    The boundary used to stop after its second round regardless, and the
+    oracle then found that batch's head tail owed.
+    """
+    writer = EmptyAtFirst("sim-00001", times=2)
+    monkeypatch.setattr(_simulate, "ExtractiveWriter", lambda: writer)
+    # idle far away: the session is only written at the boundary
+    config = small(str(tmp_path), sessions=3, turns=6, session_idle=60.0, watchdog_poll=60.0)
+    result = await simulate(config)
+    assert writer.asked >= 3
+    assert result.invariants["head_branches_written"].passed, (
+        result.invariants["head_branches_written"].problems)
