@@ -347,7 +347,7 @@ def test_list_sessions_on_the_fixture(state: Path) -> None:
 
 
 def test_the_journal_is_checkpointed_past_its_bounds(core: SessionCore) -> None:
-    from store._session import CHECKPOINT_BYTES, CHECKPOINT_RECORDS
+    from store._session_journal import CHECKPOINT_BYTES, CHECKPOINT_RECORDS
 
     journal = Path(core.directory) / ".journal"
     previous = "ROOT"
