@@ -81,15 +81,13 @@ from ._lock import SessionLock
 from ._message import check_metadata_keys, message_to_node, node_to_message
 from ._node import ROOT, Node
 from ._session_journal import SessionJournal
+from ._sessions import SESSIONS
 from ._walk import absorbed_covers, branch, list_tips, rewind_ids, visible_back_from
 
 __all__ = [
     "SessionCore",
     "SessionStatistics",
-    "list_sessions",
 ]
-
-SESSIONS = "sessions"
 
 
 @dataclass(frozen=True)
@@ -618,35 +616,3 @@ class SessionCore:
         except OSError as exc:
             raise NodeFileError(path, f"unreadable ({exc.strerror})") from None
         return data, decode_node(data, path, self._cap)
-
-
-def list_sessions(state_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every session under ``state_dir/sessions`` with a readable meta.json, newest first.
-
-    Rows are ``{id, title, created_at, updated_at, head_id}``. Directories
-    whose name is not a safe id, or whose meta.json is missing or corrupt,
-    are skipped (open them with :class:`SessionCore` to get the typed error).
-    """
-    root = os.path.join(os.fspath(state_dir), SESSIONS)
-    try:
-        names = os.listdir(root)
-    except FileNotFoundError:
-        return []
-    rows: list[dict[str, Any]] = []
-    for name in names:
-        try:
-            validate_id(name, "session id")
-            with open(os.path.join(root, name, META), "rb") as handle:
-                meta = decode_meta(handle.read(), f"{SESSIONS}/{name}/{META}")
-        except (StoreError, OSError):
-            continue
-        rows.append({
-            "id": name,
-            "title": meta.get("title", ""),
-            "created_at": meta.get("created_at"),
-            "updated_at": meta.get("updated_at"),
-            "head_id": meta.get("head_id"),
-        })
-    rows.sort(key=lambda r: r["updated_at"] if isinstance(r["updated_at"], (int, float))
-              else 0.0, reverse=True)
-    return rows

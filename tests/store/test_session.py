@@ -25,7 +25,8 @@ from store._errors import (
     UnencodableValueError,
     UnsafeIdError,
 )
-from store._session import SessionCore, list_sessions
+from store._session import SessionCore
+from store._sessions import list_sessions
 from tests.store.test_format import BAD_FILES
 
 
