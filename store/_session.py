@@ -54,9 +54,7 @@ from typing import Any
 from ._claim import Claim, ClaimFile
 from ._durable import TEMP_SUFFIX, DurableFiles
 from ._errors import (
-    AppendInvariantError,
     CorruptFileError,
-    DuplicateNodeError,
     InvalidNodeError,
     NodeFileError,
     NodeNotFoundError,
@@ -82,7 +80,14 @@ from ._message import check_metadata_keys, message_to_node, node_to_message
 from ._node import ROOT, Node
 from ._session_journal import SessionJournal
 from ._sessions import SESSIONS
-from ._walk import absorbed_covers, branch, list_tips, rewind_ids, visible_back_from
+from ._walk import (
+    absorbed_covers,
+    branch,
+    check_new_node,
+    list_tips,
+    rewind_ids,
+    visible_back_from,
+)
 
 __all__ = [
     "SessionCore",
@@ -528,36 +533,10 @@ class SessionCore:
     def _mark_synced(self) -> None:
         self._fingerprint = Fingerprint.of(self.directory)
 
-    def _check_new_node(self, node: Node) -> None:
-        session = self.session
-        if node.id in self._index.nodes:
-            raise DuplicateNodeError(session, node.id)
-        if node.caller:
-            validate_id(node.caller, "caller id", session)
-        if node.predecessor is not None and node.predecessor != ROOT:
-            validate_id(node.predecessor, "predecessor id", session)
-        check_metadata_keys(node.metadata, session, node.id)
-        for value in (node.name, node.input, node.output, node.reads, node.metadata):
-            check_value(value, session, node.id)
-        if not isinstance(node.name, str):
-            raise InvalidNodeError(session, node.id, "name is not a string")
-        exists = node.predecessor in self._index.nodes
-        if node.predecessor not in (None, ROOT) and not exists:
-            raise AppendInvariantError(session, node.id, node.predecessor)
-        if node.is_top_level and node.is_conversational and not exists:
-            # "First conversational node": none yet, or the head was rewound
-            # back past the first turn (no head), so the conversation restarts.
-            first_turn = self._meta.get("head_id") is None or not any(
-                n.is_conversational and n.display != "root" for n in self._index.nodes.values()
-            )
-            if not (first_turn or node.display == "root" or node.is_spawn_root
-                    or node.is_summary):
-                raise AppendInvariantError(session, node.id, node.predecessor)
-
     def _append_locked(
         self, node: Node, branches: dict[str, Any] | None = None
     ) -> Node:
-        self._check_new_node(node)
+        check_new_node(self._index, self.session, node, self._meta.get("head_id"))
         data = encode_node(node, self.session, self._cap)
         meta = dict(self._meta)
         meta["updated_at"] = self._clock()
