@@ -33,18 +33,16 @@ import os
 
 from ._durable import DurableFiles
 from ._errors import JournalFileError
+from ._index import FileStamp, file_stamp
 from ._journal import JOURNAL_NAME, encode_record, latest_per_file, read_journal
 
-__all__ = ["CHECKPOINT_BYTES", "CHECKPOINT_RECORDS", "JournalStamp", "SessionJournal"]
+__all__ = ["CHECKPOINT_BYTES", "CHECKPOINT_RECORDS", "SessionJournal"]
 
 # Records accumulate in the journal until the owner is idle or closes; past
 # either bound the next write checkpoints first, bounding what a replay
 # has to read and install.
 CHECKPOINT_RECORDS = 64
 CHECKPOINT_BYTES = 8 * 1024 * 1024
-
-JournalStamp = tuple[int, int, int]  # inode, size, mtime_ns
-
 
 class SessionJournal:
     """``<sid>/.journal`` and what its owner knows about it; every method runs under the lock.
@@ -61,22 +59,22 @@ class SessionJournal:
         self._files = files
         # What the journal looked like after this owner's last write to it:
         # anything else means another owner wrote (or this owner failed).
-        self.stamp: JournalStamp | None = None
+        self.stamp: FileStamp | None = None
         self.records = 0  # records not yet checkpointed
         self._bytes = 0
         self.outstanding: dict[str, None] = {}  # rel paths awaiting the checkpoint
         # A record that is not ours: mutations are refused while it stands.
         self.problem: JournalFileError | None = None
 
-    def on_disk(self) -> JournalStamp | None:
+    def on_disk(self) -> FileStamp | None:
         """The journal's stamp now (None: no journal): compare with :attr:`stamp`."""
-        return _stamp(self.path)
+        return file_stamp(self.path)
 
     def disown(self) -> None:
         """Treat the journal as foreign: after a failed write only a replay knows what it holds."""
         self.stamp = None
 
-    def adopt(self, seen: JournalStamp | None) -> None:
+    def adopt(self, seen: FileStamp | None) -> None:
         """Take over a journal this owner did not leave; ``seen`` is its stamp as found.
 
         A record that is not ours (:class:`~store._errors.JournalFileError`)
@@ -109,7 +107,7 @@ class SessionJournal:
         self.outstanding = dict.fromkeys(latest)
         self.records = len(journal.records)
         self._bytes = journal.valid_end
-        self.stamp = _stamp(self.path)
+        self.stamp = file_stamp(self.path)
         if journal.torn_bytes:
             self.checkpoint(torn=True)
 
@@ -121,10 +119,10 @@ class SessionJournal:
         """
         paths = [self._path(rel) for rel in self.outstanding]
         self._files.sync_paths([p for p in paths if os.path.exists(p)])
-        stamp = _stamp(self.path)
+        stamp = file_stamp(self.path)
         if stamp is not None and (stamp[1] > 0 or torn):
             self._files.truncate(self.path)
-        self.stamp = _stamp(self.path)
+        self.stamp = file_stamp(self.path)
         self.records = self._bytes = 0
         self.outstanding.clear()
 
@@ -139,18 +137,10 @@ class SessionJournal:
         for rel, data in entries:
             self.outstanding[rel] = None
             self._files.replace_unsynced(self._path(rel), data)
-        self.stamp = _stamp(self.path)
+        self.stamp = file_stamp(self.path)
 
     def _path(self, rel: str) -> str:
         return os.path.join(self.directory, rel)
-
-
-def _stamp(path: str) -> JournalStamp | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _read_or_none(path: str) -> bytes | None:
