@@ -44,6 +44,7 @@ __all__ = ["CHECKPOINT_BYTES", "CHECKPOINT_RECORDS", "SessionJournal"]
 CHECKPOINT_RECORDS = 64
 CHECKPOINT_BYTES = 8 * 1024 * 1024
 
+
 class SessionJournal:
     """``<sid>/.journal`` and what its owner knows about it; every method runs under the lock.
 
