@@ -4,7 +4,8 @@ Layout: ``_durable`` is the one seam for durable writes; ``_ids``, ``_node``,
 ``_message`` and ``_format`` are the pure record rules; ``_index`` and
 ``_walk`` the in-memory index and the branch/tip rules over it; ``_journal``
 and ``_lock`` the batch journal and the cross-process lock; ``_session`` the
-synchronous core one session actor owns.
+synchronous core one session actor owns, ``_session_journal`` its side of
+the journal; ``_sessions`` lists the sessions of a state directory.
 """
 
 from ._actor import SessionActor as SessionActor
@@ -40,7 +41,7 @@ from ._node import RESERVED_KEYS as RESERVED_KEYS
 from ._node import Node as Node
 from ._session import SessionCore as SessionCore
 from ._session import SessionStatistics as SessionStatistics
-from ._session import list_sessions as list_sessions
+from ._sessions import list_sessions as list_sessions
 
 __all__ = [
     "DIR_MODE",

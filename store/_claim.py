@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import orjson
 
 from ._durable import DurableFiles
+from ._index import FileStamp, file_stamp
 from ._lock import SessionLock
 
 __all__ = [
@@ -60,8 +61,6 @@ __all__ = [
 
 CLAIM_NAME = ".claim"
 RELEASED = b"{}\n"
-
-_Stamp = tuple[int, int, int]  # inode, size, mtime_ns
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +144,7 @@ class ClaimFile:
         self.host = host if host is not None else socket.gethostname()
         self.pid = pid if pid is not None else os.getpid()
         self._alive = alive
-        self._stamp: _Stamp | None = None
+        self._stamp: FileStamp | None = None
         self._cached: Claim | None = None
 
     def holder(self, owner: str, now: float) -> Claim | None:
@@ -185,11 +184,11 @@ class ClaimFile:
         self._remember(claim)
 
     def _remember(self, claim: Claim | None) -> None:
-        self._stamp = _stamp(self.path)
+        self._stamp = file_stamp(self.path)
         self._cached = claim
 
     def _read(self, *, fresh: bool) -> Claim | None:
-        stamp = _stamp(self.path)
+        stamp = file_stamp(self.path)
         if stamp is None:
             self._stamp, self._cached = None, None
             return None
@@ -216,11 +215,3 @@ def release_claim(
         return False
     with SessionLock(directory):
         return ClaimFile(directory, files).give_back(owner)
-
-
-def _stamp(path: str) -> _Stamp | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)

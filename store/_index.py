@@ -12,7 +12,8 @@ the mtime of ``history/`` (any rename into it, new node or rewritten node,
 changes it) and meta.json's mtime and size. The owner records the
 fingerprint after each of its own writes, under the session lock, so only a
 foreign write makes it differ, and a stale index is rebuilt once, not on
-every read.
+every read. Single files written under the session lock (the session
+journal, a claim) are watched the same way, by their :func:`file_stamp`.
 
 Building is deliberately lean (one ``listdir``, one read and one orjson
 parse per file, one dataclass per node): a cold load must cost at most 1.3x
@@ -29,7 +30,7 @@ from ._errors import NodeFileError
 from ._format import decode_node, node_filename, parse_filename
 from ._node import ROLE_LETTERS, Node
 
-__all__ = ["Fingerprint", "SessionIndex", "load_index", "read_capped"]
+__all__ = ["FileStamp", "Fingerprint", "SessionIndex", "file_stamp", "load_index", "read_capped"]
 
 HISTORY = "history"
 META = "meta.json"
@@ -52,6 +53,23 @@ class Fingerprint:
             return cls(history, meta.st_mtime_ns, meta.st_size)
         except OSError:
             return cls(history, 0, 0)
+
+
+FileStamp = tuple[int, int, int]  # inode, size, mtime_ns
+
+
+def file_stamp(path: str) -> FileStamp | None:
+    """``path``'s inode, size and mtime now (None: absent).
+
+    A rename, an append or a rewrite moves it, so whoever remembers the
+    stamp of what it last read or wrote can tell with one ``stat`` whether
+    anyone changed the file since, and skip re-reading it when nobody did.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @dataclass

@@ -12,14 +12,20 @@ call that does all of its file work**.
 Contract of every mutation:
 
 1. take ``<sid>/.lock`` (:mod:`store._lock`);
-2. replay and checkpoint a journal another owner left (:mod:`store._journal`),
-   then re-check the fingerprint and rebuild the index if someone else wrote;
+2. replay a journal another owner left, adopting its records, then re-check
+   the fingerprint and rebuild the index if someone else wrote;
 3. validate everything before touching anything (a refused request changes
    nothing);
 4. append one journal record holding every file it changes (one flush),
    then install those files unsynced, all through
    :class:`~store._durable.DurableFiles`;
 5. update the index and meta in memory, and record the new fingerprint.
+
+This module owns the index, the meta.json cache, the rules of each
+mutation and the order of the steps above; the journal's side of steps 2
+and 4 and of the checkpoint (its stamps, adoption, bounds) is
+:class:`~store._session_journal.SessionJournal`, its record format
+:mod:`store._journal`.
 
 Reads re-check the fingerprint (without the lock) and answer from the index.
 
@@ -48,11 +54,8 @@ from typing import Any
 from ._claim import Claim, ClaimFile
 from ._durable import TEMP_SUFFIX, DurableFiles
 from ._errors import (
-    AppendInvariantError,
     CorruptFileError,
-    DuplicateNodeError,
     InvalidNodeError,
-    JournalFileError,
     NodeFileError,
     NodeNotFoundError,
     SessionExistsError,
@@ -72,28 +75,24 @@ from ._format import (
 )
 from ._ids import validate_id, validate_name
 from ._index import HISTORY, META, Fingerprint, SessionIndex, load_index, read_capped
-from ._journal import JOURNAL_NAME, encode_record, latest_per_file, read_journal
 from ._lock import SessionLock
 from ._message import check_metadata_keys, message_to_node, node_to_message
 from ._node import ROOT, Node
-from ._walk import absorbed_covers, branch, list_tips, rewind_ids, visible_back_from
+from ._session_journal import SessionJournal
+from ._sessions import SESSIONS
+from ._walk import (
+    absorbed_covers,
+    branch,
+    check_new_node,
+    list_tips,
+    rewind_ids,
+    visible_back_from,
+)
 
 __all__ = [
-    "CHECKPOINT_BYTES",
-    "CHECKPOINT_RECORDS",
     "SessionCore",
     "SessionStatistics",
-    "list_sessions",
 ]
-
-SESSIONS = "sessions"
-# Records accumulate in the journal until the owner is idle or closes; past
-# either bound the next mutation checkpoints first, bounding what a replay
-# has to read and install.
-CHECKPOINT_RECORDS = 64
-CHECKPOINT_BYTES = 8 * 1024 * 1024
-
-_JournalStamp = tuple[int, int, int]  # inode, size, mtime_ns
 
 
 @dataclass(frozen=True)
@@ -136,14 +135,7 @@ class SessionCore:
         self._index = SessionIndex()
         self._meta: dict[str, Any] = {}
         self._fingerprint: Fingerprint | None = None
-        self._journal_path = os.path.join(self.directory, JOURNAL_NAME)
-        # What the journal looked like after this owner's last write to it:
-        # anything else means another owner wrote (or this owner failed).
-        self._journal_stamp: _JournalStamp | None = None
-        self._journal_records = 0
-        self._journal_bytes = 0
-        self._journal_files: dict[str, None] = {}  # rel paths awaiting the checkpoint
-        self._journal_problem: JournalFileError | None = None
+        self._journal = SessionJournal(self.directory, self._rel, self._files)
         self._rebuilds = 0
         self._checked = False  # see trusting_index
 
@@ -224,8 +216,8 @@ class SessionCore:
         """Files skipped because they could not be read (node files, journals)."""
         self._refresh()
         problems: list[CorruptFileError] = list(self._index.problems)
-        if self._journal_problem is not None:
-            problems.append(self._journal_problem)
+        if self._journal.problem is not None:
+            problems.append(self._journal.problem)
         return problems
 
     def branch_nodes(self, tip: str | None = None) -> list[Node]:
@@ -283,7 +275,7 @@ class SessionCore:
     @property
     def outstanding_journals(self) -> list[str]:
         """Files (relative to the session) whose durability still rests on the journal."""
-        return sorted(self._journal_files)
+        return sorted(self._journal.outstanding)
 
     @property
     def rebuilds(self) -> int:
@@ -298,9 +290,9 @@ class SessionCore:
             nodes=len(self._index.nodes),
             head=head if isinstance(head, str) else None,
             index_rebuilds=self._rebuilds,
-            journal_records=self._journal_records,
-            journal_files=len(self._journal_files),
-            skipped_files=len(self._index.problems) + (self._journal_problem is not None),
+            journal_records=self._journal.records,
+            journal_files=len(self._journal.outstanding),
+            skipped_files=len(self._index.problems) + (self._journal.problem is not None),
         )
 
     # -- mutations -------------------------------------------------------------
@@ -410,12 +402,12 @@ class SessionCore:
 
     def retire_journals(self) -> None:
         """Checkpoint: make every file the journal names durable, then empty the journal."""
-        if not self._journal_records:
+        if not self._journal.records:
             return
         with self._lock:
             self._sync_locked()  # adopts what another owner (or a failed write) left
-            if self._journal_problem is None:  # else the journal is evidence: untouched
-                self._checkpoint_locked(list(self._journal_files))
+            if self._journal.problem is None:  # else the journal is evidence: untouched
+                self._checkpoint_locked()
 
     # -- claims between runtimes (store._claim) ---------------------------------
 
@@ -461,15 +453,15 @@ class SessionCore:
         """
         with self._lock:
             self._sync_locked()
-            if self._journal_problem is not None:
-                raise self._journal_problem
+            if self._journal.problem is not None:
+                raise self._journal.problem
             try:
                 yield
             except StoreError:
                 raise
             except BaseException:
                 self._fingerprint = None
-                self._journal_stamp = None
+                self._journal.disown()
                 raise
 
     def _recover_locked(self) -> None:
@@ -483,20 +475,15 @@ class SessionCore:
                 if name.startswith(".") and name.endswith(TEMP_SUFFIX):
                     self._files.unlink(os.path.join(folder, name))
         self._sync_locked()
-        if self._journal_problem is None:
-            self._checkpoint_locked(list(self._journal_files))
+        if self._journal.problem is None:
+            self._checkpoint_locked()
 
     def _sync_locked(self) -> None:
         """Under the lock: adopt a journal this owner did not write, then refresh the index."""
-        stamp = _stamp(self._journal_path)
-        if stamp != self._journal_stamp:
+        seen = self._journal.on_disk()
+        if seen != self._journal.stamp:
             self._forget_index()
-            self._journal_problem = None
-            try:
-                self._adopt_locked()
-            except JournalFileError as exc:
-                self._journal_problem = exc
-                self._journal_stamp = stamp
+            self._journal.adopt(seen)
         self._refresh(force=True)
 
     def _forget_index(self) -> None:
@@ -507,55 +494,20 @@ class SessionCore:
         """
         self._fingerprint = None
 
-    def _adopt_locked(self) -> None:
-        """Install each file as the journal's last record left it; keep the records.
-
-        The records stay in the journal, and this owner's records follow them
-        in the same sequence, so replay order still holds and two processes
-        taking turns do not checkpoint at every turn. A torn tail is the
-        exception: nothing may be appended after it, so the files are synced
-        and the journal truncated at once.
-        """
-        journal = read_journal(self.directory, f"{self._rel}/{JOURNAL_NAME}")
-        latest = latest_per_file(journal.records)
-        for rel, data in latest.items():
-            path = self._path(rel)
-            if _read_or_none(path) != data:
-                self._files.replace_unsynced(path, data)
-        self._journal_files = dict.fromkeys(latest)
-        self._journal_records = len(journal.records)
-        self._journal_bytes = journal.valid_end
-        self._journal_stamp = _stamp(self._journal_path)
-        if journal.torn_bytes:
-            self._checkpoint_locked(list(latest), torn=True)
-
-    def _checkpoint_locked(self, rels: list[str], *, torn: bool = False) -> None:
-        """Sync the named files (then their directories) and empty the journal."""
+    def _checkpoint_locked(self) -> None:
+        """Checkpoint the journal; an index that was current stays current."""
         unchanged = Fingerprint.of(self.directory) == self._fingerprint
-        paths = [self._path(rel) for rel in rels]
-        self._files.sync_paths([p for p in paths if os.path.exists(p)])
-        stamp = _stamp(self._journal_path)
-        if stamp is not None and (stamp[1] > 0 or torn):
-            self._files.truncate(self._journal_path)
-        self._journal_stamp = _stamp(self._journal_path)
-        self._journal_records = self._journal_bytes = 0
-        self._journal_files.clear()
+        self._journal.checkpoint()
         if unchanged:  # the truncation is ours: the index is as current as before
             self._mark_synced()
 
     def _journal_locked(self, entries: list[tuple[str, bytes]]) -> None:
-        """Make ``entries`` durable with one journal record, then install each unsynced."""
-        if (self._journal_records >= CHECKPOINT_RECORDS
-                or self._journal_bytes >= CHECKPOINT_BYTES):
-            self._checkpoint_locked(list(self._journal_files))
-        record = encode_record(entries)
-        self._files.append_synced(self._journal_path, record)
-        self._journal_records += 1
-        self._journal_bytes += len(record)
-        for rel, data in entries:
-            self._journal_files[rel] = None
-            self._files.replace_unsynced(self._path(rel), data)
-        self._journal_stamp = _stamp(self._journal_path)
+        """Make ``entries`` durable with one journal record, then install each unsynced.
+
+        Every mutation's files reach the disk here and nowhere else (the
+        store benchmark overrides it to measure writes without the journal).
+        """
+        self._journal.write(entries)
 
     def _refresh(self, *, force: bool = False) -> None:
         """Rebuild the index and meta once when the fingerprint moved.
@@ -581,36 +533,10 @@ class SessionCore:
     def _mark_synced(self) -> None:
         self._fingerprint = Fingerprint.of(self.directory)
 
-    def _check_new_node(self, node: Node) -> None:
-        session = self.session
-        if node.id in self._index.nodes:
-            raise DuplicateNodeError(session, node.id)
-        if node.caller:
-            validate_id(node.caller, "caller id", session)
-        if node.predecessor is not None and node.predecessor != ROOT:
-            validate_id(node.predecessor, "predecessor id", session)
-        check_metadata_keys(node.metadata, session, node.id)
-        for value in (node.name, node.input, node.output, node.reads, node.metadata):
-            check_value(value, session, node.id)
-        if not isinstance(node.name, str):
-            raise InvalidNodeError(session, node.id, "name is not a string")
-        exists = node.predecessor in self._index.nodes
-        if node.predecessor not in (None, ROOT) and not exists:
-            raise AppendInvariantError(session, node.id, node.predecessor)
-        if node.is_top_level and node.is_conversational and not exists:
-            # "First conversational node": none yet, or the head was rewound
-            # back past the first turn (no head), so the conversation restarts.
-            first_turn = self._meta.get("head_id") is None or not any(
-                n.is_conversational and n.display != "root" for n in self._index.nodes.values()
-            )
-            if not (first_turn or node.display == "root" or node.is_spawn_root
-                    or node.is_summary):
-                raise AppendInvariantError(session, node.id, node.predecessor)
-
     def _append_locked(
         self, node: Node, branches: dict[str, Any] | None = None
     ) -> Node:
-        self._check_new_node(node)
+        check_new_node(self._index, self.session, node, self._meta.get("head_id"))
         data = encode_node(node, self.session, self._cap)
         meta = dict(self._meta)
         meta["updated_at"] = self._clock()
@@ -669,51 +595,3 @@ class SessionCore:
         except OSError as exc:
             raise NodeFileError(path, f"unreadable ({exc.strerror})") from None
         return data, decode_node(data, path, self._cap)
-
-
-def list_sessions(state_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every session under ``state_dir/sessions`` with a readable meta.json, newest first.
-
-    Rows are ``{id, title, created_at, updated_at, head_id}``. Directories
-    whose name is not a safe id, or whose meta.json is missing or corrupt,
-    are skipped (open them with :class:`SessionCore` to get the typed error).
-    """
-    root = os.path.join(os.fspath(state_dir), SESSIONS)
-    try:
-        names = os.listdir(root)
-    except FileNotFoundError:
-        return []
-    rows: list[dict[str, Any]] = []
-    for name in names:
-        try:
-            validate_id(name, "session id")
-            with open(os.path.join(root, name, META), "rb") as handle:
-                meta = decode_meta(handle.read(), f"{SESSIONS}/{name}/{META}")
-        except (StoreError, OSError):
-            continue
-        rows.append({
-            "id": name,
-            "title": meta.get("title", ""),
-            "created_at": meta.get("created_at"),
-            "updated_at": meta.get("updated_at"),
-            "head_id": meta.get("head_id"),
-        })
-    rows.sort(key=lambda r: r["updated_at"] if isinstance(r["updated_at"], (int, float))
-              else 0.0, reverse=True)
-    return rows
-
-
-def _stamp(path: str) -> _JournalStamp | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _read_or_none(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None

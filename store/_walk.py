@@ -13,6 +13,8 @@ actors, and are tested on the reference agent's own fixture:
   conversation", merged heads, the trunk tip, ``summary_`` ids.
 * :func:`rewind_ids` and :func:`absorbed_covers` compute what a rewind stamps
   and what a rolling summary covers.
+* :func:`check_new_node` is the other side of :func:`branch`: what may join
+  the DAG, so that every walk from a new node ends where a walk may end.
 """
 
 from __future__ import annotations
@@ -20,8 +22,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ._errors import BrokenChainError, ChainCycleError, InvalidNodeError, NodeNotFoundError
+from ._errors import (
+    AppendInvariantError,
+    BrokenChainError,
+    ChainCycleError,
+    DuplicateNodeError,
+    InvalidNodeError,
+    NodeNotFoundError,
+)
+from ._format import check_value
+from ._ids import validate_id
 from ._index import SessionIndex
+from ._message import check_metadata_keys
 from ._node import ROOT, Node
 
 __all__ = [
@@ -29,6 +41,7 @@ __all__ = [
     "branch",
     "branch_row",
     "chain",
+    "check_new_node",
     "continues_conversation",
     "is_tip_candidate",
     "list_tips",
@@ -233,3 +246,37 @@ def absorbed_covers(index: SessionIndex, session: str, covers_ids: list[str]) ->
                 result.extend(c for c in older if isinstance(c, str))
         result.append(covered)
     return list(dict.fromkeys(result))
+
+
+def check_new_node(index: SessionIndex, session: str, node: Node, head: object) -> None:
+    """Refuse ``node`` unless it may join the session (``head``: meta.json's ``head_id``).
+
+    Checked before anything is written, so a refused append changes
+    nothing: a new id, safe caller and predecessor ids, storable fields, a
+    predecessor that exists, and a new top-level conversation only where a
+    walk may legally end (the first conversational node, a display root, a
+    spawn root, a summary).
+    """
+    if node.id in index.nodes:
+        raise DuplicateNodeError(session, node.id)
+    if node.caller:
+        validate_id(node.caller, "caller id", session)
+    if node.predecessor is not None and node.predecessor != ROOT:
+        validate_id(node.predecessor, "predecessor id", session)
+    check_metadata_keys(node.metadata, session, node.id)
+    for value in (node.name, node.input, node.output, node.reads, node.metadata):
+        check_value(value, session, node.id)
+    if not isinstance(node.name, str):
+        raise InvalidNodeError(session, node.id, "name is not a string")
+    exists = node.predecessor in index.nodes
+    if node.predecessor not in (None, ROOT) and not exists:
+        raise AppendInvariantError(session, node.id, node.predecessor)
+    if node.is_top_level and node.is_conversational and not exists:
+        # "First conversational node": none yet, or the head was rewound
+        # back past the first turn (no head), so the conversation restarts.
+        first_turn = head is None or not any(
+            n.is_conversational and n.display != "root" for n in index.nodes.values()
+        )
+        if not (first_turn or node.display == "root" or node.is_spawn_root
+                or node.is_summary):
+            raise AppendInvariantError(session, node.id, node.predecessor)

@@ -175,10 +175,10 @@ def test_the_failing_check_catches_a_store_without_journal_replay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Plant the fault (recovery ignores the journal): the power-loss test must fail."""
-    import store._session as session_module
+    import store._session_journal as journal_module
     from store._journal import JournalScan
 
-    monkeypatch.setattr(session_module, "read_journal",
+    monkeypatch.setattr(journal_module, "read_journal",
                         lambda directory, path: JournalScan([], 0, 0))
     with pytest.raises(AssertionError):
         test_an_acknowledged_merge_survives_losing_every_unsynced_write(tmp_path)
@@ -301,7 +301,7 @@ def test_the_power_loss_check_catches_a_replay_in_the_wrong_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Plant the fault (the first record naming a file wins): the cut test must fail."""
-    import store._session as session_module
+    import store._session_journal as journal_module
 
     def first_wins(records: list[list[tuple[str, bytes]]]) -> dict[str, bytes]:
         latest: dict[str, bytes] = {}
@@ -310,7 +310,7 @@ def test_the_power_loss_check_catches_a_replay_in_the_wrong_order(
                 latest.setdefault(rel, data)
         return latest
 
-    monkeypatch.setattr(session_module, "latest_per_file", first_wins)
+    monkeypatch.setattr(journal_module, "latest_per_file", first_wins)
     with pytest.raises(AssertionError):
         test_power_loss_with_the_journal_cut_at_every_byte(tmp_path)
 

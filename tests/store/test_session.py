@@ -25,7 +25,8 @@ from store._errors import (
     UnencodableValueError,
     UnsafeIdError,
 )
-from store._session import SessionCore, list_sessions
+from store._session import SessionCore
+from store._sessions import list_sessions
 from tests.store.test_format import BAD_FILES
 
 
@@ -347,7 +348,7 @@ def test_list_sessions_on_the_fixture(state: Path) -> None:
 
 
 def test_the_journal_is_checkpointed_past_its_bounds(core: SessionCore) -> None:
-    from store._session import CHECKPOINT_BYTES, CHECKPOINT_RECORDS
+    from store._session_journal import CHECKPOINT_BYTES, CHECKPOINT_RECORDS
 
     journal = Path(core.directory) / ".journal"
     previous = "ROOT"
