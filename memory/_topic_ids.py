@@ -33,7 +33,7 @@ import hashlib
 import posixpath
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from memory._errors import TopicError
 from memory._records import source_anchor
@@ -141,6 +141,8 @@ class NormalisedTopic:
     handles: frozenset[str]  # raw handles this draft cites (now links)
     linked: frozenset[str]  # source keys cited through links kept from the base
     new_ids: tuple[str, ...] = ()  # block ids assigned here, in file order
+    # What ``text`` parses to (strictly), so a commit need not parse what it wrote.
+    topic: Topic | None = field(default=None, compare=False, repr=False)
 
 
 def normalise_topic(
@@ -214,10 +216,10 @@ def normalise_topic(
 
     if not any(isinstance(block, Paragraph) for block in blocks):
         return NormalisedTopic(path, None, frozenset(), frozenset(), handles, linked)
-    text = render_topic(Topic(tuple(blocks), footnotes))
+    committed = Topic(tuple(blocks), footnotes)
     return NormalisedTopic(
-        path, text, frozenset(result_ids), frozenset(result_ids & set(existing_ids)),
-        handles, linked, tuple(new_ids),
+        path, render_topic(committed), frozenset(result_ids),
+        frozenset(result_ids & set(existing_ids)), handles, linked, tuple(new_ids), committed,
     )
 
 

@@ -127,6 +127,24 @@ class _TopicIndex:
         self._files = current
         return {relative: facts for relative, (_, facts) in current.items()}
 
+    def installed(
+        self, scan: list[tuple[str, os.stat_result]], topics: dict[str, Topic | None]
+    ) -> None:
+        """A commit just wrote ``topics`` (None: deleted): take their facts without parsing.
+
+        ``scan`` is the revision's file list after the install (its stats
+        are the new files'); a file another writer replaced meanwhile has
+        another stat and is parsed at the next :meth:`refresh` as usual.
+        """
+        stats = dict(scan)
+        for relative, topic in topics.items():
+            stat = stats.get(relative)
+            if topic is None or stat is None:
+                self._files.pop(relative, None)
+                continue
+            signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+            self._files[relative] = (signature, _facts_of(relative, topic))
+
     def _facts(self, relative: str) -> _TopicFacts:
         with open(os.path.join(self.memory_dir, relative), "rb") as handle:
             raw = handle.read()
@@ -137,16 +155,19 @@ class _TopicIndex:
             return _TopicFacts(None, error, frozenset(), frozenset(), frozenset())
         except TopicError as error:
             return _TopicFacts(None, error, frozenset(), frozenset(), frozenset())
-        cited = {
-            key
-            for footnote in topic.footnotes.values()
-            for link in footnote.sources
-            if (key := source_key(relative, link.target)) is not None
-        }
-        return _TopicFacts(
-            topic, None, frozenset(topic.block_ids()), frozenset(topic.footnotes),
-            frozenset(cited),
-        )
+        return _facts_of(relative, topic)
+
+
+def _facts_of(relative: str, topic: Topic) -> _TopicFacts:
+    cited = {
+        key
+        for footnote in topic.footnotes.values()
+        for link in footnote.sources
+        if (key := source_key(relative, link.target)) is not None
+    }
+    return _TopicFacts(
+        topic, None, frozenset(topic.block_ids()), frozenset(topic.footnotes), frozenset(cited),
+    )
 
 
 def _is_topic_file(relative: str) -> bool:
@@ -303,6 +324,9 @@ class Transactions:
                 "topic_paths": list(changed),
             })
             revision = self.revisions.revision_after(list(changed))
+            self._index.installed(self.revisions.last_scan, {
+                normalised.path: normalised.topic for normalised in accepted.values()
+                if normalised.path in changed_set})
             return CommitResult(tuple(audit), changed, revision, created)
 
     def _validate(

@@ -469,3 +469,22 @@ def test_the_write_lock_holds_across_processes(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(st.lists(random_edit(), min_size=1, max_size=3), min_size=1, max_size=3))
+def test_what_a_commit_remembers_of_its_files_is_what_parsing_them_gives(
+    tmp_path_factory: pytest.TempPathFactory, commits: list[list[TopicEdit]],
+) -> None:
+    """A commit keeps the facts of the files it wrote instead of parsing them again."""
+    memory = workspace(tmp_path_factory.mktemp("remember"))
+    tx = Transactions(str(memory), archived=archived)
+    for edits in commits:  # each commit validates against what the last one remembered
+        tx.commit(edits, base_revision=tx.revision(), batch_sources={"openprogram/demo/a2"})
+    fresh = Transactions(str(memory), archived=archived)
+    fresh.revision()
+    tx.revision()
+    remembered = tx._index.refresh(tx.revisions.last_scan)
+    assert remembered == fresh._index.refresh(fresh.revisions.last_scan)
