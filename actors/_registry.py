@@ -130,6 +130,17 @@ class Registry(Generic[K]):
             async with anyio.create_task_group() as tg:
                 for cell in list(self._cells.values()):
                     tg.start_soon(cell.stop)
+        self.close()
+
+    def close(self) -> None:
+        """Stop for good now: fail every queued caller, and refuse new keys.
+
+        Synchronous, for an owner torn down by cancellation. A key looked up
+        afterwards must fail at once: a cell created now would be started in
+        a cancelled task group and never run, and a caller that waits shielded
+        (a report that must not be torn) would wait forever.
+        """
+        self._closed = True
         for key, cell in self.items():
             if not cell.closed:
                 cell.close(None)

@@ -107,24 +107,44 @@ class WriterWorker(Actor):
         raise TypeError(f"a writer worker takes jobs from the queue, not messages ({message!r})")
 
     async def run_jobs(self, jobs: list[WriteJob]) -> None:
-        """Write ``jobs`` (one, or a group), report every outcome, then crash if a writer failed."""
+        """Write ``jobs`` (one, or a group), report every outcome, then crash if a writer failed.
+
+        A job whose outcome does not reach its session (this worker is
+        cancelled, or the session actor cannot take the report) is abandoned:
+        its session forgets it and plans again, so no session waits forever
+        on a job nobody holds. Its batch stays owed; if it was written, the
+        next delivery finds it cited and only marks it.
+        """
         self.current = tuple(jobs)
+        unreported = list(jobs)
+        failure: Exception | None = None
         try:
-            outcomes = await self.runtime.write_group([job.batch for job in jobs])
-        except Exception as exc:
-            for job in jobs:
-                error = WriteCycleError(job.batch.session_id, job.batch.node_ids, repr(exc))
-                await self.report(job, WriteOutcome((), (), (), FailureKind.WRITER, error))
-            raise
+            try:
+                outcomes = await self.runtime.write_group([job.batch for job in jobs])
+            except Exception as exc:  # noqa: BLE001 - reported for every job, then re-raised
+                failure = exc
+                outcomes = [
+                    WriteOutcome((), (), (), FailureKind.WRITER, WriteCycleError(
+                        job.batch.session_id, job.batch.node_ids, repr(exc)))
+                    for job in jobs
+                ]
+            crash: WriterCrashed | None = None
+            for job, outcome in zip(jobs, outcomes, strict=True):
+                # Each report is shielded so it is never torn; a cancelled
+                # worker must not start the next one (its runtime is going).
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                await self.report(job, outcome)
+                unreported.remove(job)
+                self.done += 1
+                if outcome.failure in (FailureKind.WRITER, FailureKind.TIMEOUT) and crash is None:
+                    crash = WriterCrashed(job, outcome.failure)
+                    crash.__cause__ = outcome.error
         finally:
             self.current = ()
-        crash: WriterCrashed | None = None
-        for job, outcome in zip(jobs, outcomes, strict=True):
-            await self.report(job, outcome)
-            self.done += 1
-            if outcome.failure in (FailureKind.WRITER, FailureKind.TIMEOUT) and crash is None:
-                crash = WriterCrashed(job, outcome.failure)
-                crash.__cause__ = outcome.error
+            for job in unreported:
+                self.runtime.abandon_job(job)
+        if failure is not None:
+            raise failure
         if crash is not None:
             raise crash
 

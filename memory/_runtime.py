@@ -51,6 +51,7 @@ from memory._session_actor import (
     ClaimRecheck,
     Flush,
     Pending,
+    Reconsider,
     RetryDue,
     SessionLedger,
     WriteJob,
@@ -300,6 +301,23 @@ class MemoryRuntime:
         self.latencies["marker_merge"].append(seconds)
         if self.config.track_deliveries:
             self.marked.update((session, node_id) for node_id in node_ids)
+
+    def abandon_job(self, job: WriteJob) -> None:
+        """``job``'s outcome never reached its session: the session forgets it and plans again.
+
+        Synchronous (it runs while a worker is cancelled). A job the session
+        already finished, or replaced, is left alone.
+        """
+        session = job.batch.session_id
+        ledger = self.ledger(session)
+        if ledger.in_flight is None or ledger.in_flight.id != job.id:
+            return
+        ledger.in_flight = None
+        self._submitted_at.pop(job.id, None)
+        self.job_done(job)
+        self.emit("abandoned", session=session, job=job.id, nodes=len(job.batch.node_ids))
+        with contextlib.suppress(Exception):  # a runtime going down has no session to wake
+            self.session_ref(session).cast_nowait(Reconsider())
 
     def job_done(self, job: WriteJob) -> None:
         self._in_flight -= 1

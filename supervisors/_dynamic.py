@@ -140,10 +140,7 @@ class DynamicSupervisor(Actor, Generic[K]):
                 crash = exc
             finally:
                 tg.cancel_scope.cancel()
-                for key, cell in self.registry.items():
-                    if not cell.closed:
-                        cell.close(None)
-                    self.registry._forget(key, cell)
+                self.registry.close()
         if crash is not None:
             raise crash
 

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import Actor, ActorState, open_registry, snapshot
+from actors import Actor, ActorState, ActorStopped, open_registry, snapshot
 from actors._mailbox import Mailbox
 
 
@@ -172,3 +172,22 @@ async def test_passivate_on_request_only_when_idle() -> None:
         ref.passivate()
         await anyio.wait_all_tasks_blocked()
         assert "s1" not in registry and liveness.live["s1"] == 0
+
+
+@pytest.mark.virtual_time
+async def test_a_closed_registry_fails_its_callers_and_refuses_new_keys_at_once() -> None:
+    """An owner torn down by cancellation closes it; a late (shielded) caller must not wait.
+
+    A cell created after the close would start in a cancelled task group and
+    never run: a writer's shielded report to it hung a whole runtime's exit.
+    """
+    liveness = Liveness()
+    async with open_registry(session_factory(liveness)) as registry:
+        ref = registry.ref("a")
+        assert await ref.call("hello") == ("a", "hello", 1)
+        with anyio.fail_after(5):
+            registry.close()
+            with pytest.raises(ActorStopped):
+                await ref.call("late")
+            with pytest.raises(RuntimeError, match="shut down"):
+                registry.ref("b")

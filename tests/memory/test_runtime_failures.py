@@ -19,7 +19,7 @@ from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory._session_actor import BoundaryOutcome
 from memory._writer import Batch, TopicEdit, WorkspaceSnapshot, WriterOutput
 from store import SessionCore
-from supervisors import Backoff, GetChild
+from supervisors import Backoff, GetChild, RestartChild, TerminateChild
 from tests.memory.test_runtime import chain, config
 
 EPOCH = 1_800_000_000.0
@@ -149,3 +149,43 @@ async def test_the_idle_watchdog_writes_an_idle_session_once(tmp_path: Path) -> 
         await anyio.sleep(3 * 300)  # later polls see session-end.json and do nothing
         assert sum(rt.outcomes.values()) == jobs
         assert max(rt.deliveries.values()) == 1
+
+
+class HangsOnce:
+    """Hangs on its first batch (until cancelled), then writes like the extractive writer."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.started = anyio.Event()
+        self.healthy = ExtractiveWriter()
+
+    async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput:
+        self.calls += 1
+        if self.calls == 1:
+            self.started.set()
+            await anyio.sleep_forever()
+        return await self.healthy.write(batch, workspace)
+
+
+@pytest.mark.virtual_time(cushion=0.05)
+async def test_a_job_whose_worker_is_stopped_is_abandoned_and_written_again(
+        tmp_path: Path) -> None:
+    """Its session must not wait forever on a job nobody holds (the simulate hang)."""
+    writer = HangsOnce()
+    events: list[dict[str, Any]] = []
+    async with open_runtime(tmp_path, writer, config=virtual_config(
+            writer_workers=1, on_event=events.append)) as rt:
+        sid = await rt.sessions.create()
+        await chain(rt, sid, "ROOT", ["u1", "a1"])
+        assert rt.root is not None
+        pool = await rt.root.call(GetChild("writers"))
+        with anyio.fail_after(60):  # without the abandon, the boundary never ends
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(rt.flush, sid)
+                await writer.started.wait()
+                await pool.call(TerminateChild("writer-0"))  # cancels the worker mid-job
+                await pool.call(RestartChild("writer-0"))
+            await rt.drain()
+        assert await rt.pending(sid) == []
+        assert [e["job"] for e in events if e["event"] == "abandoned"] == [1]
+        assert writer.calls == 2
