@@ -69,8 +69,8 @@ from memory._topics import (
 from memory._writer import Batch, TopicEdit, WorkspaceSnapshot
 
 __all__ = [
-    "CONVERSATIONS", "EVIDENCE_LIMIT", "SHARD_BYTES", "SHARD_LIMIT", "ExtractiveWriter", "carries_a_fact", "extract_edits",
-    "subject_of", "useful_sentences",
+    "CONVERSATIONS", "EVIDENCE_LIMIT", "SHARD_BYTES", "SHARD_LIMIT", "ExtractiveWriter",
+    "carries_a_fact", "extract_edits", "subject_of", "useful_sentences",
 ]
 
 _SUBJECTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
@@ -329,7 +329,8 @@ class _FactIndex:
             return None  # a broken file is left to an operator, never rewritten
         paragraphs = topic.paragraphs
         keys = frozenset(_fact_key(paragraph.body) for paragraph in paragraphs)
-        fill = SHARD_LIMIT if len(text) >= SHARD_BYTES else len(paragraphs)
+        full = len(text.encode("utf-8")) >= SHARD_BYTES  # once per new text: cached below
+        fill = SHARD_LIMIT if full else len(paragraphs)
         self._files[path] = (text, keys, fill)
         return keys, fill
 

@@ -422,7 +422,7 @@ class MemoryRuntime:
         single batch) this is :meth:`write_cycle` per batch.
         """
         writer = self.writer
-        if len(batches) < 2 or not (self.groups_batches and isinstance(writer, GroupWriter)):
+        if len(batches) < 2 or not self.groups_batches or not isinstance(writer, GroupWriter):
             return [await self.write_cycle(batch) for batch in batches]
         steps = _WorkspaceSteps(self.workspace_ref)
         async with self._exclusive:

@@ -150,9 +150,9 @@ class FaultyWriter:
         """A batch the dice give a fault is left out: it runs alone and meets the fault there."""
         if not isinstance(self.inner, GroupWriter):
             raise TypeError(f"{type(self.inner).__name__} takes one batch at a time")
-        clean = [batch for batch in batches
-                 if self._fault(_batch_key(batch), self._attempts[_batch_key(batch)] + 1)
-                 is None]
+        keys = [_batch_key(batch) for batch in batches]
+        clean = [batch for batch, key in zip(batches, keys, strict=True)
+                 if self._fault(key, self._attempts[key] + 1) is None]
         return await self.inner.write_group(clean, workspace)
 
     def _fault(self, key: tuple[str, str], attempt: int) -> str | None:

@@ -226,8 +226,12 @@ class Transactions:
         nevertheless in memory (a re-delivery after a crash between install
         and mark, with a writer that merges repeated facts).
         """
+        return self.all_cited_each([sources])[0]
+
+    def all_cited_each(self, groups: Sequence[Sequence[str]]) -> list[bool]:
+        """:meth:`all_cited` for several groups of sources, reading the topics once."""
         cited = self.cited_keys()
-        return all(handle_key(source) in cited for source in sources)
+        return [all(handle_key(source) in cited for source in group) for group in groups]
 
     def cited_keys(self) -> frozenset[str]:
         """The ``<sid>#source-<16hex>`` keys cited by every topic file now."""

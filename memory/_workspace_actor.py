@@ -37,7 +37,6 @@ from memory._runtime_state import (
     write_runtime_state,
     write_session_end,
 )
-from memory._topic_ids import handle_key
 from memory._transaction import CommitResult, Transactions, workspace_lock
 from memory._workspace_id import load_or_create_workspace_id
 from memory._writer import Batch, TopicEdit
@@ -223,11 +222,11 @@ class WorkspaceActor(Actor):
         return [dict(entry) for entry in result.audit]
 
     def _covered(self, batches: Sequence[Batch]) -> list[bool]:
-        cited = self.transactions.cited_keys()
+        cited = self.transactions.all_cited_each(
+            [[r.source_id for r in batch.records if r.trusted] for batch in batches])
         return [
-            all(self.archives.archived(r.source_id) is not None for r in batch.records)
-            and all(handle_key(r.source_id) in cited for r in batch.records if r.trusted)
-            for batch in batches
+            ok and all(self.archives.archived(r.source_id) is not None for r in batch.records)
+            for batch, ok in zip(batches, cited, strict=True)
         ]
 
     def _lock(self) -> AbstractContextManager[None]:
