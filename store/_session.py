@@ -231,11 +231,6 @@ class SessionCore:
         """Message dicts root→tip of the branch ending at ``tip`` (default: head)."""
         return [node_to_message(n, self.session) for n in self.branch_nodes(tip)]
 
-    def messages_back(self, tip: str | None = None) -> Iterator[dict[str, Any]]:
-        """The branch's message dicts newest first, lazily (see ``visible_back_from``)."""
-        for node in self.nodes_back(tip):
-            yield node_to_message(node, self.session)
-
     def nodes_back(self, tip: str | None = None) -> Iterator[Node]:
         """The branch's visible nodes newest first, lazily (see ``visible_back_from``)."""
         self._refresh()
