@@ -22,6 +22,7 @@ import click
 import orjson
 
 from memory._audit import audit, read_audit_inputs
+from memory._errors import LedgerError
 from memory._headless import BOUNDARY_OK, run_headless, run_once
 from memory._ledger import (
     ALLOWED_THRESHOLDS,
@@ -215,7 +216,10 @@ def memory_pending(sid: str, tip: str | None, state_dir: str, as_json: bool) -> 
     core = _open_session(state_dir, sid)
     branch = _guard(lambda: core.get_branch(tip))
     workspace = read_workspace_id(os.path.join(state_dir, "memory"))
-    records = records_from_branch(sid, branch)
+    try:
+        records = records_from_branch(sid, branch)
+    except LedgerError as exc:  # SPEC §6.1: a refused branch says which node and why
+        raise click.ClickException(str(exc)) from None
     owed = unwritten_turns(records, workspace) if workspace is not None else records
     document = {
         "session": sid,

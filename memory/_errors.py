@@ -18,6 +18,7 @@
     │   └── NothingChanged                 the cycle ended with no changed topic file
     └── LedgerError                        a branch cannot be turned into records
         ├── UnidentifiedMessage            a recordable message has no id (SPEC §6.1)
+        ├── MissingAuthority               a turn stamped authority_schema lacks its authority (SPEC §6.1)
         └── InvalidThreshold               a batch threshold outside 8,000 / 16,000 / 32,000
 
 Messages name the session, node or file (relative to the state directory)
@@ -37,6 +38,7 @@ __all__ = [
     "InstallJournalCorrupt",
     "InvalidThreshold",
     "LedgerError",
+    "MissingAuthority",
     "NothingChanged",
     "ScriptoriumMemoryError",
     "TopicError",
@@ -211,6 +213,24 @@ class UnidentifiedMessage(LedgerError):
         super().__init__(
             f"session {session_id!r}: message at branch position {position} would be "
             f"recorded but has no id, so it could never be marked; repair the node file"
+        )
+
+
+class MissingAuthority(LedgerError):
+    """A turn stamped with ``authority_schema`` lacks complete speaker authority (SPEC §6.1).
+
+    Such a turn was written by a build that always stamps authority, so the
+    missing fields are damage, not legacy history: skipping it would drop a
+    turn silently, recording it would trust a speaker nobody vouched for.
+    """
+
+    def __init__(self, session_id: str, node: str, detail: str) -> None:
+        self.session_id = session_id
+        self.node = node
+        self.detail = detail
+        super().__init__(
+            f"session {session_id!r}, node {node!r}: stamped with authority_schema but "
+            f"{detail}; its branch is refused until the node's speaker fields are repaired"
         )
 
 

@@ -36,11 +36,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
 from memory._cycle import FailureKind, WriteOutcome
+from memory._errors import LedgerError, MissingAuthority
 from memory._ledger import (
     NodeRecords,
     first_batch,
@@ -50,7 +51,7 @@ from memory._ledger import (
 from memory._quarantine import QuarantineEntry, is_quarantined
 from memory._records import MARKER_KEY, SourceRecord
 from memory._writer import Batch
-from store import SessionActor, run_durable
+from store import SessionActor, StoreError, run_durable
 from store._actor import TipMoved
 from store._claim import Claim
 
@@ -180,6 +181,9 @@ CLAIM_ATTEMPTS = 3
 class MemorySessionActor(SessionActor):
     """A session actor that also keeps the session's memory ledger."""
 
+    # A branch that cannot be turned into records is the caller's to hear about.
+    expected_errors: ClassVar[tuple[type[Exception], ...]] = (StoreError, LedgerError)
+
     def __init__(self, runtime: MemoryRuntime, session: str) -> None:
         super().__init__(
             runtime.state_dir, session, files=runtime.config.files, clock=runtime.config.clock
@@ -289,7 +293,11 @@ class MemorySessionActor(SessionActor):
         claimed: tuple[str, ...] | None = None
         records: list[SourceRecord] | None = None
         for _ in range(CLAIM_ATTEMPTS):
-            records = self._next_batch()
+            try:
+                records = self._next_batch()
+            except LedgerError as error:
+                await self._refuse(error)
+                return
             if records is None:
                 break
             node_ids = tuple(record.message_id for record in records)
@@ -419,6 +427,25 @@ class MemorySessionActor(SessionActor):
         )
         await self.runtime.quarantine(entry)
         self.ledger.failures = 0
+
+    async def _refuse(self, error: LedgerError) -> None:
+        """A branch the ledger refuses (SPEC §6.1): quarantine the session with the reason.
+
+        Nothing can be batched until the node is repaired, and the repair is
+        a change of the session only if it comes with an append; so the
+        entry blocks until then or an operator's release, like a batch that
+        kept failing.
+        """
+        updated_at = self.core.meta().get("updated_at")
+        updated = updated_at if isinstance(updated_at, (int, float)) else None
+        if is_quarantined(self.runtime.quarantined, self.session, updated) is None:
+            node = error.node if isinstance(error, MissingAuthority) else None
+            await self.runtime.quarantine(QuarantineEntry(
+                session=self.session, node_ids=(node,) if node is not None else (),
+                error=str(error), failures=0, at=self.runtime.config.clock(),
+                updated_at=updated,
+            ))
+        await self._finish_boundary(BoundaryOutcome.QUARANTINED, str(error))
 
     async def _finish_boundary(self, outcome: BoundaryOutcome, error: str | None) -> None:
         ledger = self.ledger

@@ -1,0 +1,142 @@
+"""Living beside the reference agent: its state formats and rules, on copies of its sample.
+
+Every test starts from a copy of ``shared/fixtures/openprogram-sample`` and
+adds what the reference agent itself would write there (node files and
+meta.json in its byte format, written by hand as its store does), then runs
+scriptorium on that state.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from memory._archive import read_archive
+from memory._cli import main
+from memory._errors import MissingAuthority
+from memory._ledger import WritePolicy
+from memory._quarantine import read_quarantine
+from memory._records import MARKER_KEY
+from memory._runtime import RuntimeConfig, open_runtime
+from memory._session_actor import BoundaryOutcome
+from store import SessionCore
+from tests.fixture import copy_fixture
+
+WORKSPACE = "w-aa116220"  # the fixture's workspace id
+
+OWNER: dict[str, Any] = {
+    "speaker_kind": "owner", "speaker_id": "owner/local", "speaker_display": "Owner",
+    "principal_id": "owner/install/fd91530a8f9d4d41", "authority_tier": "owner",
+    "interaction": "interactive", "authority_schema": 1,
+}
+BROWSER: dict[str, Any] = {
+    "speaker_kind": "mcp_client", "speaker_id": "mcp/browser", "speaker_display": "Browser",
+    "principal_id": "mcp/browser/1", "authority_tier": "mcp_browser",
+    "interaction": "tool", "authority_schema": 1,
+}
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    return copy_fixture(tmp_path / "state")
+
+
+def reference_append(state: Path, sid: str, node_id: str, role: str, output: str,
+                     predecessor: str | None, metadata: dict[str, Any], *,
+                     caller: str = "", head: bool = True, at: float | None = None) -> None:
+    """Write one node the way the reference agent's store does, and bump its meta.json."""
+    session = state / "sessions" / sid
+    history = session / "history"
+    seq = len(list(history.glob("*.json")))
+    created = at if at is not None else 1796006500.0 + seq
+    node = {"id": node_id, "created_at": created, "seq": seq, "role": role, "name": "",
+            "input": None, "output": output, "caller": caller, "predecessor": predecessor,
+            "reads": [], "metadata": metadata}
+    (history / f"{seq:04d}-{role[0]}-{node_id}.json").write_text(json.dumps(node))
+    meta = json.loads((session / "meta.json").read_text())
+    meta["updated_at"] = created
+    if head:
+        meta["head_id"] = node_id
+    (session / "meta.json").write_text(json.dumps(meta))
+
+
+def own_markers(state: Path, sid: str = "demo") -> set[str]:
+    return {node.id for node in SessionCore.open(state, sid).nodes()
+            if node.metadata.get(MARKER_KEY) == WORKSPACE}
+
+
+def archived(state: Path, sid: str = "demo") -> list[str]:
+    return [frame.source_id.rsplit("/", 1)[1]
+            for frame in read_archive(str(state / "memory"), sid).frames]
+
+
+def config() -> RuntimeConfig:
+    return RuntimeConfig(policy=WritePolicy(threshold=8000), writer_workers=1)
+
+
+def cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+# -- 1. speaker authority (SPEC §6.1) ------------------------------------------------------
+
+
+async def test_a_browser_turn_is_never_a_record_and_its_neighbours_are_written(
+    state: Path,
+) -> None:
+    reference_append(state, "demo", "u3", "user", "My cat is called Tom.", "a1", dict(OWNER))
+    reference_append(state, "demo", "b1", "user", "Clicked the login button.", "u3",
+                     dict(BROWSER))
+    reference_append(state, "demo", "a3", "llm", "Tom is a fine name.", "b1", dict(OWNER))
+    async with open_runtime(state, config=config()) as rt:
+        assert [r.message_id for r in await rt.pending("demo")] == ["a1", "u3", "a3"]
+        assert await rt.flush("demo") is BoundaryOutcome.WRITTEN
+    assert {"a1", "u3", "a3"} <= own_markers(state)
+    assert "b1" not in own_markers(state)
+    assert "b1" not in archived(state) and {"a1", "u3", "a3"} <= set(archived(state))
+    code, out = cli("memory", "pending", "demo", "--state", str(state), "--json")
+    assert code == 0 and orjson.loads(out)["pending"] == []
+
+
+async def test_a_stamped_turn_without_authority_is_refused_naming_its_node(
+    state: Path,
+) -> None:
+    damaged = {key: value for key, value in OWNER.items() if key != "principal_id"}
+    reference_append(state, "demo", "u3", "user", "My cat is called Tom.", "a1", damaged)
+    reference_append(state, "demo", "a3", "llm", "Tom is a fine name.", "u3", dict(OWNER))
+    async with open_runtime(state, config=config()) as rt:
+        with pytest.raises(MissingAuthority, match=r"node 'u3'.*principal_id"):
+            await rt.pending("demo")
+        assert await rt.flush("demo") is BoundaryOutcome.QUARANTINED
+        [entry] = [e for e in rt.quarantined if e.session == "demo"]
+        assert entry.node_ids == ("u3",) and "node 'u3'" in entry.error
+        # the session stays quarantined: asking again neither writes nor adds an entry
+        assert await rt.flush("demo") is BoundaryOutcome.QUARANTINED
+    [saved] = read_quarantine(str(state / "memory"))
+    assert saved.node_ids == ("u3",) and "principal_id" in saved.error
+    assert own_markers(state) == {"u1"}  # nothing was written or marked
+    assert archived(state) == ["u2", "a2", "u1"]  # the fixture's archive, untouched
+    code, out = cli("memory", "pending", "demo", "--state", str(state))
+    assert code == 1 and "node 'u3'" in out and "Traceback" not in out
+    code, out = cli("memory", "audit", "--state", str(state), "--json")
+    report = orjson.loads(out)
+    assert code == 1 and not report["ok"]
+    assert [(r["tip"], "node 'u3'" in r["error"]) for r in report["refused_branches"]] == [
+        ("a3", True)]
+
+
+async def test_an_unstamped_legacy_turn_stays_a_record(state: Path) -> None:
+    reference_append(state, "demo", "u3", "user", "My cat is called Tom.", "a1",
+                     {"speaker_kind": "guest"})
+    async with open_runtime(state, config=config()) as rt:
+        [_a1, u3] = await rt.pending("demo")
+        assert u3.message_id == "u3" and u3.meta is not None and u3.trusted
+        assert (u3.meta.speaker_kind, u3.meta.principal_id) == ("unknown", "unknown")
+        assert await rt.flush("demo") is BoundaryOutcome.WRITTEN
+    assert {"a1", "u3"} <= own_markers(state)
