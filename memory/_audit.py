@@ -262,7 +262,7 @@ def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
     root = os.path.join(memory_dir, "sources", PROVIDER)
     odd: list[str] = []
     v2 = archive_files(os.path.join(root, "_v2"), odd)
-    old = archive_files(root, odd)
+    old = archive_files(root, odd, canonical=False)
     problems.extend(
         f"memory/{os.path.relpath(path, memory_dir)}: not a quoted session id; ignored"
         for path in odd
@@ -271,6 +271,6 @@ def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
     legacy = {
         sid: header
         for sid in sorted(old)
-        if (header := read_legacy_first_header(memory_dir, sid)) is not None
+        if (header := read_legacy_first_header(memory_dir, sid, old[sid])) is not None
     }
     return AuditInputs(workspace_id, sessions, archives, legacy, read_topics(memory_dir), problems)

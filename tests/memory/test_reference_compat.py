@@ -140,3 +140,66 @@ async def test_an_unstamped_legacy_turn_stays_a_record(state: Path) -> None:
         assert (u3.meta.speaker_kind, u3.meta.principal_id) == ("unknown", "unknown")
         assert await rt.flush("demo") is BoundaryOutcome.WRITTEN
     assert {"a1", "u3"} <= own_markers(state)
+
+
+# -- 2. the legacy archive header (SPEC §5) -------------------------------------------------
+
+
+def reference_session(state: Path, sid: str, turns: list[tuple[str, str, str]]) -> None:
+    """A new session in the reference's format: a chain of (id, role, text) owner turns."""
+    session = state / "sessions" / sid
+    (session / "history").mkdir(parents=True)
+    (session / "meta.json").write_text(json.dumps({
+        "id": sid, "agent_id": "main", "title": sid, "source": "",
+        "created_at": 1796006000.0, "updated_at": 1796006000.0, "project_id": "default",
+        "head_id": None}))
+    previous = "ROOT"
+    for node_id, role, text in turns:
+        reference_append(state, sid, node_id, role, text, previous, dict(OWNER))
+        previous = node_id
+
+
+def legacy_record(sid: str, node: str, text: str, *, intermediate: bool) -> str:
+    from memory._records import source_anchor, source_id
+
+    source = source_id(sid, node)
+    lines = [f'<a id="{source_anchor(source)}"></a>', f"<!-- source-id:{source} -->"]
+    if intermediate:
+        lines += ["<!-- speaker-id:owner%2Flocal -->", "<!-- record-lines:1 -->"]
+    return "\n".join([*lines, f"[2025-08-12T12:00:02+00:00] Owner (owner/local): {text}", ""]) + "\n"
+
+
+def with_cursors(state: Path, cursors: dict[str, Any]) -> None:
+    path = state / "memory" / ".scriptorium" / "runtime.json"
+    document = json.loads(path.read_text())
+    document["cursors"] = cursors
+    path.write_text(json.dumps(document))
+
+
+async def test_legacy_archives_of_the_intermediate_form_and_decoded_stems_migrate(
+    state: Path,
+) -> None:
+    turns = [("m1", "user", "I live in Oslo."), ("m2", "llm", "Noted: Oslo."),
+             ("m3", "user", "And I cycle."), ("m4", "llm", "Good.")]
+    legacy = state / "memory" / "sources" / "openprogram"
+    # intermediate writer: speaker-id and record-lines lines between header and record
+    reference_session(state, "chat 1", turns)
+    (legacy / "chat%201.md").write_text(
+        "# chat 1\n\n" + legacy_record("chat 1", "m1", "I live in Oslo.", intermediate=True)
+        + legacy_record("chat 1", "m2", "Noted: Oslo.", intermediate=True))
+    # a stem the reference encoded another way than scriptorium's quoting would
+    reference_session(state, "a+b", turns)
+    (legacy / "a+b.md").write_text(
+        "# a+b\n\n" + legacy_record("a+b", "m1", "I live in Oslo.", intermediate=False))
+    with_cursors(state, {"chat 1": {"message_id": "m2", "ordinal": 2},
+                         "a+b": {"message_id": "m1", "ordinal": 1}})
+    async with open_runtime(state, config=config()) as rt:
+        report = rt.migration
+        assert report is not None and report.cursors_removed
+        assert report.marked["chat 1"] == ("m1",)  # only the first header is believed
+        assert report.marked["a+b"] == ("m1",)
+        assert [r.message_id for r in await rt.pending("chat 1")] == ["m2", "m3", "m4"]
+    assert own_markers(state, "chat 1") == {"m1"} and own_markers(state, "a+b") == {"m1"}
+    code, out = cli("memory", "audit", "--state", str(state), "--json")
+    report_json = orjson.loads(out)
+    assert code == 0 and report_json["ok"] and report_json["warnings"] == []
