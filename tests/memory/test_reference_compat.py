@@ -203,3 +203,26 @@ async def test_legacy_archives_of_the_intermediate_form_and_decoded_stems_migrat
     code, out = cli("memory", "audit", "--state", str(state), "--json")
     report_json = orjson.loads(out)
     assert code == 0 and report_json["ok"] and report_json["warnings"] == []
+
+
+# -- 3. the trunk tip (SPEC §4) --------------------------------------------------------------
+
+
+def test_an_attach_row_at_the_end_of_the_trunk_is_listed_with_its_own_times(
+    state: Path,
+) -> None:
+    # The trunk u1 -> a1 -> u2 -> a2 (first children) now ends on an attach row.
+    reference_append(state, "demo", "at1", "llm", "attached sub-agent result", "a2",
+                     {"function": "attach", "source": "agent_spawn"}, head=False,
+                     at=1796006420.5)
+    meta_path = state / "sessions" / "demo" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["branches"]["at1"] = {"name": "sub", "created_at": 1.0, "updated_at": 2.0}
+    meta_path.write_text(json.dumps(meta))
+    code, out = cli("session", "branches", "demo", "--state", str(state), "--json")
+    assert code == 0
+    rows = {row["head_msg_id"]: row for row in orjson.loads(out)}
+    assert set(rows) == {"at1", "sp1", "a2b", "a2"}
+    assert rows["at1"] == {"head_msg_id": "at1", "name": "sub", "created_at": 1796006420.5,
+                           "updated_at": 1796006420.5, "archived": False}
+    assert next(iter(rows)) == "at1"  # sorted by the node's time, the newest
