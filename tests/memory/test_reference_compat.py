@@ -9,9 +9,12 @@ scriptorium on that state.
 from __future__ import annotations
 
 import json
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import orjson
 import pytest
 from click.testing import CliRunner
@@ -226,3 +229,76 @@ def test_an_attach_row_at_the_end_of_the_trunk_is_listed_with_its_own_times(
     assert rows["at1"] == {"head_msg_id": "at1", "name": "sub", "created_at": 1796006420.5,
                            "updated_at": 1796006420.5, "archived": False}
     assert next(iter(rows)) == "at1"  # sorted by the node's time, the newest
+
+
+# -- 4. our files out of the agent's git history --------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+OUR_NAMES = (".lock", ".claim", ".journal", ".scriptorium-tmp")
+# The crash: a real process appends a turn and is killed with SIGKILL at the
+# rename of the node file's temp copy, leaving the journal record and the temp file.
+CRASHING_APPEND = """
+import os, signal, sys
+from store import DurableFiles, SessionCore
+
+class KilledAtRename(DurableFiles):
+    def _step(self, step, path):
+        if step == "rename":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+core = SessionCore.open(sys.argv[1], "demo", files=KilledAtRename())
+core.append({"id": "u9", "role": "user", "content": "The crash came after this.",
+             "predecessor": "a3", **OWNER})
+""".replace("OWNER", repr(OWNER))
+
+
+async def agent_commit(directory: Path, message: str) -> None:
+    """What the reference agent does after every turn: ``git add -A`` and commit."""
+    identity = ["-c", "user.name=agent", "-c", "user.email=agent@example.invalid"]
+    await anyio.run_process(["git", "add", "-A"], cwd=directory)
+    await anyio.run_process(["git", *identity, "commit", "-q", "--allow-empty", "-m", message],
+                            cwd=directory)
+
+
+async def git_out(directory: Path, *args: str) -> str:
+    done = await anyio.run_process(["git", *args], cwd=directory)
+    return done.stdout.decode()
+
+
+def ours(listing: str) -> list[str]:
+    return [line for line in listing.splitlines() if any(n in line for n in OUR_NAMES)]
+
+
+@pytest.mark.parametrize("repository_at", ["session", "sessions"])
+async def test_a_session_directory_in_git_stays_clean_of_our_files(
+    state: Path, repository_at: str,
+) -> None:
+    session = state / "sessions" / "demo"
+    work_tree = session if repository_at == "session" else session.parent
+    await anyio.run_process(["git", "init", "-q"], cwd=work_tree)
+    await agent_commit(work_tree, "start")
+    async with open_runtime(state, config=config()) as rt:
+        await rt.sessions.append("demo", {"id": "u3", "role": "user", "predecessor": "a1",
+                                          "content": "My cat is called Tom.", **OWNER})
+        await agent_commit(work_tree, "turn u3")
+        await rt.sessions.append("demo", {"id": "a3", "role": "assistant", "predecessor": "u3",
+                                          "content": "Tom is a fine name.", **OWNER})
+        assert await rt.flush("demo") is BoundaryOutcome.WRITTEN  # append, claim, mark
+        await agent_commit(work_tree, "turn a3")
+        assert ours(await git_out(work_tree, "status", "--porcelain", "--ignored=no")) == []
+    crashed = await anyio.run_process(
+        [sys.executable, "-c", CRASHING_APPEND, str(state)], cwd=REPO, check=False)
+    assert crashed.returncode == -signal.SIGKILL
+    leftovers = [p.name for p in session.rglob("*") if p.name.endswith(".scriptorium-tmp")]
+    assert leftovers and (session / ".journal").stat().st_size > 0  # the crash left them
+    await agent_commit(work_tree, "after the crash")
+    async with open_runtime(state, config=config()) as rt:  # recovery replays the journal
+        assert "u9" in {m["id"] for m in await rt.sessions.get_branch("demo")}
+        assert await rt.flush("demo") is BoundaryOutcome.WRITTEN
+    await agent_commit(work_tree, "after recovery")
+    assert ours(await git_out(work_tree, "status", "--porcelain")) == []
+    history = await git_out(work_tree, "log", "--all", "--name-only", "--format=")
+    assert ours(history) == []
+    tracked = await git_out(work_tree, "ls-files")
+    assert "meta.json" in tracked and "u9.json" in tracked  # the agent's own files are committed
+    assert {"u3", "a3", "u9"} <= own_markers(state)
