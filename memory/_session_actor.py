@@ -22,8 +22,9 @@ Rules it keeps:
   ``max_failures`` the batch is quarantined until the session changes or an
   operator releases it.
 - **The session boundary** (SPEC §6.6): the head branch first and
-  completely, then other tips only at the threshold; a job that changes
-  nothing ends the pass with ``no progress`` instead of looping.
+  completely, then other tips and merged heads only at the threshold; a
+  job that changes nothing ends the pass with ``no progress`` instead of
+  looping.
 
 The per-session ledger state (:class:`SessionLedger`) is kept by the
 runtime, not by the incarnation: a passivated or restarted actor finds its
@@ -333,15 +334,34 @@ class MemorySessionActor(SessionActor):
             owed = self.owed(head)
             if owed:
                 return first_batch(owed, config.policy.threshold)
-        # ...then every other live tip, only if it owes a whole batch.
-        for row in self.core.list_branches():
-            tip = row["head_msg_id"]
+        # ...then every other live tip, only if it owes a whole batch; and so
+        # the merged heads (a sub-agent's branch attached back), never tips.
+        tips = [row["head_msg_id"] for row in self.core.list_branches()]
+        for tip in [*tips, *self._merged_heads()]:
             if tip == head:
                 continue
             owed = self.owed(tip)
             if should_write_at_boundary(owed, head=False, policy=config.policy):
                 return first_batch(owed, config.policy.threshold)
         return None
+
+    def _merged_heads(self) -> list[str]:
+        """Meta ``merged_heads`` that are nodes of this session (docs/decisions.md).
+
+        The reference agent drops them from the tips and never writes their
+        turns, so a spawned sub-agent's work would never reach memory.
+        """
+        merged = self.core.meta().get("merged_heads")
+        if not isinstance(merged, list):
+            return []
+        found: list[str] = []
+        for tip in dict.fromkeys(t for t in merged if isinstance(t, str)):
+            try:
+                self.core.node(tip)
+            except StoreError:
+                continue  # a merged head that is gone (or no safe id) owes nothing
+            found.append(tip)
+        return found
 
     async def _claim(self, node_ids: tuple[str, ...]) -> bool:
         runtime = self.runtime

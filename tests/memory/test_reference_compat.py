@@ -302,3 +302,54 @@ async def test_a_session_directory_in_git_stays_clean_of_our_files(
     tracked = await git_out(work_tree, "ls-files")
     assert "meta.json" in tracked and "u9.json" in tracked  # the agent's own files are committed
     assert {"u3", "a3", "u9"} <= own_markers(state)
+
+
+# -- 5. a merged spawn branch reaches memory at the session boundary ----------------------
+
+# ~1,000 tokens of text the extractive writer logs without a fact: 9 turns pass 8,000.
+FILLER = " ".join(["lorem ipsum dolor sit amet"] * 160)
+
+
+def spawn_and_merge(state: Path, turns: int) -> list[str]:
+    """The reference's sub-agent: turns after spawn root sp1, attached back to a1, merged."""
+    previous, ids = "sp1", []
+    for index in range(turns):
+        node_id = f"sub{index}"
+        role = "llm" if index % 2 == 0 else "user"
+        reference_append(state, "demo", node_id, role,
+                         f"Sub-agent step {index} found the invoice. {FILLER}", previous,
+                         {"source": "agent_spawn"}, head=False)
+        previous, ids = node_id, [*ids, node_id]
+    reference_append(state, "demo", "attach1", "llm", "The sub-agent is done.", "a1",
+                     {"function": "attach", "source": "agent_spawn"}, head=False)
+    meta_path = state / "sessions" / "demo" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["merged_heads"] = [previous, "gone-node"]
+    meta_path.write_text(json.dumps(meta))
+    return ids
+
+
+async def test_a_merged_spawn_branch_is_written_at_the_boundary_and_never_listed(
+    state: Path,
+) -> None:
+    sub = spawn_and_merge(state, 10)
+    code, out = cli("session", "branches", "demo", "--state", str(state), "--json")
+    assert code == 0 and sub[-1] not in {row["head_msg_id"] for row in orjson.loads(out)}
+    async with open_runtime(state, config=config()) as rt:
+        assert await rt.flush("demo") is BoundaryOutcome.WRITTEN
+        assert sub[-1] not in {row["head_msg_id"] for row in await rt.sessions.list_branches(
+            "demo")}
+        rest = await rt.pending("demo", tip=sub[-1])
+    # written batch by batch while it owes a whole batch, as other non-head tips
+    assert sum(r.tokens for r in rest) < 8000 and [r.message_id for r in rest] == sub[-len(rest):]
+    written = ["sp1", *sub[: len(sub) - len(rest)]]
+    assert len(written) >= 8 and set(written) <= own_markers(state)
+    assert set(written) <= set(archived(state))
+    assert not {r.message_id for r in rest} & own_markers(state)
+
+
+async def test_a_short_merged_branch_follows_the_rule_of_other_tips(state: Path) -> None:
+    sub = spawn_and_merge(state, 2)  # far below the threshold: a non-head tip is not written
+    async with open_runtime(state, config=config()) as rt:
+        assert await rt.flush("demo") is BoundaryOutcome.WRITTEN
+        assert [r.message_id for r in await rt.pending("demo", tip=sub[-1])] == ["sp1", *sub]
