@@ -23,6 +23,7 @@ from typing import Any
 from memory._archive import normalize_label
 from memory._errors import InvalidThreshold, MissingAuthority, UnidentifiedMessage
 from memory._records import MARKER_KEY, SourceMeta, SourceRecord
+from memory._settings import warn_threshold
 from memory._tokens import TokenCounter, estimate_tokens
 from store import Node, node_to_message
 
@@ -333,8 +334,11 @@ class WritePolicy:
     idle_after: float = DEFAULT_IDLE_AFTER
 
     def __post_init__(self) -> None:
-        if self.threshold not in ALLOWED_THRESHOLDS:
+        threshold: object = self.threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
             raise InvalidThreshold(self.threshold, ALLOWED_THRESHOLDS)
+        # Outside 8,000 / 16,000 / 32,000: allowed, but the reference agent refuses it.
+        warn_threshold(self.threshold, stacklevel=3)
         if not self.idle_after > 0:
             raise ValueError(
                 f"idle_after must be a positive number of seconds, not {self.idle_after}"

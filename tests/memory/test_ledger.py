@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from memory._ledger import (
     unwritten_turns,
 )
 from memory._records import MARKER_KEY, SourceMeta, SourceRecord
+from memory._settings import ReferenceThresholdWarning
 from store import SessionCore
 from tests.memory._fixture import message
 
@@ -216,12 +218,16 @@ def test_policy_defaults_and_allowed_thresholds() -> None:
     policy = WritePolicy()
     assert (policy.threshold, policy.idle_after) == (DEFAULT_THRESHOLD, DEFAULT_IDLE_AFTER)
     assert (DEFAULT_THRESHOLD, DEFAULT_IDLE_AFTER) == (16_000, 3600.0)
-    for allowed in (8_000, 16_000, 32_000):
-        WritePolicy(threshold=allowed)
-    with pytest.raises(
-        InvalidThreshold, match="12000 is not allowed; use one of 8000, 16000, 32000"
-    ):
-        WritePolicy(threshold=12_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for allowed in (8_000, 16_000, 32_000):
+            WritePolicy(threshold=allowed)  # the reference agent's: no warning
+    # another threshold is allowed, with a warning that the reference would refuse it
+    with pytest.warns(ReferenceThresholdWarning, match="12000 is not one of 8000, 16000, 32000"):
+        assert WritePolicy(threshold=12_000).threshold == 12_000
+    for bad in (0, -5, True):
+        with pytest.raises(InvalidThreshold, match="not a positive integer"):
+            WritePolicy(threshold=bad)
     with pytest.raises(ValueError):
         WritePolicy(idle_after=0)
 

@@ -9,8 +9,11 @@ scriptorium on that state.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +23,17 @@ import pytest
 from click.testing import CliRunner
 
 from memory._archive import read_archive
-from memory._cli import main
-from memory._errors import MissingAuthority
+from memory._cli import _config, main
+from memory._errors import MissingAuthority, SettingsError
 from memory._ledger import WritePolicy
 from memory._quarantine import read_quarantine
 from memory._records import MARKER_KEY
 from memory._runtime import RuntimeConfig, open_runtime
-from memory._session_actor import BoundaryOutcome
+from memory._session_actor import BoundaryOutcome, Reconsider
+from memory._settings import ReferenceThresholdWarning, Timings, apply_timings, read_settings
 from store import SessionCore
 from tests.fixture import copy_fixture
+from tests.memory.test_runtime_failures import virtual_wall_clock
 
 WORKSPACE = "w-aa116220"  # the fixture's workspace id
 
@@ -353,3 +358,133 @@ async def test_a_short_merged_branch_follows_the_rule_of_other_tips(state: Path)
     async with open_runtime(state, config=config()) as rt:
         assert await rt.flush("demo") is BoundaryOutcome.WRITTEN
         assert [r.message_id for r in await rt.pending("demo", tip=sub[-1])] == ["sp1", *sub]
+
+
+# -- 6. every timing the agent's rules use is configurable -----------------------------------
+
+
+def write_settings(state: Path, text: str) -> None:
+    (state / "scriptorium.toml").write_text(text)
+
+
+def test_the_settings_file_is_strict_and_names_itself(state: Path) -> None:
+    assert read_settings(state) == Timings()
+    write_settings(state, "threshold = 12000\nidle_after = 5\nsession_idle = 1.5\n")
+    assert read_settings(state) == Timings(threshold=12000, idle_after=5.0, session_idle=1.5)
+    for text, reason in [("idle_afer = 5", r"unknown key\(s\) idle_afer"),
+                         ("threshold = 0", "positive integer"),
+                         ("threshold = true", "positive integer"),
+                         ("watchdog_poll = -1", "watchdog_poll must be a positive number"),
+                         ("threshold = ", "not valid TOML")]:
+        write_settings(state, text)
+        with pytest.raises(SettingsError, match=reason) as caught:
+            read_settings(state)
+        assert str(caught.value).startswith(str(state / "scriptorium.toml"))
+
+
+async def started(state: Path, seen: list[RuntimeConfig]) -> None:
+    async with open_runtime(state) as rt:
+        seen.append(rt.config)
+
+
+async def test_open_runtime_takes_the_files_timings_and_warns_for_an_odd_threshold(
+    state: Path,
+) -> None:
+    write_settings(state, "threshold = 12000\nidle_after = 60\nsession_idle = 120\n"
+                          "watchdog_poll = 7.5\n")
+    seen: list[RuntimeConfig] = []
+    with pytest.warns(ReferenceThresholdWarning, match="12000 .*reference agent would not"):
+        await started(state, seen)
+    [config] = seen
+    assert (config.policy.threshold, config.policy.idle_after) == (12000, 60.0)
+    assert (config.session_idle, config.watchdog_poll) == (120.0, 7.5)
+    given = RuntimeConfig()  # an explicit embedded config is used as it is
+    async with open_runtime(state, config=given) as rt:
+        assert rt.config is given
+
+
+@pytest.mark.virtual_time(cushion=0.05)
+async def test_the_files_timings_drive_the_watchdog_and_the_trigger(state: Path) -> None:
+    write_settings(state, "idle_after = 60\nsession_idle = 5000\nwatchdog_poll = 30\n")
+    base = RuntimeConfig(clock=virtual_wall_clock, call_timeout=None, writer_workers=1)
+    async with open_runtime(state, config=apply_timings(base, read_settings(state))) as rt:
+        # the fixture's session stopped long ago: the first poll (30 s, not 300) finds it
+        await anyio.sleep(29)
+        assert "a1" not in own_markers(state)
+        await anyio.sleep(2)
+        with anyio.fail_after(20):
+            while "a1" not in own_markers(state):
+                await anyio.sleep(1)
+        # the incremental trigger's idle time: 60 s, not an hour
+        sid = await rt.sessions.create()
+        await rt.sessions.append(sid, {"id": "u1", "role": "user", "content": "I am Ann.",
+                                       **OWNER})
+        await anyio.sleep(59)
+        await rt.session_ref(sid).call(Reconsider())
+        await rt.drain()
+        assert own_markers(state, sid) == set()
+        await anyio.sleep(2)
+        await rt.session_ref(sid).call(Reconsider())
+        await rt.drain()
+        assert own_markers(state, sid) == {"u1"}
+
+
+def test_flags_win_over_the_file_and_odd_thresholds_warn_in_one_line(state: Path) -> None:
+    write_settings(state, "threshold = 32000\nsession_idle = 99\n")
+    config = _config(str(state), 1, {"threshold": 12000, "watchdog_poll": 4.0})
+    assert (config.policy.threshold, config.session_idle, config.watchdog_poll) == (
+        12000, 99.0, 4.0)
+    result = CliRunner().invoke(main, ["memory", "write", "demo", "--force", "--state",
+                                       str(state), "--threshold", "12000", "--idle-after", "1",
+                                       "--session-idle", "1", "--watchdog-poll", "1"])
+    assert result.exit_code == 0, result.output
+    [warning] = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert warning.startswith("scriptorium: warning: token threshold 12000")
+    assert "a1" in own_markers(state)
+    code, out = cli("run", "--once", "--state", str(state), "--session-idle", "0")
+    assert code == 1 and "--session-idle: session_idle must be a positive number" in out
+    write_settings(state, "idle_after = 'soon'\n")
+    code, out = cli("memory", "write", "--state", str(state))
+    assert code == 1 and "scriptorium.toml: idle_after must be" in out
+    assert "Traceback" not in out
+
+
+def test_run_writes_during_a_short_test_with_short_timings(state: Path) -> None:
+    """A new user's try: ``scriptorium run`` with short timings writes within seconds."""
+    reference_append(state, "demo", "u3", "user", "My cat is called Tom.", "a1", dict(OWNER))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from memory._cli import main; main()", "run", "--state", str(state), "--idle-after", "1",
+         "--session-idle", "1", "--watchdog-poll", "0.2", "--scan-interval", "0.2"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not {"a1", "u3"} <= own_markers(state):
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < deadline, "scriptorium run wrote nothing within 30 s"
+            time.sleep(0.1)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+
+
+def test_simulate_takes_the_timing_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    import memory._simulate_cli as simulate_cli
+
+    seen: list[Any] = []
+    real = simulate_cli.run_simulation
+
+    async def recording(config: Any) -> Any:
+        seen.append(config)
+        return await real(config)
+
+    monkeypatch.setattr(simulate_cli, "run_simulation", recording)
+    result = CliRunner().invoke(main, [
+        "simulate", "--sessions", "2", "--turns", "4", "--json", "--threshold", "12000",
+        "--idle-after", "0.5", "--session-idle", "1.5", "--watchdog-poll", "0.25"])
+    assert result.exit_code == 0, result.output
+    [config] = seen
+    assert (config.threshold, config.idle_after, config.session_idle, config.watchdog_poll) == (
+        12000, 0.5, 1.5, 0.25)
+    assert result.stderr.count("scriptorium: warning: token threshold 12000") == 1
+    assert "ReferenceThresholdWarning" not in result.stderr
