@@ -290,6 +290,7 @@ async def test_a_session_directory_in_git_stays_clean_of_our_files(
                                           "content": "Tom is a fine name.", **OWNER})
         assert await rt.flush("demo") is BoundaryOutcome.WRITTEN  # append, claim, mark
         await agent_commit(work_tree, "turn a3")
+        assert all((session / name).exists() for name in (".lock", ".claim", ".journal"))
         assert ours(await git_out(work_tree, "status", "--porcelain", "--ignored=no")) == []
     crashed = await anyio.run_process(
         [sys.executable, "-c", CRASHING_APPEND, str(state)], cwd=REPO, check=False)
