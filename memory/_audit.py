@@ -18,6 +18,9 @@ misattribute memory:
 * **non-prefix branches**: a branch whose own markers are not a contiguous
   prefix of its records. The walk back stops at the newest marker, so every
   unmarked record before it is stranded: never owed again, never written.
+* **refused branches**: a branch the ledger cannot turn into records (a
+  turn stamped ``authority_schema`` without complete authority, a record
+  without an id, SPEC §6.1): nothing of it is written until it is repaired.
 
 Everything here is a pure function of the facts (:func:`audit`); reading the
 facts from a state directory is one blocking function
@@ -110,13 +113,16 @@ def topic_citations(topics: Mapping[str, str]) -> tuple[list[Citation], list[dic
     return citations, unreadable
 
 
-def _non_prefix(workspace_id: str, facts: SessionFacts) -> list[dict[str, Any]]:
+def _non_prefix(
+    workspace_id: str, facts: SessionFacts, refused: list[dict[str, str]]
+) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     for tip in sorted(facts.branches):
         try:
             records = records_from_branch(facts.session_id, facts.branches[tip])
-        except LedgerError:
-            continue  # reported by the ledger itself; nothing can be marked there
+        except LedgerError as error:  # refused: nothing can be marked there
+            refused.append({"session": facts.session_id, "tip": tip, "error": str(error)})
+            continue
         flags = [r.marker == workspace_id for r in records]
         if True not in flags:
             continue
@@ -144,6 +150,7 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
     }
     marked_missing: list[dict[str, str]] = []
     non_prefix: list[dict[str, Any]] = []
+    refused: list[dict[str, str]] = []
     marked_total = 0
     for facts in inputs.sessions:
         sid = facts.session_id
@@ -157,7 +164,7 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
             source = source_id(sid, node)
             if source not in known and (header is None or header.source_id != source):
                 marked_missing.append({"session": sid, "node": node})
-        non_prefix.extend(_non_prefix(wid, facts))
+        non_prefix.extend(_non_prefix(wid, facts, refused))
 
     # sid -> anchor -> trusted
     anchors: dict[str, dict[str, bool]] = {
@@ -193,7 +200,7 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
                 "reason": reason,
             }
         )
-    ok = not (marked_missing or unresolved or non_prefix or unreadable)
+    ok = not (marked_missing or unresolved or non_prefix or unreadable or refused)
     return {
         "ok": ok,
         "workspace_id": wid,
@@ -204,6 +211,7 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
         "unresolved_citations": unresolved,
         "unreadable_topics": unreadable,
         "non_prefix_branches": non_prefix,
+        "refused_branches": refused,
         "warnings": list(inputs.problems),
     }
 
@@ -254,7 +262,7 @@ def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
     root = os.path.join(memory_dir, "sources", PROVIDER)
     odd: list[str] = []
     v2 = archive_files(os.path.join(root, "_v2"), odd)
-    old = archive_files(root, odd)
+    old = archive_files(root, odd, canonical=False)
     problems.extend(
         f"memory/{os.path.relpath(path, memory_dir)}: not a quoted session id; ignored"
         for path in odd
@@ -263,6 +271,6 @@ def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
     legacy = {
         sid: header
         for sid in sorted(old)
-        if (header := read_legacy_first_header(memory_dir, sid)) is not None
+        if (header := read_legacy_first_header(memory_dir, sid, old[sid])) is not None
     }
     return AuditInputs(workspace_id, sessions, archives, legacy, read_topics(memory_dir), problems)

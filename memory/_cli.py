@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -22,10 +23,10 @@ import click
 import orjson
 
 from memory._audit import audit, read_audit_inputs
+from memory._errors import LedgerError, SettingsError
 from memory._headless import BOUNDARY_OK, run_headless, run_once
 from memory._ledger import (
     ALLOWED_THRESHOLDS,
-    WritePolicy,
     owed_tokens,
     records_from_branch,
     unwritten_turns,
@@ -34,6 +35,14 @@ from memory._records import MARKER_KEY
 from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory._session_actor import Reconsider
 from memory._session_view import render_session_tree
+from memory._settings import (
+    ReferenceThresholdWarning,
+    Timings,
+    apply_timings,
+    check_seconds,
+    check_threshold,
+    read_settings,
+)
 from memory._simulate_cli import simulate
 from memory._workspace_id import read_workspace_id
 from store import SessionCore, StoreError, list_sessions
@@ -77,8 +86,9 @@ def runtime_options(command: F) -> F:
         show_default=True, help="The async backend to run on.",
     )(command)
     command = click.option(
-        "--threshold", type=click.Choice([str(t) for t in ALLOWED_THRESHOLDS]), default="16000",
-        show_default=True, help="Owed tokens that trigger a write (SPEC §6.3).",
+        "--threshold", type=int, default=None,
+        help="Owed tokens that trigger a write (SPEC §6.3; default: scriptorium.toml's, or "
+             f"16000). The reference agent accepts only {', '.join(map(str, ALLOWED_THRESHOLDS))}.",
     )(command)
     command = click.option(
         "--workers", type=click.IntRange(1, 64), default=4, show_default=True,
@@ -87,9 +97,36 @@ def runtime_options(command: F) -> F:
     return command
 
 
-def _config(threshold: str, workers: int, **extra: Any) -> RuntimeConfig:
-    return RuntimeConfig(policy=WritePolicy(threshold=int(threshold)), writer_workers=workers,
-                         **extra)
+def timing_options(command: F) -> F:
+    """The agent's timing rules (SPEC §6.3, §6.6), over ``<state>/scriptorium.toml``'s."""
+    for flag, what in reversed((
+        ("--idle-after", "Idle seconds after which owed turns are written (default 3600)."),
+        ("--session-idle", "Idle seconds after which a session's boundary runs (default 1800)."),
+        ("--watchdog-poll", "Seconds between the idle watchdog's polls (default 300)."),
+    )):
+        command = click.option(flag, type=float, default=None, help=what)(command)
+    return command
+
+
+def _config(state_dir: str, workers: int, flags: dict[str, Any], **extra: Any) -> RuntimeConfig:
+    """Defaults, then ``<state>/scriptorium.toml``, then the flags; one line per problem."""
+    try:
+        given = Timings(
+            threshold=(None if flags.get("threshold") is None
+                       else check_threshold(flags["threshold"], "--threshold")),
+            **{name: None if flags.get(name) is None
+               else check_seconds(flags[name], f"--{name.replace('_', '-')}", name)
+               for name in ("idle_after", "session_idle", "watchdog_poll")},
+        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ReferenceThresholdWarning)
+            config = apply_timings(RuntimeConfig(writer_workers=workers, **extra),
+                                   given.over(read_settings(state_dir)))
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+    for warning in caught:
+        click.echo(f"scriptorium: warning: {warning.message}", err=True)
+    return config
 
 
 def _with_runtime(
@@ -215,7 +252,10 @@ def memory_pending(sid: str, tip: str | None, state_dir: str, as_json: bool) -> 
     core = _open_session(state_dir, sid)
     branch = _guard(lambda: core.get_branch(tip))
     workspace = read_workspace_id(os.path.join(state_dir, "memory"))
-    records = records_from_branch(sid, branch)
+    try:
+        records = records_from_branch(sid, branch)
+    except LedgerError as exc:  # SPEC §6.1: a refused branch says which node and why
+        raise click.ClickException(str(exc)) from None
     owed = unwritten_turns(records, workspace) if workspace is not None else records
     document = {
         "session": sid,
@@ -248,9 +288,10 @@ def _short(text: str, width: int = 60) -> str:
 @click.argument("sid", required=False)
 @click.option("--force", is_flag=True, help="Run the session boundary (SPEC §6.6), not the trigger.")
 @runtime_options
+@timing_options
 @state_options
-def memory_write(sid: str | None, force: bool, threshold: str, workers: int, backend: str,
-                 state_dir: str, as_json: bool) -> None:
+def memory_write(sid: str | None, force: bool, threshold: int | None, workers: int, backend: str,
+                 state_dir: str, as_json: bool, **timings: float | None) -> None:
     """Run the write cycle now, for SID or every session."""
 
     async def body(rt: MemoryRuntime) -> dict[str, str]:
@@ -265,7 +306,8 @@ def memory_write(sid: str | None, force: bool, threshold: str, workers: int, bac
         await rt.drain()
         return {session: "triggered" for session in sessions}
 
-    outcomes = _with_runtime(state_dir, _config(threshold, workers), backend, body)
+    config = _config(state_dir, workers, {"threshold": threshold, **timings})
+    outcomes = _with_runtime(state_dir, config, backend, body)
     if as_json:
         emit_json({"sessions": outcomes})
     else:
@@ -301,9 +343,11 @@ def memory_release(sid: str | None, state_dir: str, as_json: bool) -> None:
 @click.option("--drain-timeout", type=float, default=30.0, show_default=True,
               help="On SIGINT/SIGTERM, how long in-flight jobs may take to finish.")
 @runtime_options
+@timing_options
 @state_options
-def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float, threshold: str,
-        workers: int, backend: str, state_dir: str, as_json: bool) -> None:
+def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
+        threshold: int | None, workers: int, backend: str, state_dir: str, as_json: bool,
+        **timings: float | None) -> None:
     """Run the memory runtime headless until SIGINT/SIGTERM (or, with --once, until done)."""
 
     def log(event: dict[str, Any]) -> None:
@@ -315,7 +359,7 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float, 
             sys.stderr.write(f"scriptorium: {event['event']} {details}\n")
         sys.stderr.flush()
 
-    config = _config(threshold, workers, on_event=log)
+    config = _config(state_dir, workers, {"threshold": threshold, **timings}, on_event=log)
     if once:
         outcomes = _with_runtime(state_dir, config, backend, run_once)
         if as_json:
@@ -356,7 +400,7 @@ class _ProgressBar:
 @memory.command("migrate")
 @runtime_options
 @state_options
-def memory_migrate(threshold: str, workers: int, backend: str, state_dir: str,
+def memory_migrate(threshold: int | None, workers: int, backend: str, state_dir: str,
                    as_json: bool) -> None:
     """Turn runtime.json's legacy position cursors into markers (SPEC §6.7).
 
@@ -376,7 +420,8 @@ def memory_migrate(threshold: str, workers: int, backend: str, state_dir: str,
             click.echo(f"scriptorium: {line}", err=True)
         return report.as_json()
 
-    document = _with_runtime(state_dir, _config(threshold, workers), backend, body)
+    config = _config(state_dir, workers, {"threshold": threshold})
+    document = _with_runtime(state_dir, config, backend, body)
     if as_json:
         emit_json(document)
     else:
@@ -388,7 +433,7 @@ def memory_migrate(threshold: str, workers: int, backend: str, state_dir: str,
 @memory.command("backfill")
 @runtime_options
 @state_options
-def memory_backfill(threshold: str, workers: int, backend: str, state_dir: str,
+def memory_backfill(threshold: int | None, workers: int, backend: str, state_dir: str,
                     as_json: bool) -> None:
     """Write every trusted archived source that no topic cites yet (SPEC §6.8)."""
     progress = _ProgressBar("backfilling", not as_json and sys.stderr.isatty())
@@ -400,7 +445,8 @@ def memory_backfill(threshold: str, workers: int, backend: str, state_dir: str,
             click.echo(f"scriptorium: {line}", err=True)
         return report.as_json()
 
-    document = _with_runtime(state_dir, _config(threshold, workers), backend, body)
+    config = _config(state_dir, workers, {"threshold": threshold})
+    document = _with_runtime(state_dir, config, backend, body)
     if as_json:
         emit_json(document)
     else:

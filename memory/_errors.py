@@ -16,9 +16,11 @@
     │   ├── WriterTimedOut                 the writer ran past its timeout
     │   ├── CommitRejected                 the transaction refused the edits as a whole
     │   └── NothingChanged                 the cycle ended with no changed topic file
+    ├── SettingsError                      a timing or threshold that cannot be used (scriptorium.toml, flags)
     └── LedgerError                        a branch cannot be turned into records
         ├── UnidentifiedMessage            a recordable message has no id (SPEC §6.1)
-        └── InvalidThreshold               a batch threshold outside 8,000 / 16,000 / 32,000
+        ├── MissingAuthority               a turn stamped authority_schema lacks its authority (SPEC §6.1)
+        └── InvalidThreshold               a batch threshold that is no positive integer
 
 Messages name the session, node or file (relative to the state directory)
 and say what to do next.
@@ -37,8 +39,10 @@ __all__ = [
     "InstallJournalCorrupt",
     "InvalidThreshold",
     "LedgerError",
+    "MissingAuthority",
     "NothingChanged",
     "ScriptoriumMemoryError",
+    "SettingsError",
     "TopicError",
     "TransactionError",
     "UnframeableRecord",
@@ -195,6 +199,21 @@ class NothingChanged(WriteCycleError):
     """The cycle installed nothing: no ``ok`` commit named a topic file."""
 
 
+# -- settings ---------------------------------------------------------------------
+
+
+class SettingsError(ScriptoriumMemoryError, ValueError):
+    """A timing or threshold that cannot be used (a bad value, an unknown key).
+
+    ``where`` names the file (``<state>/scriptorium.toml``) or the flag.
+    """
+
+    def __init__(self, where: str, reason: str) -> None:
+        self.where = where
+        self.reason = reason
+        super().__init__(f"{where}: {reason}")
+
+
 # -- the ledger -------------------------------------------------------------------
 
 
@@ -214,12 +233,34 @@ class UnidentifiedMessage(LedgerError):
         )
 
 
-class InvalidThreshold(LedgerError, ValueError):
-    """A batch threshold other than the allowed 8,000 / 16,000 / 32,000 tokens (SPEC §6.3)."""
+class MissingAuthority(LedgerError):
+    """A turn stamped with ``authority_schema`` lacks complete speaker authority (SPEC §6.1).
 
-    def __init__(self, value: int, allowed: tuple[int, ...]) -> None:
+    Such a turn was written by a build that always stamps authority, so the
+    missing fields are damage, not legacy history: skipping it would drop a
+    turn silently, recording it would trust a speaker nobody vouched for.
+    """
+
+    def __init__(self, session_id: str, node: str, detail: str) -> None:
+        self.session_id = session_id
+        self.node = node
+        self.detail = detail
+        super().__init__(
+            f"session {session_id!r}, node {node!r}: stamped with authority_schema but "
+            f"{detail}; its branch is refused until the node's speaker fields are repaired"
+        )
+
+
+class InvalidThreshold(LedgerError, ValueError):
+    """A batch threshold that is no positive number of tokens (SPEC §6.3).
+
+    One outside the reference agent's 8,000 / 16,000 / 32,000 is allowed,
+    with a warning (:mod:`memory._settings`).
+    """
+
+    def __init__(self, value: object, allowed: tuple[int, ...]) -> None:
         self.value = value
         super().__init__(
-            f"token threshold {value} is not allowed; use one of "
-            + ", ".join(str(a) for a in allowed)
+            f"token threshold {value!r} is not a positive integer; the reference agent's "
+            "are " + ", ".join(str(a) for a in allowed)
         )

@@ -21,13 +21,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from memory._archive import normalize_label
-from memory._errors import InvalidThreshold, UnidentifiedMessage
+from memory._errors import InvalidThreshold, MissingAuthority, UnidentifiedMessage
 from memory._records import MARKER_KEY, SourceMeta, SourceRecord
+from memory._settings import warn_threshold
 from memory._tokens import TokenCounter, estimate_tokens
 from store import Node, node_to_message
 
 __all__ = [
     "ALLOWED_THRESHOLDS",
+    "APPENDING_TIERS",
+    "AUTHORITY_FIELDS",
+    "AUTHORITY_TIERS",
     "DEFAULT_IDLE_AFTER",
     "DEFAULT_THRESHOLD",
     "RUNTIME_SOURCES",
@@ -43,6 +47,7 @@ __all__ = [
     "should_write",
     "should_write_at_boundary",
     "source_meta",
+    "speaker_authority",
     "speaker_label",
     "unwritten_turns",
 ]
@@ -52,8 +57,13 @@ RUNTIME_SOURCES = frozenset({"job_followup", "merge_turn"})
 ALLOWED_THRESHOLDS = (8_000, 16_000, 32_000)
 DEFAULT_THRESHOLD = 16_000
 DEFAULT_IDLE_AFTER = 3600.0  # seconds
-# Authority tiers whose turns are trusted without an explicit trust_state.
-_TRUSTED_TIERS = frozenset({"owner", "paired"})
+# SPEC §6.1, the reference agent's speaker authority: the six fields, the
+# tiers, and the tiers holding the capability memory.source.append.
+AUTHORITY_FIELDS = ("speaker_kind", "speaker_id", "speaker_display", "principal_id",
+                    "authority_tier", "interaction")
+AUTHORITY_TIERS = frozenset({"owner", "paired", "mcp_browser"})
+APPENDING_TIERS = frozenset({"owner", "paired"})
+# Fields whose presence makes a legacy turn archive a source-meta.
 _META_FIELDS = ("authority_tier", "principal_id", "speaker_kind", "trust_state")
 
 
@@ -106,29 +116,52 @@ def _label(display: str | None, ident: str | None, role: object) -> str:
     return display or ident or str(role)
 
 
+def speaker_authority(message: Mapping[str, Any]) -> dict[str, str] | None:
+    """SPEC §6.1: the message's six authority fields, or None when it has no complete authority.
+
+    Complete means every field is a non-empty string and the tier is one of
+    ``owner``, ``paired``, ``mcp_browser``.
+    """
+    found: dict[str, str] = {}
+    for key in AUTHORITY_FIELDS:
+        value = message.get(key)
+        if not isinstance(value, str) or not value:
+            return None
+        found[key] = value
+    if found["authority_tier"] not in AUTHORITY_TIERS:
+        return None
+    return found
+
+
+def _missing_authority(message: Mapping[str, Any]) -> str:
+    missing = [key for key in AUTHORITY_FIELDS
+               if not isinstance(message.get(key), str) or not message.get(key)]
+    if missing:
+        return "has no " + ", ".join(missing)
+    return f"its authority_tier {message.get('authority_tier')!r} is not a known tier"
+
+
 def source_meta(message: Mapping[str, Any]) -> SourceMeta | None:
     """The trust metadata to archive, or None when the message carries none.
 
-    An explicit ``trust_state`` of ``trusted``/``pending`` wins; otherwise a
-    turn is trusted only when its ``authority_tier`` is ``owner`` or
-    ``paired``, and pending in every other case (pending sources are
-    archived but never cited).
+    SPEC §6.1: session records are always trusted. A message with complete
+    authority archives its tier, principal and kind; legacy history (no
+    complete authority, no ``authority_schema``) that carries any speaker
+    field archives kind and principal ``unknown`` and no tier. A message
+    with no such field at all gets no ``source-meta`` (it reads as trusted).
     """
+    authority = speaker_authority(message)
+    if authority is not None:
+        return SourceMeta(
+            authority_tier=authority["authority_tier"],
+            principal_id=authority["principal_id"],
+            speaker_kind=authority["speaker_kind"],
+            trust_state="trusted",
+        )
     if not any(key in message for key in _META_FIELDS):
         return None
-    tier = message.get("authority_tier")
-    tier = tier if isinstance(tier, str) else None
-    trust = message.get("trust_state")
-    if trust not in ("trusted", "pending"):
-        trust = "trusted" if tier in _TRUSTED_TIERS else "pending"
-    principal = message.get("principal_id")
-    kind = message.get("speaker_kind")
-    return SourceMeta(
-        authority_tier=tier,
-        principal_id=principal if isinstance(principal, str) and principal else "unknown",
-        speaker_kind=kind if isinstance(kind, str) and kind else "unknown",
-        trust_state=trust,
-    )
+    return SourceMeta(authority_tier=None, principal_id="unknown", speaker_kind="unknown",
+                      trust_state="trusted")
 
 
 def _timestamp(message: Mapping[str, Any]) -> float:
@@ -147,8 +180,11 @@ def records_from_branch(
     """SPEC §6.1: the branch's records, root to tip, with tokens counted.
 
     Kept: role ``user`` or ``assistant``, not a runtime turn, non-empty
-    text. Raises :class:`UnidentifiedMessage` for a kept message without an
-    id: it could never be marked, so it would be owed forever.
+    text, and a speaker whose tier may append to memory. Raises
+    :class:`UnidentifiedMessage` for a kept message without an id (it could
+    never be marked, so it would be owed forever) and
+    :class:`MissingAuthority` for a turn stamped ``authority_schema``
+    without complete authority.
     """
     records: list[SourceRecord] = []
     for position, message in enumerate(messages):
@@ -176,6 +212,12 @@ def record_of(
     if not text:
         return None
     message_id = message.get("id")
+    authority = speaker_authority(message)
+    if authority is not None and authority["authority_tier"] not in APPENDING_TIERS:
+        return None  # a speaker without memory.source.append: never a record
+    if authority is None and "authority_schema" in message:
+        node = message_id if isinstance(message_id, str) and message_id else f"#{position}"
+        raise MissingAuthority(session_id, node, _missing_authority(message))
     if not isinstance(message_id, str) or not message_id:
         raise UnidentifiedMessage(session_id, position)
     display = _text_field(message, "speaker_display")
@@ -292,8 +334,11 @@ class WritePolicy:
     idle_after: float = DEFAULT_IDLE_AFTER
 
     def __post_init__(self) -> None:
-        if self.threshold not in ALLOWED_THRESHOLDS:
+        threshold: object = self.threshold
+        if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
             raise InvalidThreshold(self.threshold, ALLOWED_THRESHOLDS)
+        # Outside 8,000 / 16,000 / 32,000: allowed, but the reference agent refuses it.
+        warn_threshold(self.threshold, stacklevel=3)
         if not self.idle_after > 0:
             raise ValueError(
                 f"idle_after must be a positive number of seconds, not {self.idle_after}"

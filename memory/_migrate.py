@@ -118,11 +118,15 @@ def session_candidates(
     return SessionCandidates(session_id, tuple(ids), tuple(problems))
 
 
-def archive_files(directory: str, odd: list[str]) -> dict[str, str]:
+def archive_files(directory: str, odd: list[str], *, canonical: bool = True) -> dict[str, str]:
     """``{session id: path}`` for every ``*.md`` file named as the archive names it.
 
     A file whose name is not the canonical quoting of a session id was not
-    written by the archive, so it is not believed (its path is added to ``odd``).
+    written by the archive, so it is not believed (its path is added to
+    ``odd``). With ``canonical=False`` (the legacy archive, SPEC §5, written
+    by the reference agent's own quoting) the session is the stem
+    percent-decoded, however it was encoded; a second file decoding to the
+    same session is odd.
     """
     try:
         names = sorted(os.listdir(directory))
@@ -134,7 +138,8 @@ def archive_files(directory: str, odd: list[str]) -> dict[str, str]:
         if not name.endswith(".md") or name.startswith(".") or not os.path.isfile(path):
             continue
         sid = unquote(name[:-3])
-        if not sid or "/" in sid or quote(sid, safe="-_.") + ".md" != name:
+        named = quote(sid, safe="-_.") + ".md" == name or not canonical
+        if not sid or "/" in sid or not named or sid in found:
             odd.append(path)
             continue
         found[sid] = path
@@ -156,7 +161,7 @@ def read_candidates(memory_dir: str) -> tuple[list[SessionCandidates], list[str]
     root = os.path.join(memory_dir, "sources", PROVIDER)
     odd: list[str] = []
     v2 = archive_files(os.path.join(root, "_v2"), odd)
-    legacy = archive_files(root, odd)
+    legacy = archive_files(root, odd, canonical=False)
     sessions = [
         session_candidates(sid, _read(v2.get(sid)), _read(legacy.get(sid)))
         for sid in sorted(v2.keys() | legacy.keys())

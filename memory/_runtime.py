@@ -57,6 +57,7 @@ from memory._session_actor import (
     WriteJob,
     session_factory,
 )
+from memory._settings import apply_timings, read_settings
 from memory._tokens import TokenCounter, default_counter
 from memory._topic_ids import handle_key
 from memory._watchdog import IdleWatchdog, PollNow, Touched
@@ -603,13 +604,17 @@ async def open_runtime(
 ) -> AsyncIterator[MemoryRuntime]:
     """Start the runtime on ``state_dir`` for the block's duration (SPEC §8).
 
-    ``writer=None`` uses the built-in extractive writer; ``rt.writer`` may be
+    ``config=None`` is the default config with the timings of
+    ``<state>/scriptorium.toml`` (:mod:`memory._settings`); a given config is
+    used as it is. ``writer=None`` uses the built-in extractive writer; ``rt.writer`` may be
     replaced while running (workers read it for each job). On exit, in-flight
     jobs are cancelled (use ``await rt.drain()`` first to finish them) and
     the tree stops in reverse start order.
     """
     state = os.fspath(state_dir)
-    runtime = MemoryRuntime(state, writer or ExtractiveWriter(), config or RuntimeConfig())
+    if config is None:  # the defaults, with <state>/scriptorium.toml's timings
+        config = apply_timings(RuntimeConfig(), read_settings(state))
+    runtime = MemoryRuntime(state, writer or ExtractiveWriter(), config)
     files = runtime.config.files
     await run_durable(files.make_dirs, os.path.join(state, "sessions"))
     try:

@@ -22,8 +22,9 @@ Rules it keeps:
   ``max_failures`` the batch is quarantined until the session changes or an
   operator releases it.
 - **The session boundary** (SPEC §6.6): the head branch first and
-  completely, then other tips only at the threshold; a job that changes
-  nothing ends the pass with ``no progress`` instead of looping.
+  completely, then other tips and merged heads only at the threshold; a
+  job that changes nothing ends the pass with ``no progress`` instead of
+  looping.
 
 The per-session ledger state (:class:`SessionLedger`) is kept by the
 runtime, not by the incarnation: a passivated or restarted actor finds its
@@ -36,11 +37,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
 from memory._cycle import FailureKind, WriteOutcome
+from memory._errors import LedgerError, MissingAuthority
 from memory._ledger import (
     NodeRecords,
     first_batch,
@@ -50,7 +52,7 @@ from memory._ledger import (
 from memory._quarantine import QuarantineEntry, is_quarantined
 from memory._records import MARKER_KEY, SourceRecord
 from memory._writer import Batch
-from store import SessionActor, run_durable
+from store import SessionActor, StoreError, run_durable
 from store._actor import TipMoved
 from store._claim import Claim
 
@@ -180,6 +182,9 @@ CLAIM_ATTEMPTS = 3
 class MemorySessionActor(SessionActor):
     """A session actor that also keeps the session's memory ledger."""
 
+    # A branch that cannot be turned into records is the caller's to hear about.
+    expected_errors: ClassVar[tuple[type[Exception], ...]] = (StoreError, LedgerError)
+
     def __init__(self, runtime: MemoryRuntime, session: str) -> None:
         super().__init__(
             runtime.state_dir, session, files=runtime.config.files, clock=runtime.config.clock
@@ -289,7 +294,11 @@ class MemorySessionActor(SessionActor):
         claimed: tuple[str, ...] | None = None
         records: list[SourceRecord] | None = None
         for _ in range(CLAIM_ATTEMPTS):
-            records = self._next_batch()
+            try:
+                records = self._next_batch()
+            except LedgerError as error:
+                await self._refuse(error)
+                return
             if records is None:
                 break
             node_ids = tuple(record.message_id for record in records)
@@ -325,15 +334,34 @@ class MemorySessionActor(SessionActor):
             owed = self.owed(head)
             if owed:
                 return first_batch(owed, config.policy.threshold)
-        # ...then every other live tip, only if it owes a whole batch.
-        for row in self.core.list_branches():
-            tip = row["head_msg_id"]
+        # ...then every other live tip, only if it owes a whole batch; and so
+        # the merged heads (a sub-agent's branch attached back), never tips.
+        tips = [row["head_msg_id"] for row in self.core.list_branches()]
+        for tip in [*tips, *self._merged_heads()]:
             if tip == head:
                 continue
             owed = self.owed(tip)
             if should_write_at_boundary(owed, head=False, policy=config.policy):
                 return first_batch(owed, config.policy.threshold)
         return None
+
+    def _merged_heads(self) -> list[str]:
+        """Meta ``merged_heads`` that are nodes of this session (docs/decisions.md).
+
+        The reference agent drops them from the tips and never writes their
+        turns, so a spawned sub-agent's work would never reach memory.
+        """
+        merged = self.core.meta().get("merged_heads")
+        if not isinstance(merged, list):
+            return []
+        found: list[str] = []
+        for tip in dict.fromkeys(t for t in merged if isinstance(t, str)):
+            try:
+                self.core.node(tip)
+            except StoreError:
+                continue  # a merged head that is gone (or no safe id) owes nothing
+            found.append(tip)
+        return found
 
     async def _claim(self, node_ids: tuple[str, ...]) -> bool:
         runtime = self.runtime
@@ -419,6 +447,25 @@ class MemorySessionActor(SessionActor):
         )
         await self.runtime.quarantine(entry)
         self.ledger.failures = 0
+
+    async def _refuse(self, error: LedgerError) -> None:
+        """A branch the ledger refuses (SPEC §6.1): quarantine the session with the reason.
+
+        Nothing can be batched until the node is repaired, and the repair is
+        a change of the session only if it comes with an append; so the
+        entry blocks until then or an operator's release, like a batch that
+        kept failing.
+        """
+        updated_at = self.core.meta().get("updated_at")
+        updated = updated_at if isinstance(updated_at, (int, float)) else None
+        if is_quarantined(self.runtime.quarantined, self.session, updated) is None:
+            node = error.node if isinstance(error, MissingAuthority) else None
+            await self.runtime.quarantine(QuarantineEntry(
+                session=self.session, node_ids=(node,) if node is not None else (),
+                error=str(error), failures=0, at=self.runtime.config.clock(),
+                updated_at=updated,
+            ))
+        await self._finish_boundary(BoundaryOutcome.QUARANTINED, str(error))
 
     async def _finish_boundary(self, outcome: BoundaryOutcome, error: str | None) -> None:
         ledger = self.ledger

@@ -58,6 +58,7 @@ class SimulationConfig:
     threshold: int = 8000
     writer_workers: int = 4
     session_idle: float = 2.0
+    idle_after: float | None = None  # the incremental trigger's idle time; None: session_idle
     watchdog_poll: float = 2.0
     writer_timeout: float = 2.0
     outside_sessions: int = 8
@@ -124,7 +125,10 @@ class _Totals:
 def runtime_config(config: SimulationConfig, plan: FaultPlan) -> RuntimeConfig:
     """The runtime with the compressed clock: idle, polls and backoffs in (fractions of) seconds."""
     return RuntimeConfig(
-        policy=WritePolicy(threshold=config.threshold, idle_after=config.session_idle),
+        policy=WritePolicy(
+            threshold=config.threshold,
+            idle_after=config.idle_after if config.idle_after is not None else config.session_idle,
+        ),
         writer_workers=config.writer_workers,
         writer_timeout=config.writer_timeout,
         session_idle=config.session_idle,

@@ -20,12 +20,20 @@ import math
 import os
 import sys
 import tempfile
+import warnings
 from typing import Any
 
 import anyio
 import click
 import orjson
 
+from memory._errors import SettingsError
+from memory._settings import (
+    ReferenceThresholdWarning,
+    check_seconds,
+    check_threshold,
+    threshold_warning,
+)
 from memory._simulate import SimulationConfig, SimulationResult
 from memory._simulate import simulate as run_simulation
 from memory._simulate_faults import FAULTS, parse_faults
@@ -154,8 +162,17 @@ def _compare(config: SimulationConfig) -> tuple[object, str | None]:
 @click.option("--state", "state_dir", type=click.Path(file_okay=False, path_type=str),
               default=None, help="Keep the simulated state here (default: a temporary dir).")
 @click.option("--compare", is_flag=True, help="Also run the baselines on the same workload.")
+@click.option("--threshold", type=int, default=8000, show_default=True,
+              help="Owed tokens that trigger a write (the reference accepts 8000/16000/32000).")
+@click.option("--idle-after", type=float, default=None,
+              help="Idle seconds before owed turns are written (default: --session-idle).")
+@click.option("--session-idle", type=float, default=2.0, show_default=True,
+              help="Idle seconds before a session's boundary runs (compressed clock).")
+@click.option("--watchdog-poll", type=float, default=2.0, show_default=True,
+              help="Seconds between the idle watchdog's polls.")
 def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: str,
-                     as_json: bool, state_dir: str | None, compare: bool) -> None:
+             as_json: bool, state_dir: str | None, compare: bool, threshold: int,
+             idle_after: float | None, session_idle: float, watchdog_poll: float) -> None:
     """Run concurrent simulated agents with seeded faults, then check every invariant."""
     try:
         faults = parse_faults(faults_spec)
@@ -163,6 +180,16 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
         raise click.BadParameter(str(exc), param_hint="--faults") from None
     if sessions < 1 or turns < 1:
         raise click.BadParameter("--sessions and --turns must be at least 1")
+    try:
+        check_threshold(threshold, "--threshold")
+        for flag, value in (("--idle-after", idle_after), ("--session-idle", session_idle),
+                            ("--watchdog-poll", watchdog_poll)):
+            if value is not None:
+                check_seconds(value, flag, flag.lstrip("-").replace("-", "_"))
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+    if (warning := threshold_warning(threshold)) is not None:
+        click.echo(f"scriptorium: warning: {warning}", err=True)
     with tempfile.TemporaryDirectory(prefix="scriptorium-sim-") as temporary:
         state = state_dir or temporary
         if state_dir and os.path.isdir(os.path.join(state_dir, "sessions")) and os.listdir(
@@ -171,8 +198,12 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
                                    "give an empty or new directory")
         os.makedirs(state, mode=0o700, exist_ok=True)
         config = SimulationConfig(state_dir=state, sessions=sessions, turns=turns, seed=seed,
-                                  faults=faults, progress=_Status(sys.stderr.isatty()))
-        result = anyio.run(run_simulation, config, backend=backend)
+                                  faults=faults, progress=_Status(sys.stderr.isatty()),
+                                  threshold=threshold, idle_after=idle_after,
+                                  session_idle=session_idle, watchdog_poll=watchdog_poll)
+        with warnings.catch_warnings():  # said once above, in one line
+            warnings.simplefilter("ignore", ReferenceThresholdWarning)
+            result = anyio.run(run_simulation, config, backend=backend)
         document = result_document(result)
         compared_text = None
         if compare:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from actors import Actor, ActorError
 
@@ -149,7 +149,7 @@ class SessionActor(Actor):
     restarted incarnation rebuilds its index from disk in ``on_start``.
     """
 
-    expected_errors = (StoreError,)
+    expected_errors: ClassVar[tuple[type[Exception], ...]] = (StoreError,)
 
     def __init__(
         self,

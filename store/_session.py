@@ -73,6 +73,7 @@ from ._format import (
     encode_with_metadata,
     node_filename,
 )
+from ._git_exclude import keep_out_of_git
 from ._ids import validate_id, validate_name
 from ._index import HISTORY, META, Fingerprint, SessionIndex, load_index, read_capped
 from ._lock import SessionLock
@@ -159,6 +160,7 @@ class SessionCore:
         core._files.make_dirs(os.path.join(core.directory, HISTORY))
         now = clock()
         meta = {"id": sid, "title": title, "created_at": now, "updated_at": now, "head_id": None}
+        keep_out_of_git(core.directory, core.state_dir, core._files)  # before our first file
         with core._lock:
             if not core._files.create_exclusive(core._path(META), encode_meta(meta)):
                 raise SessionExistsError(sid)
@@ -179,6 +181,7 @@ class SessionCore:
         core = cls(state_dir, session, files=files, clock=clock, max_node_bytes=max_node_bytes)
         if not os.path.isfile(core._path(META)):
             raise SessionNotFoundError(core.session, core._rel)
+        keep_out_of_git(core.directory, core.state_dir, core._files)  # before our first file
         with core._lock:
             core._recover_locked()
         return core

@@ -141,9 +141,10 @@ def continues_conversation(index: SessionIndex, child: Node) -> bool:
 def trunk_tip(index: SessionIndex) -> str | None:
     """Follow first children from the earliest top-level conversation start.
 
-    "First child" is the first child (seq order) that continues the
-    conversation: following a tool call or an attach row would end the trunk
-    inside a function run, which is never a tip.
+    "First child" is the first registered child (seq order) of any kind,
+    attach rows, runtime rows and tool calls included, as the reference
+    agent walks it (SPEC §4): the trunk may end on a node that is no tip
+    candidate, and is listed all the same.
     Summaries are not trunk starts: a summary is spliced in *before* the
     range it covers, so starting there would end the trunk at the summary.
     """
@@ -159,8 +160,7 @@ def trunk_tip(index: SessionIndex) -> str | None:
     while True:
         following = next(
             (index.nodes[k] for k in index.children.get(node.id, ())
-             if k in index.nodes and k not in seen
-             and continues_conversation(index, index.nodes[k])),
+             if k in index.nodes and k not in seen),
             None,
         )
         if following is None:
@@ -169,16 +169,18 @@ def trunk_tip(index: SessionIndex) -> str | None:
         seen.add(node.id)
 
 
-def branch_row(node: Node, meta: dict[str, Any]) -> dict[str, Any]:
+def branch_row(node: Node, meta: dict[str, Any], *, node_times: bool = False) -> dict[str, Any]:
+    """One list_branches row; ``node_times``: the times are the node's, not meta ``branches``'."""
     branches = meta.get("branches")
     entry = branches.get(node.id) if isinstance(branches, dict) else None
     if not isinstance(entry, dict):
         entry = {}
+    times = {} if node_times else entry
     return {
         "head_msg_id": node.id,
         "name": entry.get("name", ""),
-        "created_at": entry.get("created_at", node.created_at),
-        "updated_at": entry.get("updated_at", node.created_at),
+        "created_at": times.get("created_at", node.created_at),
+        "updated_at": times.get("updated_at", node.created_at),
         "archived": bool(entry.get("archived", False)),
     }
 
@@ -196,10 +198,11 @@ def list_tips(index: SessionIndex, meta: dict[str, Any]) -> list[dict[str, Any]]
             continue
         tips.append(node.id)
     trunk = trunk_tip(index)
-    if trunk is not None and trunk not in tips:
+    trunk_only = trunk is not None and trunk not in tips
+    if trunk is not None and trunk_only:
         tips.append(trunk)
     rows = [
-        branch_row(index.nodes[t], meta) for t in tips
+        branch_row(index.nodes[t], meta, node_times=trunk_only and t == trunk) for t in tips
         if t not in dropped and not t.startswith("summary_")
     ]
     rows.sort(key=lambda row: _sort_key(row["updated_at"]), reverse=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory._errors import InvalidThreshold, UnidentifiedMessage
+from memory._errors import InvalidThreshold, MissingAuthority, UnidentifiedMessage
 from memory._ledger import (
     DEFAULT_IDLE_AFTER,
     DEFAULT_THRESHOLD,
@@ -25,10 +26,16 @@ from memory._ledger import (
     unwritten_turns,
 )
 from memory._records import MARKER_KEY, SourceMeta, SourceRecord
+from memory._settings import ReferenceThresholdWarning
 from store import SessionCore
 from tests.memory._fixture import message
 
 WS = "w-aa116220"
+# The six fields of SPEC §6.1, complete, for the owner tier.
+OWNER_AUTHORITY = {
+    "speaker_kind": "owner", "speaker_id": "owner/local", "speaker_display": "Owner",
+    "principal_id": "owner/install/x", "authority_tier": "owner", "interaction": "interactive",
+}
 
 
 def msg(mid: str | None, content: Any = "text", role: str = "user", **extra: Any) -> dict[str, Any]:
@@ -108,23 +115,38 @@ def test_speaker_label_rules() -> None:
 
 
 @pytest.mark.parametrize(
-    ("fields", "trust", "tier"),
+    ("fields", "kind", "tier"),
     [
-        ({"authority_tier": "owner"}, "trusted", "owner"),
-        ({"authority_tier": "paired"}, "trusted", "paired"),
-        ({"authority_tier": "guest"}, "pending", "guest"),
-        ({"speaker_kind": "guest"}, "pending", None),
-        ({"authority_tier": "owner", "trust_state": "pending"}, "pending", "owner"),
-        ({"speaker_kind": "guest", "trust_state": "trusted"}, "trusted", None),
-        ({"authority_tier": "owner", "trust_state": "bogus"}, "trusted", "owner"),
-        ({"authority_tier": 3}, "pending", None),
+        ({"authority_tier": "owner"}, "unknown", None),  # incomplete, unstamped: legacy
+        ({"authority_tier": "guest"}, "unknown", None),
+        ({"speaker_kind": "guest", "trust_state": "pending"}, "unknown", None),
+        ({**OWNER_AUTHORITY, "trust_state": "pending"}, "owner", "owner"),
+        ({**OWNER_AUTHORITY, "authority_tier": "paired"}, "owner", "paired"),
+        ({**OWNER_AUTHORITY, "authority_tier": "guest"}, "unknown", None),
     ],
 )
-def test_source_meta_rules(fields: dict[str, Any], trust: str, tier: str | None) -> None:
+def test_source_meta_rules(fields: dict[str, Any], kind: str, tier: str | None) -> None:
+    # SPEC §6.1: session records are always trusted, whatever a message claims.
     meta = source_meta(fields)
     assert meta is not None
-    assert (meta.trust_state, meta.authority_tier) == (trust, tier)
-    assert meta.principal_id == fields.get("principal_id", "unknown")
+    assert (meta.trust_state, meta.speaker_kind, meta.authority_tier) == ("trusted", kind, tier)
+    expected = fields["principal_id"] if tier is not None else "unknown"
+    assert meta.principal_id == expected
+
+
+def test_speaker_authority_decides_what_is_a_record() -> None:
+    owner = msg("u1", **OWNER_AUTHORITY, authority_schema=1)
+    browser = msg("b1", **{**OWNER_AUTHORITY, "authority_tier": "mcp_browser"},
+                  authority_schema=1)
+    legacy = msg("l1", speaker_id="ann/1")
+    assert ids(records_from_branch("s", [owner, browser, legacy])) == ["u1", "l1"]
+    for key in ("speaker_kind", "interaction", "principal_id"):
+        stamped = msg("x9", **{**OWNER_AUTHORITY, key: ""}, authority_schema=1)
+        with pytest.raises(MissingAuthority, match=rf"session 's', node 'x9'.*{key}"):
+            records_from_branch("s", [owner, stamped])
+    odd_tier = msg("x8", **{**OWNER_AUTHORITY, "authority_tier": "guest"}, authority_schema=1)
+    with pytest.raises(MissingAuthority, match=r"node 'x8'.*'guest'"):
+        records_from_branch("s", [odd_tier])
 
 
 # -- SPEC §6.2: what a branch owes --------------------------------------------------------
@@ -196,12 +218,16 @@ def test_policy_defaults_and_allowed_thresholds() -> None:
     policy = WritePolicy()
     assert (policy.threshold, policy.idle_after) == (DEFAULT_THRESHOLD, DEFAULT_IDLE_AFTER)
     assert (DEFAULT_THRESHOLD, DEFAULT_IDLE_AFTER) == (16_000, 3600.0)
-    for allowed in (8_000, 16_000, 32_000):
-        WritePolicy(threshold=allowed)
-    with pytest.raises(
-        InvalidThreshold, match="12000 is not allowed; use one of 8000, 16000, 32000"
-    ):
-        WritePolicy(threshold=12_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for allowed in (8_000, 16_000, 32_000):
+            WritePolicy(threshold=allowed)  # the reference agent's: no warning
+    # another threshold is allowed, with a warning that the reference would refuse it
+    with pytest.warns(ReferenceThresholdWarning, match="12000 is not one of 8000, 16000, 32000"):
+        assert WritePolicy(threshold=12_000).threshold == 12_000
+    for bad in (0, -5, True):
+        with pytest.raises(InvalidThreshold, match="not a positive integer"):
+            WritePolicy(threshold=bad)
     with pytest.raises(ValueError):
         WritePolicy(idle_after=0)
 

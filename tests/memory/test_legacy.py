@@ -53,8 +53,24 @@ def test_position_title_and_session_are_checked() -> None:
     assert parse_legacy_first_header("# s2\n\n" + good, "s2") is None  # another session's turn
     assert parse_legacy_first_header("# s1\n\n" + good, "s2") is None  # title of another file
     assert parse_legacy_first_header("", "s1") is None
-    no_line = "# s1\n\n" + good.split("[", 1)[0]
-    assert parse_legacy_first_header(no_line, "s1") is None
+    source_line_cut = "# s1\n\n" + good.split(" -->", 1)[0]
+    assert parse_legacy_first_header(source_line_cut, "s1") is None
+
+
+def test_only_the_anchor_and_source_id_lines_make_the_header() -> None:
+    # SPEC §5: what follows the two lines is not checked.
+    good = record("s1", "m1", "hello")
+    no_record_line = "# s1\n\n" + good.split("[", 1)[0]
+    header = parse_legacy_first_header(no_record_line, "s1")
+    assert header == LegacyHeader("openprogram/s1/m1", "m1", "", "")
+    head, record_line = good.split("[", 1)
+    intermediate = (
+        "# s1\n\n" + head + "<!-- speaker-id:owner%2Flocal -->\n<!-- record-lines:1 -->\n["
+        + record_line
+    )
+    assert parse_legacy_first_header(intermediate, "s1") == LegacyHeader(
+        "openprogram/s1/m1", "m1", "2025-08-12T12:00:02+00:00", "user"
+    )
 
 
 def test_read_from_the_workspace(tmp_path: Path) -> None:

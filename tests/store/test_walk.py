@@ -99,8 +99,27 @@ def test_function_runs_attach_rows_and_context_nodes_are_not_tips() -> None:
     )
     tips = [r["head_msg_id"] for r in list_tips(index, {})]
     # a1's children do not continue the conversation (code, attach, context,
-    # runtime), so a1 is a tip; rt is a candidate with no children.
-    assert sorted(tips) == ["a1", "rt"]
+    # runtime), so a1 is a tip; rt is a candidate with no children. l2 is no
+    # candidate, but the trunk's first children (c1, then l2) end there.
+    assert sorted(tips) == ["a1", "l2", "rt"]
+    assert trunk_tip(index) == "l2"
+
+
+def test_the_trunk_follows_attach_rows_and_lists_one_as_its_tip() -> None:
+    # The reference agent's merge of a sub-agent: an attach row registered as
+    # a1's first child, the conversation going on from a1 after it.
+    index = _index(
+        _n("u1", 0), _n("a1", 1, "llm", "u1"),
+        _n("at", 2, "llm", "a1", function="attach"),
+        _n("u2", 3, "user", "a1"), _n("a2", 4, "llm", "u2"),
+    )
+    meta = {"branches": {"at": {"name": "merge", "created_at": 50.0, "updated_at": 60.0}}}
+    assert trunk_tip(index) == "at"
+    rows = {r["head_msg_id"]: r for r in list_tips(index, meta)}
+    assert set(rows) == {"at", "a2"}
+    # the trunk tip's row takes its times from the node, not from meta branches
+    assert (rows["at"]["name"], rows["at"]["created_at"], rows["at"]["updated_at"]) == (
+        "merge", 2.0, 2.0)
 
 
 def test_display_root_nodes_are_dropped_and_end_nothing() -> None:
