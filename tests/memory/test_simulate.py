@@ -343,3 +343,27 @@ async def test_the_boundary_goes_on_while_a_round_had_a_failure(
     assert writer.asked >= 3
     assert result.invariants["head_branches_written"].passed, (
         result.invariants["head_branches_written"].problems)
+
+
+async def test_an_agent_resends_a_failed_append_as_it_was() -> None:
+    """Same id, same turn: the store returns the turn if the first send wrote it."""
+    from actors import PoisonMessage
+    from memory._simulate_agents import SIM_TURN, Acknowledged, Agent
+
+    sent: list[dict[str, Any]] = []
+
+    class Sessions:
+        async def append(self, session: str, message: dict[str, Any]) -> dict[str, Any]:
+            sent.append(dict(message))
+            if len(sent) == 1:
+                raise PoisonMessage(f"runtime/sessions[{session}]", message, 3)
+            return {**message, "session_id": session}
+
+    class Runtime:
+        sessions = Sessions()
+
+    agent = Agent(0, "s1", 4, 7, SMALL, Acknowledged())
+    node = await agent._append(Runtime(), "user", None)  # type: ignore[arg-type]
+    assert len(sent) == 2 and sent[0] == sent[1]
+    assert node == sent[0]["id"] == sent[0][SIM_TURN]
+    assert (agent.retried, agent.done_turns) == (1, 1)
