@@ -1,7 +1,8 @@
 """Scriptorium `actors` package: the actor kernel (see docs/architecture.md).
 
 Layout: `_errors` (the error tree), `_actor` (the base class and its hooks),
-`_mailbox` (lanes, envelopes, reply slots), `_cell` (the loop that outlives
+`_mailbox` (lanes, envelopes, reply slots), `_idempotent` (which
+messages a crash may redeliver), `_cell` (the loop that outlives
 incarnations; the runner interface supervisors use), `_ref` (the public
 handle), `_run` (`open_actor`), `_registry` (keyed actors), `_introspect`.
 """
@@ -19,6 +20,8 @@ from actors._errors import ActorStopped as ActorStopped
 from actors._errors import CallTimeout as CallTimeout
 from actors._errors import MailboxFull as MailboxFull
 from actors._errors import PoisonMessage as PoisonMessage
+from actors._idempotent import Idempotent as Idempotent
+from actors._idempotent import redeliverable as redeliverable
 from actors._introspect import ActorSnapshot as ActorSnapshot
 from actors._introspect import snapshot as snapshot
 from actors._mailbox import Backpressure as Backpressure
@@ -44,10 +47,12 @@ __all__ = [
     "CrashHook",
     "DeadLetter",
     "Exit",
+    "Idempotent",
     "MailboxFull",
     "PoisonMessage",
     "Registry",
     "open_actor",
     "open_registry",
+    "redeliverable",
     "snapshot",
 ]

@@ -8,7 +8,9 @@ the kernel's job (``_cell.py``).
 Errors follow "let it crash": an exception whose type is listed in
 ``expected_errors`` is the caller's problem (bad input) and is re-raised in
 the caller's task while the actor keeps running; any other ``Exception``
-crashes the incarnation, and the supervisor decides what happens next.
+crashes the incarnation, and the supervisor decides what happens next. The
+message that crashed it is delivered to the next incarnation only if it is
+``actors.Idempotent``; otherwise its caller gets ``ActorCrashed``.
 """
 
 from __future__ import annotations

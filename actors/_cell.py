@@ -4,16 +4,21 @@ Why a cell apart from the actor object? A crash destroys the actor's state,
 but not the messages waiting for it, nor the references other code holds.
 The cell owns both; each incarnation (one ``Actor`` instance made by the
 factory) only borrows them. So a reference stays valid across restarts and
-passivation, and no queued message is lost because an incarnation crashed.
+passivation, and no queued message is lost because an incarnation crashed
+(the one that crashed it is delivered again only if it declares itself
+idempotent).
 
 Contract with whoever runs a cell (``open_actor``, a supervisor, a registry):
 
 - ``await cell.run_incarnation()`` runs one incarnation: ``on_start``, the
   message loop, ``on_stop``. It returns ``Exit.STOPPED`` (a stop was asked)
   or ``Exit.PASSIVATED`` (idle, mailbox empty), or raises the incarnation's
-  crash. On a crash the message being handled stays at the head of the
-  mailbox with its crash count, the cell is ``RESTARTING``, and the runner
-  decides: run another incarnation, or ``close(crash)`` the cell for good.
+  crash. On a crash the cell is ``RESTARTING`` and the runner decides: run
+  another incarnation, or ``close(crash)`` the cell for good. The message
+  being handled stays at the head of the mailbox with its crash count only
+  if it is :class:`~actors._idempotent.Idempotent` (redelivered, up to
+  ``poison_threshold``); any other is taken out and its caller gets
+  ``ActorCrashed``, since its effect may already have happened.
 - Only ``Exception`` is caught; cancellation and other ``BaseException``
   always propagate.
 """
@@ -36,6 +41,7 @@ from actors._errors import (
     MailboxFull,
     PoisonMessage,
 )
+from actors._idempotent import redeliverable
 from actors._mailbox import Backpressure, Envelope, Inspect, Mailbox, Passivate, ReplySlot, Stop
 from actors._ref import ActorRef
 
@@ -77,7 +83,7 @@ class ActorStatistics:
     crashes: int
     dropped_expired: int  # calls skipped because their caller gave up before dequeue
     dropped_replies: int  # replies that arrived after their caller gave up
-    dead_letters: int
+    dead_letters: int  # set aside by a crash: poison, or not idempotent
 
 
 class ActorCell:
@@ -340,13 +346,18 @@ class ActorCell:
         if envelope is None:
             return  # crashed outside a message (on_start, on_stop, a runtime message)
         envelope.crashes += 1
-        if envelope.crashes < self.poison_threshold:
-            return  # stays at the head, redelivered to the next incarnation
+        error: Exception
+        if redeliverable(envelope.message):
+            if envelope.crashes < self.poison_threshold:
+                return  # stays at the head, redelivered to the next incarnation
+            error = PoisonMessage(self.name, envelope.message, envelope.crashes)
+        else:
+            # Its effect may have happened before the crash: never repeat it.
+            error = ActorCrashed(self.name, envelope.message, redeliverable=False)
         self.mailbox.pop_head()
         self.dead_letters += 1
         if envelope.slot is not None:
-            poison = PoisonMessage(self.name, envelope.message, envelope.crashes)
-            envelope.slot.fail(_with_cause(poison, exc))
+            envelope.slot.fail(_with_cause(error, exc))
         if self.dead_letter is not None:
             self.dead_letter(envelope.message, exc)
 

@@ -10,7 +10,8 @@ The tree::
 
     ActorError
     ├── ActorStopped        you sent to an actor that is stopped (cause: its crash, if any)
-    ├── ActorCrashed        it crashed on your message and will not retry it (cause: the crash)
+    ├── ActorCrashed        it crashed on your message and will not retry it (cause: the crash);
+    │                       the effect may or may not have happened
     ├── ActorRestarting     fail-fast send while it is between incarnations
     ├── MailboxFull         fail-fast send to a full mailbox
     ├── PoisonMessage       your message crashed it N times in a row (cause: the last crash)
@@ -41,15 +42,26 @@ class ActorStopped(ActorError):
 class ActorCrashed(ActorError):
     """The actor crashed while handling your message and will not retry it.
 
-    The actor's own exception is ``__cause__``.
+    Either the message is not :class:`~actors.Idempotent` (``redeliverable``
+    is False: delivering it again could repeat an effect that happened
+    before the crash), or the actor was not restarted. The message's effect
+    may or may not have happened. The actor's own exception is ``__cause__``.
     """
 
-    def __init__(self, name: str, message: object) -> None:
+    def __init__(self, name: str, message: object, *, redeliverable: bool = True) -> None:
         self.name = name
         self.message = message
+        self.redeliverable = redeliverable
+        if redeliverable:
+            detail = " and was not restarted to finish it"
+        else:
+            detail = (
+                "; the message is not idempotent (actors.Idempotent), so it was not delivered "
+                "again and may or may not have taken effect: check before resending it"
+            )
         super().__init__(
-            f"actor {name!r} crashed while handling {_short(message)} and was not restarted "
-            "to finish it; see __cause__ for the crash"
+            f"actor {name!r} crashed while handling {_short(message)}{detail}; see __cause__ "
+            "for the crash"
         )
 
 

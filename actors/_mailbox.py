@@ -2,8 +2,8 @@
 
 Why not an anyio memory stream? A stream hands a message over and forgets
 it; an actor's mailbox must keep the message being handled at its head, so
-that a crash can redeliver it to the next incarnation (Akka semantics: no
-queued message is lost because an incarnation crashed), and must let control
+that a crash can redeliver it to the next incarnation if it is idempotent
+(no queued message is lost because an incarnation crashed), and must let control
 messages (stop, passivate, inspect) overtake ordinary ones. Two deques and an
 event do both, with no allocation per message beyond the envelope and, for a
 call, its reply slot.

@@ -30,6 +30,12 @@ The per-session ledger state (:class:`SessionLedger`) is kept by the
 runtime, not by the incarnation: a passivated or restarted actor finds its
 job in flight, its failure streak and its pending boundary where it left
 them.
+
+Every message of this module is ``actors.Idempotent`` (delivered again
+after a crash): ``Pending`` reads; the others only re-evaluate the ledger
+(``_plan`` submits nothing while a job is in flight), and a ``JobFinished``
+merges markers (fixed values) while its job is still in flight, so a
+redelivery after the merge finds the job gone and only plans again.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
+from actors import Idempotent
 from memory._cycle import FailureKind, WriteOutcome
 from memory._errors import LedgerError, MissingAuthority
 from memory._ledger import (
@@ -79,19 +86,19 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class Pending:
+class Pending(Idempotent):
     """The owed records of the branch ending at ``tip`` (default: head), minus those in flight."""
 
     tip: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class Flush:
+class Flush(Idempotent):
     """Start a session boundary now; replies with a :class:`BoundaryResult` to await."""
 
 
 @dataclass(frozen=True, slots=True)
-class CheckIdle:
+class CheckIdle(Idempotent):
     """From the idle watchdog: run the boundary if idle for ``idle_after`` and not yet processed."""
 
     now: float
@@ -99,23 +106,23 @@ class CheckIdle:
 
 
 @dataclass(frozen=True, slots=True)
-class JobFinished:
+class JobFinished(Idempotent):
     job_id: int
     outcome: WriteOutcome
 
 
 @dataclass(frozen=True, slots=True)
-class RetryDue:
+class RetryDue(Idempotent):
     """The backoff after a failed job has elapsed."""
 
 
 @dataclass(frozen=True, slots=True)
-class Reconsider:
+class Reconsider(Idempotent):
     """Something outside changed (another process appended): evaluate the trigger again."""
 
 
 @dataclass(frozen=True, slots=True)
-class ClaimRecheck:
+class ClaimRecheck(Idempotent):
     """Another runtime held this session's claim a moment ago: plan again (not a failure)."""
 
 
@@ -396,7 +403,11 @@ class MemorySessionActor(SessionActor):
         ledger = self.ledger
         job = ledger.in_flight
         if job is None or job.id != job_id:
-            return  # a report for a job this session no longer waits for
+            # A report for a job this session no longer waits for, or this very
+            # report delivered again after a crash past its merge: plan again
+            # (idempotent), since the crash may have cut the planning short.
+            await self._plan()
+            return
         if outcome.failure is None:
             marks = {node_id: {MARKER_KEY: self.runtime.workspace_id} for node_id in outcome.marks}
             started = anyio.current_time()

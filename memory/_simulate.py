@@ -325,6 +325,8 @@ def _result(
         actions.update(agent.actions)
         actions["refused"] += agent.refused
         actions["errors"] += agent.errors
+        actions["crashed"] += agent.crashed
+        actions["retried"] += agent.retried
     appended = outside.get("appended")
     outside_turns = len(appended) if isinstance(appended, list) else 0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux

@@ -13,6 +13,16 @@ seed reproduces the same conversations. An agent survives a runtime crash:
 its progress lives here, and on the next incarnation it re-reads its head
 branch and carries on. Each acknowledged metadata key is reported to a
 :class:`Acknowledged` ledger that the oracle checks against the files.
+
+An agent also survives its session actor crashing under a call (the
+``actor-crash`` fault, before or after the call's effect). Every append
+carries the agent's own id, so the kernel delivers it again and a repeat
+returns the turn already there; if the call still fails, the agent sends
+the same message again (same id: never a second copy). A call that is not
+idempotent (a rewind, a spawn, a summary) fails with ``ActorCrashed`` and
+may or may not have happened: the agent re-reads its branch and goes on,
+never repeating it. Each turn carries :data:`SIM_TURN`, the identity the
+oracle's "no turn appended twice" counts.
 """
 
 from __future__ import annotations
@@ -25,13 +35,16 @@ from typing import Any
 
 import anyio
 
-from actors import ActorError
+from actors import ActorCrashed, ActorError
 from memory._runtime import MemoryRuntime
 from store import StoreError
 
-__all__ = ["SIM_KEY", "Acknowledged", "Agent", "Mix", "chatter", "sentence"]
+__all__ = ["SIM_KEY", "SIM_TURN", "Acknowledged", "Agent", "Mix", "chatter", "sentence"]
 
 SIM_KEY = "sim_agent"  # a metadata key every simulated turn carries (the oracle tracks it)
+SIM_TURN = "sim_turn"  # which turn of the agent a node is: the same on every retry of it
+# Sends of one append (its retries keep the message, id included) before giving up.
+APPEND_ATTEMPTS = 4
 # Message-view fields that are not metadata (SPEC §4 message view).
 _VIEW_FIELDS = frozenset({
     "id", "session_id", "role", "content", "predecessor", "caller", "timestamp",
@@ -117,6 +130,8 @@ class Agent:
     actions: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     refused: int = 0
     errors: int = 0  # calls that failed because the session actor could not be healed
+    crashed: int = 0  # non-idempotent calls that crashed their actor (outcome unknown)
+    retried: int = 0  # appends sent again after their session actor failed them
     line: list[tuple[str, str]] = field(default_factory=list)  # (node id, role) of the head branch
     rng: random.Random = field(init=False)
     _ids: int = 0
@@ -152,7 +167,13 @@ class Agent:
                 # head): nothing changed; re-read and go on, as an agent would.
                 self.refused += 1
                 await self.resync(rt)
-            except ActorError:
+            except ActorError as error:
+                if isinstance(error, ActorCrashed) and not error.redeliverable:
+                    # A rewind, spawn or summary crashed its actor and was not delivered
+                    # again: it may or may not have happened. Re-read, never repeat it.
+                    self.crashed += 1
+                    await self.resync(rt)
+                    continue
                 # The message crashed its actor more often than redelivery allows
                 # (PoisonMessage) or the supervisor gave the session up: counted and
                 # reported; the oracle still judges the files.
@@ -163,13 +184,23 @@ class Agent:
 
     async def _append(self, rt: MemoryRuntime, role: str, predecessor: str | None,
                       caller: str | None = None) -> str:
-        message: dict[str, Any] = {"id": self._next_id(), "role": role,
-                                   "content": self._text(), SIM_KEY: self.index}
+        node_id = self._next_id()
+        message: dict[str, Any] = {"id": node_id, "role": role, "content": self._text(),
+                                   SIM_KEY: self.index, SIM_TURN: node_id}
         if predecessor is not None:
             message["predecessor"] = predecessor
         if caller is not None:
             message["caller"] = caller
-        node = await rt.sessions.append(self.session, message)
+        for attempt in range(1, APPEND_ATTEMPTS + 1):
+            try:
+                node = await rt.sessions.append(self.session, message)
+                break
+            except ActorError:
+                # Crashed more often than redelivery allows, or between incarnations:
+                # the same message again is safe (its id makes the append idempotent).
+                if attempt == APPEND_ATTEMPTS:
+                    raise
+                self.retried += 1
         self.done_turns += 1
         self.acknowledged.add_view(self.session, node)
         return str(node["id"])
@@ -228,8 +259,9 @@ class Agent:
         """A same-session sub-agent branch of one to three turns under the last reply."""
         if not self.line:
             return await self._turn(rt)
+        # The agent's own tag in the prompt: what tells a second copy from a second spawn.
         root = await rt.sessions.spawn_branch(self.session, self.line[-1][0], "agent_spawn",
-                                              f"Sub-agent: {self._text()}")
+                                              f"Sub-agent {self._next_id()}: {self._text()}")
         self.done_turns += 1
         self.acknowledged.add_view(self.session, root)
         previous = str(root["id"])
@@ -241,8 +273,12 @@ class Agent:
         if len(self.line) < 4:
             return await self._turn(rt)
         covers = [node for node, _ in self.line[: self.rng.randint(2, 4)]]
-        summary = await rt.sessions.insert_summary(self.session, covers, self._text())
-        self.acknowledged.summarised[self.session] = rt.config.clock()
+        try:
+            summary = await rt.sessions.insert_summary(
+                self.session, covers, f"Summary {self._next_id()}: {self._text()}")
+        finally:
+            # Also when it crashed: it may have landed, before this moment.
+            self.acknowledged.summarised[self.session] = rt.config.clock()
         self.done_turns += 1
         self.acknowledged.add_view(self.session, summary)
 

@@ -36,8 +36,10 @@ from memory._writer import (
     WriterOutput,
 )
 from store import DurableFiles
+from store._claim import CLAIM_NAME, RELEASED
 
 __all__ = [
+    "EFFECTS",
     "FAULTS",
     "FaultPlan",
     "FaultyDisk",
@@ -56,6 +58,13 @@ FAULTS = (
     "actor-crash",
     "outside-appends",
 )
+
+
+# The effects an ``actor-crash`` can follow, told apart by what is installed.
+# The rare ones happen a few dozen times per run at most (an agent's spawns,
+# summaries and rewinds; the ledger's claims and marker merges, once per batch).
+EFFECTS = ("append", "head", "marks", "claim", "spawn", "summary", "rewind")
+RARE_EFFECTS = frozenset({"marks", "claim", "spawn", "summary", "rewind"})
 
 
 class SimulatedCrash(BaseException):
@@ -98,7 +107,11 @@ class FaultPlan:
     slow_rate: float = 0.02
     slow_seconds: float = 0.002
     actor_crash_rate: float = 0.004
-    max_actor_crashes: int = 8
+    max_actor_crashes: int = 8  # before the effect, and again after it (each its own cap)
+    # After the effect, per kind of effect (EFFECTS), so that the rare ones (a spawn,
+    # a summary, a rewind: requests that are not idempotent; a claim) are hit too.
+    rare_effect_crash_rate: float = 0.25
+    max_crashes_per_effect: int = 2
     max_process_crashes: int = 2
     crash_rate: float = 0.02
     enabled: bool = True
@@ -171,9 +184,18 @@ class FaultyDisk(DurableFiles):
     """The durable seam with slow steps, session actor crashes and process crashes.
 
     - ``slow-disk``: a share of fsyncs and renames sleep (in the worker thread).
-    - ``actor-crash``: an ``OSError`` before a session's node or marker journal
-      temp file is opened; nothing is written yet, the session actor crashes,
-      its supervisor restarts it and the message is redelivered.
+    - ``actor-crash``: an ``OSError`` in a session actor's worker thread, at
+      three kinds of point. Before the effect: the session journal is about to
+      be opened, nothing is written. Between: a node file's temp file is about
+      to be opened, the journal record is durable but not installed (the next
+      owner replays it). After the effect (``actor-crash-after-<effect>``, one
+      decision stream and cap per :data:`EFFECTS`): a node file or ``meta.json``
+      was just installed (the append, spawn, summary, rewind or marker merge has
+      happened), or a claim was just written by the planning an append or a
+      finished job triggers (issue 10's ENOSPC on the claim).
+      The session actor crashes and its supervisor restarts it; an idempotent
+      message is delivered again, any other fails its caller with
+      ``ActorCrashed``, and the agents cope (:mod:`memory._simulate_agents`).
     - ``crash-before-mark``: :class:`SimulatedCrash` when a session journal
       record that sets markers is about to be written, i.e. after the batch
       was installed in memory and before it is marked; the whole runtime dies
@@ -202,17 +224,37 @@ class FaultyDisk(DurableFiles):
             time.sleep(plan.slow_seconds)
         if step != "open" or f"{os.sep}sessions{os.sep}" not in path:
             return
-        session = _session_of(path)
         marker_journal = path.endswith(f"{os.sep}.journal")
         node_file = f"{os.sep}history{os.sep}" in path
-        if (marker_journal or node_file) and plan.on("actor-crash") and (
-            plan.injected["actor-crash"] < plan.max_actor_crashes
-        ) and self._decide("actor-crash", plan.actor_crash_rate):
-            with self._lock:
-                plan.injected["actor-crash"] += 1
-                plan.crashed_sessions[session] += 1
-            raise OSError(f"simulated I/O error in session {session} ({os.path.basename(path)})")
+        if marker_journal or node_file:
+            self._crash_actor("actor-crash", path)
 
+    def replace_unsynced(self, path: str, data: bytes) -> None:
+        super().replace_unsynced(path, data)
+        plan = self.plan
+        if not (plan.enabled and plan.on("actor-crash")) or (
+                f"{os.sep}sessions{os.sep}" not in path):
+            return
+        effect = _effect_of(path, data)
+        if effect is None:
+            return
+        kind = f"actor-crash-after-{effect}"
+        rate = plan.rare_effect_crash_rate if effect in RARE_EFFECTS else plan.actor_crash_rate
+        if plan.injected[kind] < plan.max_crashes_per_effect and self._decide(kind, rate):
+            self._crash(kind, path)
+
+    def _crash_actor(self, kind: str, path: str) -> None:
+        plan = self.plan
+        if (plan.on("actor-crash") and plan.injected[kind] < plan.max_actor_crashes
+                and self._decide(kind, plan.actor_crash_rate)):
+            self._crash(kind, path)
+
+    def _crash(self, kind: str, path: str) -> None:
+        session = _session_of(path)
+        with self._lock:
+            self.plan.injected[kind] += 1
+            self.plan.crashed_sessions[session] += 1
+        raise OSError(f"simulated I/O error in session {session} ({os.path.basename(path)})")
 
     def append_synced(self, path: str, data: bytes) -> int:
         """A session journal record carrying markers is the marking step of SPEC §6.4."""
@@ -229,6 +271,30 @@ class FaultyDisk(DurableFiles):
 
 
 MARKER_BYTES = f'"{MARKER_KEY}"'.encode()
+
+
+def _effect_of(path: str, data: bytes) -> str | None:
+    """Which effect installing ``data`` at ``path`` completes (EFFECTS), if any.
+
+    A claim being released is none: that runs at shutdown, outside any actor.
+    Told apart by content, so a node carrying several flags counts as the first.
+    """
+    name = os.path.basename(path)
+    if name == CLAIM_NAME:
+        return "claim" if data != RELEASED else None
+    if name == "meta.json":
+        return "head"
+    if f"{os.sep}history{os.sep}" not in path:
+        return None
+    if b'"spawn_branch_root"' in data:
+        return "spawn"
+    if b'"covers_ids"' in data:
+        return "summary"
+    if b'"rewound"' in data:
+        return "rewind"
+    if MARKER_BYTES in data:
+        return "marks"
+    return "append"
 
 
 def _session_of(path: str) -> str:

@@ -27,6 +27,10 @@ the runtime's memory) and decides, per invariant, PASS or FAIL:
 ``duplicates_only_after_crashes``
     a batch repeating already-written turns appears only in a session a
     crash could have interrupted, at most one batch per crash.
+``no_turn_appended_twice``
+    every turn an agent issued is one node of its session: an append (its
+    ``sim_turn``), a spawn root (caller and tagged prompt), a summary (tagged
+    text). A crash after a durable effect must not repeat it (issue 10).
 
 Plain synchronous code over the files and the harness's records; no runtime.
 """
@@ -42,9 +46,11 @@ from memory._archive import parse_archive
 from memory._errors import TopicError
 from memory._ledger import owed_tokens, records_from_branch, unwritten_turns
 from memory._records import MARKER_KEY, source_anchor
+from memory._simulate_agents import SIM_TURN
 from memory._tokens import TokenCounter
 from memory._topics import parse_topic
 from store import SessionCore, StoreError
+from store._node import Node
 
 __all__ = ["INVARIANTS", "Evidence", "Verdict", "check_invariants"]
 
@@ -56,6 +62,7 @@ INVARIANTS = (
     "metadata_keys_kept",
     "updated_at_not_moved_by_marking",
     "duplicates_only_after_crashes",
+    "no_turn_appended_twice",
 )
 
 # updated_at and the last node's created_at come from two clock reads in one append.
@@ -122,6 +129,7 @@ def check_invariants(
             checks["head_branches_written"].fail(f"session {session} unreadable: {exc}")
             continue
         _check_session(core, workspace_id, threshold, counter, archived, evidence, checks)
+        _check_turns_once(core, checks["no_turn_appended_twice"])
     _check_citations(memory_dir, checks["citations_resolve"])
     _check_duplicates(evidence, checks["duplicates_only_after_crashes"])
     return {name: check.verdict() for name, check in checks.items()}
@@ -256,3 +264,32 @@ def _check_duplicates(evidence: Evidence, check: _Check) -> None:
         if count > allowed:
             check.fail(f"session {session}: {count} batches rewrote written turns, "
                        f"{allowed} crash(es) could explain")
+
+
+def _check_turns_once(core: SessionCore, check: _Check) -> None:
+    """``no_turn_appended_twice``: each agent-issued turn is one node, whatever its id."""
+    copies: Counter[tuple[object, ...]] = Counter()
+    first: dict[tuple[object, ...], str] = {}
+    for node in core.nodes():
+        identity = _turn_identity(node)
+        if identity is None:
+            continue
+        copies[identity] += 1
+        first.setdefault(identity, node.id)
+    for identity, count in copies.items():
+        check.count()
+        if count > 1:
+            check.fail(f"session {core.session}: turn {first[identity]} ({identity[0]}) is "
+                       f"in the session {count} times")
+
+
+def _turn_identity(node: Node) -> tuple[object, ...] | None:
+    """What a repeat of the same agent request would share (never the node id)."""
+    turn = node.metadata.get(SIM_TURN)
+    if isinstance(turn, str):
+        return ("append", turn)
+    if node.is_spawn_root:
+        return ("spawn", node.caller, repr(node.output))
+    if node.is_summary:
+        return ("summary", repr(node.output))
+    return None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from actors import Actor, ActorError
+from actors import Actor, ActorError, Idempotent
 from memory._runtime_state import read_session_end
 from memory._session_actor import CheckIdle
 from store import list_sessions, run_durable
@@ -55,7 +55,7 @@ def idle_sessions(
 
 
 @dataclass(frozen=True, slots=True)
-class Touched:
+class Touched(Idempotent):
     """A session appended at ``updated_at`` (wall clock)."""
 
     session: str
@@ -63,7 +63,7 @@ class Touched:
 
 
 @dataclass(frozen=True, slots=True)
-class PollNow:
+class PollNow(Idempotent):
     """Scan every session on disk now (tests, ``scriptorium run --once``)."""
 
 

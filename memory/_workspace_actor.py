@@ -14,6 +14,15 @@ back as one ``Commit``, checked against the snapshot's revision
 
 On start it finishes or rolls back an install a crash interrupted
 (``Transactions.recover``) before it serves anything.
+
+Redelivery after a crash (``actors.Idempotent``): every message but
+``ReleaseQuarantine`` is delivered again to the next incarnation. Reads are
+safe; an archive append skips frames already present; a commit is a
+compare-and-set on its base revision (a second delivery after the first
+installed is refused with ``ConcurrentUpdate``, and the batch is then found
+cited); the session-end and runtime-state writes set fixed values; a
+quarantine entry already recorded is not added again. A second release
+would report nothing released, so its caller gets ``ActorCrashed`` instead.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from actors import Actor
+from actors import Actor, Idempotent
 from memory._archive import AppendResult
 from memory._archive_cache import ArchiveCache
 from memory._errors import ScriptoriumMemoryError
@@ -59,19 +68,19 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class ArchiveBatches:
+class ArchiveBatches(Idempotent):
     """Archive the records of every batch, in one thread hop."""
 
     batches: tuple[Batch, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class TakeSnapshot:
+class TakeSnapshot(Idempotent):
     pass
 
 
 @dataclass(frozen=True, slots=True)
-class CommitEdits:
+class CommitEdits(Idempotent):
     """Commit ``edits`` made for ``batches`` (one, or a group) against ``base_revision``."""
 
     batches: tuple[Batch, ...]
@@ -80,25 +89,25 @@ class CommitEdits:
 
 
 @dataclass(frozen=True, slots=True)
-class BatchesCovered:
+class BatchesCovered(Idempotent):
     """Per batch: is every trusted record of it archived and already cited by a topic?"""
 
     batches: tuple[Batch, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class CitedSources:
+class CitedSources(Idempotent):
     """The ``<sid>#source-<16hex>`` keys every topic cites now (for backfill)."""
 
 
 @dataclass(frozen=True, slots=True)
-class RecordSessionEnd:
+class RecordSessionEnd(Idempotent):
     session: str
     updated_at: float
 
 
 @dataclass(frozen=True, slots=True)
-class QuarantineBatch:
+class QuarantineBatch(Idempotent):
     entry: QuarantineEntry
 
 
@@ -110,17 +119,17 @@ class ReleaseQuarantine:
 
 
 @dataclass(frozen=True, slots=True)
-class ReadQuarantine:
+class ReadQuarantine(Idempotent):
     pass
 
 
 @dataclass(frozen=True, slots=True)
-class ReadRuntimeState:
+class ReadRuntimeState(Idempotent):
     pass
 
 
 @dataclass(frozen=True, slots=True)
-class ReplaceRuntimeState:
+class ReplaceRuntimeState(Idempotent):
     state: RuntimeState
 
 
@@ -244,6 +253,8 @@ class WorkspaceActor(Actor):
     def _quarantine_add(self, entry: QuarantineEntry) -> None:
         with self._lock():
             entries = read_quarantine(self.memory_dir)
+            if entry in entries:
+                return  # a redelivery after the write (QuarantineBatch is idempotent)
             write_quarantine(self.memory_dir, [*entries, entry], self.files)
 
     def _quarantine_release(self, session: str | None) -> list[QuarantineEntry]:

@@ -15,6 +15,7 @@ from ._durable import FILE_MODE as FILE_MODE
 from ._durable import TEMP_SUFFIX as TEMP_SUFFIX
 from ._durable import DurableFiles as DurableFiles
 from ._durable import run_durable as run_durable
+from ._errors import AppendConflictError as AppendConflictError
 from ._errors import AppendInvariantError as AppendInvariantError
 from ._errors import BrokenChainError as BrokenChainError
 from ._errors import ChainCycleError as ChainCycleError
@@ -39,6 +40,7 @@ from ._message import message_to_node as message_to_node
 from ._message import node_to_message as node_to_message
 from ._node import RESERVED_KEYS as RESERVED_KEYS
 from ._node import Node as Node
+from ._session import AppendedTurn as AppendedTurn
 from ._session import SessionCore as SessionCore
 from ._session import SessionStatistics as SessionStatistics
 from ._sessions import list_sessions as list_sessions
@@ -48,6 +50,7 @@ __all__ = [
     "FILE_MODE",
     "RESERVED_KEYS",
     "TEMP_SUFFIX",
+    "AppendConflictError",
     "AppendInvariantError",
     "BrokenChainError",
     "ChainCycleError",

@@ -24,6 +24,15 @@ critical path.
 Subclasses (the memory runtime's session actor) add their own messages by
 overriding :meth:`dispatch` and calling ``super().dispatch`` for the rest,
 and react to appends in :meth:`tip_moved`.
+
+Redelivery after a crash (``actors.Idempotent``): reads, ``SetHead``,
+``MergeMetadata`` (a merge of fixed values) and ``CheckpointJournal`` are
+delivered again to the next incarnation; so is an ``Append`` whose message
+carries its own id (appends are idempotent by client id,
+:meth:`~store._session.SessionCore.append_turn`). An append without an id,
+``RewindTo`` (a second one refuses: the turn is no longer on the head
+chain), ``SpawnBranch`` and ``InsertSummary`` (fresh ids) are not: their
+caller gets ``ActorCrashed`` and the effect may have happened.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from actors import Actor, ActorError
+from actors import Actor, ActorError, Idempotent
 
 from ._durable import DurableFiles, run_durable
 from ._errors import StoreError
@@ -63,31 +72,39 @@ CHECKPOINT_AFTER = 32
 
 
 @dataclass(frozen=True, slots=True)
-class Append:
-    """Append one turn (a message dict); replies with its message view."""
+class Append(Idempotent):
+    """Append one turn (a message dict); replies with its message view.
+
+    Redelivered after a crash only if the message carries its own ``id``: a
+    repeat then returns the node the first delivery wrote.
+    """
 
     message: Mapping[str, Any]
 
+    @property
+    def idempotent(self) -> bool:
+        return bool(self.message.get("id"))
+
 
 @dataclass(frozen=True, slots=True)
-class GetBranch:
+class GetBranch(Idempotent):
     """Message dicts root→tip of the branch ending at ``tip`` (default: head)."""
 
     tip: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class ListBranches:
+class ListBranches(Idempotent):
     """The list_branches rows of SPEC §4."""
 
 
 @dataclass(frozen=True, slots=True)
-class GetMeta:
+class GetMeta(Idempotent):
     """A copy of meta.json as the actor knows it."""
 
 
 @dataclass(frozen=True, slots=True)
-class SetHead:
+class SetHead(Idempotent):
     node_id: str
 
 
@@ -113,25 +130,34 @@ class InsertSummary:
 
 
 @dataclass(frozen=True, slots=True)
-class MergeMetadata:
-    """``merge_node_metadata_batch``: replies with the ids whose file changed."""
+class MergeMetadata(Idempotent):
+    """``merge_node_metadata_batch``: replies with the ids whose file changed.
+
+    Idempotent (fixed values): a redelivery names only what it changed itself.
+    """
 
     patches: Mapping[str, Mapping[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
-class CheckpointJournal:
+class CheckpointJournal(Idempotent):
     """Sync the journaled files and truncate the journal; queued behind the work."""
 
 
 @dataclass(frozen=True, slots=True)
 class TipMoved:
-    """An append landed: ``node`` is its message view, ``head`` the head after it."""
+    """An append landed: ``node`` is its message view, ``head`` the head after it.
+
+    ``replayed``: the append repeated a turn already there (its id); nothing
+    was written, and ``head_moved`` says whether the head is on that turn, so
+    a reaction a crash interrupted runs again.
+    """
 
     session: str
     node: Mapping[str, Any] = field(repr=False)
     head: str | None
     head_moved: bool
+    replayed: bool = False
 
 
 # -- the actor ------------------------------------------------------------------
@@ -222,13 +248,14 @@ class SessionActor(Actor):
                 return core.meta()
             case Append(msg):
                 head_before = core.head
-                node = await run_durable(core.append, msg)
+                appended = await run_durable(core.append_turn, msg)
+                node = appended.message
                 head = core.head
                 if core.statistics().journal_records >= CHECKPOINT_AFTER:
                     self._queue_checkpoint()
-                await self.tip_moved(
-                    TipMoved(self.session, node, head, head_moved=head != head_before)
-                )
+                moved = head != head_before if appended.created else head == node["id"]
+                await self.tip_moved(TipMoved(self.session, node, head, head_moved=moved,
+                                              replayed=not appended.created))
                 return node
             case SpawnBranch(caller_node, source, prompt, name):
                 return await run_durable(

@@ -18,6 +18,7 @@ reads the same.
     │   │   └── UnencodableValueError  lone surrogates, NaN, ints beyond 64 bits, too deep
     │   ├── OversizedContentError
     │   ├── DuplicateNodeError
+    │   │   └── AppendConflictError    an append repeats a client id with a different turn
     │   ├── AppendInvariantError       a top-level turn without an existing predecessor
     │   ├── NodeNotFoundError
     │   ├── SummaryHeadError           a summary may never be head
@@ -34,6 +35,7 @@ reads the same.
 from __future__ import annotations
 
 __all__ = [
+    "AppendConflictError",
     "AppendInvariantError",
     "BrokenChainError",
     "ChainCycleError",
@@ -111,6 +113,25 @@ class DuplicateNodeError(InvalidRequestError):
         super().__init__(
             f"session {session!r} already holds node {node!r}; nodes are append-only, "
             "choose a new id."
+        )
+
+
+class AppendConflictError(DuplicateNodeError):
+    """An append reuses a node id the session holds, for a different turn.
+
+    An append repeated with the same id and the same turn returns the
+    existing node (appends are idempotent by client id); ``fields`` names
+    the identity fields (message-view names) that differ.
+    """
+
+    def __init__(self, session: str, node: str, fields: tuple[str, ...]) -> None:
+        self.session, self.node, self.fields = session, node, fields
+        InvalidRequestError.__init__(
+            self,
+            f"session {session!r} already holds node {node!r} with a different "
+            f"{', '.join(fields)}; nothing was written. An append repeated with the same id "
+            "must repeat the same turn (it then returns the existing node); give a new turn "
+            "a new id.",
         )
 
 

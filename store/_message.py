@@ -22,8 +22,10 @@ from ._errors import InvalidNodeError, ReservedMetadataKeyError
 from ._node import RESERVED_KEYS, ROOT, Node
 
 __all__ = [
+    "APPEND_IDENTITY",
     "MESSAGE_ROLES",
     "NODE_ROLES",
+    "append_conflicts",
     "check_metadata_keys",
     "message_to_node",
     "node_to_message",
@@ -37,6 +39,30 @@ _NATIVE = frozenset({
     "timestamp", "token_model", "function", "extra", "status",
     "name", "input", "reads",
 })
+
+
+# What makes a repeated append (same client id) the same turn, in message-view
+# names. Not compared: ``timestamp`` (a retry may stamp anew), ``name``,
+# ``input``, ``reads`` and metadata (markers, ``rewound`` and the reference
+# agent's keys are merged into a node after its append, so the stored node
+# legitimately differs from the message that created it).
+APPEND_IDENTITY = ("role", "content", "predecessor", "caller")
+
+
+def append_conflicts(existing: Node, requested: Node) -> tuple[str, ...]:
+    """The :data:`APPEND_IDENTITY` fields in which ``requested`` is another turn than ``existing``.
+
+    ``requested`` is the node the repeated message asks for, built with the
+    existing node's predecessor as default: an append at the head names no
+    predecessor, and the head has moved onto the existing node since.
+    """
+    pairs = (
+        ("role", existing.role, requested.role),
+        ("content", existing.output, requested.output),
+        ("predecessor", existing.predecessor, requested.predecessor),
+        ("caller", existing.caller, requested.caller),
+    )
+    return tuple(name for name, old, new in pairs if old != new)
 
 
 def node_to_message(node: Node, session: str) -> dict[str, Any]:

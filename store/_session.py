@@ -54,6 +54,7 @@ from typing import Any
 from ._claim import Claim, ClaimFile
 from ._durable import TEMP_SUFFIX, DurableFiles
 from ._errors import (
+    AppendConflictError,
     CorruptFileError,
     InvalidNodeError,
     NodeFileError,
@@ -77,7 +78,7 @@ from ._git_exclude import keep_out_of_git
 from ._ids import validate_id, validate_name
 from ._index import HISTORY, META, Fingerprint, SessionIndex, load_index, read_capped
 from ._lock import SessionLock
-from ._message import check_metadata_keys, message_to_node, node_to_message
+from ._message import append_conflicts, check_metadata_keys, message_to_node, node_to_message
 from ._node import ROOT, Node
 from ._session_journal import SessionJournal
 from ._sessions import SESSIONS
@@ -91,9 +92,22 @@ from ._walk import (
 )
 
 __all__ = [
+    "AppendedTurn",
     "SessionCore",
     "SessionStatistics",
 ]
+
+
+@dataclass(frozen=True)
+class AppendedTurn:
+    """What an append did: the turn's message view, and whether this call created it.
+
+    ``created`` is False when the message's own id was already the same turn
+    in the session (a retry, or a redelivery after a crash): nothing was written.
+    """
+
+    message: dict[str, Any]
+    created: bool
 
 
 @dataclass(frozen=True)
@@ -296,15 +310,43 @@ class SessionCore:
     # -- mutations -------------------------------------------------------------
 
     def append(self, message: Mapping[str, Any]) -> dict[str, Any]:
-        """Append one turn (a message dict); returns its message view. SPEC §4 append."""
+        """Append one turn (a message dict); returns its message view. SPEC §4 append.
+
+        Idempotent by client id: see :meth:`append_turn`.
+        """
+        return self.append_turn(message).message
+
+    def append_turn(self, message: Mapping[str, Any]) -> AppendedTurn:
+        """Append one turn, or find it already there if the message's own id names it.
+
+        A message with an ``id`` the session already holds is a repeat (a
+        client retry, a redelivery after a crash that came after the write):
+        if it is the same turn (:data:`~store._message.APPEND_IDENTITY`:
+        role, content, caller, and the predecessor when the message names
+        one) the existing node's view is returned and nothing is written
+        (``updated_at`` and the head stay); otherwise
+        :class:`~store._errors.AppendConflictError` names the session, the
+        node and the fields. Without an ``id`` a fresh one is drawn: such an
+        append is new every time, so a retry of it appends again.
+        """
         raw_id = message.get("id")
         node_id = validate_id(raw_id if raw_id else secrets.token_hex(6), "node id", self.session)
         with self._mutation():
+            existing = self._index.nodes.get(node_id) if raw_id else None
+            if existing is not None:
+                requested = message_to_node(
+                    message, self.session, node_id=node_id, seq=existing.seq,
+                    now=existing.created_at, default_predecessor=existing.predecessor,
+                )
+                conflicts = append_conflicts(existing, requested)
+                if conflicts:
+                    raise AppendConflictError(self.session, node_id, conflicts)
+                return AppendedTurn(node_to_message(existing, self.session), created=False)
             node = message_to_node(
                 message, self.session, node_id=node_id, seq=self._index.max_seq + 1,
                 now=self._clock(), default_predecessor=self._meta.get("head_id") or ROOT,
             )
-            return node_to_message(self._append_locked(node), self.session)
+            return AppendedTurn(node_to_message(self._append_locked(node), self.session), True)
 
     def spawn_branch(
         self, caller_node: str, source: str, prompt: str, *, name: str | None = None

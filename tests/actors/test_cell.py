@@ -1,4 +1,9 @@
-"""The message loop: replies, expected errors, crashes, redelivery, poison, stop."""
+"""The message loop: replies, expected errors, crashes, redelivery, poison, stop.
+
+Redelivery is opt-in: only an ``Idempotent`` message is delivered again
+after it crashed the actor; any other reaches its caller as ``ActorCrashed``
+(a cast goes to the dead-letter callback), never a second time.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +21,10 @@ from actors import (
     ActorState,
     ActorStopped,
     Backpressure,
+    Idempotent,
     PoisonMessage,
     open_actor,
+    redeliverable,
 )
 
 
@@ -35,6 +42,27 @@ class Journal:
     crash_once: set[Any] = field(default_factory=set)
 
 
+@dataclass(frozen=True, slots=True)
+class Retryable(Idempotent):
+    """The same requests as the tuples, declared safe to deliver again."""
+
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class RetryableIf(Idempotent):
+    """Idempotent or not by content, as an append is with or without its own id."""
+
+    kind: str
+    detail: str
+    safe: bool
+
+    @property
+    def idempotent(self) -> bool:
+        return self.safe
+
+
 class Worker(Actor):
     expected_errors = (BadInput,)
 
@@ -45,6 +73,8 @@ class Worker(Actor):
         self.journal.started += 1
 
     async def handle(self, message: Any) -> Any:
+        if isinstance(message, (Retryable, RetryableIf)):
+            return await self.handle((message.kind, message.detail))
         match message:
             case ("bad", detail):
                 raise BadInput(detail)
@@ -129,18 +159,86 @@ async def test_crash_is_raised_out_of_open_actor_and_callers_learn_why() -> None
     assert late.value.__cause__ is crash
 
 
-async def test_a_crashed_message_is_redelivered_to_the_next_incarnation() -> None:
+async def test_a_crashed_idempotent_message_is_redelivered_to_the_next_incarnation() -> None:
     journal = Journal()
     cell = ActorCell(lambda: Worker(journal), name="w")
     crashes: list[Exception] = []
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_restarting, cell, crashes)
-        reply = await cell.ref.call(("crash-once", "flaky"))
+        reply = await cell.ref.call(Retryable("crash-once", "flaky"))
         await cell.ref.stop()
     assert reply == ("ok", ("crash-once", "flaky"))
     assert [str(c) for c in crashes] == ["flaky"]
     assert journal.started == 2
     assert cell.statistics().restarts == 1
+
+
+async def test_a_call_that_crashed_the_actor_is_not_redelivered_and_its_caller_gets_the_crash(
+) -> None:
+    journal = Journal()
+    dead: list[tuple[Any, BaseException]] = []
+    cell = ActorCell(lambda: Worker(journal), name="w",
+                     dead_letter=lambda message, exc: dead.append((message, exc)))
+    crashes: list[Exception] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_restarting, cell, crashes)
+        with pytest.raises(ActorCrashed, match="not idempotent") as raised:
+            await cell.ref.call(("crash-once", "after the effect"))
+        assert await cell.ref.call("next") == ("ok", "next")  # restarted, still serving
+        await cell.ref.stop()
+    assert [str(c) for c in crashes] == ["after the effect"]
+    assert raised.value.__cause__ is crashes[0]
+    assert raised.value.redeliverable is False
+    assert journal.handled == ["next"]  # the crashed message was never handled again
+    assert dead == [(("crash-once", "after the effect"), crashes[0])]
+    stats = cell.statistics()
+    assert (stats.dead_letters, stats.crashes, stats.incarnations) == (1, 1, 2)
+
+
+async def test_a_cast_that_crashed_the_actor_is_dropped_to_the_dead_letters() -> None:
+    journal = Journal()
+    dead: list[tuple[Any, BaseException]] = []
+    cell = ActorCell(lambda: Worker(journal), name="w",
+                     dead_letter=lambda message, exc: dead.append((message, exc)))
+    crashes: list[Exception] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_restarting, cell, crashes)
+        await cell.ref.cast(("crash-once", "cast"))
+        await cell.ref.cast("after")
+        assert await cell.ref.call("last") == ("ok", "last")
+        await cell.ref.stop()
+    assert journal.handled == ["after", "last"]
+    assert [m for m, _ in dead] == [("crash-once", "cast")]
+    assert dead[0][1] is crashes[0]
+
+
+async def test_idempotence_can_depend_on_the_message_content() -> None:
+    journal = Journal()
+    cell = ActorCell(lambda: Worker(journal), name="w")
+    crashes: list[Exception] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_restarting, cell, crashes)
+        assert await cell.ref.call(RetryableIf("crash-once", "safe", True)) == (
+            "ok", ("crash-once", "safe"))
+        with pytest.raises(ActorCrashed) as raised:
+            await cell.ref.call(RetryableIf("crash-once", "unsafe", False))
+        await cell.ref.stop()
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    assert journal.handled == [("crash-once", "safe")]
+
+
+def test_a_declaration_that_raises_is_no_declaration() -> None:
+    class Broken(Idempotent):
+        __slots__ = ()
+
+        @property
+        def idempotent(self) -> bool:
+            raise KeyError("id")
+
+    assert redeliverable(Retryable("a", "b"))
+    assert not redeliverable(("a", "b"))
+    assert not redeliverable(Broken())
+    assert not redeliverable(RetryableIf("a", "b", False))
 
 
 async def test_poison_message_goes_to_dead_letters_and_processing_continues() -> None:
@@ -153,6 +251,7 @@ async def test_poison_message_goes_to_dead_letters_and_processing_continues() ->
         dead_letter=lambda message, exc: dead.append((message, exc)),
     )
     crashes: list[Exception] = []
+    poison = Retryable("crash", "always")
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_restarting, cell, crashes)
         await cell.ref.cast("before")
@@ -161,7 +260,7 @@ async def test_poison_message_goes_to_dead_letters_and_processing_continues() ->
 
             async def call_poison() -> None:
                 try:
-                    await cell.ref.call(("crash", "always"))
+                    await cell.ref.call(poison)
                 except PoisonMessage as exc:
                     poisoned.append(exc)
 
@@ -172,7 +271,7 @@ async def test_poison_message_goes_to_dead_letters_and_processing_continues() ->
         await cell.ref.stop()
     assert len(crashes) == 3
     assert journal.handled == ["before", "after", "last"]
-    assert [m for m, _ in dead] == [("crash", "always")]
+    assert [m for m, _ in dead] == [poison]
     assert dead[0][1] is crashes[-1]
     assert poisoned[0].__cause__ is crashes[-1]
     stats = cell.statistics()
@@ -189,7 +288,7 @@ async def test_between_incarnations_fail_fast_raises_and_wait_queues() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_once)
-        await cell.ref.cast(("crash", "once"))
+        await cell.ref.cast(Retryable("crash", "once"))
     assert cell.state is ActorState.RESTARTING
     with pytest.raises(ActorRestarting):
         await cell.ref.cast("x")

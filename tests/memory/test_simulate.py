@@ -26,7 +26,7 @@ from memory._cli import main
 from memory._extractive import ExtractiveWriter
 from memory._records import MARKER_KEY
 from memory._simulate import SimulationConfig, SimulationResult, simulate
-from memory._simulate_agents import Mix
+from memory._simulate_agents import SIM_TURN, Mix
 from memory._simulate_cli import percentile
 from memory._simulate_faults import FAULTS, FaultPlan, FaultyWriter, chance, parse_faults
 from memory._simulate_oracle import INVARIANTS, Evidence, Verdict, check_invariants
@@ -50,7 +50,10 @@ def small(state: str, **overrides: object) -> SimulationConfig:
 async def test_a_small_run_with_every_fault_passes_the_oracle(tmp_path: Path) -> None:
     config = small(str(tmp_path), faults=parse_faults("all"), fault_rates={
         "crash_rate": 0.5, "max_process_crashes": 1, "actor_crash_rate": 0.05,
-        "max_actor_crashes": 3, "writer_rate": 0.1})
+        "max_actor_crashes": 3, "writer_rate": 0.1,
+        # The first two spawns, summaries, rewinds, claims and marker merges crash
+        # their actor right after their effect (issue 10: never repeated).
+        "rare_effect_crash_rate": 1.0})
     result = await simulate(config)
     failing = {n: v.problems for n, v in result.invariants.items() if not v.passed}
     assert failing == {}
@@ -59,6 +62,9 @@ async def test_a_small_run_with_every_fault_passes_the_oracle(tmp_path: Path) ->
     # the faults really happened, and the harness lived through them
     assert result.incarnations == 2  # one simulated process crash, reopened once
     assert result.injected["actor-crash"] >= 1
+    assert sum(n for kind, n in result.injected.items()
+               if kind.startswith("actor-crash-after-")) >= 4
+    assert result.actions["crashed"] >= 1  # a request that is not idempotent failed its caller
     assert result.restarts >= 1
     assert result.turns >= 10 * 16
     assert result.batches >= 10
@@ -163,6 +169,34 @@ def test_a_rewritten_batch_without_a_crash_fails(damaged: tuple[Path, Simulation
     found = verdicts(state, result, written_batches=[*batches, batches[0], batches[0]],
                      process_crashes=1)
     assert failed(found) == {"duplicates_only_after_crashes"}
+
+
+def test_a_turn_appended_twice_fails(damaged: tuple[Path, SimulationResult]) -> None:
+    """The same request written again under a new id, as a redelivered append without one was."""
+    state, result = damaged
+    sid = min(os.listdir(state / "sessions"))
+    core = SessionCore.open(state, sid)
+    turn = next(n for n in core.nodes() if SIM_TURN in n.metadata)
+    assert "no_turn_appended_twice" not in failed(verdicts(state, result))
+    core.append({"id": turn.id + "-again", "role": "user", "content": turn.output,
+                 "predecessor": turn.id, SIM_TURN: turn.metadata[SIM_TURN]})
+    found = verdicts(state, result)
+    assert "no_turn_appended_twice" in failed(found)
+    assert f"turn {turn.id} (append) is in the session 2 times" in " ".join(
+        found["no_turn_appended_twice"].problems)
+
+
+def test_a_spawn_written_twice_fails(damaged: tuple[Path, SimulationResult]) -> None:
+    state, result = damaged
+    for sid in sorted(os.listdir(state / "sessions")):
+        core = SessionCore.open(state, sid)
+        spawn = next((n for n in core.nodes() if n.is_spawn_root), None)
+        if spawn is not None:
+            break
+    else:
+        pytest.skip("the seeded run spawned no sub-agent")
+    core.spawn_branch(spawn.caller, "agent_spawn", spawn.output)
+    assert "no_turn_appended_twice" in failed(verdicts(state, result))
 
 
 def test_an_empty_evidence_still_checks_the_files(damaged: tuple[Path, SimulationResult]) -> None:
@@ -309,3 +343,27 @@ async def test_the_boundary_goes_on_while_a_round_had_a_failure(
     assert writer.asked >= 3
     assert result.invariants["head_branches_written"].passed, (
         result.invariants["head_branches_written"].problems)
+
+
+async def test_an_agent_resends_a_failed_append_as_it_was() -> None:
+    """Same id, same turn: the store returns the turn if the first send wrote it."""
+    from actors import PoisonMessage
+    from memory._simulate_agents import SIM_TURN, Acknowledged, Agent
+
+    sent: list[dict[str, Any]] = []
+
+    class Sessions:
+        async def append(self, session: str, message: dict[str, Any]) -> dict[str, Any]:
+            sent.append(dict(message))
+            if len(sent) == 1:
+                raise PoisonMessage(f"runtime/sessions[{session}]", message, 3)
+            return {**message, "session_id": session}
+
+    class Runtime:
+        sessions = Sessions()
+
+    agent = Agent(0, "s1", 4, 7, SMALL, Acknowledged())
+    node = await agent._append(Runtime(), "user", None)  # type: ignore[arg-type]
+    assert len(sent) == 2 and sent[0] == sent[1]
+    assert node == sent[0]["id"] == sent[0][SIM_TURN]
+    assert (agent.retried, agent.done_turns) == (1, 1)

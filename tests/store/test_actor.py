@@ -16,20 +16,24 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import open_actor
+from actors import ActorCrashed, open_actor, redeliverable
 from store import SessionCore, StoreError, UnsafeIdError
 from store._actor import (
     Append,
     CheckpointJournal,
     GetBranch,
     GetMeta,
+    InsertSummary,
     ListBranches,
     MergeMetadata,
     RewindTo,
     SessionActor,
+    SetHead,
+    SpawnBranch,
     TipMoved,
 )
 from store._format import decode_node
+from supervisors import Backoff, ChildSpec, GetChild, Supervisor
 from tests.store.test_race import NoSyncFiles
 
 
@@ -187,3 +191,63 @@ async def test_lost_marker_race_removed_by_the_actor(tmp_path: Path) -> None:
     lost = [(n, k) for n, k in acknowledged if k not in on_disk[n]]
     assert operations >= 2000
     assert lost == []
+
+
+# -- a crash after the append's durable effect ------------------------------------------
+
+
+class CrashAfterAppend(SessionActor):
+    """``tip_moved`` raises OSError once (ENOSPC writing the claim, say): after the append."""
+
+    def __init__(self, state: Path, sid: str, seen: list[TipMoved]) -> None:
+        super().__init__(state, sid)
+        self.seen = seen
+
+    async def tip_moved(self, event: TipMoved) -> None:
+        self.seen.append(event)
+        if len(self.seen) == 1:
+            raise OSError(28, "No space left on device")
+
+
+async def _under_a_supervisor(state: Path, seen: list[TipMoved], message: Any) -> Any:
+    spec = ChildSpec("s1", lambda: CrashAfterAppend(state, "s1", seen))
+    async with open_actor(Supervisor([spec], backoff=Backoff.none()), name="sup") as sup:
+        ref = await sup.call(GetChild("s1"))
+        try:
+            return await ref.call(message)
+        finally:
+            assert ref.statistics().crashes == 1
+
+
+async def test_an_append_with_its_own_id_is_redelivered_and_written_once(tmp_path: Path) -> None:
+    _new_session(tmp_path)
+    seen: list[TipMoved] = []
+    node = await _under_a_supervisor(
+        tmp_path, seen, Append({"id": "u1", "role": "user", "content": "I prefer tea."}))
+    assert node["id"] == "u1" and node["content"] == "I prefer tea."
+    assert list(_node_files(tmp_path, "s1")) == ["u1"]
+    # The redelivery found the turn and ran the interrupted reaction again.
+    assert [(e.replayed, e.head_moved, e.head) for e in seen] == [
+        (False, True, "u1"), (True, True, "u1")]
+
+
+async def test_an_append_without_an_id_is_not_redelivered_and_its_caller_learns_why(
+    tmp_path: Path,
+) -> None:
+    _new_session(tmp_path)
+    seen: list[TipMoved] = []
+    with pytest.raises(ActorCrashed, match="not idempotent") as raised:
+        await _under_a_supervisor(
+            tmp_path, seen, Append({"role": "user", "content": "I prefer tea."}))
+    assert isinstance(raised.value.__cause__, OSError)
+    assert len(_node_files(tmp_path, "s1")) == 1  # written once, never twice
+    assert len(seen) == 1
+
+
+def test_which_session_messages_may_be_redelivered() -> None:
+    safe = [GetBranch(), ListBranches(), GetMeta(), SetHead("u1"), CheckpointJournal(),
+            MergeMetadata({"u1": {"k": 1}}), Append({"id": "u1", "content": "x"})]
+    unsafe = [Append({"content": "x"}), Append({"id": "", "content": "x"}), RewindTo("u1"),
+              SpawnBranch("u1", "agent_spawn", "p"), InsertSummary(("u1",), "s")]
+    assert [redeliverable(m) for m in safe] == [True] * len(safe)
+    assert [redeliverable(m) for m in unsafe] == [False] * len(unsafe)

@@ -12,6 +12,7 @@ import pytest
 
 from store._durable import TEMP_SUFFIX
 from store._errors import (
+    AppendConflictError,
     AppendInvariantError,
     DuplicateNodeError,
     InvalidRequestError,
@@ -142,10 +143,61 @@ def test_append_invariant(core: SessionCore) -> None:
         core.append({"id": "u9", "content": "x", "predecessor": "ROOT"})
     with pytest.raises(AppendInvariantError):
         core.append({"id": "u9", "content": "x", "predecessor": "missing"})
-    with pytest.raises(DuplicateNodeError):
+    with pytest.raises(DuplicateNodeError):  # the same id for another turn
         core.append({"id": "u1", "content": "again", "predecessor": "u1"})
     # a root node may start a chain
     core.append({"id": "r2", "content": "", "predecessor": "ROOT", "display": "root"})
+
+
+# -- appends are idempotent by client id ---------------------------------------------
+
+
+def test_an_append_repeated_with_its_id_returns_the_existing_node(core: SessionCore) -> None:
+    first = core.append({"id": "u1", "content": "I prefer tea."})
+    core.merge_node_metadata_batch({"u1": {"memory_written_scriptorium": "w-00000000"}})
+    stamp, files = core.meta()["updated_at"], sorted(os.listdir(core.directory + "/history"))
+    # At the head, without a predecessor: the head has moved onto u1 since.
+    again = core.append_turn({"id": "u1", "content": "I prefer tea.", "timestamp": 5.0})
+    assert not again.created
+    assert again.message["id"] == "u1" and again.message["timestamp"] == first["timestamp"]
+    assert again.message["memory_written_scriptorium"] == "w-00000000"  # the stored node
+    assert core.append({"id": "u1", "role": "user", "content": "I prefer tea.",
+                        "predecessor": "ROOT", "caller": ""})["id"] == "u1"
+    assert core.meta()["updated_at"] == stamp and core.head == "u1"
+    assert sorted(os.listdir(core.directory + "/history")) == files
+    assert [n.output for n in core.nodes()] == ["I prefer tea."]
+    # A reopened owner (another process, a restarted actor) sees the same.
+    reopened = SessionCore.open(core.state_dir, "s1")
+    assert not reopened.append_turn({"id": "u1", "content": "I prefer tea."}).created
+    assert len(reopened.nodes()) == 1
+
+
+@pytest.mark.parametrize(("change", "fields"), [
+    ({"content": "I prefer coffee."}, ("content",)),
+    ({"role": "assistant"}, ("role",)),
+    ({"predecessor": "a1"}, ("predecessor",)),
+    ({"caller": "a1"}, ("caller",)),
+    ({"role": "assistant", "content": "other"}, ("role", "content")),
+])
+def test_the_same_id_for_another_turn_is_a_typed_error(
+    core: SessionCore, change: dict[str, Any], fields: tuple[str, ...]
+) -> None:
+    core.append({"id": "u1", "content": "q"})
+    core.append({"id": "a1", "role": "assistant", "content": "r"})
+    core.append({"id": "u2", "content": "I prefer tea.", "predecessor": "u1"})
+    stamp = core.meta()["updated_at"]
+    with pytest.raises(AppendConflictError) as raised:
+        core.append({"id": "u2", "content": "I prefer tea.", "predecessor": "u1", **change})
+    error = raised.value
+    assert (error.session, error.node, error.fields) == ("s1", "u2", fields)
+    assert "'s1'" in str(error) and "'u2'" in str(error) and "nothing was written" in str(error)
+    assert core.meta()["updated_at"] == stamp and len(core.nodes()) == 3
+
+
+def test_an_append_without_an_id_is_new_every_time(core: SessionCore) -> None:
+    one = core.append({"content": "I prefer tea."})
+    two = core.append({"content": "I prefer tea."})
+    assert one["id"] != two["id"] and two["predecessor"] == one["id"]
 
 
 def test_updated_at_moves_only_on_append(core: SessionCore) -> None:

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import pytest
 
-from actors import Actor, ActorCrashed, ActorRef, ActorStopped, open_actor, snapshot
+from actors import (
+    Actor,
+    ActorCrashed,
+    ActorRef,
+    ActorStopped,
+    Idempotent,
+    open_actor,
+    snapshot,
+)
 from supervisors import (
     ActivateChild,
     Backoff,
@@ -19,8 +28,16 @@ from supervisors import (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Crash(Idempotent):
+    """A crash request the kernel delivers again after each crash (a crash loop)."""
+
+
+CRASH = Crash()
+
+
 class SessionProbe(Actor):
-    """Crashes on "crash"; counts activations per key."""
+    """Crashes on "crash" (dropped after one crash) and CRASH (redelivered); counts activations."""
 
     def __init__(self, key: str, starts: Counter[str]) -> None:
         self.key = key
@@ -30,7 +47,7 @@ class SessionProbe(Actor):
         self.starts[self.key] += 1
 
     async def handle(self, message: Any) -> Any:
-        if message == "crash":
+        if message == "crash" or message == CRASH:
             raise RuntimeError(f"session {self.key} crashed")
         if isinstance(message, anyio.Event):
             await message.wait()
@@ -62,7 +79,7 @@ async def test_a_session_that_keeps_crashing_is_stopped_alone() -> None:
         good = await activate(sup, "good")
         bad = await activate(sup, "bad")
         with pytest.raises(ActorCrashed) as crashed:
-            await bad.call("crash")
+            await bad.call(CRASH)
         assert str(crashed.value.__cause__) == "session bad crashed"
         assert starts["bad"] == 4  # first activation + 3 restarts, then it was stopped
         await anyio.wait_all_tasks_blocked()  # the give-up notice reaches the supervisor
@@ -130,7 +147,7 @@ async def test_a_crashed_session_is_restarted_after_its_backoff_and_gets_the_mes
             if self.starts[self.key] == 2:  # the second incarnation crashes once more
                 self.starts[self.key] += 1
                 raise RuntimeError("again")
-            if message == "crash" and self.starts[self.key] == 1:
+            if message == CRASH and self.starts[self.key] == 1:
                 raise RuntimeError("first")
             handled.append(anyio.current_time())
             return message
@@ -142,7 +159,7 @@ async def test_a_crashed_session_is_restarted_after_its_backoff_and_gets_the_mes
     async with open_actor(sup_actor, name="sessions") as sup:
         ref = await activate(sup, "s")
         start = anyio.current_time()
-        assert await ref.call("crash", timeout=30.0) == "crash"
+        assert await ref.call(CRASH, timeout=30.0) == CRASH
         assert handled[0] - start == pytest.approx(2.0, abs=0.05)  # 0 s, then 2 s backoff
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import Actor, ActorCrashed, ActorRef, ActorState, open_actor, snapshot
+from actors import Actor, ActorCrashed, ActorRef, ActorState, Idempotent, open_actor, snapshot
 from supervisors import (
     Backoff,
     ChildSpec,
@@ -36,6 +36,11 @@ class Journal:
     hang_on_stop: set[str] = field(default_factory=set)
 
 
+@dataclass(frozen=True, slots=True)
+class Crash(Idempotent):
+    """A crash request the kernel delivers again after each crash, up to its poison threshold."""
+
+
 class Probe(Actor):
     """Crashes on "crash", replies to anything else, records its lifecycle."""
 
@@ -48,7 +53,7 @@ class Probe(Actor):
         self.journal.events.append(("start", self.name))
 
     async def handle(self, message: Any) -> Any:
-        if message == "crash":
+        if message == "crash" or isinstance(message, Crash):
             raise RuntimeError(f"{self.name} crashed")
         return (self.name, message)
 
@@ -271,9 +276,9 @@ async def test_poison_messages_reach_the_supervisors_dead_letter_hook() -> None:
     async with open_actor(sup_actor, name="sup") as sup:
         a = await child(sup, "a")
         with pytest.raises(Exception, match="crashed actor 'sup/a' 3 times") as raised:
-            await a.call("crash")
+            await a.call(Crash())
         assert await a.call("after") == ("a", "after")
-    assert [m for m, _ in dead] == ["crash"]
+    assert [m for m, _ in dead] == [Crash()]
     assert raised.value.__cause__ is dead[0][1]
     assert journal.starts["a"] == 4
 
