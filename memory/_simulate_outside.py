@@ -16,18 +16,97 @@ Run: ``python -m memory._simulate_outside STATE SEED ROUNDS SID [SID ...]``.
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import sys
 import time
+from typing import Any
 
 import orjson
 
 from memory._simulate_agents import sentence
 from store import SessionCore, StoreError
 
-__all__ = ["OUTSIDE_KEY", "main", "run_outside"]
+__all__ = [
+    "OUTSIDE_KEY",
+    "agent_merge",
+    "agent_rewind",
+    "agent_write",
+    "main",
+    "run_outside",
+]
 
 OUTSIDE_KEY = "outside_note"
+
+
+# -- the reference agent's own writes: unlocked read-modify-write ---------------------
+
+
+def agent_write(path: str, record: object) -> None:
+    """Write ``record`` as the reference agent does: its byte format, ``atomic_write_text``.
+
+    ``json.dumps(ensure_ascii=False)``, UTF-8, no trailing newline, to a
+    temp file renamed over the target; no lock, no fsync, no journal.
+    """
+    directory, name = os.path.split(path)
+    temp = os.path.join(directory, f".{name}.{os.getpid()}.agent-tmp")
+    with open(temp, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(record, ensure_ascii=False))
+    os.replace(temp, path)
+
+
+def agent_merge(path: str, patch: dict[str, object]) -> None:
+    """The agent's ``merge_node_metadata``: read the node file, merge ``patch``, write it back."""
+    with open(path, encoding="utf-8") as handle:
+        record = json.load(handle)
+    record["metadata"] = {**record.get("metadata", {}), **patch}
+    agent_write(path, record)
+
+
+def agent_rewind(session_dir: str, user_turn: str, now: float) -> list[str]:
+    """The agent's ``rewind_to``: stamp the head chain back to ``user_turn``, move the head.
+
+    Reads meta.json and every node file, stamps ``rewound``/``rewound_at`` on
+    the chain from the head back to ``user_turn`` and on the sub-calls under
+    it, rewrites those node files, then meta.json with the head on
+    ``user_turn``'s predecessor. ValueError if ``user_turn`` is not a user
+    turn on the head chain. Returns the stamped ids.
+    """
+    meta_path = os.path.join(session_dir, "meta.json")
+    with open(meta_path, encoding="utf-8") as handle:
+        meta = json.load(handle)
+    history = os.path.join(session_dir, "history")
+    files: dict[str, tuple[str, dict[str, Any]]] = {}
+    for name in sorted(os.listdir(history)):
+        if name.endswith(".json") and not name.startswith("."):
+            path = os.path.join(history, name)
+            with open(path, encoding="utf-8") as handle:
+                record = json.load(handle)
+            files[record["id"]] = (path, record)
+    chain: list[str] = []
+    at = meta.get("head_id")
+    while isinstance(at, str) and at in files and at not in chain:
+        chain.append(at)
+        if at == user_turn:
+            break
+        at = files[at][1].get("predecessor")
+    if user_turn not in chain or files[user_turn][1].get("role") != "user":
+        raise ValueError(f"{user_turn} is not a user turn on the head chain")
+    chosen = set(chain)
+    for node_id, (_, record) in sorted(files.items(), key=lambda item: item[1][1]["seq"]):
+        caller = record.get("caller")
+        if caller in chosen and not record.get("metadata", {}).get("spawn_branch_root"):
+            chosen.add(node_id)
+            chain.append(node_id)
+    for node_id in chain:
+        path, record = files[node_id]
+        record["metadata"] = {**record.get("metadata", {}), "rewound": True, "rewound_at": now}
+        agent_write(path, record)
+    predecessor = files[user_turn][1].get("predecessor")
+    meta["head_id"] = predecessor if predecessor in files else None
+    agent_write(meta_path, meta)
+    return chain
 
 
 def run_outside(state_dir: str, seed: int, rounds: int, sessions: list[str],
