@@ -55,6 +55,7 @@ FAULTS = (
     "crash-before-mark",
     "actor-crash",
     "outside-appends",
+    "agent-writes",
 )
 
 
