@@ -70,6 +70,8 @@ CHECKPOINT_BYTES = 8 * 1024 * 1024
 # as unchanged, and the next one merges again).
 MERGE_ATTEMPTS = 8
 
+MAX_CONFLICTS = 100  # the newest replay conflicts an owner remembers
+
 Outcome = Literal["ours", "merged", "theirs"]
 
 
@@ -149,17 +151,13 @@ class SessionJournal:
         journal = read_journal(self.directory, self._rel_path)
         latest = replay_plan(journal.records)
         for rel, plan in latest.items():
-            current = _read_or_none(self._path(rel))
-            if plan.known is None or digest(current) in plan.known:
-                known = None  # a state the records account for: they win
-            else:
-                known = plan.known  # someone else's write since: it wins
+            # a file in a state the records account for gets the last record's
+            # bytes; in any other state it is someone else's newer write
             patches = plan.patches if rel != META and plan.merge_only else []
-            outcome = self._install(rel, plan.data, known, patches, ours_win=False,
-                                    current=current)
-            if known is not None:
-                self.conflicts.append(JournalConflict(f"{self._rel}/{rel}", (
-                    "merged" if outcome == "merged" else "theirs")))
+            outcome = self._install(rel, plan.data, plan.known, patches, ours_win=False)
+            if outcome != "ours":
+                self.conflicts.append(JournalConflict(f"{self._rel}/{rel}", outcome))
+        del self.conflicts[:-MAX_CONFLICTS]
         self.outstanding = dict.fromkeys(latest)
         self.records = len(journal.records)
         self._bytes = journal.valid_end
@@ -216,7 +214,6 @@ class SessionJournal:
         patches: list[bytes],
         *,
         ours_win: bool,
-        current: bytes | None | Literal[False] = False,
     ) -> Outcome:
         """Install ``data`` over a file in a ``known`` state (None: any); else merge or leave it.
 
@@ -224,11 +221,11 @@ class SessionJournal:
         again if it moved. A file in another state gets ``patches`` merged
         onto its metadata (``ours_win``: their values replace the file's; else
         only keys the file lacks are added), or, with no patches or an
-        unreadable file, is left alone. ``current`` is the file's bytes if
-        the caller just read them (False: read them here).
+        unreadable file, is left alone. Returns what the file holds now:
+        ``ours`` (``data``), ``merged`` or ``theirs``.
         """
         path = self._path(rel)
-        seen = [_read_or_none(path) if current is False else current]
+        seen = [_read_or_none(path)]
         for _ in range(MERGE_ATTEMPTS):
             basis = seen[0]
             target: bytes | None
