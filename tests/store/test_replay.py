@@ -192,7 +192,26 @@ def test_a_key_the_agent_writes_between_our_journal_flush_and_install_survives(
     assert [reopened.node(n).metadata.get(MARK) for n in MARKED] == ["w-3"] * 4
 
 
-@pytest.mark.parametrize("planted", ["replay", "install"])
+def test_a_key_the_agent_writes_while_replay_installs_survives(tmp_path: Path) -> None:
+    """Replay re-reads each file right before its rename, as a live merge does."""
+    first = SessionCore.create(tmp_path, "s")
+    for i, node_id in enumerate(TURNS):
+        first.append({"id": node_id, "role": ["user", "assistant"][i % 2], "content": str(i)})
+    first.retire_journals()
+    session = tmp_path / "sessions" / "s"
+    path = Path(_node_path(session, "a3"))
+    unmarked = path.read_bytes()
+    first.merge_node_metadata_batch({n: {MARK: "w-4"} for n in MARKED})  # outstanding
+    path.write_bytes(unmarked)  # its install was lost (power loss): replay must redo it
+    files = AgentBetweenFlushAndRename(str(path))
+    files.flushed = True  # the hook fires at the replay's install of a3
+    second = SessionCore.open(tmp_path, "s", files=files)
+    assert files.fired
+    assert second.node("a3").metadata == {MARK: "w-4", "agent_note": "written in the window"}
+    assert [c.outcome for c in second.replay_conflicts] == ["merged"]
+
+
+@pytest.mark.parametrize("planted", ["replay", "install", "replay-install"])
 def test_the_checks_catch_a_store_that_installs_blindly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, planted: str
 ) -> None:
@@ -200,7 +219,13 @@ def test_the_checks_catch_a_store_that_installs_blindly(
     import store._session_journal as journal_module
     from store._journal import replay_plan
 
-    if planted == "install":
+    if planted == "replay-install":
+        monkeypatch.setattr(DurableFiles, "replace_unsynced_if",
+                            lambda self, path, data, unchanged: self.replace_unsynced(path, data)
+                            or True)
+        with pytest.raises(AssertionError):
+            test_a_key_the_agent_writes_while_replay_installs_survives(tmp_path)
+    elif planted == "install":
         monkeypatch.setattr(DurableFiles, "replace_unsynced_if",
                             lambda self, path, data, unchanged: self.replace_unsynced(path, data)
                             or True)
