@@ -516,7 +516,11 @@ class SessionCore:
         Returns the files now holding other bytes than the entry's (see
         :meth:`SessionJournal.write`).
         """
-        differ = self._journal.write(entries)
+        try:
+            differ = self._journal.write(entries)
+        except BaseException:
+            self._fingerprint = None  # some files may be installed: reload meta and index
+            raise
         for entry in entries:
             if entry.rel == META:
                 self._meta_bytes = entry.data

@@ -185,7 +185,9 @@ class SessionJournal:
 
         Returns the files (relative to the session) now holding other bytes
         than the record's: a metadata patch merged again onto another
-        writer's version, or that version left alone.
+        writer's version. :class:`~store._errors.NodeFileError` when a patch
+        could not be installed (the file kept changing, or the other writer
+        left it unreadable); every other file is installed first.
         """
         if self.records >= CHECKPOINT_RECORDS or self._bytes >= CHECKPOINT_BYTES:
             self.checkpoint()
@@ -194,16 +196,23 @@ class SessionJournal:
         self.records += 1
         self._bytes += len(record)
         differ: list[str] = []
+        refused: list[str] = []
         for entry in entries:
             self.outstanding[entry.rel] = None
             if not entry.patch:
                 self._files.replace_unsynced(self._path(entry.rel), entry.data)
                 continue
             assert entry.before is not None
-            if self._install(entry.rel, entry.data, {entry.before}, [entry.patch],
-                             ours_win=True) != "ours":
-                differ.append(entry.rel)
+            outcome = self._install(entry.rel, entry.data, {entry.before}, [entry.patch],
+                                    ours_win=True)
+            if outcome != "ours":
+                (differ if outcome == "merged" else refused).append(entry.rel)
         self.stamp = file_stamp(self.path)
+        if refused:
+            raise NodeFileError(
+                f"{self._rel}/{refused[0]}",
+                f"the metadata merge is not installed: another writer changed the file at "
+                f"each of {MERGE_ATTEMPTS} re-reads or left it unreadable; retry the merge")
         return differ
 
     def _install(
@@ -236,8 +245,12 @@ class SessionJournal:
                 target, outcome = self._merged(rel, basis, patches, ours_win), "merged"
             else:
                 return "theirs"
-            if target is None or (target == basis and outcome == "merged"):
+            if target is None:
                 return "theirs"
+            if target == basis and outcome == "merged":
+                # the file already holds what ours_win would write; for a
+                # replay nothing was added to the other writer's version
+                return "merged" if ours_win else "theirs"
             if target == basis:
                 return outcome
             if self._files.replace_unsynced_if(

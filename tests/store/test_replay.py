@@ -158,16 +158,18 @@ class AgentBetweenFlushAndRename(DurableFiles):
     def __init__(self, node_path: str) -> None:
         self.node_path = node_path
         self.flushed = False
-        self.fired = False
+        self.fired = 0
+        self.again = False  # fire before every install attempt, not only the first
 
     def _step(self, step: str, path: str) -> None:
         if step == "fsync" and path.endswith(JOURNAL_NAME):
             self.flushed = True
         name = os.path.basename(self.node_path)
-        if (self.flushed and not self.fired and step == "open"
+        if (self.flushed and (self.again or not self.fired) and step == "open"
                 and os.path.basename(path).startswith(f".{name}.")):
-            self.fired = True
-            agent_merge(self.node_path, {"agent_note": "written in the window"})
+            self.fired += 1
+            agent_merge(self.node_path, {"agent_note": "written in the window",
+                                         "agent_round": self.fired})
 
 
 def test_a_key_the_agent_writes_between_our_journal_flush_and_install_survives(
@@ -183,13 +185,36 @@ def test_a_key_the_agent_writes_between_our_journal_flush_and_install_survives(
     assert core.merge_node_metadata_batch({n: {MARK: "w-3"} for n in MARKED}) == MARKED
     assert files.fired
     on_disk = json.loads(Path(_node_path(session, "a3")).read_bytes())["metadata"]
-    assert on_disk == {MARK: "w-3", "agent_note": "written in the window"}
+    assert on_disk == {MARK: "w-3", "agent_note": "written in the window", "agent_round": 1}
     assert core.node("a3").metadata["agent_note"] == "written in the window"  # the index knows
     core.close()
     # and a replay of that record (say the checkpoint never ran) keeps it too
     reopened = SessionCore.open(tmp_path, "s")
-    assert reopened.node("a3").metadata == {MARK: "w-3", "agent_note": "written in the window"}
+    assert reopened.node("a3").metadata == {
+        MARK: "w-3", "agent_note": "written in the window", "agent_round": 1}
     assert [reopened.node(n).metadata.get(MARK) for n in MARKED] == ["w-3"] * 4
+
+
+def test_a_merge_the_agent_outruns_at_every_re_read_is_an_error_not_an_ok(
+    tmp_path: Path,
+) -> None:
+    """The other writer changes a3 before each of our renames: the caller must hear it."""
+    from store._errors import NodeFileError
+
+    core = SessionCore.create(tmp_path, "s")
+    for i, node_id in enumerate(TURNS):
+        core.append({"id": node_id, "role": ["user", "assistant"][i % 2], "content": str(i)})
+    core.close()
+    session = tmp_path / "sessions" / "s"
+    files = AgentBetweenFlushAndRename(_node_path(session, "a3"))
+    files.again = True
+    core = SessionCore.open(tmp_path, "s", files=files)
+    with pytest.raises(NodeFileError, match="sessions/s/history/0003-l-a3.json"):
+        core.merge_node_metadata_batch({n: {MARK: "w-5"} for n in MARKED})
+    assert files.fired == 8  # MERGE_ATTEMPTS
+    assert MARK not in core.node("a3").metadata  # the index reloaded: no marker claimed
+    assert core.node("a3").metadata["agent_note"] == "written in the window"
+    assert [core.node(n).metadata.get(MARK) for n in ("u0", "a1", "u2")] == ["w-5"] * 3
 
 
 def test_a_key_the_agent_writes_while_replay_installs_survives(tmp_path: Path) -> None:
@@ -207,7 +232,8 @@ def test_a_key_the_agent_writes_while_replay_installs_survives(tmp_path: Path) -
     files.flushed = True  # the hook fires at the replay's install of a3
     second = SessionCore.open(tmp_path, "s", files=files)
     assert files.fired
-    assert second.node("a3").metadata == {MARK: "w-4", "agent_note": "written in the window"}
+    assert second.node("a3").metadata == {
+        MARK: "w-4", "agent_note": "written in the window", "agent_round": 1}
     assert [c.outcome for c in second.replay_conflicts] == ["merged"]
 
 
