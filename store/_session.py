@@ -608,7 +608,7 @@ class SessionCore:
         if meta is not None:
             self._meta = meta
         if differ:
-            # another writer's version was merged (or kept) at install: the
+            # another writer's version was merged at install: the
             # index learns it from the disk
             self._fingerprint = None
             return [n.id for n in updated]

@@ -66,8 +66,7 @@ __all__ = ["CHECKPOINT_BYTES", "CHECKPOINT_RECORDS", "JournalConflict", "Session
 CHECKPOINT_RECORDS = 64
 CHECKPOINT_BYTES = 8 * 1024 * 1024
 # A file rewritten again at every re-read: after this many merges the other
-# writer's version stands (a replay reports it; a live merge reports the node
-# as unchanged, and the next one merges again).
+# writer's version stands (a replay reports it; a live merge raises).
 MERGE_ATTEMPTS = 8
 
 MAX_CONFLICTS = 100  # the newest replay conflicts an owner remembers
