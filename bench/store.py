@@ -37,6 +37,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from store._durable import DurableFiles
+from store._journal import JournalEntry
 from store._session import SessionCore
 
 NODES = 300
@@ -79,8 +80,9 @@ def _median(fn: Callable[[], object], repeat: int) -> float:
 class BeforeCore(SessionCore):
     """The previous append: node file and meta.json each written durably, no journal."""
 
-    def _journal_locked(self, entries: list[tuple[str, bytes]]) -> None:
-        self._files.write_atomic_many([(self._path(rel), data) for rel, data in entries])
+    def _journal_locked(self, entries: list[JournalEntry]) -> list[str]:
+        self._files.write_atomic_many([(self._path(e.rel), e.data) for e in entries])
+        return []
 
 
 class SlowFsyncFiles(DurableFiles):

@@ -35,7 +35,7 @@ from memory._records import MARKER_KEY
 from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory._simulate_agents import Acknowledged, Agent, Mix
 from memory._simulate_faults import FaultPlan, FaultyDisk, FaultyWriter, SimulatedCrash
-from memory._simulate_oracle import Evidence, Verdict, check_invariants
+from memory._simulate_oracle import Evidence, Verdict, check_invariants, outside_evidence
 from memory._tokens import default_counter
 from store import list_sessions, run_durable
 from supervisors import Backoff, GetChild
@@ -63,6 +63,8 @@ class SimulationConfig:
     writer_timeout: float = 2.0
     outside_sessions: int = 8
     outside_rounds: int = 200
+    agent_sessions: int = 8  # agent-writes: the sessions after the outside-appends ones
+    agent_rounds: int = 200
     fault_rates: Mapping[str, Any] = field(default_factory=dict)  # FaultPlan field overrides
     progress: Callable[[int, int], None] | None = None
 
@@ -176,6 +178,27 @@ async def _outside(config: SimulationConfig, sessions: list[str], into: dict[str
     into.update(orjson.loads(done.stdout))
 
 
+async def _agent(config: SimulationConfig, sessions: list[str], into: dict[str, object],
+                 go: anyio.Event) -> None:
+    """The unlocked reference agent's process (``agent-writes``); it starts writing on ``go``."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(
+        "PYTHONPATH")]))}
+    command = [sys.executable, "-m", "memory._simulate_outside", "--agent", config.state_dir,
+               str(config.seed), str(config.agent_rounds), *sessions]
+    async with await anyio.open_process(command, env=env, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        await go.wait()
+        await proc.stdin.send(b"go\n")
+        out = b"".join([chunk async for chunk in proc.stdout])
+        err = b"".join([chunk async for chunk in proc.stderr])
+        if await proc.wait() != 0:
+            raise RuntimeError(f"the outside agent exited with {proc.returncode}: "
+                               f"{err.decode()[-2000:]}")
+    into.update(orjson.loads(out))
+
+
 async def simulate(config: SimulationConfig) -> SimulationResult:
     """Run the whole simulation on the current event loop; see the module docstring."""
     plan = FaultPlan(config.faults, config.seed, **config.fault_rates)
@@ -183,6 +206,8 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
     totals = _Totals()
     agents: list[Agent] = []
     outside: dict[str, object] = {}
+    agent_writes: dict[str, object] = {}
+    workload_over = anyio.Event()  # the unlocked agent writes from then on, while marking goes on
     started = time.perf_counter()
     workload_done = 0.0
     evidence_before: dict[str, float] = {}
@@ -207,8 +232,18 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
                         if plan.on("outside-appends"):
                             chosen = [a.session for a in agents[: config.outside_sessions]]
                             background.start_soon(_outside, config, chosen, outside)
+                        if plan.on("agent-writes"):
+                            first = config.outside_sessions
+                            chosen = [a.session for a in
+                                      agents[first: first + config.agent_sessions]]
+                            background.start_soon(_agent, config, chosen, agent_writes,
+                                                  workload_over)
                     await _run_agents(rt, agents, config)
                     workload_done = workload_done or time.perf_counter()
+                    workload_over.set()
+                    if "agent-writes" in plan.faults:
+                        while not agent_writes:
+                            await anyio.sleep(0.05)
                     await _settle(rt, agents, outside, plan, evidence_before, evidence_after)
                     totals.absorb(rt, await _restarts(rt))
                 break
@@ -230,6 +265,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
         process_crashes=plan.process_crashes,
         actor_crashes=dict(plan.crashed_sessions),
         summarised=acknowledged.summarised,
+        **outside_evidence(agent_writes),
     )
     invariants = await run_durable(lambda: check_invariants(
         config.state_dir, workspace_id, threshold=config.threshold,

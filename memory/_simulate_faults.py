@@ -57,6 +57,7 @@ FAULTS = (
     "crash-before-mark",
     "actor-crash",
     "outside-appends",
+    "agent-writes",
 )
 
 

@@ -31,6 +31,25 @@ the runtime's memory) and decides, per invariant, PASS or FAIL:
     every turn an agent issued is one node of its session: an append (its
     ``sim_turn``), a spawn root (caller and tagged prompt), a summary (tagged
     text). A crash after a durable effect must not repeat it (issue 10).
+``no_outside_write_reverted``
+    every write of the unlocked reference agent (``agent-writes``) is still
+    on disk: each metadata key it merged, each ``rewound`` stamp of its
+    rewinds, and the head its last rewind of a session set (nothing moves a
+    head after the workload, so any other head is a reverted write): no
+    marker merge, journal replay or checkpoint of ours undid them.
+
+The agent's rewinds change what the other checks see, as SPEC §4 says they
+should: rewound turns drop out of every branch walk, so the head branch
+(``head_branches_written``) and the tips (``no_owed_tail_at_threshold``)
+are judged without them, and turns written before the rewind keep their
+archive frames (``marked_turns_archived``). One check is adjusted:
+``metadata_keys_kept`` does not count a marker missing from a turn the
+agent rewound. The agent's rewind rewrites those node files from its own
+earlier read, so it can drop a marker we merged meanwhile (its side of the
+race, which no lock of ours reaches), and a rewound turn is invisible to
+memory: it owes nothing, and re-marking it would write a node the agent
+owns for no reader. A marker the agent drops from a visible turn still
+fails that check and ``head_branches_written``.
 
 Plain synchronous code over the files and the harness's records; no runtime.
 """
@@ -41,6 +60,7 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from memory._archive import parse_archive
 from memory._errors import TopicError
@@ -49,8 +69,7 @@ from memory._records import MARKER_KEY, source_anchor
 from memory._simulate_agents import SIM_TURN
 from memory._tokens import TokenCounter
 from memory._topics import parse_topic
-from store import SessionCore, StoreError
-from store._node import Node
+from store import Node, SessionCore, StoreError
 
 __all__ = ["INVARIANTS", "Evidence", "Verdict", "check_invariants"]
 
@@ -63,6 +82,7 @@ INVARIANTS = (
     "updated_at_not_moved_by_marking",
     "duplicates_only_after_crashes",
     "no_turn_appended_twice",
+    "no_outside_write_reverted",
 )
 
 # updated_at and the last node's created_at come from two clock reads in one append.
@@ -80,6 +100,11 @@ class Evidence:
     process_crashes: int
     actor_crashes: Mapping[str, int]
     summarised: Mapping[str, float] = field(default_factory=dict)
+    # agent-writes: keys the unlocked agent merged, per (session, node); per
+    # session the nodes its rewinds stamped and the head its last rewind set
+    outside_keys: Mapping[tuple[str, str], Iterable[str]] = field(default_factory=dict)
+    outside_rewinds: Mapping[str, tuple[tuple[str, ...], str | None]] = field(
+        default_factory=dict)
 
 
 @dataclass
@@ -132,6 +157,7 @@ def check_invariants(
         _check_turns_once(core, checks["no_turn_appended_twice"])
     _check_citations(memory_dir, checks["citations_resolve"])
     _check_duplicates(evidence, checks["duplicates_only_after_crashes"])
+    _check_outside_writes(state_dir, evidence, checks["no_outside_write_reverted"])
     return {name: check.verdict() for name, check in checks.items()}
 
 
@@ -187,7 +213,7 @@ def _check_session(
         if found is None:
             check.fail(f"session {session}: acknowledged node {node_id} is gone")
             continue
-        lost = sorted(set(keys) - set(found.metadata))
+        lost = sorted(set(keys) - set(found.metadata) - _excused(evidence, session, found))
         if lost:
             check.fail(f"session {session}: node {node_id} lost metadata keys {lost}")
     check = checks["updated_at_not_moved_by_marking"]
@@ -293,3 +319,52 @@ def _turn_identity(node: Node) -> tuple[object, ...] | None:
     if node.is_summary:
         return ("summary", repr(node.output))
     return None
+def outside_evidence(report: Mapping[str, object]) -> dict[str, Any]:
+    """The ``outside_keys``/``outside_rewinds`` of :class:`Evidence` from the agent's report."""
+    keys: dict[tuple[str, str], set[str]] = {}
+    merged = report.get("merged")
+    for session, node, key in merged if isinstance(merged, list) else []:
+        keys.setdefault((str(session), str(node)), set()).add(str(key))
+    rewinds: dict[str, tuple[tuple[str, ...], str | None]] = {}
+    rewound = report.get("rewound")
+    for session, stamped, head in rewound if isinstance(rewound, list) else []:
+        earlier = rewinds.get(str(session), ((), None))[0]
+        rewinds[str(session)] = (
+            (*earlier, *map(str, stamped)), head if isinstance(head, str) else None)
+    return {"outside_keys": keys, "outside_rewinds": rewinds}
+
+
+def _check_outside_writes(state_dir: str, evidence: Evidence, check: _Check) -> None:
+    sessions = {s for s, _ in evidence.outside_keys} | set(evidence.outside_rewinds)
+    for session in sorted(sessions):
+        try:
+            core = SessionCore.open(state_dir, session)
+        except StoreError as exc:
+            check.fail(f"session {session} unreadable: {exc}")
+            continue
+        nodes = {node.id: node for node in core.nodes()}
+        for (owner, node_id), keys in evidence.outside_keys.items():
+            if owner != session:
+                continue
+            check.count()
+            found = nodes.get(node_id)
+            lost = sorted(set(keys) - set(found.metadata if found is not None else ()))
+            if lost:
+                check.fail(f"session {session}: node {node_id} lost the agent's keys {lost}")
+        stamped, head = evidence.outside_rewinds.get(session, ((), None))
+        for node_id in dict.fromkeys(stamped):
+            check.count()
+            found = nodes.get(node_id)
+            if found is None or not found.rewound:
+                check.fail(f"session {session}: the agent's rewind stamp on {node_id} is gone")
+        if stamped:
+            check.count()
+            if core.head != head:
+                check.fail(f"session {session}: the agent's rewind set head {head}, "
+                           f"the head is {core.head}")
+
+
+def _excused(evidence: Evidence, session: str, node: Node) -> set[str]:
+    """Keys ``metadata_keys_kept`` does not ask of ``node``: see the module docstring."""
+    stamped = evidence.outside_rewinds.get(session, ((), None))[0]
+    return {MARKER_KEY} if node.rewound and node.id in stamped else set()

@@ -161,6 +161,26 @@ class DurableFiles:
             _unlink_quietly(temp)
             raise
 
+    def replace_unsynced_if(self, path: str, data: bytes, unchanged: Callable[[], bool]) -> bool:
+        """:meth:`replace_unsynced`, unless ``unchanged()`` says ``path`` moved meanwhile.
+
+        For a merge into a file another process rewrites without any lock
+        (the reference agent's node files): the temp file is written first,
+        then ``unchanged`` re-reads the target right before the rename, so
+        the window in which the other writer's change is lost is the rename
+        alone. False (and the temp file removed): the caller merges again.
+        """
+        temp = self._write_temp(path, data, sync=False)
+        try:
+            if not unchanged():
+                _unlink_quietly(temp)
+                return False
+            self._replace(temp, path)
+        except BaseException:
+            _unlink_quietly(temp)
+            raise
+        return True
+
     def sync_paths(self, paths: Iterable[str]) -> None:
         """fsync existing files (and then their directories), e.g. to retire a journal."""
         directories: dict[str, None] = {}

@@ -20,17 +20,22 @@ a bound, so the per-file flushes are paid once per checkpoint, off the
 critical path, and meta.json (in every append's record) once per
 checkpoint instead of once per turn.
 
-A record is ``scriptorium-journal 2 <size> <crc32>\\n`` and ``size`` bytes
+A record is ``scriptorium-journal 3 <size> <crc32>\\n`` and ``size`` bytes
 of payload: per file its path relative to the session directory, a line
-with its length, its bytes and a newline, then ``end\\n``. Framing, not
-JSON: the content is already encoded and sits on the critical path.
+``<before> <patch size> <size>``, the patch, the file's new bytes and a
+newline, then ``end\\n``. ``before`` says what the file was when the record
+was written: the BLAKE2b-128 hex digest of its bytes, or ``absent``. The
+patch is set (JSON) when the entry's only change is a metadata merge into a
+node file (a marker batch, a rewind's stamps). Framing, not JSON: the
+content is already encoded and sits on the critical path. Records of
+format 2 (no ``before``, no patch) are still read and replayed as before.
 
 Recovery (:func:`scan`, run by whoever takes the lock and finds a journal
 it did not write): the valid prefix of records is replayed, *last record
 wins per file*, skipping files already holding those bytes; the files are
 synced; the journal is truncated. Replay only ever installs bytes a record
-holds, so it is idempotent, and a crash during replay is repaired by the
-next replay.
+holds, or those bytes merged onto a file someone else changed (below), so
+it is idempotent, and a crash during replay is repaired by the next replay.
 
 Why the valid prefix is exactly the acknowledged records, plus maybe more:
 a record is acknowledged only after its ``fdatasync``, which made it and
@@ -42,13 +47,19 @@ flush and the ack) is replayed: the operation happens, as if it had been
 acknowledged, never half.
 
 The invariant that makes replay in order safe: **a file named by a
-record not yet checkpointed changes only through later records.** Every
-mutation of the owning core goes through the journal, so it holds; a new
-owner (another process, a restarted actor) replays and checkpoints a
-journal it did not write before anything else. A writer that takes no lock
-(the reference agent) and rewrites a file named by an outstanding record
-between our install and a crash would see its write replaced on replay;
-checkpointing when idle keeps that window to the owner's busy periods.
+record not yet checkpointed changes only through later records**, for
+every writer that takes the lock. The reference agent takes none: it
+rewrites node files (metadata merges, rewind stamps) and meta.json (head
+moves) whenever it likes, also between our install and a crash. So replay
+never installs over a file that changed since: :func:`replay_plan` collects
+per file every state the records account for (each record's ``before`` and
+new bytes); a file in one of those states gets the last record's bytes, and
+a file in any other state was written by someone else, whose write wins.
+What of ours can still be applied is merged onto it: the keys of the
+records' metadata patches that the file does not hold (a newer value the
+agent gave a key is kept). Everything else (meta.json, a node file our
+append created) is kept as the other writer left it and reported: the
+agent's head move or rewind is newer than any head our records name.
 
 A record that passes its checksum but names a file outside the session
 was not written by scriptorium: :class:`~store._errors.JournalFileError`,
@@ -58,38 +69,66 @@ it would write records no replay reaches).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ._errors import JournalFileError
 from ._format import parse_filename
 
 __all__ = [
+    "ABSENT",
     "JOURNAL_NAME",
+    "FilePlan",
+    "JournalEntry",
     "JournalScan",
     "decode_entries",
+    "digest",
     "encode_entries",
     "encode_record",
     "latest_per_file",
     "read_journal",
+    "replay_plan",
     "scan",
 ]
 
 JOURNAL_NAME = ".journal"
-_MAGIC = b"scriptorium-journal 2 "
+_MAGIC = b"scriptorium-journal 3 "
+_MAGIC_V2 = b"scriptorium-journal 2 "
 _TRAILER = b"end\n"
 # The longest header line: magic, a 20-digit size, a space, 8 hex digits, LF.
 _MAX_HEADER = len(_MAGIC) + 20 + 1 + 8 + 1
+ABSENT = "absent"  # ``before`` of a file that did not exist
 
-Entries = list[tuple[str, bytes]]
+
+def digest(data: bytes | None) -> str:
+    """What ``before`` records for a file holding ``data`` (None: no file)."""
+    if data is None:
+        return ABSENT
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One file of a record: its new bytes and what it was when the record was written.
+
+    ``before`` is :func:`digest` of the file's bytes then (None only in a
+    format-2 record, which did not say); ``patch`` the metadata patch as JSON
+    when the entry changes nothing but the node's metadata (else empty).
+    """
+
+    rel: str
+    data: bytes
+    before: str | None = None
+    patch: bytes = b""
 
 
 @dataclass(frozen=True)
 class JournalScan:
     """What a journal holds: its valid records in order, and where they end."""
 
-    records: list[Entries]
+    records: list[list[JournalEntry]]
     valid_end: int
     size: int
 
@@ -108,37 +147,60 @@ def _valid_target(rel: str) -> bool:
     return "/" not in name and parse_filename(name) is not None
 
 
-def encode_entries(entries: Entries) -> bytes:
+def _valid_before(before: str) -> bool:
+    return before == ABSENT or (
+        len(before) == 32 and all(c in "0123456789abcdef" for c in before))
+
+
+def encode_entries(entries: list[JournalEntry]) -> bytes:
     parts: list[bytes] = []
-    for rel, data in entries:
-        parts.append(f"{rel}\n{len(data)}\n".encode())
-        parts.append(data)
+    for entry in entries:
+        if entry.before is None:  # only format-2 records lack it; we never write those
+            raise ValueError(f"journal entry {entry.rel!r} does not say what the file was")
+        parts.append(
+            f"{entry.rel}\n{entry.before} {len(entry.patch)} {len(entry.data)}\n".encode())
+        parts.append(entry.patch)
+        parts.append(entry.data)
         parts.append(b"\n")
     parts.append(_TRAILER)
     return b"".join(parts)
 
 
-def decode_entries(payload: bytes, path: str, offset: int) -> Entries:
+def decode_entries(
+    payload: bytes, path: str, offset: int, *, version: int = 3
+) -> list[JournalEntry]:
     """The entries of one checksummed payload; JournalFileError if they are not ours."""
-    entries: Entries = []
+    entries: list[JournalEntry] = []
     at = 0
     while payload[at:] != _TRAILER:
+        before: str | None = None
+        patch_size = 0
         try:
             rel_end = payload.index(b"\n", at)
             size_end = payload.index(b"\n", rel_end + 1)
             rel = payload[at:rel_end].decode("utf-8")
-            size = int(payload[rel_end + 1:size_end])
+            fields = payload[rel_end + 1:size_end].decode("ascii").split(" ")
+            if version == 2:
+                (size_text,) = fields
+            else:
+                before, patch_text, size_text = fields
+                patch_size = int(patch_text)
+            size = int(size_text)
         except (ValueError, UnicodeDecodeError):
             raise JournalFileError(path, offset, "an entry is malformed") from None
-        body_end = size_end + 1 + size
-        if not _valid_target(rel) or size < 0 or payload[body_end:body_end + 1] != b"\n":
+        patch_end = size_end + 1 + patch_size
+        body_end = patch_end + size
+        if not _valid_target(rel) or size < 0 or patch_size < 0 or (
+            before is not None and not _valid_before(before)
+        ) or payload[body_end:body_end + 1] != b"\n":
             raise JournalFileError(path, offset, f"entry {rel[:80]!r} is not a node file or meta")
-        entries.append((rel, payload[size_end + 1:body_end]))
+        entries.append(JournalEntry(rel, payload[patch_end:body_end], before,
+                                    payload[size_end + 1:patch_end]))
         at = body_end + 1
     return entries
 
 
-def encode_record(entries: Entries) -> bytes:
+def encode_record(entries: list[JournalEntry]) -> bytes:
     payload = encode_entries(entries)
     return b"%s%d %08x\n%s" % (_MAGIC, len(payload), zlib.crc32(payload), payload)
 
@@ -147,24 +209,31 @@ def scan(data: bytes, path: str) -> JournalScan:
     """The valid prefix of records in ``data``; stops at the first short or bad record.
 
     ``path`` (relative to the state directory) names the journal in errors.
+    Records of format 2 (written before ``before`` was recorded) are read too.
     """
-    records: list[Entries] = []
+    records: list[list[JournalEntry]] = []
     at = 0
     while at < len(data):
         header_end = data.find(b"\n", at, at + _MAX_HEADER)
-        if header_end < 0 or not data.startswith(_MAGIC, at):
+        if header_end < 0:
             break
-        fields = data[at + len(_MAGIC):header_end].split(b" ")
+        if data.startswith(_MAGIC, at):
+            magic, version = _MAGIC, 3
+        elif data.startswith(_MAGIC_V2, at):
+            magic, version = _MAGIC_V2, 2
+        else:
+            break
+        fields = data[at + len(magic):header_end].split(b" ")
         if len(fields) != 2 or not fields[0].isdigit():
             break
         size = int(fields[0])
         payload = data[header_end + 1:header_end + 1 + size]
         # the header must be exactly what encode_record writes for this payload
         # (so "0A1B..." for "0a1b...", or a leading zero, is damage, not a record)
-        canonical = b"%s%d %08x\n" % (_MAGIC, size, zlib.crc32(payload))
+        canonical = b"%s%d %08x\n" % (magic, size, zlib.crc32(payload))
         if len(payload) != size or data[at:header_end + 1] != canonical:
             break
-        records.append(decode_entries(payload, path, at))
+        records.append(decode_entries(payload, path, at, version=version))
         at = header_end + 1 + size
     return JournalScan(records, at, len(data))
 
@@ -179,7 +248,7 @@ def read_journal(session_dir: str, path: str) -> JournalScan:
     return scan(data, path)
 
 
-def latest_per_file(records: list[Entries]) -> dict[str, bytes]:
+def latest_per_file(records: list[list[JournalEntry]]) -> dict[str, bytes]:
     """Each file's bytes as the last record naming it left them, in replay order.
 
     A file is placed where its last record names it, so installing in this
@@ -188,7 +257,50 @@ def latest_per_file(records: list[Entries]) -> dict[str, bytes]:
     """
     latest: dict[str, bytes] = {}
     for entries in records:
-        for rel, data in entries:
-            latest.pop(rel, None)
-            latest[rel] = data
+        for entry in entries:
+            latest.pop(entry.rel, None)
+            latest[entry.rel] = entry.data
     return latest
+
+
+@dataclass
+class FilePlan:
+    """What replay does with one file: see :func:`replay_plan`.
+
+    ``known`` holds the digest of every state the records account for (None:
+    a format-2 record names the file, so any state is taken as ours);
+    ``patches`` the metadata patches of its entries, in order; ``merge_only``
+    is True when every entry either patched the file's metadata or created
+    the file, so a foreign version can take the patches.
+    """
+
+    data: bytes
+    known: set[str] | None = field(default_factory=set)
+    patches: list[bytes] = field(default_factory=list)
+    merge_only: bool = True
+
+
+def replay_plan(records: list[list[JournalEntry]]) -> dict[str, FilePlan]:
+    """Per file, in :func:`latest_per_file` order: the bytes to install and how to judge the disk.
+
+    A file on disk whose digest is in ``known`` is in a state our records
+    account for (before any of them, or as one of them left it): replay
+    installs ``data``. Any other state is someone else's write made after
+    our last install, which replay must not revert.
+    """
+    plans: dict[str, FilePlan] = {}
+    for rel, data in latest_per_file(records).items():
+        plans[rel] = FilePlan(data)
+    for entries in records:
+        for entry in entries:
+            plan = plans[entry.rel]
+            if entry.patch:
+                plan.patches.append(entry.patch)
+            elif entry.before != ABSENT:
+                plan.merge_only = False
+            if entry.before is None or plan.known is None:
+                plan.known = None
+                continue
+            plan.known.add(entry.before)
+            plan.known.add(digest(entry.data))
+    return plans

@@ -43,6 +43,7 @@ passivating.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import time
@@ -77,10 +78,11 @@ from ._format import (
 from ._git_exclude import keep_out_of_git
 from ._ids import validate_id, validate_name
 from ._index import HISTORY, META, Fingerprint, SessionIndex, load_index, read_capped
+from ._journal import ABSENT, JournalEntry, digest
 from ._lock import SessionLock
 from ._message import append_conflicts, check_metadata_keys, message_to_node, node_to_message
 from ._node import ROOT, Node
-from ._session_journal import SessionJournal
+from ._session_journal import JournalConflict, SessionJournal
 from ._sessions import SESSIONS
 from ._walk import (
     absorbed_covers,
@@ -149,8 +151,9 @@ class SessionCore:
         self._claims = ClaimFile(self.directory, self._files)
         self._index = SessionIndex()
         self._meta: dict[str, Any] = {}
+        self._meta_bytes: bytes | None = None  # meta.json as last read or installed
         self._fingerprint: Fingerprint | None = None
-        self._journal = SessionJournal(self.directory, self._rel, self._files)
+        self._journal = SessionJournal(self.directory, self._rel, self._files, max_node_bytes)
         self._rebuilds = 0
         self._checked = False  # see trusting_index
 
@@ -290,6 +293,15 @@ class SessionCore:
         return sorted(self._journal.outstanding)
 
     @property
+    def replay_conflicts(self) -> list[JournalConflict]:
+        """Files a journal replay found rewritten by another writer (the reference agent).
+
+        Each was merged (our records' metadata keys it lacked) or left as the
+        other writer made it, never reverted to a record's bytes.
+        """
+        return list(self._journal.conflicts)
+
+    @property
     def rebuilds(self) -> int:
         """Index loads from disk: the first, then one per outside write seen."""
         return self._rebuilds
@@ -399,7 +411,7 @@ class SessionCore:
             if node.is_summary:
                 raise SummaryHeadError(self.session, node_id)
             meta = {**self._meta, "head_id": node_id}
-            self._journal_locked([(META, encode_meta(meta))])
+            self._journal_locked([self._meta_entry(meta)])
             self._meta = meta
             self._mark_synced()
 
@@ -541,13 +553,27 @@ class SessionCore:
         if unchanged:  # the truncation is ours: the index is as current as before
             self._mark_synced()
 
-    def _journal_locked(self, entries: list[tuple[str, bytes]]) -> None:
+    def _journal_locked(self, entries: list[JournalEntry]) -> list[str]:
         """Make ``entries`` durable with one journal record, then install each unsynced.
 
         Every mutation's files reach the disk here and nowhere else (the
         store benchmark overrides it to measure writes without the journal).
+        Returns the files now holding other bytes than the entry's (see
+        :meth:`SessionJournal.write`).
         """
-        self._journal.write(entries)
+        try:
+            differ = self._journal.write(entries)
+        except BaseException:
+            self._fingerprint = None  # some files may be installed: reload meta and index
+            raise
+        for entry in entries:
+            if entry.rel == META:
+                self._meta_bytes = entry.data
+        return differ
+
+    def _meta_entry(self, meta: dict[str, Any]) -> JournalEntry:
+        """meta.json's entry: its new bytes, and the bytes it replaces as last read here."""
+        return JournalEntry(META, encode_meta(meta), digest(self._meta_bytes))
 
     def _refresh(self, *, force: bool = False) -> None:
         """Rebuild the index and meta once when the fingerprint moved.
@@ -566,6 +592,7 @@ class SessionCore:
         except FileNotFoundError:
             raise SessionNotFoundError(self.session, self._rel) from None
         self._meta = decode_meta(meta_bytes, f"{self._rel}/{META}")
+        self._meta_bytes = meta_bytes
         self._index = load_index(self.directory, self._rel, self._cap)
         self._fingerprint = fingerprint
         self._rebuilds += 1
@@ -590,7 +617,7 @@ class SessionCore:
             meta["branches"] = {**(known if isinstance(known, dict) else {}), **branches}
         filename = f"{HISTORY}/{node_filename(node)}"
         # The node first: a reader never sees a head whose file is missing.
-        self._journal_locked([(filename, data), (META, encode_meta(meta))])
+        self._journal_locked([JournalEntry(filename, data, ABSENT), self._meta_entry(meta)])
         self._index.add(node)
         self._meta = meta
         self._mark_synced()
@@ -601,7 +628,7 @@ class SessionCore:
     ) -> list[str]:
         """Merge patches into node files (re-read from disk) and maybe meta: one journal record."""
         updated: list[Node] = []
-        entries: list[tuple[str, bytes]] = []
+        entries: list[JournalEntry] = []
         for node_id, patch in patches.items():
             if node_id not in self._index.nodes:
                 raise NodeNotFoundError(self.session, node_id)
@@ -612,19 +639,26 @@ class SessionCore:
                 if current != self._index.nodes[node_id]:
                     self._index.replace(current)
                 continue
-            entries.append(
-                (rel, encode_with_metadata(data, current, merged, self.session, self._cap))
-            )
+            # the patch travels with the entry: a replay finding the agent's
+            # newer version merges it instead of reverting that version
+            entries.append(JournalEntry(
+                rel, encode_with_metadata(data, current, merged, self.session, self._cap),
+                digest(data), json.dumps(dict(patch), ensure_ascii=False).encode("utf-8")))
             updated.append(current.with_metadata(merged))
         if meta is not None:
-            entries.append((META, encode_meta(meta)))
+            entries.append(self._meta_entry(meta))
         if not entries:
             return []
-        self._journal_locked(entries)
-        for node in updated:
-            self._index.replace(node)
+        differ = self._journal_locked(entries)
         if meta is not None:
             self._meta = meta
+        if differ:
+            # another writer's version was merged at install: the
+            # index learns it from the disk
+            self._fingerprint = None
+            return [n.id for n in updated]
+        for node in updated:
+            self._index.replace(node)
         self._mark_synced()
         return [n.id for n in updated]
 

@@ -22,6 +22,16 @@ is written only under the session lock, so a different stamp under the lock
 means another owner wrote, or this owner's write failed part-way; either way
 only a replay knows what the journal holds.
 
+Files the reference agent also writes, without the lock: a metadata patch
+is installed with :meth:`~store._durable.DurableFiles.replace_unsynced_if`,
+which re-reads the node file right before the rename; if it changed since
+the record was made, the patch is merged again onto what is there now (our
+patch's keys win: it is the newer write), so only the rename itself can
+still lose the other writer's key. Replay never reverts a file someone else
+changed after the record (see :mod:`store._journal`): it merges the
+records' patch keys the file lacks, or leaves the file alone, and reports
+each such file in :attr:`SessionJournal.conflicts`.
+
 The index and meta.json cache are not kept here: the owner drops them when
 it adopts (a foreign write may fall in the same timestamp tick, which the
 index fingerprint cannot see; the journal's stamp can).
@@ -29,20 +39,53 @@ index fingerprint cannot see; the journal's stamp can).
 
 from __future__ import annotations
 
+import functools
+import json
 import os
+from dataclasses import dataclass
+from typing import Literal
 
 from ._durable import DurableFiles
-from ._errors import JournalFileError
-from ._index import FileStamp, file_stamp
-from ._journal import JOURNAL_NAME, encode_record, latest_per_file, read_journal
+from ._errors import JournalFileError, NodeFileError, StoreError
+from ._format import DEFAULT_MAX_NODE_BYTES, decode_node, encode_with_metadata
+from ._index import META, FileStamp, file_stamp
+from ._journal import (
+    JOURNAL_NAME,
+    JournalEntry,
+    digest,
+    encode_record,
+    read_journal,
+    replay_plan,
+)
 
-__all__ = ["CHECKPOINT_BYTES", "CHECKPOINT_RECORDS", "SessionJournal"]
+__all__ = ["CHECKPOINT_BYTES", "CHECKPOINT_RECORDS", "JournalConflict", "SessionJournal"]
 
 # Records accumulate in the journal until the owner is idle or closes; past
 # either bound the next write checkpoints first, bounding what a replay
 # has to read and install.
 CHECKPOINT_RECORDS = 64
 CHECKPOINT_BYTES = 8 * 1024 * 1024
+# A file rewritten again at every re-read: after this many merges the other
+# writer's version stands (a replay reports it; a live merge raises).
+MERGE_ATTEMPTS = 8
+
+MAX_CONFLICTS = 100  # the newest replay conflicts an owner remembers
+
+Outcome = Literal["ours", "merged", "theirs"]
+
+
+@dataclass(frozen=True)
+class JournalConflict:
+    """A file replay found changed by someone else since the record was written.
+
+    ``outcome``: ``merged`` (the records' patch keys the file lacked were
+    added to the other writer's version) or ``theirs`` (left as the other
+    writer made it: meta.json, a file our append created, an unreadable
+    node, or a patch with nothing left to add).
+    """
+
+    file: str  # relative to the state directory
+    outcome: Outcome
 
 
 class SessionJournal:
@@ -53,8 +96,13 @@ class SessionJournal:
     directory.
     """
 
-    def __init__(self, directory: str, rel: str, files: DurableFiles) -> None:
+    def __init__(self, directory: str, rel: str, files: DurableFiles,
+                 cap: int = DEFAULT_MAX_NODE_BYTES) -> None:
         self.directory = directory
+        self._rel = rel
+        self._cap = cap
+        # Files the last replays found changed by another writer, and what became of them.
+        self.conflicts: list[JournalConflict] = []
         self.path = os.path.join(directory, JOURNAL_NAME)
         self._rel_path = f"{rel}/{JOURNAL_NAME}"
         self._files = files
@@ -100,11 +148,15 @@ class SessionJournal:
         and the journal truncated at once.
         """
         journal = read_journal(self.directory, self._rel_path)
-        latest = latest_per_file(journal.records)
-        for rel, data in latest.items():
-            path = self._path(rel)
-            if _read_or_none(path) != data:
-                self._files.replace_unsynced(path, data)
+        latest = replay_plan(journal.records)
+        for rel, plan in latest.items():
+            # a file in a state the records account for gets the last record's
+            # bytes; in any other state it is someone else's newer write
+            patches = plan.patches if rel != META and plan.merge_only else []
+            outcome = self._install(rel, plan.data, plan.known, patches, ours_win=False)
+            if outcome != "ours":
+                self.conflicts.append(JournalConflict(f"{self._rel}/{rel}", outcome))
+        del self.conflicts[:-MAX_CONFLICTS]
         self.outstanding = dict.fromkeys(latest)
         self.records = len(journal.records)
         self._bytes = journal.valid_end
@@ -127,18 +179,102 @@ class SessionJournal:
         self.records = self._bytes = 0
         self.outstanding.clear()
 
-    def write(self, entries: list[tuple[str, bytes]]) -> None:
-        """Make ``entries`` durable with one journal record, then install each unsynced."""
+    def write(self, entries: list[JournalEntry]) -> list[str]:
+        """Make ``entries`` durable with one journal record, then install each unsynced.
+
+        Returns the files (relative to the session) now holding other bytes
+        than the record's: a metadata patch merged again onto another
+        writer's version. :class:`~store._errors.NodeFileError` when a patch
+        could not be installed (the file kept changing, or the other writer
+        left it unreadable); every other file is installed first.
+        """
         if self.records >= CHECKPOINT_RECORDS or self._bytes >= CHECKPOINT_BYTES:
             self.checkpoint()
         record = encode_record(entries)
         self._files.append_synced(self.path, record)
         self.records += 1
         self._bytes += len(record)
-        for rel, data in entries:
-            self.outstanding[rel] = None
-            self._files.replace_unsynced(self._path(rel), data)
+        differ: list[str] = []
+        refused: list[str] = []
+        for entry in entries:
+            self.outstanding[entry.rel] = None
+            if not entry.patch:
+                self._files.replace_unsynced(self._path(entry.rel), entry.data)
+                continue
+            assert entry.before is not None
+            outcome = self._install(entry.rel, entry.data, {entry.before}, [entry.patch],
+                                    ours_win=True)
+            if outcome != "ours":
+                (differ if outcome == "merged" else refused).append(entry.rel)
         self.stamp = file_stamp(self.path)
+        if refused:
+            raise NodeFileError(
+                f"{self._rel}/{refused[0]}",
+                f"the metadata merge is not installed: another writer changed the file at "
+                f"each of {MERGE_ATTEMPTS} re-reads or left it unreadable; retry the merge")
+        return differ
+
+    def _install(
+        self,
+        rel: str,
+        data: bytes,
+        known: set[str] | None,
+        patches: list[bytes],
+        *,
+        ours_win: bool,
+    ) -> Outcome:
+        """Install ``data`` over a file in a ``known`` state (None: any); else merge or leave it.
+
+        The file is re-read right before each rename and the decision made
+        again if it moved. A file in another state gets ``patches`` merged
+        onto its metadata (``ours_win``: their values replace the file's; else
+        only keys the file lacks are added), or, with no patches or an
+        unreadable file, is left alone. Returns what the file holds now:
+        ``ours`` (``data``), ``merged`` or ``theirs``.
+        """
+        path = self._path(rel)
+        seen = [_read_or_none(path)]
+        for _ in range(MERGE_ATTEMPTS):
+            basis = seen[0]
+            target: bytes | None
+            outcome: Outcome
+            if known is None or digest(basis) in known:
+                target, outcome = data, "ours"
+            elif basis is not None and patches:
+                target, outcome = self._merged(rel, basis, patches, ours_win), "merged"
+            else:
+                return "theirs"
+            if target is None:
+                return "theirs"
+            if target == basis and outcome == "merged":
+                # the file already holds what ours_win would write; for a
+                # replay nothing was added to the other writer's version
+                return "merged" if ours_win else "theirs"
+            if target == basis:
+                return outcome
+            if self._files.replace_unsynced_if(
+                path, target, functools.partial(_unchanged, path, basis, seen)
+            ):
+                return outcome
+        return "theirs"
+
+    def _merged(self, rel: str, data: bytes, patches: list[bytes], ours_win: bool) -> bytes | None:
+        """``data`` (another writer's node file) with the patches merged in; None if impossible."""
+        where = f"{self._rel}/{rel}"
+        try:
+            node = decode_node(data, where, self._cap)
+            metadata = dict(node.metadata)
+            for raw in patches:
+                patch = json.loads(raw)
+                if not isinstance(patch, dict):
+                    return None
+                for key, value in patch.items():
+                    if ours_win or key not in node.metadata:
+                        metadata[key] = value
+            session = os.path.basename(self.directory)
+            return encode_with_metadata(data, node, metadata, session, self._cap)
+        except (NodeFileError, StoreError, ValueError):
+            return None
 
     def _path(self, rel: str) -> str:
         return os.path.join(self.directory, rel)
@@ -150,3 +286,9 @@ def _read_or_none(path: str) -> bytes | None:
             return handle.read()
     except FileNotFoundError:
         return None
+
+
+def _unchanged(path: str, basis: bytes | None, seen: list[bytes | None]) -> bool:
+    """Re-read ``path`` into ``seen[0]``: does it still hold ``basis``?"""
+    seen[0] = _read_or_none(path)
+    return seen[0] == basis

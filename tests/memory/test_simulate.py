@@ -41,7 +41,7 @@ def small(state: str, **overrides: object) -> SimulationConfig:
     options: dict[str, object] = {
         "state_dir": state, "sessions": 10, "turns": 16, "seed": 7, "mix": SMALL,
         "session_idle": 0.4, "watchdog_poll": 0.4, "writer_timeout": 0.5,
-        "outside_sessions": 3, "outside_rounds": 40,
+        "outside_sessions": 3, "outside_rounds": 40, "agent_sessions": 3, "agent_rounds": 40,
     }
     options.update(overrides)
     return SimulationConfig(**options)  # type: ignore[arg-type]
@@ -367,3 +367,86 @@ async def test_an_agent_resends_a_failed_append_as_it_was() -> None:
     assert len(sent) == 2 and sent[0] == sent[1]
     assert node == sent[0]["id"] == sent[0][SIM_TURN]
     assert (agent.retried, agent.done_turns) == (1, 1)
+# -- the unlocked reference agent (agent-writes) and "no outside write reverted" ------
+
+
+def _agent_run(state: Path) -> tuple[str, dict[str, Any]]:
+    from memory._simulate_outside import run_agent
+
+    sid = min(os.listdir(state / "sessions"))
+    report = run_agent(str(state), 1, 40, [sid], pause=0.0, rewind_share=0.25)
+    assert report["merged"] and report["rewound"]
+    return sid, report
+
+
+def _node_file(state: Path, sid: str, node_id: str) -> Path:
+    (path,) = (state / "sessions" / sid / "history").glob(f"*-{node_id}.json")
+    return path
+
+
+def test_the_agents_writes_pass_and_reverting_any_of_them_fails(
+    damaged: tuple[Path, SimulationResult],
+) -> None:
+    from memory._simulate_oracle import outside_evidence
+    from memory._simulate_outside import agent_write
+
+    state, result = damaged
+    sid, report = _agent_run(state)
+    evidence = outside_evidence(report)
+    assert failed(verdicts(state, result, **evidence)) == set()
+    assert verdicts(state, result, **evidence)["no_outside_write_reverted"].checked > 0
+    # a merged key undone, as a replay installing old bytes would
+    _, node_id, key = report["merged"][-1]
+    path = _node_file(state, sid, node_id)
+    record = orjson.loads(path.read_bytes())
+    del record["metadata"][key]
+    agent_write(str(path), record)
+    assert failed(verdicts(state, result, **evidence)) == {"no_outside_write_reverted"}
+    agent_write(str(path), {**record, "metadata": {**record["metadata"], key: 0}})
+    assert failed(verdicts(state, result, **evidence)) == set()
+    # the last rewind's head move undone
+    meta_path = state / "sessions" / sid / "meta.json"
+    meta = orjson.loads(meta_path.read_bytes())
+    agent_write(str(meta_path), {**meta, "head_id": report["rewound"][-1][1][0]})
+    assert "no_outside_write_reverted" in failed(verdicts(state, result, **evidence))
+    agent_write(str(meta_path), meta)
+    # a rewind stamp undone
+    stamped = _node_file(state, sid, report["rewound"][0][1][0])
+    record = orjson.loads(stamped.read_bytes())
+    del record["metadata"]["rewound"]
+    agent_write(str(stamped), record)
+    assert "no_outside_write_reverted" in failed(verdicts(state, result, **evidence))
+
+
+def test_a_marker_lost_on_a_turn_the_agent_rewound_is_not_a_lost_key(
+    damaged: tuple[Path, SimulationResult],
+) -> None:
+    """Rewound turns are invisible to memory: the agent's rewind dropping their marker owes nothing."""
+    from memory._simulate_oracle import outside_evidence
+    from memory._simulate_outside import agent_write
+
+    state, result = damaged
+    sid, report = _agent_run(state)
+    evidence = outside_evidence(report)
+    marked = [n for n in dict.fromkeys(evidence["outside_rewinds"][sid][0])
+              if MARKER_KEY in orjson.loads(_node_file(state, sid, n).read_bytes())["metadata"]]
+    assert marked
+    path = _node_file(state, sid, marked[0])
+    record = orjson.loads(path.read_bytes())
+    del record["metadata"][MARKER_KEY]
+    agent_write(str(path), record)
+    assert failed(verdicts(state, result, **evidence)) == set()
+    assert "metadata_keys_kept" in failed(verdicts(state, result))  # without the agent's rewinds
+
+
+def test_the_agent_writes_the_reference_byte_format(tmp_path: Path) -> None:
+    from memory._simulate_outside import agent_write
+    from tests.fixture import copy_fixture
+
+    state = copy_fixture(tmp_path / "state")
+    for path in sorted((state / "sessions" / "demo" / "history").glob("*.json")):
+        original = path.read_bytes()
+        agent_write(str(path), orjson.loads(original))
+        assert path.read_bytes() == original
+    assert not [p for p in (state / "sessions" / "demo" / "history").iterdir()
+                if p.name.startswith(".")]

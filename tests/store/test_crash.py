@@ -301,13 +301,14 @@ def test_the_power_loss_check_catches_a_replay_in_the_wrong_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Plant the fault (the first record naming a file wins): the cut test must fail."""
-    import store._session_journal as journal_module
+    import store._journal as journal_module
+    from store._journal import JournalEntry
 
-    def first_wins(records: list[list[tuple[str, bytes]]]) -> dict[str, bytes]:
+    def first_wins(records: list[list[JournalEntry]]) -> dict[str, bytes]:
         latest: dict[str, bytes] = {}
         for entries in records:
-            for rel, data in entries:
-                latest.setdefault(rel, data)
+            for entry in entries:
+                latest.setdefault(entry.rel, entry.data)
         return latest
 
     monkeypatch.setattr(journal_module, "latest_per_file", first_wins)

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from store._errors import JournalFileError
 from store._format import decode_node, encode_node, encode_with_metadata
 from store._journal import (
+    ABSENT,
     JOURNAL_NAME,
+    JournalEntry,
     decode_entries,
     encode_entries,
     encode_record,
@@ -22,10 +24,14 @@ from store._journal import (
 from store._session import SessionCore
 from tests.store.conftest import DEMO_HISTORY
 
-ENTRIES = [("history/0001-l-a1.json", b'{"x": "a\nb"}'), ("meta.json", b"")]
+ENTRIES = [JournalEntry("history/0001-l-a1.json", b'{"x": "a\nb"}', "0" * 32, b'{"m": 1}'),
+           JournalEntry("meta.json", b"", ABSENT)]
 entries_strategy = st.lists(
-    st.tuples(st.sampled_from(["meta.json", "history/0001-l-a1.json", "history/0002-u-b.json"]),
-              st.binary(max_size=40)),
+    st.builds(JournalEntry,
+              st.sampled_from(["meta.json", "history/0001-l-a1.json", "history/0002-u-b.json"]),
+              st.binary(max_size=40),
+              st.sampled_from([ABSENT, "0123456789abcdef" * 2]),
+              st.binary(max_size=12)),
     min_size=1, max_size=3,
 )
 
@@ -36,7 +42,7 @@ def test_framing_round_trips() -> None:
 
 @given(st.lists(entries_strategy, max_size=4), st.data())
 def test_any_cut_yields_the_records_wholly_inside_it(
-    records: list[list[tuple[str, bytes]]], data: st.DataObject
+    records: list[list[JournalEntry]], data: st.DataObject
 ) -> None:
     encoded = [encode_record(r) for r in records]
     journal = b"".join(encoded)
@@ -51,7 +57,7 @@ def test_any_cut_yields_the_records_wholly_inside_it(
 @settings(max_examples=300)
 @given(st.lists(entries_strategy, min_size=1, max_size=3), st.data())
 def test_a_flipped_byte_ends_the_valid_prefix_at_its_record(
-    records: list[list[tuple[str, bytes]]], data: st.DataObject
+    records: list[list[JournalEntry]], data: st.DataObject
 ) -> None:
     """Damage never yields a record that was not written, and never resynchronises."""
     encoded = [encode_record(r) for r in records]
@@ -67,12 +73,14 @@ def test_a_checksummed_record_naming_a_foreign_file_is_refused() -> None:
     for target in ["../escape.json", "history/../../x.json", "history/a.txt", "index.json",
                    "/etc/passwd"]:
         with pytest.raises(JournalFileError, match="sessions/s/.journal"):
-            scan(encode_record([(target, b"{}")]), "sessions/s/.journal")
+            scan(encode_record([JournalEntry(target, b"{}", ABSENT)]), "sessions/s/.journal")
 
 
 def test_the_last_record_naming_a_file_wins_and_orders_it_last() -> None:
-    records = [[("history/0000-u-a.json", b"a"), ("meta.json", b"1")],
-               [("history/0001-u-b.json", b"b"), ("meta.json", b"2")]]
+    records = [[JournalEntry("history/0000-u-a.json", b"a", ABSENT),
+                JournalEntry("meta.json", b"1", ABSENT)],
+               [JournalEntry("history/0001-u-b.json", b"b", ABSENT),
+                JournalEntry("meta.json", b"2", ABSENT)]]
     assert list(latest_per_file(records).items()) == [
         ("history/0000-u-a.json", b"a"), ("history/0001-u-b.json", b"b"), ("meta.json", b"2")]
 
@@ -114,7 +122,7 @@ def test_a_foreign_record_in_the_journal_refuses_changes_and_is_left_alone(
     core = SessionCore.create(tmp_path, "s")
     core.append({"id": "u1", "content": "q"})  # its record is still outstanding
     journal = tmp_path / "sessions" / "s" / JOURNAL_NAME
-    bad = encode_record([("index.json", b"{}")])
+    bad = encode_record([JournalEntry("index.json", b"{}", ABSENT)])
     journal.write_bytes(bad)
     core.close()  # its checkpoint finds the foreign record and must not truncate it
     assert journal.read_bytes() == bad
