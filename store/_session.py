@@ -55,6 +55,7 @@ from ._claim import Claim, ClaimFile
 from ._durable import TEMP_SUFFIX, DurableFiles
 from ._errors import (
     CorruptFileError,
+    HeadFieldError,
     InvalidNodeError,
     NodeFileError,
     NodeNotFoundError,
@@ -75,17 +76,19 @@ from ._format import (
 )
 from ._ids import validate_id, validate_name
 from ._index import HISTORY, META, Fingerprint, SessionIndex, load_index, read_capped
+from ._links import refuse_session_alias
 from ._lock import SessionLock
 from ._message import check_metadata_keys, message_to_node, node_to_message
 from ._node import ROOT, Node
 from ._session_journal import SessionJournal
-from ._sessions import SESSIONS
+from ._sessions import SESSIONS, missing_meta
 from ._walk import (
     absorbed_covers,
     branch,
     check_new_node,
     list_tips,
     rewind_ids,
+    trunk_tip,
     visible_back_from,
 )
 
@@ -178,7 +181,10 @@ class SessionCore:
         """Open an existing session: clean crash leftovers, replay journals, load the index."""
         core = cls(state_dir, session, files=files, clock=clock, max_node_bytes=max_node_bytes)
         if not os.path.isfile(core._path(META)):
-            raise SessionNotFoundError(core.session, core._rel)
+            sessions_dir = os.path.join(core.state_dir, SESSIONS)
+            raise missing_meta(sessions_dir, core.session) or SessionNotFoundError(
+                core.session, core._rel)
+        refuse_session_alias(os.path.join(core.state_dir, SESSIONS), core.session)
         with core._lock:
             core._recover_locked()
         return core
@@ -191,9 +197,16 @@ class SessionCore:
 
     @property
     def head(self) -> str | None:
+        """The head branch's tip; :class:`MetaFileError` if meta.json's ``head_id`` is unusable.
+
+        ``head_id`` null or absent on a session with turns means no head was
+        chosen (the reference agent leaves it so): the head is the trunk tip
+        (SPEC §4 list_branches, always listed), so what the trunk owes is
+        never invisible. A ``head_id`` that is not a string, or names no
+        readable node, is refused (docs/decisions.md, "Broken heads").
+        """
         self._refresh()
-        head = self._meta.get("head_id")
-        return head if isinstance(head, str) else None
+        return self._resolved_head()
 
     def meta(self) -> dict[str, Any]:
         self._refresh()
@@ -222,7 +235,7 @@ class SessionCore:
 
     def branch_nodes(self, tip: str | None = None) -> list[Node]:
         self._refresh()
-        start = tip if tip is not None else self._meta.get("head_id")
+        start = tip if tip is not None else self._resolved_head()
         if start is None:
             return []
         return branch(self._index, self.session, validate_id(start, "tip", self.session))
@@ -234,7 +247,7 @@ class SessionCore:
     def nodes_back(self, tip: str | None = None) -> Iterator[Node]:
         """The branch's visible nodes newest first, lazily (see ``visible_back_from``)."""
         self._refresh()
-        start = tip if tip is not None else self._meta.get("head_id")
+        start = tip if tip is not None else self._resolved_head()
         if start is None:
             return
         validate_id(start, "tip", self.session)
@@ -366,8 +379,8 @@ class SessionCore:
         """
         validate_id(user_turn, "user turn id", self.session)
         with self._mutation():
-            head = self._meta.get("head_id")
-            if not isinstance(head, str):
+            head = self._resolved_head()
+            if head is None:
                 raise InvalidNodeError(self.session, user_turn, "the session has no head")
             stamped = rewind_ids(self._index, self.session, head, user_turn)
             now = self._clock()
@@ -434,6 +447,21 @@ class SessionCore:
 
     def _path(self, rel: str) -> str:
         return os.path.join(self.directory, rel)
+
+    def _resolved_head(self) -> str | None:
+        """See :attr:`head` (on the current index, no refresh)."""
+        head = self._meta.get("head_id")
+        if head is None:
+            return trunk_tip(self._index)
+        path = f"{self._rel}/{META}"
+        if not isinstance(head, str):
+            raise HeadFieldError(path, head, "is neither a node id nor null")
+        if head not in self._index.nodes:
+            raise HeadFieldError(
+                path, head, "names no readable node of the session (a wrong id, or a node "
+                "file skipped as unreadable: see its error)",
+            )
+        return head
 
     @contextmanager
     def _mutation(self) -> Iterator[None]:
