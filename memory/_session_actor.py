@@ -50,7 +50,7 @@ from memory._ledger import (
 from memory._quarantine import QuarantineEntry, is_quarantined
 from memory._records import MARKER_KEY, SourceRecord
 from memory._writer import Batch
-from store import SessionActor, run_durable
+from store import SessionActor, StoreError, run_durable
 from store._actor import TipMoved
 from store._claim import Claim
 
@@ -289,7 +289,11 @@ class MemorySessionActor(SessionActor):
         claimed: tuple[str, ...] | None = None
         records: list[SourceRecord] | None = None
         for _ in range(CLAIM_ATTEMPTS):
-            records = self._next_batch()
+            try:
+                records = self._next_batch()
+            except StoreError as error:  # e.g. an unusable head_id: the boundary hears why
+                await self._finish_boundary(BoundaryOutcome.FAILED, str(error))
+                return
             if records is None:
                 break
             node_ids = tuple(record.message_id for record in records)
