@@ -9,6 +9,10 @@ runs the commands a user would.
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import orjson
@@ -151,3 +155,32 @@ def test_audit_fails_on_every_warning_and_says_what_to_do(tmp_path: Path) -> Non
     report = orjson.loads(out)
     assert report["ok"] is False
     assert [p["kind"] for p in report["problems"]] == ["warnings"]
+
+
+def test_scriptorium_run_logs_the_session_it_cannot_see(tmp_path: Path) -> None:
+    """The daemon names a session without meta.json (a real process, stopped by SIGTERM)."""
+    state = owing_state(tmp_path, "kept")
+    lost = SessionCore.create(state, "lost")
+    lost.append({"role": "user", "content": FACTS[0]})
+    lost.close()
+    (state / "sessions" / "lost" / "meta.json").unlink()
+    runtime = subprocess.Popen(
+        [sys.executable, "-c", "from memory._cli import main; main()", "run", "--log-json",
+         "--scan-interval", "0.05", "--state", str(state)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    guard = threading.Timer(60, runtime.kill)  # a hung run fails the test, never the suite
+    guard.start()
+    try:
+        assert runtime.stderr is not None
+        for line in runtime.stderr:
+            event = json.loads(line)
+            if event["event"] == "session_skipped":
+                break
+        else:
+            raise AssertionError(f"scriptorium run exited early ({runtime.wait()})")
+    finally:
+        guard.cancel()
+        runtime.send_signal(signal.SIGTERM)
+        runtime.wait(timeout=30)
+    assert event["session"] == "lost" and "no meta.json" in event["error"]
