@@ -35,6 +35,7 @@ from ._durable import DurableFiles
 from ._errors import JournalFileError
 from ._index import FileStamp, file_stamp
 from ._journal import JOURNAL_NAME, encode_record, latest_per_file, read_journal
+from ._links import refuse_file_link
 
 __all__ = ["CHECKPOINT_BYTES", "CHECKPOINT_RECORDS", "SessionJournal"]
 
@@ -131,6 +132,8 @@ class SessionJournal:
         """Make ``entries`` durable with one journal record, then install each unsynced."""
         if self.records >= CHECKPOINT_RECORDS or self._bytes >= CHECKPOINT_BYTES:
             self.checkpoint()
+        for rel, _ in entries:  # before the record: a refused link must leave no record behind
+            refuse_file_link(self._path(rel))
         record = encode_record(entries)
         self._files.append_synced(self.path, record)
         self.records += 1

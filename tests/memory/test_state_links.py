@@ -95,17 +95,25 @@ async def test_a_linked_topic_file_is_read_and_never_replaced(tmp_path: Path) ->
 
 
 def test_a_durable_write_never_replaces_a_linked_file(tmp_path: Path) -> None:
+    """A marker merge onto a linked node file is refused whole, before its journal record."""
     core = SessionCore.create(tmp_path, "s")
-    node = core.append({"role": "user", "content": "hello"})
-    [name] = os.listdir(tmp_path / "sessions" / "s" / "history")
+    first = core.append({"role": "user", "content": "hello"})
+    second = core.append({"role": "assistant", "content": "hi"})
     history = tmp_path / "sessions" / "s" / "history"
+    name = next(n for n in os.listdir(history) if n.endswith(f"-{second['id']}.json"))
     elsewhere = tmp_path / "node.json"
     shutil.move(history / name, elsewhere)
     os.symlink(elsewhere, history / name)
     kept = elsewhere.read_bytes()
+    before = {p.name: p.read_bytes() for p in history.iterdir()}
+    patch = {MARKER_KEY: "w-00000000"}
     with pytest.raises(UnsafeLinkError, match="symbolic link"):
-        core.merge_node_metadata_batch({node["id"]: {MARKER_KEY: "w-00000000"}})
+        core.merge_node_metadata_batch({first["id"]: patch, second["id"]: patch})
     assert (history / name).is_symlink() and elsewhere.read_bytes() == kept
+    assert {p.name: p.read_bytes() for p in history.iterdir()} == before  # all or nothing
+    core.close()
+    reopened = SessionCore.open(tmp_path, "s")  # no record left to replay over the link
+    assert all(MARKER_KEY not in n.metadata for n in reopened.nodes())
 
 
 async def test_a_session_under_a_second_name_is_refused_and_written_once(
