@@ -69,6 +69,7 @@ __all__ = [
     "read_audit_inputs",
     "read_topics",
     "topic_citations",
+    "with_problems",
 ]
 
 Message = Mapping[str, Any]

@@ -187,6 +187,8 @@ def session_show(sid: str, state_dir: str, as_json: bool) -> None:
     workspace = read_workspace_id(os.path.join(state_dir, "memory"))
     nodes = _guard(core.nodes)
     head = _head_or_note(core)
+    lines = _guard(lambda: render_session_tree(  # a predecessor loop is an error either way
+        nodes, head=head, workspace_id=workspace, session=sid))
     if as_json:
         emit_json({
             "session": sid,
@@ -200,8 +202,6 @@ def session_show(sid: str, state_dir: str, as_json: bool) -> None:
             ],
         })
         return
-    lines = _guard(lambda: render_session_tree(
-        nodes, head=head, workspace_id=workspace, session=sid))
     for line in lines:
         click.echo(line)
 
