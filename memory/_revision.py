@@ -7,6 +7,8 @@ write lock (SPEC §5) and refuses stale edits. The revision must therefore
 cover every file under ``<state>/memory`` except scriptorium's own machinery
 (``.scriptorium*``, ``.git``, crash leftovers named ``*.scriptorium-tmp``),
 while ``.scriptorium/runtime.json`` counts: its counters are memory state.
+Directory links are followed and linked files counted by their target, as
+every write sees them (the link rule, :mod:`store._links`).
 
 Cost: a transaction runs on every batch, and a workspace holds thousands of
 files plus archives that grow without bound, so re-reading every byte each

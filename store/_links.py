@@ -117,21 +117,29 @@ def refuse_session_alias(sessions_dir: str, session: str) -> None:
     A linked session directory is followed like any directory link, but one
     session under two ids would have every turn archived and written twice,
     so a link that resolves to the directory of another session id of the
-    same state is refused. Costs one ``lstat`` unless the directory is a link.
+    same state is refused: a link to a sibling directory, or the later (by
+    name) of two links to one directory elsewhere. Costs one ``lstat``
+    unless the directory is a link.
     """
     path = os.path.join(sessions_dir, session)
     if not os.path.islink(path):
         return
     real = os.path.realpath(path)
-    try:
-        names = os.listdir(sessions_dir)
-    except FileNotFoundError:
-        return
-    for name in sorted(names):
-        if name == session:
-            continue
-        other = os.path.join(sessions_dir, name)
-        if os.path.realpath(other) == real:
+    twins: list[str] = []
+    if os.path.dirname(real) == os.path.realpath(sessions_dir):
+        twins.append(os.path.basename(real))  # a link to a sibling: the common case
+    else:
+        try:
+            names = sorted(os.listdir(sessions_dir))
+        except FileNotFoundError:
+            names = []
+        twins.extend(  # an earlier link (by name) to the same directory: that one is the id
+            name for name in names
+            if name < session and os.path.islink(os.path.join(sessions_dir, name))
+            and os.path.realpath(os.path.join(sessions_dir, name)) == real
+        )
+    for name in twins:
+        if name != session:
             raise UnsafeLinkError(
                 f"sessions/{session}",
                 f"a link to the directory of session {name!r}: one session under two ids "

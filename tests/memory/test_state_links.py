@@ -164,3 +164,14 @@ def test_a_link_loop_under_memory_is_a_typed_error_naming_it(tmp_path: Path) -> 
     os.symlink("..", topics / "again")
     with pytest.raises(UnsafeLinkError, match="memory/topics/people/again"):
         RevisionCache(str(tmp_path / "memory")).revision()
+
+
+def test_two_links_to_one_outside_directory_keep_the_first_name(tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    SessionCore.create(outside, "x").close()
+    (tmp_path / "state" / "sessions").mkdir(parents=True)
+    for name in ("b", "a"):
+        os.symlink(outside / "sessions" / "x", tmp_path / "state" / "sessions" / name)
+    problems: dict[str, Any] = {}
+    assert [row["id"] for row in list_sessions(tmp_path / "state", problems)] == ["a"]
+    assert list(problems) == ["b"] and "session 'a'" in str(problems["b"])
