@@ -21,6 +21,14 @@ misattribute memory:
 * **refused branches**: a branch the ledger cannot turn into records (a
   turn stamped ``authority_schema`` without complete authority, a record
   without an id, SPEC §6.1): nothing of it is written until it is repaired.
+* **unreadable state** (``warnings``): whatever could not be read to check
+  the above: a session without meta.json, a branch that cannot be walked (a
+  broken chain, a cycle), a skipped node file, a refused symbolic link.
+
+Any finding is a problem: ``ok`` is True only when nothing was found, and
+``problems`` lists, per kind found, how many and what to do about it (one
+entry per non-empty list, in :data:`WHAT_TO_DO` order, so a new kind of
+finding is one more key there).
 
 Everything here is a pure function of the facts (:func:`audit`); reading the
 facts from a state directory is one blocking function
@@ -42,10 +50,21 @@ from memory._legacy import LegacyHeader, read_legacy_first_header
 from memory._migrate import archive_files
 from memory._records import MARKER_KEY, source_anchor, source_id
 from memory._topic_ids import source_key
-from memory._topics import parse_topic
-from store import SessionCore, StoreError, list_sessions, node_to_message
+from memory._topics import decode_topic, parse_topic
+from memory._transaction import LINKED_TOPIC
+from store import (
+    ChainCycleError,
+    SessionCore,
+    StoreError,
+    UnsafeLinkError,
+    list_sessions,
+    node_to_message,
+    walk_files,
+)
+from store._walk import predecessor_cycles
 
 __all__ = [
+    "WHAT_TO_DO",
     "AuditInputs",
     "Citation",
     "SessionFacts",
@@ -53,9 +72,38 @@ __all__ = [
     "read_audit_inputs",
     "read_topics",
     "topic_citations",
+    "with_problems",
 ]
 
 Message = Mapping[str, Any]
+
+WHAT_TO_DO: dict[str, str] = {
+    "marked_not_archived": (
+        "the archive lost evidence of these marked turns: restore memory/sources from a "
+        "backup (their markers say memory holds them)"
+    ),
+    "unresolved_citations": (
+        "fix or remove these footnote links in the named topic files (each must point at a "
+        "trusted frame of sources/openprogram/_v2/<sid>.md)"
+    ),
+    "unreadable_topics": (
+        "fix each named topic file at the named line or byte (or move it away): until then its "
+        "edits are refused and writers route around it"
+    ),
+    "non_prefix_branches": (
+        "these unmarked turns sit behind a marked one and are never owed again: remove the "
+        "later markers (memory_written_scriptorium) so they are written"
+    ),
+    "refused_branches": (
+        "these branches hold a turn the ledger refuses (stamped authority_schema without "
+        "complete authority, or a record without an id): repair the named node, then run "
+        "'scriptorium memory release SID'"
+    ),
+    "warnings": (
+        "these files or branches could not be read, so what they hold was not checked and "
+        "is not written: fix each as its line says, then run the audit again"
+    ),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +139,18 @@ class AuditInputs:
     legacy: Mapping[str, LegacyHeader]  # sid -> trusted first header
     topics: Mapping[str, str]  # relative path -> text
     problems: Sequence[str] = field(default_factory=tuple)  # from reading the facts
+    undecodable: Mapping[str, str] = field(default_factory=dict)  # topic path -> the error
 
 
-def topic_citations(topics: Mapping[str, str]) -> tuple[list[Citation], list[dict[str, str]]]:
-    """Pure: every source link of every topic, and the topics that fail the strict parse."""
+def topic_citations(
+    topics: Mapping[str, str], undecodable: Mapping[str, str] | None = None,
+) -> tuple[list[Citation], list[dict[str, str]]]:
+    """Pure: every source link of every topic, and the topics that fail the strict parse.
+
+    ``undecodable`` (path -> error) are topic files that are not even text.
+    """
     citations: list[Citation] = []
-    unreadable: list[dict[str, str]] = []
+    unreadable = [{"topic": path, "error": error} for path, error in (undecodable or {}).items()]
     for path in sorted(topics):
         try:
             topic = parse_topic(topics[path], path)
@@ -170,7 +224,8 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
     anchors: dict[str, dict[str, bool]] = {
         sid: {f.anchor: f.trusted for f in scan.frames} for sid, scan in inputs.archives.items()
     }
-    citations, unreadable = topic_citations(inputs.topics)
+    citations, unreadable = topic_citations(inputs.topics, inputs.undecodable)
+    unreadable.sort(key=lambda entry: entry["topic"])
     unresolved: list[dict[str, str]] = []
     for citation in citations:
         if citation.key is None:
@@ -200,9 +255,8 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
                 "reason": reason,
             }
         )
-    ok = not (marked_missing or unresolved or non_prefix or unreadable or refused)
-    return {
-        "ok": ok,
+    report: dict[str, Any] = {
+        "ok": True,
         "workspace_id": wid,
         "sessions": len(inputs.sessions),
         "marked": marked_total,
@@ -214,38 +268,73 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
         "refused_branches": refused,
         "warnings": list(inputs.problems),
     }
+    return with_problems(report)
+
+
+def with_problems(report: dict[str, Any]) -> dict[str, Any]:
+    """Pure: ``report`` with ``problems`` (kind, count, what to do) and ``ok`` derived from them."""
+    problems = [
+        {"kind": kind, "count": len(report[kind]), "what_to_do": what}
+        for kind, what in WHAT_TO_DO.items()
+        if report.get(kind)
+    ]
+    return {**report, "ok": not problems, "problems": problems}
 
 
 # -- reading the facts (blocking I/O) -----------------------------------------------
 
 
-def read_topics(memory_dir: str) -> dict[str, str]:
-    """Every ``topics/**.md`` (hidden parts skipped), relative path -> text (undecodable: replaced)."""
+def read_topics(
+    memory_dir: str,
+    undecodable: dict[str, str] | None = None,
+    linked: set[str] | None = None,
+) -> dict[str, str]:
+    """Every ``topics/**.md`` (hidden parts skipped), relative path -> text.
+
+    Directory links are followed as the transactions follow them
+    (:mod:`store._links`); linked files are added to ``linked``. A file that
+    is not UTF-8 is left out and its error (file and byte) put in
+    ``undecodable``. Raises :class:`~store.UnsafeLinkError` on a link loop.
+    """
     topics: dict[str, str] = {}
-    root = os.path.join(memory_dir, "topics")
-    for directory, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        relative = os.path.relpath(directory, memory_dir).replace(os.sep, "/")
-        for name in sorted(names):
-            if name.endswith(".md") and not name.startswith("."):
-                with open(os.path.join(directory, name), "rb") as handle:
-                    topics[f"{relative}/{name}"] = handle.read().decode("utf-8", "replace")
+    found = walk_files(
+        os.path.join(memory_dir, "topics"), prefix="topics/", linked=linked,
+        skip=lambda name: name.startswith("."), shown="memory",
+    )
+    for relative, _ in sorted(found):
+        if not relative.endswith(".md"):
+            continue
+        with open(os.path.join(memory_dir, relative), "rb") as handle:
+            raw = handle.read()
+        try:
+            topics[relative] = decode_topic(raw, relative)
+        except TopicError as error:
+            if undecodable is not None:
+                undecodable[relative] = str(error)
     return topics
 
 
 def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
     """The facts of a state directory. Run it where no runtime writes (or accept a snapshot race).
 
-    Sessions that cannot be opened, and branches that cannot be walked, are
-    reported in ``problems`` (they are the store's to report in detail).
+    Sessions that cannot be opened or listed (no meta.json), heads and
+    branches that cannot be walked, linked topic files and link loops are
+    reported in ``problems`` (each line is the store's typed error: it names
+    the file and says what to do).
     """
     memory_dir = os.path.join(state_dir, "memory")
     sessions: list[SessionFacts] = []
-    problems: list[str] = []
-    for row in list_sessions(state_dir):
+    unlisted: dict[str, StoreError] = {}
+    rows = list_sessions(state_dir, unlisted)
+    problems: list[str] = [str(error) for _, error in sorted(unlisted.items())]
+    for row in rows:
         sid = row["id"]
         try:
             core = SessionCore.open(state_dir, sid)
+            try:
+                core.head  # noqa: B018 - raises for an unusable head_id, as pending and write do
+            except StoreError as error:
+                problems.append(f"session {sid!r}: {error}")
             messages = [node_to_message(node, sid) for node in core.nodes()]
             branches: dict[str, Sequence[Message]] = {}
             for tip in core.list_branches():
@@ -254,6 +343,10 @@ def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
                 except StoreError as error:
                     problems.append(f"session {sid!r}, tip {tip['head_msg_id']!r}: {error}")
             problems.extend(str(p) for p in core.problems)
+            problems.extend(
+                str(ChainCycleError(sid, loop[0], loop[-1], tuple(loop)))
+                for loop in predecessor_cycles(core.nodes())
+            )
         except StoreError as error:
             problems.append(f"session {sid!r}: {error}")
             continue
@@ -273,4 +366,14 @@ def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
         for sid in sorted(old)
         if (header := read_legacy_first_header(memory_dir, sid, old[sid])) is not None
     }
-    return AuditInputs(workspace_id, sessions, archives, legacy, read_topics(memory_dir), problems)
+    undecodable: dict[str, str] = {}
+    linked: set[str] = set()
+    try:
+        topics = read_topics(memory_dir, undecodable, linked)
+    except UnsafeLinkError as error:
+        problems.append(str(error))
+        topics = {}
+    problems.extend(f"memory/{path}: {LINKED_TOPIC}" for path in sorted(linked))
+    return AuditInputs(
+        workspace_id, sessions, archives, legacy, topics, problems, undecodable,
+    )

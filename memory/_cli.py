@@ -167,13 +167,18 @@ def session() -> None:
 @session.command("list")
 @state_options
 def session_list(state_dir: str, as_json: bool) -> None:
-    """Every session, most recently appended first."""
-    rows = list_sessions(state_dir)
+    """Every session, most recently appended first; exit 1 if a session dir cannot be listed."""
+    unlisted: dict[str, StoreError] = {}
+    rows = list_sessions(state_dir, unlisted)
     if as_json:
         emit_json(rows)
-        return
-    for row in rows:
-        click.echo(f"{row['id']}  head={row['head_id']}  {row['title']}")
+    else:
+        for row in rows:
+            click.echo(f"{row['id']}  head={row['head_id']}  {row['title']}")
+    for problem in unlisted.values():
+        click.echo(f"scriptorium: not listed: {problem}", err=True)
+    if unlisted:
+        sys.exit(1)
 
 
 @session.command("branches")
@@ -186,7 +191,7 @@ def session_branches(sid: str, state_dir: str, as_json: bool) -> None:
     if as_json:
         emit_json(rows)
         return
-    head = core.head
+    head = _head_or_note(core)
     for row in rows:
         mark = "*" if row["head_msg_id"] == head else " "
         name = f"  {row['name']}" if row.get("name") else ""
@@ -218,10 +223,13 @@ def session_show(sid: str, state_dir: str, as_json: bool) -> None:
     core = _open_session(state_dir, sid)
     workspace = read_workspace_id(os.path.join(state_dir, "memory"))
     nodes = _guard(core.nodes)
+    head = _head_or_note(core)
+    lines = _guard(lambda: render_session_tree(  # a predecessor loop is an error either way
+        nodes, head=head, workspace_id=workspace, session=sid))
     if as_json:
         emit_json({
             "session": sid,
-            "head": core.head,
+            "head": head,
             "workspace": workspace,
             "nodes": [
                 {"id": n.id, "role": n.role, "predecessor": n.predecessor, "caller": n.caller,
@@ -231,7 +239,7 @@ def session_show(sid: str, state_dir: str, as_json: bool) -> None:
             ],
         })
         return
-    for line in render_session_tree(nodes, head=core.head, workspace_id=workspace):
+    for line in lines:
         click.echo(line)
 
 
@@ -269,6 +277,15 @@ def memory_pending(sid: str, tip: str | None, state_dir: str, as_json: bool) -> 
     click.echo(f"{len(owed)} owed turns, {document['tokens']} tokens")
     for record in owed:
         click.echo(f"  {record.message_id} [{record.role}] {_short(record.content)}")
+
+
+def _head_or_note(core: SessionCore) -> str | None:
+    """The head for a drawing; an unusable head_id is said on stderr, not fatal to a look."""
+    try:
+        return core.head
+    except StoreError as exc:
+        click.echo(f"scriptorium: {exc}", err=True)
+        return None
 
 
 def _guard(read: Callable[[], T]) -> T:
@@ -364,6 +381,10 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
         outcomes = _with_runtime(state_dir, config, backend, run_once)
         if as_json:
             emit_json({"sessions": outcomes})
+        else:
+            for session, outcome in sorted(outcomes.items()):
+                if outcome not in BOUNDARY_OK:
+                    click.echo(f"scriptorium: {session}: {outcome}", err=True)
         if any(o not in BOUNDARY_OK for o in outcomes.values()):
             sys.exit(1)
         return
@@ -467,11 +488,11 @@ def memory_audit(state_dir: str, as_json: bool) -> None:
     if as_json:
         emit_json(report)
     else:
-        for key, value in report.items():
-            if isinstance(value, list) and value:
-                click.echo(f"{key}: {len(value)}")
-                for item in value[:20]:
-                    click.echo(f"  {item}")
+        for problem in report["problems"]:
+            click.echo(f"{problem['kind']}: {problem['count']}")
+            for item in report[problem["kind"]][:20]:
+                click.echo(f"  {item}")
+            click.echo(f"  what to do: {problem['what_to_do']}")
         click.echo("ok" if report["ok"] else "problems found")
     if not report["ok"]:
         sys.exit(1)

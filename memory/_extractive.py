@@ -418,7 +418,10 @@ def extract_edits(
             number = 1
             while (shard := _shard_path(path, number)) in present:
                 found.shards.append(shard)
-                facts = index.facts(shard, workspace.read(shard))
+                try:
+                    facts = index.facts(shard, workspace.read(shard))
+                except TopicError:  # not UTF-8, or a link: routed around like a broken file
+                    facts = None
                 if facts is None:
                     found.broken.add(shard)
                     found.sizes[shard] = SHARD_LIMIT

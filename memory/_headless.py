@@ -23,7 +23,7 @@ import anyio
 
 from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory._session_actor import BoundaryOutcome, Reconsider
-from store import list_sessions, run_durable
+from store import StoreError, list_sessions, run_durable
 
 __all__ = ["run_headless", "run_once", "scan_sessions"]
 
@@ -55,7 +55,10 @@ async def run_once(rt: MemoryRuntime, *, parallel: int = 16) -> dict[str, str]:
                 return
             outcomes[session] = outcome.value
 
-    rows = await run_durable(list_sessions, rt.state_dir)
+    unlisted: dict[str, StoreError] = {}
+    rows = await run_durable(list_sessions, rt.state_dir, unlisted)
+    for name, problem in unlisted.items():  # e.g. history/ without meta.json: not writable
+        outcomes[name] = f"error: {problem}"
     async with anyio.create_task_group() as tg:
         for row in rows:
             tg.start_soon(boundary, row["id"])
@@ -76,12 +79,19 @@ async def run_headless(
     async with open_runtime(state_dir, config=config) as rt:
         log({"event": "started", "state": state_dir, "workspace": rt.workspace_id})
         seen: dict[str, object] = {}
+        reported: dict[str, str] = {}
         async with anyio.create_task_group() as tg:
 
             async def scan() -> None:
                 await rt.poll_idle()
                 while True:
-                    rows = await run_durable(list_sessions, state_dir)
+                    unlisted: dict[str, StoreError] = {}
+                    rows = await run_durable(list_sessions, state_dir, unlisted)
+                    for name, problem in unlisted.items():
+                        if reported.get(name) != str(problem):  # once, not every scan
+                            reported[name] = str(problem)
+                            log({"event": "session_skipped", "session": name,
+                                 "error": str(problem)})
                     for session in scan_sessions(rows, seen):
                         try:
                             await rt.session_ref(session).cast(Reconsider())

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import tzinfo
 
 from memory._archive import format_timestamp
+from memory._errors import TopicError
 from memory._records import SourceRecord
 from memory._writer import WorkspaceSnapshot
 
@@ -73,8 +74,17 @@ def outline_topic(path: str, text: str) -> TopicOutline:
 
 
 def outline_snapshot(snapshot: WorkspaceSnapshot) -> list[TopicOutline]:
-    """The outline of every topic file of a snapshot (reads each file once)."""
-    return [outline_topic(path, snapshot.read(path)) for path in snapshot.topic_paths]
+    """The outline of every topic file of a snapshot (reads each file once).
+
+    A file the snapshot cannot give as text (not UTF-8) is listed without headings.
+    """
+    outlines: list[TopicOutline] = []
+    for path in snapshot.topic_paths:
+        try:
+            outlines.append(outline_topic(path, snapshot.read(path)))
+        except TopicError:
+            outlines.append(TopicOutline(path, ()))
+    return outlines
 
 
 def render_observations(records: Iterable[SourceRecord], *, tz: tzinfo | None = None) -> str:

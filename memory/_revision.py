@@ -7,6 +7,8 @@ write lock (SPEC §5) and refuses stale edits. The revision must therefore
 cover every file under ``<state>/memory`` except scriptorium's own machinery
 (``.scriptorium*``, ``.git``, crash leftovers named ``*.scriptorium-tmp``),
 while ``.scriptorium/runtime.json`` counts: its counters are memory state.
+Directory links are followed and linked files counted by their target, as
+every write sees them (the link rule, :mod:`store._links`).
 
 Cost: a transaction runs on every batch, and a workspace holds thousands of
 files plus archives that grow without bound, so re-reading every byte each
@@ -29,6 +31,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from store import walk_files
 from store._durable import TEMP_SUFFIX
 
 __all__ = ["RACY_NS", "RevisionCache", "revision_paths", "workspace_revision"]
@@ -39,8 +42,15 @@ _COUNTED_PRIVATE = ".scriptorium/runtime.json"
 _Signature = tuple[int, int, int, int]
 
 
-def revision_paths(memory_dir: str) -> list[tuple[str, os.stat_result]]:
-    """Every counted file as ``(relative posix path, stat)``, sorted by path."""
+def revision_paths(
+    memory_dir: str, linked: set[str] | None = None,
+) -> list[tuple[str, os.stat_result]]:
+    """Every counted file as ``(relative posix path, stat)``, sorted by path.
+
+    Directory links are followed and linked files counted by their target
+    (the link rule, :mod:`store._links`); the paths of linked files are added
+    to ``linked``. Raises :class:`~store.UnsafeLinkError` on a link loop.
+    """
     found: list[tuple[str, os.stat_result]] = []
     runtime = os.path.join(memory_dir, ".scriptorium", "runtime.json")
     try:
@@ -49,24 +59,14 @@ def revision_paths(memory_dir: str) -> list[tuple[str, os.stat_result]]:
         pass
     else:
         found.append((_COUNTED_PRIVATE, stat))
-    stack = [("", memory_dir)]
-    while stack:
-        prefix, directory = stack.pop()
-        try:
-            entries = list(os.scandir(directory))
-        except FileNotFoundError:
-            continue
-        for entry in entries:
-            name = entry.name
-            if name == ".git" or name.startswith(".scriptorium") or name.endswith(TEMP_SUFFIX):
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                stack.append((prefix + name + "/", entry.path))
-            elif entry.is_file(follow_symlinks=False):
-                found.append((prefix + name, entry.stat(follow_symlinks=False)))
+    found.extend(walk_files(memory_dir, skip=_uncounted, linked=linked, shown="memory"))
     # Code point order is UTF-8 byte order, so sorting the strings sorts the paths' bytes.
     found.sort(key=lambda item: item[0])
     return found
+
+
+def _uncounted(name: str) -> bool:
+    return name == ".git" or name.startswith(".scriptorium") or name.endswith(TEMP_SUFFIX)
 
 
 @dataclass
@@ -78,10 +78,14 @@ class RevisionCache:
     reads: int = 0  # files actually read (tests and the benchmark look at it)
     # The scan behind the last revision, for callers that need the file list too.
     last_scan: list[tuple[str, os.stat_result]] = field(default_factory=list)
+    # Which files of that scan are symbolic links (never replaced, store/_links.py).
+    last_linked: frozenset[str] = frozenset()
 
     def revision(self, *, now_ns: int | None = None) -> str:
         """The current ``workspace_revision``; reads only files whose stat changed."""
-        self.last_scan = revision_paths(self.memory_dir)
+        linked: set[str] = set()
+        self.last_scan = revision_paths(self.memory_dir, linked)
+        self.last_linked = frozenset(linked)
         return self._digest_scan(now_ns)
 
     def revision_after(self, changed: list[str], *, now_ns: int | None = None) -> str:

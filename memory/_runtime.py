@@ -89,6 +89,7 @@ from store._actor import (
 )
 from store._claim import release_claim
 from store._ids import validate_id
+from store._sessions import missing_meta
 from supervisors import (
     Backoff,
     ChildSpec,
@@ -248,8 +249,10 @@ class MemoryRuntime:
         """
         if session not in self._known_sessions:
             validate_id(session, "session id")
-            if not os.path.isfile(os.path.join(self.state_dir, "sessions", session, "meta.json")):
-                raise SessionNotFoundError(session, f"sessions/{session}")
+            sessions = os.path.join(self.state_dir, "sessions")
+            if not os.path.isfile(os.path.join(sessions, session, "meta.json")):
+                raise missing_meta(sessions, session) or SessionNotFoundError(
+                    session, f"sessions/{session}")
             self._known_sessions.add(session)
         if self._sessions is None:
             raise RuntimeError("the session supervisor has not started yet")

@@ -306,6 +306,9 @@ class MemorySessionActor(SessionActor):
             except LedgerError as error:
                 await self._refuse(error)
                 return
+            except StoreError as error:  # e.g. an unusable head_id: the boundary hears why
+                await self._finish_boundary(BoundaryOutcome.FAILED, str(error))
+                return
             if records is None:
                 break
             node_ids = tuple(record.message_id for record in records)

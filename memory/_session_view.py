@@ -17,7 +17,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from memory._records import MARKER_KEY
-from store import Node
+from store import ChainCycleError, Node
+from store._walk import predecessor_cycles
 
 __all__ = ["render_session_tree"]
 
@@ -25,9 +26,19 @@ _ROLE = {"user": "user", "llm": "assistant", "code": "tool"}
 
 
 def render_session_tree(
-    nodes: Iterable[Node], *, head: str | None, workspace_id: str | None, width: int = 48
+    nodes: Iterable[Node], *, head: str | None, workspace_id: str | None, width: int = 48,
+    session: str = "",
 ) -> list[str]:
+    """The drawing; :class:`ChainCycleError` naming the nodes if predecessors loop.
+
+    Nodes on a loop have no root to be drawn from, so they would vanish
+    from the drawing without a word.
+    """
     ordered = sorted(nodes, key=lambda n: n.seq)
+    loops = predecessor_cycles(ordered)
+    if loops:
+        loop = tuple(loops[0])
+        raise ChainCycleError(session, loop[0], loop[-1], loop)
     by_id = {n.id: n for n in ordered}
     children: dict[str, list[Node]] = defaultdict(list)
     roots: list[Node] = []

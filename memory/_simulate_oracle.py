@@ -68,8 +68,8 @@ from memory._ledger import owed_tokens, records_from_branch, unwritten_turns
 from memory._records import MARKER_KEY, source_anchor
 from memory._simulate_agents import SIM_TURN
 from memory._tokens import TokenCounter
-from memory._topics import parse_topic
-from store import Node, SessionCore, StoreError
+from memory._topics import decode_topic, parse_topic
+from store import Node, SessionCore, StoreError, walk_files
 
 __all__ = ["INVARIANTS", "Evidence", "Verdict", "check_invariants"]
 
@@ -237,24 +237,25 @@ def _check_session(
 def _check_citations(memory_dir: str, check: _Check) -> None:
     topics = os.path.join(memory_dir, "topics")
     scans: dict[str, frozenset[str]] = {}
-    for directory, _, names in os.walk(topics):
-        for name in sorted(names):
-            if not name.endswith(".md"):
-                continue
-            path = os.path.join(directory, name)
-            relative = os.path.relpath(path, memory_dir)
-            try:
-                with open(path, encoding="utf-8") as handle:
-                    topic = parse_topic(handle.read(), relative)
-            except (TopicError, UnicodeDecodeError) as exc:
-                check.fail(f"{relative} does not parse: {exc}")
-                continue
-            for footnote in topic.footnotes.values():
-                for link in footnote.sources:
-                    check.count()
-                    problem = _resolve(memory_dir, directory, link.target, scans)
-                    if problem:
-                        check.fail(f"{relative} [^{footnote.label}] {link.target}: {problem}")
+    # The same walk as the transactions (directory links followed, store/_links.py).
+    for relative_in_topics, _ in sorted(walk_files(topics)):
+        if not relative_in_topics.endswith(".md"):
+            continue
+        path = os.path.join(topics, relative_in_topics)
+        directory = os.path.dirname(path)
+        relative = os.path.relpath(path, memory_dir)
+        try:
+            with open(path, "rb") as handle:
+                topic = parse_topic(decode_topic(handle.read(), relative), relative)
+        except TopicError as exc:
+            check.fail(f"{relative} does not parse: {exc}")
+            continue
+        for footnote in topic.footnotes.values():
+            for link in footnote.sources:
+                check.count()
+                problem = _resolve(memory_dir, directory, link.target, scans)
+                if problem:
+                    check.fail(f"{relative} [^{footnote.label}] {link.target}: {problem}")
 
 
 def _resolve(memory_dir: str, directory: str, target: str,

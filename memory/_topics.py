@@ -47,6 +47,7 @@ __all__ = [
     "Paragraph",
     "SourceLink",
     "Topic",
+    "decode_topic",
     "is_block_id",
     "is_footnote_id",
     "parse_topic",
@@ -136,6 +137,24 @@ class Topic:
     def block_ids(self) -> list[str]:
         """Every block id and alias, in file order."""
         return [block_id for paragraph in self.paragraphs for block_id in paragraph.ids]
+
+
+def decode_topic(raw: bytes, path: str) -> str:
+    """A topic file's bytes as text, or :class:`TopicError` naming the first bad byte.
+
+    A file that is not UTF-8 is treated like any file that fails the strict
+    parse: left untouched, its edits refused, routed around by the writers.
+    Decoding with replacement instead would hand the parser (and the audit)
+    a different text than the one on disk.
+    """
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        raise TopicError(
+            path, line,
+            f"not UTF-8: byte {error.start} (0x{raw[error.start]:02x}) {error.reason}",
+        ) from None
 
 
 _CACHE_SIZE = 64

@@ -52,7 +52,7 @@ import os
 import posixpath
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -70,8 +70,9 @@ from memory._topic_ids import (
     normalise_topic,
     source_key,
 )
-from memory._topics import Topic, parse_topic
+from memory._topics import Topic, decode_topic, parse_topic
 from memory._writer import TopicEdit, WorkspaceSnapshot
+from store import UnsafeLinkError, walk_files
 from store._durable import FILE_MODE, TEMP_SUFFIX, DurableFiles
 
 __all__ = ["JOURNAL", "LOCK", "Archived", "CommitResult", "Transactions"]
@@ -113,8 +114,14 @@ class _TopicIndex:
     memory_dir: str
     _files: dict[str, tuple[tuple[int, int, int, int], _TopicFacts]] = field(default_factory=dict)
 
-    def refresh(self, scan: list[tuple[str, os.stat_result]]) -> dict[str, _TopicFacts]:
-        """Bring the index up to ``scan`` (the revision's file list) and return it."""
+    def refresh(
+        self, scan: list[tuple[str, os.stat_result]], linked: frozenset[str] = frozenset(),
+    ) -> dict[str, _TopicFacts]:
+        """Bring the index up to ``scan`` (the revision's file list) and return it.
+
+        A file in ``linked`` (a symbolic link) keeps its facts, so what it
+        says and cites counts, but carries an error: it is never replaced.
+        """
         current: dict[str, tuple[tuple[int, int, int, int], _TopicFacts]] = {}
         for relative, stat in scan:
             if not _is_topic_file(relative):
@@ -125,7 +132,10 @@ class _TopicIndex:
                 cached = (signature, self._facts(relative))
             current[relative] = cached
         self._files = current
-        return {relative: facts for relative, (_, facts) in current.items()}
+        return {
+            relative: _linked_facts(relative, facts) if relative in linked else facts
+            for relative, (_, facts) in current.items()
+        }
 
     def installed(
         self, scan: list[tuple[str, os.stat_result]], topics: dict[str, Topic | None]
@@ -149,10 +159,7 @@ class _TopicIndex:
         with open(os.path.join(self.memory_dir, relative), "rb") as handle:
             raw = handle.read()
         try:
-            topic = parse_topic(raw.decode("utf-8"), relative)
-        except UnicodeDecodeError:
-            error = TopicError(relative, 0, "not UTF-8")
-            return _TopicFacts(None, error, frozenset(), frozenset(), frozenset())
+            topic = parse_topic(decode_topic(raw, relative), relative)
         except TopicError as error:
             return _TopicFacts(None, error, frozenset(), frozenset(), frozenset())
         return _facts_of(relative, topic)
@@ -168,6 +175,18 @@ def _facts_of(relative: str, topic: Topic) -> _TopicFacts:
     return _TopicFacts(
         topic, None, frozenset(topic.block_ids()), frozenset(topic.footnotes), frozenset(cited),
     )
+
+
+def _linked_facts(relative: str, facts: _TopicFacts) -> _TopicFacts:
+    if facts.error is not None:
+        return facts
+    return replace(facts, error=TopicError(relative, 0, LINKED_TOPIC))
+
+
+LINKED_TOPIC = (
+    "a symbolic link to a file, which scriptorium never replaces (replacing it would leave "
+    "the target stale): move the file itself into place, or link its directory instead"
+)
 
 
 def _is_topic_file(relative: str) -> bool:
@@ -250,9 +269,18 @@ class Transactions:
         return WorkspaceSnapshot(revision, paths, self._read_topic)
 
     def _read_topic(self, path: str) -> str:
+        """A topic's text; :class:`TopicError` for a file writers must route around.
+
+        That is a file that is not UTF-8 (the error names the byte) or a
+        linked file (its edits would be refused), exactly as for a file that
+        fails the strict parse.
+        """
         check_topic_path(path)
-        with open(os.path.join(self.memory_dir, path), encoding="utf-8", newline="") as handle:
-            return handle.read()
+        target = os.path.join(self.memory_dir, path)
+        if os.path.islink(target):
+            raise TopicError(path, 0, LINKED_TOPIC)
+        with open(target, "rb") as handle:
+            return decode_topic(handle.read(), path)
 
     # -- recovery ------------------------------------------------------------
 
@@ -277,10 +305,13 @@ class Transactions:
         return True
 
     def _remove_temp_files(self) -> None:
-        for directory, _, names in os.walk(os.path.join(self.memory_dir, "topics")):
-            for name in names:
-                if name.endswith(TEMP_SUFFIX):
-                    self.files.unlink(os.path.join(directory, name))
+        try:
+            found = walk_files(os.path.join(self.memory_dir, "topics"))
+        except UnsafeLinkError:
+            found = []  # a link loop: every commit reports it; recovery must not stop the start
+        for relative, _ in found:
+            if relative.endswith(TEMP_SUFFIX):
+                self.files.unlink(os.path.join(self.memory_dir, "topics", relative))
         private = os.path.join(self.memory_dir, ".scriptorium")
         if os.path.isdir(private):
             for name in os.listdir(private):
@@ -306,7 +337,7 @@ class Transactions:
             current = self.revisions.revision()
             if current != base_revision:
                 raise ConcurrentUpdate(base_revision, current)
-            facts = self._index.refresh(self.revisions.last_scan)
+            facts = self._index.refresh(self.revisions.last_scan, self.revisions.last_linked)
             audit, accepted = self._validate(edits, facts, frozenset(batch_sources))
             changes = self._changes(accepted)
             changed_set = {path for path, _ in changes}
@@ -451,7 +482,10 @@ class Transactions:
             parent = os.path.join(self.memory_dir, *parts[:depth])
             if os.path.exists(parent) and not os.path.isdir(parent):
                 raise EditRejected(path, f"{'/'.join(parts[:depth])} is a file, not a directory")
-        if os.path.isdir(os.path.join(self.memory_dir, path)):
+        target = os.path.join(self.memory_dir, path)
+        if os.path.islink(target):
+            raise EditRejected(path, LINKED_TOPIC)
+        if os.path.isdir(target):
             raise EditRejected(path, "a directory has that name")
 
     def _changes(self, accepted: dict[int, NormalisedTopic]) -> list[tuple[str, str | None]]:

@@ -49,7 +49,7 @@ from memory._runtime_state import (
 from memory._transaction import CommitResult, Transactions, workspace_lock
 from memory._workspace_id import load_or_create_workspace_id
 from memory._writer import Batch, TopicEdit
-from store import DurableFiles, run_durable
+from store import DurableFiles, UnsafeLinkError, run_durable
 
 __all__ = [
     "ArchiveBatches",
@@ -136,7 +136,7 @@ class ReplaceRuntimeState(Idempotent):
 class WorkspaceActor(Actor):
     """Owns ``<state>/memory``; see the module docstring."""
 
-    expected_errors = (ScriptoriumMemoryError,)
+    expected_errors = (ScriptoriumMemoryError, UnsafeLinkError)
 
     def __init__(
         self,

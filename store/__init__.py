@@ -21,6 +21,7 @@ from ._errors import BrokenChainError as BrokenChainError
 from ._errors import ChainCycleError as ChainCycleError
 from ._errors import CorruptFileError as CorruptFileError
 from ._errors import DuplicateNodeError as DuplicateNodeError
+from ._errors import HeadFieldError as HeadFieldError
 from ._errors import InvalidNodeError as InvalidNodeError
 from ._errors import InvalidRequestError as InvalidRequestError
 from ._errors import MetaFileError as MetaFileError
@@ -34,8 +35,11 @@ from ._errors import StoreError as StoreError
 from ._errors import SummaryHeadError as SummaryHeadError
 from ._errors import UnencodableValueError as UnencodableValueError
 from ._errors import UnsafeIdError as UnsafeIdError
+from ._errors import UnsafeLinkError as UnsafeLinkError
 from ._format import decode_node as decode_node
 from ._format import encode_node as encode_node
+from ._links import refuse_file_link as refuse_file_link
+from ._links import walk_files as walk_files
 from ._message import message_to_node as message_to_node
 from ._message import node_to_message as node_to_message
 from ._node import RESERVED_KEYS as RESERVED_KEYS
@@ -57,6 +61,7 @@ __all__ = [
     "CorruptFileError",
     "DuplicateNodeError",
     "DurableFiles",
+    "HeadFieldError",
     "InvalidNodeError",
     "InvalidRequestError",
     "MetaFileError",
@@ -74,10 +79,13 @@ __all__ = [
     "TipMoved",
     "UnencodableValueError",
     "UnsafeIdError",
+    "UnsafeLinkError",
     "decode_node",
     "encode_node",
     "list_sessions",
     "message_to_node",
     "node_to_message",
+    "refuse_file_link",
     "run_durable",
+    "walk_files",
 ]

@@ -26,6 +26,8 @@ from typing import TypeVar
 
 import anyio.to_thread
 
+from ._links import refuse_file_link
+
 __all__ = ["DIR_MODE", "FILE_MODE", "TEMP_SUFFIX", "DurableFiles", "run_durable"]
 
 FILE_MODE = 0o600
@@ -101,6 +103,7 @@ class DurableFiles:
             os.close(fd)
 
     def _write_temp(self, final: str, data: bytes, *, sync: bool) -> str:
+        refuse_file_link(final)  # the state directory's link rule (store/_links.py)
         fd, temp = self._open_temp(final)
         try:
             self._write_all(fd, temp, data)

@@ -24,9 +24,12 @@ reads the same.
     │   ├── SummaryHeadError           a summary may never be head
     │   └── SessionExistsError
     ├── SessionNotFoundError
+    │   └── MetaMissingError           history/ without meta.json: turns nobody can see
+    ├── UnsafeLinkError                a symbolic link the state directory rule refuses
     ├── CorruptFileError               a file on disk cannot be decoded (``path`` names it)
     │   ├── NodeFileError              a node file; skipped and reported, never rewritten
     │   ├── MetaFileError              meta.json
+    │   │   └── HeadFieldError         its head_id is not null and names no node
     │   └── JournalFileError           a checksummed journal record that names no file of ours
     └── BrokenChainError               a predecessor chain that does not reach its root
         └── ChainCycleError
@@ -41,10 +44,12 @@ __all__ = [
     "ChainCycleError",
     "CorruptFileError",
     "DuplicateNodeError",
+    "HeadFieldError",
     "InvalidNodeError",
     "InvalidRequestError",
     "JournalFileError",
     "MetaFileError",
+    "MetaMissingError",
     "NodeFileError",
     "NodeNotFoundError",
     "OversizedContentError",
@@ -55,6 +60,7 @@ __all__ = [
     "SummaryHeadError",
     "UnencodableValueError",
     "UnsafeIdError",
+    "UnsafeLinkError",
 ]
 
 
@@ -174,6 +180,35 @@ class SessionNotFoundError(StoreError):
         )
 
 
+class MetaMissingError(SessionNotFoundError):
+    """A session directory holds node files but no meta.json: its turns would be invisible."""
+
+    def __init__(self, session: str, path: str, node_files: int) -> None:
+        self.session, self.path, self.node_files = session, path, node_files
+        StoreError.__init__(
+            self,
+            f"session {session!r} has node files but no meta.json ({path}/meta.json missing, "
+            f"{path}/history holds {node_files} node file(s)): none of its turns can be listed "
+            "or written. Restore meta.json from a backup, or recreate it as "
+            f'{{"id": "{session}", "title": "", "created_at": 0, "updated_at": 0, '
+            '"head_id": "<the id of the branch tip>"}.',
+        )
+
+
+class UnsafeLinkError(StoreError):
+    """A symbolic link inside the state directory that cannot be followed safely.
+
+    Directory links are followed for reads and writes alike (docs/decisions.md,
+    "Symbolic links in the state directory"); this is everything else: a
+    link in place of a file scriptorium replaces, a loop, one directory
+    reached under two names.
+    """
+
+    def __init__(self, path: str, problem: str, fix: str) -> None:
+        self.path, self.problem = path, problem
+        super().__init__(f"{path}: {problem}; nothing was written there. {fix}")
+
+
 class CorruptFileError(StoreError):
     def __init__(self, path: str, problem: str) -> None:
         self.path, self.problem = path, problem
@@ -189,6 +224,19 @@ class NodeFileError(CorruptFileError):
 
 class MetaFileError(CorruptFileError):
     """An unparsable meta.json."""
+
+
+class HeadFieldError(MetaFileError):
+    """meta.json's ``head_id`` is neither null nor the id of a readable node."""
+
+    def __init__(self, path: str, head: object, problem: str) -> None:
+        self.path, self.head, self.problem = path, head, problem
+        StoreError.__init__(
+            self,
+            f"{path}: head_id {head!r:.80} {problem}; nothing was read or written from that "
+            "head. Set head_id to the id of the tip the session is on (scriptorium session "
+            "branches), or to null for the trunk tip.",
+        )
 
 
 class JournalFileError(CorruptFileError):
@@ -215,5 +263,10 @@ class BrokenChainError(StoreError):
 
 
 class ChainCycleError(BrokenChainError):
-    def __init__(self, session: str, tip: str, at: str) -> None:
-        super().__init__(session, tip, at, "the predecessor chain loops back on itself")
+    def __init__(self, session: str, tip: str, at: str, loop: tuple[str, ...] = ()) -> None:
+        self.loop = loop
+        shown = " -> ".join(repr(n) for n in (*loop[:8], loop[0])) if loop else ""
+        super().__init__(
+            session, tip, at, "the predecessor chain loops back on itself"
+            + (f" ({shown}{' ...' if len(loop) > 8 else ''})" if loop else ""),
+        )

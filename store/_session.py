@@ -57,6 +57,7 @@ from ._durable import TEMP_SUFFIX, DurableFiles
 from ._errors import (
     AppendConflictError,
     CorruptFileError,
+    HeadFieldError,
     InvalidNodeError,
     NodeFileError,
     NodeNotFoundError,
@@ -79,17 +80,19 @@ from ._git_exclude import keep_out_of_git
 from ._ids import validate_id, validate_name
 from ._index import HISTORY, META, Fingerprint, SessionIndex, load_index, read_capped
 from ._journal import ABSENT, JournalEntry, digest
+from ._links import refuse_session_alias
 from ._lock import SessionLock
 from ._message import append_conflicts, check_metadata_keys, message_to_node, node_to_message
 from ._node import ROOT, Node
 from ._session_journal import JournalConflict, SessionJournal
-from ._sessions import SESSIONS
+from ._sessions import SESSIONS, missing_meta
 from ._walk import (
     absorbed_covers,
     branch,
     check_new_node,
     list_tips,
     rewind_ids,
+    trunk_tip,
     visible_back_from,
 )
 
@@ -197,7 +200,10 @@ class SessionCore:
         """Open an existing session: clean crash leftovers, replay journals, load the index."""
         core = cls(state_dir, session, files=files, clock=clock, max_node_bytes=max_node_bytes)
         if not os.path.isfile(core._path(META)):
-            raise SessionNotFoundError(core.session, core._rel)
+            sessions_dir = os.path.join(core.state_dir, SESSIONS)
+            raise missing_meta(sessions_dir, core.session) or SessionNotFoundError(
+                core.session, core._rel)
+        refuse_session_alias(os.path.join(core.state_dir, SESSIONS), core.session)
         keep_out_of_git(core.directory, core.state_dir, core._files)  # before our first file
         with core._lock:
             core._recover_locked()
@@ -211,9 +217,16 @@ class SessionCore:
 
     @property
     def head(self) -> str | None:
+        """The head branch's tip; :class:`MetaFileError` if meta.json's ``head_id`` is unusable.
+
+        ``head_id`` null or absent on a session with turns means no head was
+        chosen (the reference agent leaves it so): the head is the trunk tip
+        (SPEC §4 list_branches, always listed), so what the trunk owes is
+        never invisible. A ``head_id`` that is not a string, or names no
+        readable node, is refused (docs/decisions.md, "Broken heads").
+        """
         self._refresh()
-        head = self._meta.get("head_id")
-        return head if isinstance(head, str) else None
+        return self._resolved_head()
 
     def meta(self) -> dict[str, Any]:
         self._refresh()
@@ -242,7 +255,7 @@ class SessionCore:
 
     def branch_nodes(self, tip: str | None = None) -> list[Node]:
         self._refresh()
-        start = tip if tip is not None else self._meta.get("head_id")
+        start = tip if tip is not None else self._resolved_head()
         if start is None:
             return []
         return branch(self._index, self.session, validate_id(start, "tip", self.session))
@@ -254,7 +267,7 @@ class SessionCore:
     def nodes_back(self, tip: str | None = None) -> Iterator[Node]:
         """The branch's visible nodes newest first, lazily (see ``visible_back_from``)."""
         self._refresh()
-        start = tip if tip is not None else self._meta.get("head_id")
+        start = tip if tip is not None else self._resolved_head()
         if start is None:
             return
         validate_id(start, "tip", self.session)
@@ -423,8 +436,8 @@ class SessionCore:
         """
         validate_id(user_turn, "user turn id", self.session)
         with self._mutation():
-            head = self._meta.get("head_id")
-            if not isinstance(head, str):
+            head = self._resolved_head()
+            if head is None:
                 raise InvalidNodeError(self.session, user_turn, "the session has no head")
             stamped = rewind_ids(self._index, self.session, head, user_turn)
             now = self._clock()
@@ -491,6 +504,21 @@ class SessionCore:
 
     def _path(self, rel: str) -> str:
         return os.path.join(self.directory, rel)
+
+    def _resolved_head(self) -> str | None:
+        """See :attr:`head` (on the current index, no refresh)."""
+        head = self._meta.get("head_id")
+        if head is None:
+            return trunk_tip(self._index)
+        path = f"{self._rel}/{META}"
+        if not isinstance(head, str):
+            raise HeadFieldError(path, head, "is neither a node id nor null")
+        if head not in self._index.nodes:
+            raise HeadFieldError(
+                path, head, "names no readable node of the session (a wrong id, or a node "
+                "file skipped as unreadable: see its error)",
+            )
+        return head
 
     @contextmanager
     def _mutation(self) -> Iterator[None]:

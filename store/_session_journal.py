@@ -57,6 +57,7 @@ from ._journal import (
     read_journal,
     replay_plan,
 )
+from ._links import refuse_file_link
 
 __all__ = ["CHECKPOINT_BYTES", "CHECKPOINT_RECORDS", "JournalConflict", "SessionJournal"]
 
@@ -190,6 +191,8 @@ class SessionJournal:
         """
         if self.records >= CHECKPOINT_RECORDS or self._bytes >= CHECKPOINT_BYTES:
             self.checkpoint()
+        for entry in entries:  # before the record: a refused link must leave no record behind
+            refuse_file_link(self._path(entry.rel))
         record = encode_record(entries)
         self._files.append_synced(self.path, record)
         self.records += 1

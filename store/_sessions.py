@@ -12,23 +12,29 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ._errors import StoreError
+from ._errors import MetaMissingError, StoreError, UnsafeLinkError
 from ._format import decode_meta
 from ._ids import validate_id
-from ._index import META
+from ._index import HISTORY, META
+from ._links import refuse_session_alias
 
-__all__ = ["SESSIONS", "list_sessions"]
+__all__ = ["SESSIONS", "list_sessions", "missing_meta"]
 
 SESSIONS = "sessions"
 
 
-def list_sessions(state_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def list_sessions(
+    state_dir: str | os.PathLike[str], problems: dict[str, StoreError] | None = None,
+) -> list[dict[str, Any]]:
     """Every session under ``state_dir/sessions`` with a readable meta.json, newest first.
 
     Rows are ``{id, title, created_at, updated_at, head_id}``. Directories
     whose name is not a safe id, or whose meta.json is missing or corrupt,
-    are skipped (open them with :class:`~store._session.SessionCore` to get the typed
-    error).
+    have no row. Those that hold turns nobody would see otherwise (a
+    ``history/`` beside a missing or corrupt meta.json) are added to
+    ``problems`` (directory name -> typed error: :class:`MetaMissingError`,
+    :class:`~store.MetaFileError`), so every caller can say so, as are
+    links that give another session a second id (:class:`UnsafeLinkError`).
     """
     root = os.path.join(os.fspath(state_dir), SESSIONS)
     try:
@@ -39,9 +45,21 @@ def list_sessions(state_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     for name in names:
         try:
             validate_id(name, "session id")
+            refuse_session_alias(root, name)
             with open(os.path.join(root, name, META), "rb") as handle:
                 meta = decode_meta(handle.read(), f"{SESSIONS}/{name}/{META}")
-        except (StoreError, OSError):
+        except StoreError as error:
+            if problems is not None and (
+                isinstance(error, UnsafeLinkError)
+                or os.path.isdir(os.path.join(root, name, HISTORY))
+            ):
+                problems[name] = error
+            continue
+        except OSError:
+            if problems is not None:
+                missing = missing_meta(root, name)
+                if missing is not None:
+                    problems[name] = missing
             continue
         rows.append({
             "id": name,
@@ -53,3 +71,15 @@ def list_sessions(state_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     rows.sort(key=lambda r: r["updated_at"] if isinstance(r["updated_at"], (int, float))
               else 0.0, reverse=True)
     return rows
+
+
+def missing_meta(sessions_dir: str, name: str) -> MetaMissingError | None:
+    """The error for ``sessions_dir/name`` if it holds ``history/`` but no meta.json, else None."""
+    directory = os.path.join(sessions_dir, name)
+    if os.path.exists(os.path.join(directory, META)):
+        return None
+    try:
+        files = [n for n in os.listdir(os.path.join(directory, HISTORY)) if n.endswith(".json")]
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return MetaMissingError(name, f"{SESSIONS}/{name}", len(files))

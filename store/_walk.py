@@ -19,7 +19,7 @@ actors, and are tested on the reference agent's own fixture:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ._errors import (
@@ -45,6 +45,7 @@ __all__ = [
     "continues_conversation",
     "is_tip_candidate",
     "list_tips",
+    "predecessor_cycles",
     "rewind_ids",
     "trunk_tip",
 ]
@@ -85,6 +86,30 @@ def chain(index: SessionIndex, session: str, tip: str) -> list[Node]:
         node = following
     walked.reverse()
     return walked
+
+
+def predecessor_cycles(nodes: Iterable[Node]) -> list[list[str]]:
+    """Every loop of predecessor edges, each as its node ids in walk order (pure, linear).
+
+    A node on a loop reaches no root, so no walk ends and no drawing starts
+    there: callers that look at the whole session (``session show``, the
+    audit) ask this instead of finding nothing.
+    """
+    predecessor = {n.id: n.predecessor for n in nodes}
+    state: dict[str, int] = {}  # 1: on the current walk, 2: done
+    loops: list[list[str]] = []
+    for start in predecessor:
+        walk: list[str] = []
+        node: str | None = start
+        while node is not None and node in predecessor and node not in state:
+            state[node] = 1
+            walk.append(node)
+            node = predecessor[node]
+        if node is not None and state.get(node) == 1:
+            loops.append(walk[walk.index(node):])
+        for seen in walk:
+            state[seen] = 2
+    return loops
 
 
 def branch(index: SessionIndex, session: str, tip: str) -> list[Node]:
