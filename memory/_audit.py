@@ -18,6 +18,11 @@ misattribute memory:
 * **non-prefix branches**: a branch whose own markers are not a contiguous
   prefix of its records. The walk back stops at the newest marker, so every
   unmarked record before it is stranded: never owed again, never written.
+* **lost markers**: those stranded records that are nevertheless in memory
+  (archived, and cited unless pending): written, but their marker was
+  dropped by another writer's unlocked metadata merge
+  (:mod:`memory._lost_markers`). The runtime sets them again at a session's
+  activation and in the idle watchdog's scan; the audit only counts them.
 
 Everything here is a pure function of the facts (:func:`audit`); reading the
 facts from a state directory is one blocking function
@@ -36,6 +41,7 @@ from memory._archive import PROVIDER, ArchiveScan, read_archive
 from memory._errors import LedgerError, TopicError
 from memory._ledger import records_from_branch
 from memory._legacy import LegacyHeader, read_legacy_first_header
+from memory._lost_markers import lost_markers
 from memory._migrate import archive_files
 from memory._records import MARKER_KEY, source_anchor, source_id
 from memory._topic_ids import source_key
@@ -136,6 +142,31 @@ def _non_prefix(workspace_id: str, facts: SessionFacts) -> list[dict[str, Any]]:
     return found
 
 
+def _lost_markers(
+    inputs: AuditInputs, archived: Mapping[str, set[str]], citations: Sequence[Citation]
+) -> list[dict[str, str]]:
+    """``{session, node}`` of every lost marker, by session, nodes sorted."""
+    cited_keys = {c.key for c in citations if c.key is not None and not c.legacy}
+    found: list[dict[str, str]] = []
+    for facts in inputs.sessions:
+        sid = facts.session_id
+        cited = {
+            source_id(sid, str(m["id"])) for m in facts.messages
+            if isinstance(m.get("id"), str)
+            and f"{sid}#{source_anchor(source_id(sid, m['id']))}" in cited_keys
+        }
+        nodes: set[str] = set()
+        for tip in sorted(facts.branches):
+            try:
+                records = records_from_branch(sid, facts.branches[tip])
+            except LedgerError:
+                continue
+            nodes.update(lost_markers(records, inputs.workspace_id,
+                                      archived.get(sid, set()), cited))
+        found.extend({"session": sid, "node": node} for node in sorted(nodes))
+    return found
+
+
 def audit(inputs: AuditInputs) -> dict[str, Any]:
     """Pure: the report. ``ok`` is True exactly when every problem list is empty."""
     wid = inputs.workspace_id
@@ -193,7 +224,8 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
                 "reason": reason,
             }
         )
-    ok = not (marked_missing or unresolved or non_prefix or unreadable)
+    lost = _lost_markers(inputs, archived, citations)
+    ok = not (marked_missing or unresolved or non_prefix or unreadable or lost)
     return {
         "ok": ok,
         "workspace_id": wid,
@@ -204,6 +236,7 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
         "unresolved_citations": unresolved,
         "unreadable_topics": unreadable,
         "non_prefix_branches": non_prefix,
+        "lost_markers": lost,
         "warnings": list(inputs.problems),
     }
 

@@ -33,6 +33,7 @@ them.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,17 +41,21 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from actors import ActorError
 from memory._cycle import FailureKind, WriteOutcome
+from memory._errors import LedgerError, ScriptoriumMemoryError
 from memory._ledger import (
     NodeRecords,
     first_batch,
     should_write,
     should_write_at_boundary,
 )
+from memory._lost_markers import lost_markers, stranded_records
 from memory._quarantine import QuarantineEntry, is_quarantined
 from memory._records import MARKER_KEY, SourceRecord
+from memory._workspace_actor import SourcesInMemory
 from memory._writer import Batch
-from store import SessionActor, run_durable
+from store import SessionActor, StoreError, run_durable
 from store._actor import TipMoved
 from store._claim import Claim
 
@@ -67,6 +72,7 @@ __all__ = [
     "MemorySessionActor",
     "Pending",
     "Reconsider",
+    "RepairMarkers",
     "RetryDue",
     "SessionLedger",
     "WriteJob",
@@ -115,6 +121,19 @@ class Reconsider:
 @dataclass(frozen=True, slots=True)
 class ClaimRecheck:
     """Another runtime held this session's claim a moment ago: plan again (not a failure)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RepairMarkers:
+    """Find this session's lost markers and set them again; replies with the node ids marked.
+
+    Sent by the actor to itself on every activation, and by the idle
+    watchdog's scan when the session's files changed (:mod:`memory._lost_markers`).
+    Those background repairs report a failure as an event and leave it to
+    the next scan; ``raise_errors`` hands it to the caller instead.
+    """
+
+    raise_errors: bool = False
 
 
 # -- state kept across incarnations ---------------------------------------------
@@ -246,7 +265,21 @@ class MemorySessionActor(SessionActor):
                 self.ledger.recheck_pending = False
                 await self._plan()
                 return None
+            case RepairMarkers(raise_errors):
+                try:
+                    return await self._repair_markers()
+                except (ScriptoriumMemoryError, StoreError, ActorError, OSError) as error:
+                    if raise_errors:
+                        raise
+                    self.runtime.emit("markers_repair_failed", session=self.session,
+                                      error=str(error))
+                    return []
         return await super().dispatch(message)
+
+    async def on_start(self) -> None:
+        await super().on_start()
+        with contextlib.suppress(ActorError):  # a full mailbox: the watchdog's scan asks again
+            self.ref.cast_nowait(RepairMarkers())
 
     async def tip_moved(self, event: TipMoved) -> None:
         self.runtime.watchdog_touch(self.session, self.core.meta().get("updated_at"))
@@ -433,6 +466,44 @@ class MemorySessionActor(SessionActor):
         if record:
             updated_at = next(w.updated_at for w in waiters if w.updated_at is not None)
             await self.runtime.record_session_end(self.session, updated_at)
+
+
+    # -- lost markers ------------------------------------------------------------------
+
+    async def _repair_markers(self) -> list[str]:
+        """Set again the markers another writer dropped (:mod:`memory._lost_markers`).
+
+        Only records behind an own marker are candidates, found on the
+        index; the workspace is asked about them only when there are any, so
+        a consistent session costs one walk of its branches. The markers go
+        through the same merge as a finished job's, in this mailbox; nothing
+        is archived or written. A branch that cannot be walked is skipped
+        (its error belongs to whoever reads it).
+        """
+        core = self.core
+        workspace_id = self.runtime.workspace_id
+        branches: list[list[SourceRecord]] = []
+        for row in core.list_branches():
+            try:
+                nodes = core.branch_nodes(row["head_msg_id"])
+                records = [r for r in map(self.records.of, nodes) if r is not None]
+            except (StoreError, LedgerError):
+                continue
+            branches.append(records)
+        candidates = sorted({r.source_id for b in branches for r in stranded_records(b, workspace_id)})
+        if not candidates:
+            return []
+        archived, cited = await self.runtime.workspace_ref.call(
+            SourcesInMemory(tuple(candidates)), timeout=None)
+        lost = sorted({node for b in branches
+                       for node in lost_markers(b, workspace_id, archived, cited)})
+        if not lost:
+            return []
+        await run_durable(core.merge_node_metadata_batch,
+                          {node: {MARKER_KEY: workspace_id} for node in lost})
+        self._queue_checkpoint()
+        self.runtime.emit("markers_repaired", session=self.session, nodes=lost)
+        return lost
 
 
 def session_factory(runtime: MemoryRuntime) -> Callable[[str], MemorySessionActor]:
