@@ -502,7 +502,7 @@ class MemoryRuntime:
         idle watchdog's scan sees its files change; it writes no memory.
         """
         marked: list[str] = await self.session_ref(session).call(
-            RepairMarkers(raise_errors=True), timeout=self.config.call_timeout)
+            RepairMarkers(raise_errors=True, reload=True), timeout=self.config.call_timeout)
         return marked
 
     async def poll_idle(self) -> int:

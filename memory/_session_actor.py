@@ -131,9 +131,13 @@ class RepairMarkers:
     watchdog's scan when the session's files changed (:mod:`memory._lost_markers`).
     Those background repairs report a failure as an event and leave it to
     the next scan; ``raise_errors`` hands it to the caller instead.
+    ``reload`` reads every node file again first: the agent's write that
+    dropped a marker may fall in the same timestamp tick as our marker
+    merge, and then the index's freshness fingerprint does not move.
     """
 
     raise_errors: bool = False
+    reload: bool = False
 
 
 # -- state kept across incarnations ---------------------------------------------
@@ -265,8 +269,10 @@ class MemorySessionActor(SessionActor):
                 self.ledger.recheck_pending = False
                 await self._plan()
                 return None
-            case RepairMarkers(raise_errors):
+            case RepairMarkers(raise_errors, reload):
                 try:
+                    if reload:
+                        await run_durable(self.core.reload)
                     return await self._repair_markers()
                 except (ScriptoriumMemoryError, StoreError, ActorError, OSError) as error:
                     if raise_errors:

@@ -190,7 +190,7 @@ class IdleWatchdog(Actor):
     def _repair(self, session: str) -> None:
         self.repairs += 1
         try:
-            self.runtime.session_ref(session).cast_nowait(RepairMarkers())
+            self.runtime.session_ref(session).cast_nowait(RepairMarkers(reload=True))
         except (ActorError, StoreError):
             self._fingerprints.pop(session, None)  # not asked: ask at the next poll
 

@@ -189,3 +189,26 @@ async def test_an_unmarked_turn_not_in_memory_is_never_marked(tmp_path: Path) ->
     assert all(workspace_marks[n] is None for n in ("u3", "a3", "u4"))
     assert code == 1 and report["lost_markers"] == []
     assert report["non_prefix_branches"][0]["unmarked"] == ["u3", "a3", "u4"]
+
+
+async def test_the_scan_sees_a_drop_in_the_same_timestamp_tick_as_our_merge(
+        tmp_path: Path) -> None:
+    """The agent's rename right after our marker merge may leave ``history/``'s mtime as it was.
+
+    Then the session's index looks fresh but holds our marker; the scan must
+    read the files again. The tick is made exact by restoring the mtime.
+    """
+    async with open_runtime(tmp_path, config=config()) as rt:
+        sid = await rt.sessions.create(title="tick")
+        await chain(rt, sid, "ROOT", TURNS)
+        await rt.poll_idle()  # the scan's view: turns appended, nothing marked
+        assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
+        await rt.drain()
+        history = tmp_path / "sessions" / sid / "history"
+        ours = history.stat()
+        agent_drops_marker(tmp_path, sid, "u2")
+        os.utime(history, ns=(ours.st_atime_ns, ours.st_mtime_ns))
+        assert await rt.pending(sid) == []  # the index did not notice
+        await rt.poll_idle()
+        await rt.pending(sid)
+        assert markers(tmp_path, sid)["u2"] == rt.workspace_id
