@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import orjson
+import pytest
 from click.testing import CliRunner
 
 from memory._cli import main
@@ -25,6 +26,7 @@ from memory._session_actor import BoundaryOutcome
 from memory._workspace_actor import ArchiveBatches
 from memory._writer import Batch
 from store import SessionCore
+from tests.memory.test_runtime_failures import virtual_wall_clock
 
 AGENT_KEY = "agent_note"
 SENTENCES = [
@@ -212,3 +214,20 @@ async def test_the_scan_sees_a_drop_in_the_same_timestamp_tick_as_our_merge(
         await rt.poll_idle()
         await rt.pending(sid)
         assert markers(tmp_path, sid)["u2"] == rt.workspace_id
+
+
+@pytest.mark.virtual_time(cushion=0.05)
+async def test_the_watchdogs_own_poll_repairs_within_one_interval(tmp_path: Path) -> None:
+    """No explicit scan: the timer's poll every ``watchdog_poll`` seconds finds it."""
+    sid, workspace = await written_session(tmp_path)
+    cfg = config(clock=virtual_wall_clock, call_timeout=None, watchdog_poll=300.0)
+    async with open_runtime(tmp_path, config=cfg) as rt:
+        await anyio.sleep(301)  # the first poll: every session, nothing lost yet
+        agent_drops_marker(tmp_path, sid, "a1")
+        await rt.pending(sid)
+        assert markers(tmp_path, sid)["a1"] is None  # reading the fresh index repairs nothing
+        await anyio.sleep(300)
+        await rt.pending(sid)
+        assert markers(tmp_path, sid)["a1"] == workspace
+        await rt.drain()
+        assert not rt.deliveries
