@@ -220,7 +220,9 @@ async def test_the_scan_sees_a_drop_in_the_same_timestamp_tick_as_our_merge(
 async def test_the_watchdogs_own_poll_repairs_within_one_interval(tmp_path: Path) -> None:
     """No explicit scan: the timer's poll every ``watchdog_poll`` seconds finds it."""
     sid, workspace = await written_session(tmp_path)
-    cfg = config(clock=virtual_wall_clock, call_timeout=None, watchdog_poll=300.0)
+    # The session stays active: a passivated one would repair when it activates again.
+    cfg = config(clock=virtual_wall_clock, call_timeout=None, watchdog_poll=300.0,
+                 passivate_after=10_000.0)
     async with open_runtime(tmp_path, config=cfg) as rt:
         await anyio.sleep(301)  # the first poll: every session, nothing lost yet
         agent_drops_marker(tmp_path, sid, "a1")
