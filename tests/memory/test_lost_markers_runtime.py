@@ -224,8 +224,11 @@ async def test_the_watchdogs_own_poll_repairs_within_one_interval(tmp_path: Path
     cfg = config(clock=virtual_wall_clock, call_timeout=None, watchdog_poll=300.0,
                  passivate_after=10_000.0)
     async with open_runtime(tmp_path, config=cfg) as rt:
+        await rt.pending(sid)
+        await rt.pending(sid)  # active, and its activation's repair is done
         await anyio.sleep(301)  # the first poll: every session, nothing lost yet
         agent_drops_marker(tmp_path, sid, "a1")
+        await rt.pending(sid)
         await rt.pending(sid)
         assert markers(tmp_path, sid)["a1"] is None  # reading the fresh index repairs nothing
         await anyio.sleep(300)
