@@ -422,6 +422,10 @@ def memory_audit(repair: bool, state_dir: str, as_json: bool) -> None:
     report = audit(read_audit_inputs(state_dir, workspace))
     if repair:
         report = _repair_lost_markers(state_dir, report, workspace)
+    elif report["lost_markers"] and not as_json:
+        click.echo(f"scriptorium: {len(report['lost_markers'])} lost marker(s): "
+                   f"'scriptorium memory audit --repair' sets them again (writes no memory)",
+                   err=True)
     if as_json:
         emit_json(report)
     else:

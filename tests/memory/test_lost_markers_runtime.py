@@ -124,6 +124,10 @@ async def test_audit_reports_a_lost_marker_and_exits_non_zero(tmp_path: Path) ->
     code, report = await audit_json(tmp_path)
     assert code == 1 and not report["ok"]
     assert report["lost_markers"] == [{"session": sid, "node": "u1"}]
+    text = await anyio.to_thread.run_sync(
+        lambda: CliRunner().invoke(main, ["memory", "audit", "--state", str(tmp_path)]))
+    assert text.exit_code == 1 and "lost_markers: 1" in text.stdout
+    assert "lost marker(s): 'scriptorium memory audit --repair'" in text.stderr
     # audit is a read-only check: nothing changed, the marker is still lost
     assert markers(tmp_path, sid)["u1"] is None and memory_files(tmp_path) == before
     # --repair sets it again through the runtime and audits again; memory is untouched
