@@ -473,7 +473,6 @@ class MemorySessionActor(SessionActor):
             updated_at = next(w.updated_at for w in waiters if w.updated_at is not None)
             await self.runtime.record_session_end(self.session, updated_at)
 
-
     # -- lost markers ------------------------------------------------------------------
 
     async def _repair_markers(self) -> list[str]:
@@ -496,7 +495,8 @@ class MemorySessionActor(SessionActor):
             except (StoreError, LedgerError):
                 continue
             branches.append(records)
-        candidates = sorted({r.source_id for b in branches for r in stranded_records(b, workspace_id)})
+        candidates = sorted({record.source_id for records in branches
+                             for record in stranded_records(records, workspace_id)})
         if not candidates:
             return []
         archived, cited = await self.runtime.workspace_ref.call(
