@@ -505,8 +505,10 @@ class MemorySessionActor(SessionActor):
                        for node in lost_markers(b, workspace_id, archived, cited)})
         if not lost:
             return []
+        started = anyio.current_time()
         await run_durable(core.merge_node_metadata_batch,
                           {node: {MARKER_KEY: workspace_id} for node in lost})
+        self.runtime.record_marks(self.session, lost, anyio.current_time() - started)
         self._queue_checkpoint()
         self.runtime.emit("markers_repaired", session=self.session, nodes=lost)
         return lost
