@@ -29,6 +29,11 @@ Any finding is a problem: ``ok`` is True only when nothing was found, and
 ``problems`` lists, per kind found, how many and what to do about it (one
 entry per non-empty list, in :data:`WHAT_TO_DO` order, so a new kind of
 finding is one more key there).
+* **lost markers**: those stranded records that are nevertheless in memory
+  (archived, and cited unless pending): written, but their marker was
+  dropped by another writer's unlocked metadata merge
+  (:mod:`memory._lost_markers`). The runtime sets them again at a session's
+  activation and in the idle watchdog's scan; the audit only counts them.
 
 Everything here is a pure function of the facts (:func:`audit`); reading the
 facts from a state directory is one blocking function
@@ -47,6 +52,7 @@ from memory._archive import PROVIDER, ArchiveScan, read_archive
 from memory._errors import LedgerError, TopicError
 from memory._ledger import records_from_branch
 from memory._legacy import LegacyHeader, read_legacy_first_header
+from memory._lost_markers import lost_markers
 from memory._migrate import archive_files
 from memory._records import MARKER_KEY, source_anchor, source_id
 from memory._topic_ids import source_key
@@ -93,6 +99,11 @@ WHAT_TO_DO: dict[str, str] = {
     "non_prefix_branches": (
         "these unmarked turns sit behind a marked one and are never owed again: remove the "
         "later markers (memory_written_scriptorium) so they are written"
+    ),
+    "lost_markers": (
+        "these turns are in memory but another writer dropped their markers: run "
+        "'scriptorium memory audit --repair' (or start 'scriptorium run') to mark them again "
+        "without writing memory"
     ),
     "refused_branches": (
         "these branches hold a turn the ledger refuses (stamped authority_schema without "
@@ -196,6 +207,31 @@ def _non_prefix(
     return found
 
 
+def _lost_markers(
+    inputs: AuditInputs, archived: Mapping[str, set[str]], citations: Sequence[Citation]
+) -> list[dict[str, str]]:
+    """``{session, node}`` of every lost marker, by session, nodes sorted."""
+    cited_keys = {c.key for c in citations if c.key is not None and not c.legacy}
+    found: list[dict[str, str]] = []
+    for facts in inputs.sessions:
+        sid = facts.session_id
+        cited = {
+            source_id(sid, str(m["id"])) for m in facts.messages
+            if isinstance(m.get("id"), str)
+            and f"{sid}#{source_anchor(source_id(sid, m['id']))}" in cited_keys
+        }
+        nodes: set[str] = set()
+        for tip in sorted(facts.branches):
+            try:
+                records = records_from_branch(sid, facts.branches[tip])
+            except LedgerError:
+                continue
+            nodes.update(lost_markers(records, inputs.workspace_id,
+                                      archived.get(sid, set()), cited))
+        found.extend({"session": sid, "node": node} for node in sorted(nodes))
+    return found
+
+
 def audit(inputs: AuditInputs) -> dict[str, Any]:
     """Pure: the report. ``ok`` is True exactly when every problem list is empty."""
     wid = inputs.workspace_id
@@ -255,6 +291,7 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
                 "reason": reason,
             }
         )
+    lost = _lost_markers(inputs, archived, citations)
     report: dict[str, Any] = {
         "ok": True,
         "workspace_id": wid,
@@ -266,6 +303,7 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
         "unreadable_topics": unreadable,
         "non_prefix_branches": non_prefix,
         "refused_branches": refused,
+        "lost_markers": lost,
         "warnings": list(inputs.problems),
     }
     return with_problems(report)

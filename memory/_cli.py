@@ -477,14 +477,22 @@ def memory_backfill(threshold: int | None, workers: int, backend: str, state_dir
 
 
 @memory.command("audit")
+@click.option("--repair", is_flag=True,
+              help="Set lost markers again first (starts the runtime; writes no memory).")
 @state_options
-def memory_audit(state_dir: str, as_json: bool) -> None:
+def memory_audit(repair: bool, state_dir: str, as_json: bool) -> None:
     """Check markers against the archive and citations against sources; exit 1 on a problem."""
     workspace = read_workspace_id(os.path.join(state_dir, "memory"))
     if workspace is None:
         raise click.ClickException(
             f"{state_dir}/memory has no workspace id yet; nothing was ever written there")
     report = audit(read_audit_inputs(state_dir, workspace))
+    if repair:
+        report = _repair_lost_markers(state_dir, report, workspace)
+    elif report["lost_markers"] and not as_json:
+        click.echo(f"scriptorium: {len(report['lost_markers'])} lost marker(s): "
+                   f"'scriptorium memory audit --repair' sets them again (writes no memory)",
+                   err=True)
     if as_json:
         emit_json(report)
     else:
@@ -496,6 +504,21 @@ def memory_audit(state_dir: str, as_json: bool) -> None:
         click.echo("ok" if report["ok"] else "problems found")
     if not report["ok"]:
         sys.exit(1)
+
+
+def _repair_lost_markers(state_dir: str, report: dict[str, Any],
+                         workspace: str) -> dict[str, Any]:
+    """``audit --repair``: each session with lost markers repairs them; then audit again."""
+    sessions = sorted({item["session"] for item in report["lost_markers"]})
+    if not sessions:
+        return {**report, "repaired": []}
+
+    async def body(rt: MemoryRuntime) -> list[dict[str, str]]:
+        return [{"session": session, "node": node}
+                for session in sessions for node in await rt.repair_markers(session)]
+
+    repaired = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
+    return {**audit(read_audit_inputs(state_dir, workspace)), "repaired": repaired}
 
 
 main.add_command(simulate)

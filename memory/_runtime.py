@@ -52,6 +52,7 @@ from memory._session_actor import (
     Flush,
     Pending,
     Reconsider,
+    RepairMarkers,
     RetryDue,
     SessionLedger,
     WriteJob,
@@ -497,6 +498,16 @@ class MemoryRuntime:
         """Wait until no write job is in flight."""
         while self._in_flight:
             await self._idle.wait()
+
+    async def repair_markers(self, session: str) -> list[str]:
+        """Set again the session's lost markers now (:mod:`memory._lost_markers`); the node ids.
+
+        The same repair a session actor runs when it activates and when the
+        idle watchdog's scan sees its files change; it writes no memory.
+        """
+        marked: list[str] = await self.session_ref(session).call(
+            RepairMarkers(raise_errors=True, reload=True), timeout=self.config.call_timeout)
+        return marked
 
     async def poll_idle(self) -> int:
         """Run the idle watchdog's disk scan now; returns how many sessions it asked."""

@@ -40,6 +40,7 @@ redelivery after the merge finds the job gone and only plans again.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,17 +48,19 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
-from actors import Idempotent
+from actors import ActorError, Idempotent
 from memory._cycle import FailureKind, WriteOutcome
-from memory._errors import LedgerError, MissingAuthority
+from memory._errors import LedgerError, MissingAuthority, ScriptoriumMemoryError
 from memory._ledger import (
     NodeRecords,
     first_batch,
     should_write,
     should_write_at_boundary,
 )
+from memory._lost_markers import lost_markers, stranded_records
 from memory._quarantine import QuarantineEntry, is_quarantined
 from memory._records import MARKER_KEY, SourceRecord
+from memory._workspace_actor import SourcesInMemory
 from memory._writer import Batch
 from store import SessionActor, StoreError, run_durable
 from store._actor import TipMoved
@@ -76,6 +79,7 @@ __all__ = [
     "MemorySessionActor",
     "Pending",
     "Reconsider",
+    "RepairMarkers",
     "RetryDue",
     "SessionLedger",
     "WriteJob",
@@ -124,6 +128,23 @@ class Reconsider(Idempotent):
 @dataclass(frozen=True, slots=True)
 class ClaimRecheck(Idempotent):
     """Another runtime held this session's claim a moment ago: plan again (not a failure)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RepairMarkers(Idempotent):
+    """Find this session's lost markers and set them again; replies with the node ids marked.
+
+    Sent by the actor to itself on every activation, and by the idle
+    watchdog's scan when the session's files changed (:mod:`memory._lost_markers`).
+    Those background repairs report a failure as an event and leave it to
+    the next scan; ``raise_errors`` hands it to the caller instead.
+    ``reload`` reads every node file again first: the agent's write that
+    dropped a marker may fall in the same timestamp tick as our marker
+    merge, and then the index's freshness fingerprint does not move.
+    """
+
+    raise_errors: bool = False
+    reload: bool = False
 
 
 # -- state kept across incarnations ---------------------------------------------
@@ -258,7 +279,23 @@ class MemorySessionActor(SessionActor):
                 self.ledger.recheck_pending = False
                 await self._plan()
                 return None
+            case RepairMarkers(raise_errors, reload):
+                try:
+                    if reload:
+                        await run_durable(self.core.reload)
+                    return await self._repair_markers()
+                except (ScriptoriumMemoryError, StoreError, ActorError, OSError) as error:
+                    if raise_errors:
+                        raise
+                    self.runtime.emit("markers_repair_failed", session=self.session,
+                                      error=str(error))
+                    return []
         return await super().dispatch(message)
+
+    async def on_start(self) -> None:
+        await super().on_start()
+        with contextlib.suppress(ActorError):  # a full mailbox: the watchdog's scan asks again
+            self.ref.cast_nowait(RepairMarkers())
 
     async def tip_moved(self, event: TipMoved) -> None:
         self.runtime.watchdog_touch(self.session, self.core.meta().get("updated_at"))
@@ -494,6 +531,46 @@ class MemorySessionActor(SessionActor):
         if record:
             updated_at = next(w.updated_at for w in waiters if w.updated_at is not None)
             await self.runtime.record_session_end(self.session, updated_at)
+
+    # -- lost markers ------------------------------------------------------------------
+
+    async def _repair_markers(self) -> list[str]:
+        """Set again the markers another writer dropped (:mod:`memory._lost_markers`).
+
+        Only records behind an own marker are candidates, found on the
+        index; the workspace is asked about them only when there are any, so
+        a consistent session costs one walk of its branches. The markers go
+        through the same merge as a finished job's, in this mailbox; nothing
+        is archived or written. A branch that cannot be walked is skipped
+        (its error belongs to whoever reads it).
+        """
+        core = self.core
+        workspace_id = self.runtime.workspace_id
+        branches: list[list[SourceRecord]] = []
+        for row in core.list_branches():
+            try:
+                nodes = core.branch_nodes(row["head_msg_id"])
+                records = [r for r in map(self.records.of, nodes) if r is not None]
+            except (StoreError, LedgerError):
+                continue
+            branches.append(records)
+        candidates = sorted({record.source_id for records in branches
+                             for record in stranded_records(records, workspace_id)})
+        if not candidates:
+            return []
+        archived, cited = await self.runtime.workspace_ref.call(
+            SourcesInMemory(tuple(candidates)), timeout=None)
+        lost = sorted({node for b in branches
+                       for node in lost_markers(b, workspace_id, archived, cited)})
+        if not lost:
+            return []
+        started = anyio.current_time()
+        await run_durable(core.merge_node_metadata_batch,
+                          {node: {MARKER_KEY: workspace_id} for node in lost})
+        self.runtime.record_marks(self.session, lost, anyio.current_time() - started)
+        self._queue_checkpoint()
+        self.runtime.emit("markers_repaired", session=self.session, nodes=lost)
+        return lost
 
 
 def session_factory(runtime: MemoryRuntime) -> Callable[[str], MemorySessionActor]:

@@ -12,12 +12,19 @@ also sees sessions another process appended to.
 The watchdog decides nothing itself: it casts ``CheckIdle`` to the session
 actor, which re-checks against its own fresh meta inside its mailbox (the
 idle check is serialised with appends, SPEC §1).
+
+The same disk poll looks for lost markers (:mod:`memory._lost_markers`):
+every session whose files changed since the previous poll (the store's
+freshness fingerprint; at the first poll, every session) is asked to
+``RepairMarkers``. An outside metadata merge moves no ``updated_at``, so the
+idle rule alone would never look at such a session again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import heapq
+import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,13 +33,22 @@ import anyio
 
 from actors import Actor, ActorError, Idempotent
 from memory._runtime_state import read_session_end
-from memory._session_actor import CheckIdle
-from store import list_sessions, run_durable
+from memory._session_actor import CheckIdle, RepairMarkers
+from store import StoreError, list_sessions, run_durable
+from store._index import Fingerprint
 
 if TYPE_CHECKING:
     from memory._runtime import MemoryRuntime
 
-__all__ = ["IdleWatchdog", "PollNow", "Touched", "idle_sessions", "is_idle"]
+__all__ = [
+    "IdleWatchdog",
+    "PollNow",
+    "Touched",
+    "changed_sessions",
+    "idle_sessions",
+    "is_idle",
+    "session_fingerprints",
+]
 
 
 def is_idle(updated_at: float, processed: float | None, now: float, session_idle: float) -> bool:
@@ -52,6 +68,26 @@ def idle_sessions(
         ):
             found.append((row["id"], float(updated_at)))
     return found
+
+
+def changed_sessions(
+    fingerprints: Mapping[str, Fingerprint], seen: dict[str, Fingerprint]
+) -> list[str]:
+    """Pure: the sessions whose fingerprint differs from ``seen`` (which it updates)."""
+    changed = []
+    for session, fingerprint in fingerprints.items():
+        if seen.get(session) != fingerprint:
+            seen[session] = fingerprint
+            changed.append(session)
+    for session in set(seen) - set(fingerprints):
+        del seen[session]  # gone: a session recreated under the id is new again
+    return changed
+
+
+def session_fingerprints(state_dir: str, sessions: list[str]) -> dict[str, Fingerprint]:
+    """Blocking: each session's freshness fingerprint (``history/`` and ``meta.json`` stats)."""
+    root = os.path.join(state_dir, "sessions")
+    return {session: Fingerprint.of(os.path.join(root, session)) for session in sessions}
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +111,10 @@ class IdleWatchdog(Actor):
         self._deadlines: list[tuple[float, str, float]] = []  # (wall deadline, sid, updated_at)
         self._latest: dict[str, float] = {}
         self._wake = anyio.Event()
+        self._fingerprints: dict[str, Fingerprint] = {}  # as of the last poll
         self.polls = 0
         self.checks = 0
+        self.repairs = 0
 
     @contextlib.asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
@@ -88,7 +126,8 @@ class IdleWatchdog(Actor):
                 tg.cancel_scope.cancel()
 
     def inspect(self) -> object:
-        return {"tracked": len(self._latest), "polls": self.polls, "checks": self.checks}
+        return {"tracked": len(self._latest), "polls": self.polls, "checks": self.checks,
+                "repairs": self.repairs}
 
     async def handle(self, message: Any) -> Any:
         match message:
@@ -142,7 +181,18 @@ class IdleWatchdog(Actor):
         found = idle_sessions(rows, processed, now, self.runtime.config.session_idle)
         for session, _ in found:
             self._check(session, processed.get(session), now)
+        fingerprints = await run_durable(
+            session_fingerprints, self.runtime.state_dir, [row["id"] for row in rows])
+        for session in changed_sessions(fingerprints, self._fingerprints):
+            self._repair(session)
         return len(found)
+
+    def _repair(self, session: str) -> None:
+        self.repairs += 1
+        try:
+            self.runtime.session_ref(session).cast_nowait(RepairMarkers(reload=True))
+        except (ActorError, StoreError):
+            self._fingerprints.pop(session, None)  # not asked: ask at the next poll
 
     def _check(self, session: str, processed: float | None, now: float) -> None:
         self.checks += 1

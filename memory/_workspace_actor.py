@@ -38,6 +38,7 @@ from actors import Actor, Idempotent
 from memory._archive import AppendResult
 from memory._archive_cache import ArchiveCache
 from memory._errors import ScriptoriumMemoryError
+from memory._lost_markers import written_to_memory
 from memory._quarantine import QuarantineEntry, read_quarantine, write_quarantine
 from memory._runtime_state import (
     RuntimeState,
@@ -46,6 +47,7 @@ from memory._runtime_state import (
     write_runtime_state,
     write_session_end,
 )
+from memory._topic_ids import handle_key
 from memory._transaction import CommitResult, Transactions, workspace_lock
 from memory._workspace_id import load_or_create_workspace_id
 from memory._writer import Batch, TopicEdit
@@ -62,6 +64,7 @@ __all__ = [
     "RecordSessionEnd",
     "ReleaseQuarantine",
     "ReplaceRuntimeState",
+    "SourcesInMemory",
     "TakeSnapshot",
     "WorkspaceActor",
 ]
@@ -98,6 +101,14 @@ class BatchesCovered(Idempotent):
 @dataclass(frozen=True, slots=True)
 class CitedSources(Idempotent):
     """The ``<sid>#source-<16hex>`` keys every topic cites now (for backfill)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourcesInMemory(Idempotent):
+    """Of ``sources`` (source ids): ``(archived, cited)``, the ones in the v2 archive and those
+    a topic cites (for lost-marker repair, :mod:`memory._lost_markers`)."""
+
+    sources: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +198,8 @@ class WorkspaceActor(Actor):
                 return await run_durable(self.transactions.cited_keys)
             case BatchesCovered(batches):
                 return await run_durable(self._covered, batches)
+            case SourcesInMemory(sources):
+                return await run_durable(self._in_memory, sources)
             case RecordSessionEnd(session, updated_at):
                 return await run_durable(self._record_session_end, session, updated_at)
             case QuarantineBatch(entry):
@@ -231,12 +244,26 @@ class WorkspaceActor(Actor):
         return [dict(entry) for entry in result.audit]
 
     def _covered(self, batches: Sequence[Batch]) -> list[bool]:
-        cited = self.transactions.all_cited_each(
-            [[r.source_id for r in batch.records if r.trusted] for batch in batches])
+        cited = self.transactions.cited_keys()
         return [
-            ok and all(self.archives.archived(r.source_id) is not None for r in batch.records)
-            for batch, ok in zip(batches, cited, strict=True)
+            all(written_to_memory(record, self._archived, lambda s: handle_key(s) in cited)
+                for record in batch.records)
+            for batch in batches
         ]
+
+    def _archived(self, source: str) -> bool:
+        return self.archives.archived(source) is not None
+
+    def _in_memory(self, sources: Sequence[str]) -> tuple[frozenset[str], frozenset[str]]:
+        cited = self.transactions.cited_keys()
+        def is_cited(source: str) -> bool:
+            try:
+                return handle_key(source) in cited
+            except ValueError:  # not a source handle: no topic can cite it
+                return False
+
+        return (frozenset(s for s in sources if self._archived(s)),
+                frozenset(filter(is_cited, sources)))
 
     def _lock(self) -> AbstractContextManager[None]:
         """Read-modify-writes of shared files hold the workspace lock (other runtimes)."""

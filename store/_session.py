@@ -285,6 +285,16 @@ class SessionCore:
         """Rebuild the index now if it is stale; the actor runs this in a worker thread."""
         self._refresh(force=True)
 
+    def reload(self) -> None:
+        """Rebuild the index from disk even if the fingerprint looks unchanged.
+
+        Another process's rename in the same timestamp tick as ours leaves
+        the fingerprint as it was; a reader that must see every outside
+        write (the lost-marker repair) reloads instead of trusting it.
+        """
+        self._forget_index()
+        self._refresh(force=True)
+
     @contextmanager
     def trusting_index(self) -> Iterator[None]:
         """Reads inside the block skip the freshness check; call it right after one.
