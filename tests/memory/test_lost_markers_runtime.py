@@ -21,39 +21,15 @@ from click.testing import CliRunner
 from memory._cli import main
 from memory._ledger import WritePolicy
 from memory._records import MARKER_KEY
-from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
+from memory._runtime import MemoryRuntime, open_runtime
 from memory._session_actor import BoundaryOutcome
 from memory._workspace_actor import ArchiveBatches
 from memory._writer import Batch
 from store import SessionCore
+from tests.memory.test_runtime import chain, config
 from tests.memory.test_runtime_failures import virtual_wall_clock
 
 AGENT_KEY = "agent_note"
-SENTENCES = [
-    "I prefer green tea in the morning.",
-    "We decided to ship the release on Friday.",
-    "My sister is named Alice.",
-    "The project deadline is next month.",
-    "The office is in Berlin.",
-    "I love hiking in the Alps.",
-]
-
-
-def config(**overrides: Any) -> RuntimeConfig:
-    options: dict[str, Any] = {"policy": WritePolicy(threshold=8000), "writer_workers": 2,
-                               "track_deliveries": True}
-    options.update(overrides)
-    return RuntimeConfig(**options)
-
-
-async def chain(rt: MemoryRuntime, sid: str, start: str, ids: list[str]) -> str:
-    previous = start
-    for index, node_id in enumerate(ids):
-        role = "user" if index % 2 == 0 else "assistant"
-        await rt.sessions.append(sid, {"id": node_id, "role": role, "predecessor": previous,
-                                       "content": f"{SENTENCES[index % len(SENTENCES)]} {node_id}."})
-        previous = node_id
-    return previous
 
 
 def agent_drops_marker(state: Path, sid: str, node: str) -> None:
