@@ -106,7 +106,7 @@ def _archive_rows(data: Any) -> list[Row]:
 
 
 def _actor_rows(data: Any) -> list[Row]:
-    """``bench/actors.py``: per backend, rows of ``{metric, value, floor, ratio, target, unit}``."""
+    """``bench/actor_kernel.py``: per backend, rows of ``{metric, value, floor, ratio, target, unit}``."""
     rows: list[Row] = []
     for backend, metrics in data.items() if isinstance(data, dict) else ():
         for m in metrics if isinstance(metrics, list) else ():
@@ -265,11 +265,13 @@ def _benches(python: str) -> list[Bench]:
         return [python, f"bench/{name}.py", "--json"]
 
     return [
-        Bench("actors", "bench/actors.py", script("actors"), [], _actor_rows),
-        Bench("store", "bench/store.py", script("store"), ["--repeat", "3"], _store_rows),
+        Bench("actors", "bench/actor_kernel.py", script("actor_kernel"), [], _actor_rows),
+        Bench("store", "bench/session_store.py", script("session_store"), ["--repeat", "3"],
+              _store_rows),
         # The same on a disk whose flush costs what commodity SSDs charge (both sides alike).
-        Bench("store, fsync +2 ms", "bench/store.py",
-              [*script("store"), "--fsync-latency-ms", "2"], ["--repeat", "3"], _store_rows),
+        Bench("store, fsync +2 ms", "bench/session_store.py",
+              [*script("session_store"), "--fsync-latency-ms", "2"], ["--repeat", "3"],
+              _store_rows),
         Bench("workspace", "bench/workspace.py", script("workspace"),
               ["--files", "200", "--commits", "5", "--records", "1000"], _generic_rows),
         Bench("workspace_archive", "bench/workspace_archive.py", script("workspace_archive"),

@@ -2,8 +2,8 @@
 
 Run from the repository root:
 
-    python bench/actors.py            # a Markdown table
-    python bench/actors.py --json     # the same figures as JSON
+    python bench/actor_kernel.py            # a Markdown table
+    python bench/actor_kernel.py --json     # the same figures as JSON
 
 Each figure is printed next to a floor measured in the same run with bare
 anyio (a memory-object-stream ping-pong, a bare task spawn) and the ratio,

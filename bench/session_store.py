@@ -16,7 +16,7 @@
    idle every 16 turns pays), with wall and CPU time: the throughput of a
    2-core host is bound by both.
 
-Run: ``python bench/store.py [--dir DIR] [--repeat N] [--json]``.
+Run: ``python bench/session_store.py [--dir DIR] [--repeat N] [--json]``.
 """
 
 from __future__ import annotations
