@@ -161,3 +161,34 @@ def test_numbers_keep_four_significant_digits() -> None:
     assert h.format_number(648149.7) == "648,150"
     assert h.format_number(100_067) == "100,067"
 
+
+PACKAGES = ("actors", "supervisors", "store", "memory")
+# Timing helpers that would be a second copy of the harness's.
+OWN_TIMING = {"percentile", "_best", "_median", "_time", "median"}
+
+
+def _bench_files() -> list[Path]:
+    return sorted(path for path in BENCH.glob("*.py") if path.name != "_harness.py")
+
+
+def test_no_benchmark_is_named_like_a_package() -> None:
+    # mypy (and any import from bench/) would resolve the package to the benchmark
+    clashing = [path.name for path in _bench_files() if path.stem in PACKAGES]
+    assert not clashing, f"bench/{clashing} shadow the packages of the same name"
+
+
+def test_every_benchmark_times_through_the_one_harness() -> None:
+    import ast
+
+    for path in _bench_files():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        defined = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+        assert not defined & OWN_TIMING, (
+            f"bench/{path.name} defines {sorted(defined & OWN_TIMING)}: use bench/_harness.py")
+        calls = {f"{node.value.id}.{node.attr}" for node in ast.walk(tree)
+                 if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)}
+        assert "statistics.median" not in calls, f"bench/{path.name}: use bench/_harness.py"
+        if path.name not in ("_raw.py",):
+            imported = {node.module for node in ast.walk(tree)
+                        if isinstance(node, ast.ImportFrom) and node.module}
+            assert "_harness" in imported, f"bench/{path.name} does not use bench/_harness.py"
