@@ -311,8 +311,8 @@ def format_number(value: float) -> str:
     """Four significant digits, thousands separated; no exponent for the sizes met here."""
     if value == 0 or not math.isfinite(value):
         return f"{value:g}"
-    if float(value).is_integer() and abs(value) >= 1000:
-        return f"{int(value):,}"
+    if isinstance(value, int) or (float(value).is_integer() and abs(value) >= 1000):
+        return f"{int(value):,}"  # a count, or a figure past the four digits shown
     magnitude = math.floor(math.log10(abs(value)))
     decimals = max(0, 3 - magnitude)
     return f"{value:,.{decimals}f}"

@@ -180,6 +180,8 @@ def _simulate_rows(data: Any, target_run: bool) -> list[Row]:
                          op=">=" if target_run else "", bound=bound, against=ceiling,
                          kind=CEILING, what=what)
 
+    # the turn-rate targets are the target run's (1,000 sessions x 100 turns), not a smoke run's
+    target_run = target_run and data["sessions"] >= 1000
     rss = data["peak_rss_mb"]
     rows: list[Row] = [
         Row(f"turns ({data['sessions']} sessions, {data.get('branches', 0):,} branches)",

@@ -160,6 +160,8 @@ def test_numbers_keep_four_significant_digits() -> None:
     assert h.format_number(19.234) == "19.23"
     assert h.format_number(648149.7) == "648,150"
     assert h.format_number(100_067) == "100,067"
+    assert h.format_number(401) == "401"  # a count stays a count
+    assert h.format_number(150.0) == "150.0"
 
 
 PACKAGES = ("actors", "supervisors", "store", "memory")
