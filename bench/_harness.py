@@ -63,40 +63,63 @@ def percentile(samples: Sequence[float], q: float) -> float:
 
 @dataclass(frozen=True)
 class Summary:
-    """The median, min and max of the rounds of one measurement (``rounds`` = 1: one run)."""
+    """The median, min and max of the rounds of one measurement (``rounds`` = 1: one run).
+
+    ``values`` keeps each round's figure in round order, so two measurements
+    taken in the same rounds can be compared round by round (:attr:`Row.ratio`).
+    """
 
     median: float
     low: float
     high: float
     rounds: int
+    values: tuple[float, ...] = ()
 
     @classmethod
     def of(cls, values: Sequence[float]) -> Summary:
         if not values:
             raise ValueError("a summary of no rounds")
-        return cls(statistics.median(values), min(values), max(values), len(values))
+        return cls(statistics.median(values), min(values), max(values), len(values),
+                   tuple(values))
 
     @classmethod
     def single(cls, value: float) -> Summary:
         """One figure of one run (a simulate run, a count): shown without a range."""
-        return cls(value, value, value, 1)
+        return cls(value, value, value, 1, (value,))
 
     def scaled(self, factor: float) -> Summary:
         """The same rounds in another unit (``factor`` > 0), e.g. seconds to ms."""
-        return Summary(self.median * factor, self.low * factor, self.high * factor, self.rounds)
+        return Summary(self.median * factor, self.low * factor, self.high * factor, self.rounds,
+                       tuple(value * factor for value in self.values))
 
     def inverse(self, numerator: float = 1.0) -> Summary:
         """``numerator / x`` of every round: seconds per item to items per second."""
         return Summary(numerator / self.median, numerator / self.high, numerator / self.low,
-                       self.rounds)
+                       self.rounds, tuple(numerator / value for value in self.values))
 
-    def to_json(self) -> dict[str, float]:
-        return {"median": self.median, "min": self.low, "max": self.high, "rounds": self.rounds}
+    def to_json(self) -> dict[str, Any]:
+        return {"median": self.median, "min": self.low, "max": self.high, "rounds": self.rounds,
+                "values": list(self.values)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Summary:
         return cls(float(data["median"]), float(data["min"]), float(data["max"]),
-                   int(data["rounds"]))
+                   int(data["rounds"]), tuple(float(v) for v in data.get("values", ())))
+
+
+def paired_ratio(value: Summary, against: Summary) -> float | None:
+    """The median of the round-by-round ratios, if both were measured in the same rounds.
+
+    A burst of load from another process lasts longer than a round, so it
+    lands on both sides of one round: the per-round ratio cancels it where
+    the ratio of the two medians (which may come from different rounds) does
+    not. None if the rounds do not pair up (different counts, a zero).
+    """
+    if len(value.values) != len(against.values) or len(value.values) < 2:
+        return None
+    if not all(value.values) or not all(against.values):
+        return None
+    return statistics.median(v / a for v, a in zip(value.values, against.values))
 
 
 def _check_rounds(rounds: int, warmup: int) -> None:
@@ -249,6 +272,7 @@ class Row:
     target: str = ""
     met: bool | None = None
     text: str = ""  # a figure that is not a number (a verdict, a count list)
+    paired: bool = True  # False: the two sides were not measured in the same rounds
 
     def __post_init__(self) -> None:
         if self.against is not None and self.kind not in KINDS:
@@ -258,8 +282,12 @@ class Row:
 
     @property
     def ratio(self) -> float | None:
+        """Per round when the rounds pair up (see :func:`paired_ratio`), else of the medians."""
         if self.against is None or not self.against.median or not self.value.median:
             return None
+        paired = paired_ratio(self.value, self.against) if self.paired else None
+        if paired is not None:
+            return 1 / paired if self.faster else paired
         if self.faster:
             return self.against.median / self.value.median
         return self.value.median / self.against.median
@@ -269,7 +297,7 @@ class Row:
             "figure": self.figure, "value": self.value.to_json(), "unit": self.unit,
             "against": None if self.against is None else self.against.to_json(),
             "kind": self.kind, "what": self.what, "faster": self.faster, "ratio": self.ratio,
-            "target": self.target, "met": self.met, "text": self.text,
+            "target": self.target, "met": self.met, "text": self.text, "paired": self.paired,
         }
 
     @classmethod
@@ -282,19 +310,25 @@ class Row:
             kind=str(data.get("kind", "")), what=str(data.get("what", "")),
             faster=bool(data.get("faster", False)), target=str(data.get("target", "")),
             met=data.get("met"), text=str(data.get("text", "")),
+            paired=bool(data.get("paired", True)),
         )
 
 
 def ratio_row(figure: str, value: Summary, unit: str, against: Summary, *, kind: str,
-              what: str, op: str = "", bound: float = 0.0, faster: bool = False) -> Row:
-    """A row whose target (if ``op``) bounds its ratio: e.g. ``<= 1.3`` times the floor."""
-    row = Row(figure, value, unit, against, kind, what, faster)
+              what: str, op: str = "", bound: float = 0.0, faster: bool = False,
+              paired: bool = True) -> Row:
+    """A row whose target (if ``op``) bounds its ratio: e.g. ``<= 1.3`` times the floor.
+
+    ``paired=False`` when ``against`` was not measured in the same rounds.
+    """
+    row = Row(figure, value, unit, against, kind, what, faster, paired=paired)
     if not op:
         return row
     ratio = row.ratio
     met = ratio is not None and check(ratio, op, bound)
     word = "x faster" if faster else f"x the {kind}"
-    return Row(figure, value, unit, against, kind, what, faster, f"{op} {bound:g}{word}", met)
+    return Row(figure, value, unit, against, kind, what, faster, f"{op} {bound:g}{word}", met,
+               paired=paired)
 
 
 def value_row(figure: str, value: Summary, unit: str, *, op: str = "", bound: float = 0.0,

@@ -316,7 +316,8 @@ def render(outcomes: list[Outcome], quick: bool) -> str:
         "named as such, a ceiling, a scaling baseline, the same run's CPU time or a baseline "
         "to beat. Measured figures are the median (min-max) of at least 5 rounds after a "
         "warm-up (`bench/_harness.py`); simulate and baselines figures are one run each. "
-        "The ratio is figure / what it is set against (\"x faster\": the other way round); "
+        "The ratio is figure / what it is set against (\"x faster\": the other way round), "
+        "the median of the per-round ratios where both were measured in the same rounds; "
         "`met` says whether the row's target holds.",
         "",
         *_machine(),

@@ -107,6 +107,30 @@ def test_rounds_must_be_positive() -> None:
         h.rounds(lambda: 1.0, rounds=0)
 
 
+def test_the_ratio_pairs_rounds_measured_together() -> None:
+    # a burst of load hit both sides of rounds 2-3, and only the floor of rounds 4-5:
+    # the medians come from different rounds and make the figure "beat its floor"
+    value = h.Summary.of([12.0, 36.0, 36.0, 12.0, 12.0])
+    floor = h.Summary.of([10.0, 30.0, 30.0, 30.0, 30.0])
+    assert value.median / floor.median == pytest.approx(0.4)
+    row = h.ratio_row("x", value, "ms", floor, kind=h.FLOOR, what="f")
+    assert row.ratio == pytest.approx(1.2)  # median of 1.2, 1.2, 1.2, 0.4, 0.4
+    unpaired = h.ratio_row("x", value, "ms", floor, kind=h.FLOOR, what="f", paired=False)
+    assert unpaired.ratio == pytest.approx(0.4)
+    # one round each, or different counts: the medians
+    assert h.paired_ratio(h.Summary.single(3.0), h.Summary.single(2.0)) is None
+    assert h.paired_ratio(value, h.Summary.of([1.0, 2.0])) is None
+    faster = h.ratio_row("x", h.Summary.of([1.0, 2.0, 3.0]), "ms", h.Summary.of([5.0, 8.0, 9.0]),
+                         kind=h.TO_BEAT, what="f", faster=True)
+    assert faster.ratio == pytest.approx(4.0)  # 1 / the median of 0.2, 0.25, 0.333
+
+
+def test_scaled_and_inverted_rounds_keep_their_order() -> None:
+    summary = h.Summary.of([2.0, 1.0, 4.0])
+    assert summary.scaled(10).values == (20.0, 10.0, 40.0)
+    assert summary.inverse(4).values == (2.0, 4.0, 1.0)
+
+
 def test_ratio_rows_flag_met_and_missed() -> None:
     floor = h.Summary.of([10.0] * 5)
     near = h.ratio_row("call", h.Summary.of([12.0] * 5), "us", floor, kind=h.FLOOR,
