@@ -62,7 +62,7 @@ class Sizes:
     rounds: int = 5
 
 
-FULL = Sizes(calls=10_000, casts=100_000, spawns=1_000, crashes=500)
+FULL = Sizes(calls=10_000, casts=100_000, spawns=1_000, crashes=500, rounds=7)
 QUICK = Sizes(calls=2_000, casts=20_000, spawns=300, crashes=100)
 CAPACITY = 1000  # the mailbox's default capacity, given to the cast floor too
 

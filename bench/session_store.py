@@ -304,7 +304,7 @@ def _append(core: SessionCore, disk: RawDisk, scratch: Path, log: int, repeat: i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", help="directory to run in (default: a temp dir)")
-    parser.add_argument("--repeat", type=int, default=7,
+    parser.add_argument("--repeat", type=int, default=9,
                         help=f"timed rounds (at least {MIN_ROUNDS})")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--fsync-latency-ms", type=float, default=0.0,
