@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python bench/workspace.py [--files 1000] [--commits 7] [--records 3000] [--json]
+    python bench/workspace.py [--files 1000] [--commits 7] [--records 5000] [--json]
 
 Each figure is measured in the same rounds as what it is set against
 (``bench/_harness.py``: warm-up, then at least five rounds, median with min
@@ -271,7 +271,7 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=7,
                         help=f"timed rounds of each measurement (at least {MIN_ROUNDS})")
     parser.add_argument("--touched", type=int, default=5)
-    parser.add_argument("--records", type=int, default=3000, help="records per writer round")
+    parser.add_argument("--records", type=int, default=5000, help="records per writer round")
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
