@@ -8,9 +8,14 @@ fdatasync, applied to the measured side and the floors alike).
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hashlib
 import os
 import time
+
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+HAS_SYNCFS = hasattr(_LIBC, "syncfs")  # Linux: one call flushes a whole filesystem
 
 
 class RawDisk:
@@ -54,6 +59,22 @@ class RawDisk:
                 self.flush(fd)
             finally:
                 os.close(fd)
+
+    def syncfs(self, path: str) -> None:
+        """Flush the whole filesystem holding ``path`` (files and directories) in one call.
+
+        The cheapest way to make many installed files durable at once, where
+        it exists; on a shared disk it also waits for other processes' writes.
+        """
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if _LIBC.syncfs(fd) != 0:
+                errno = ctypes.get_errno()
+                raise OSError(errno, os.strerror(errno), path)
+        finally:
+            os.close(fd)
+        if self.latency:
+            time.sleep(self.latency)
 
     def log_append(self, log: int, data: bytes) -> None:
         os.write(log, data)
