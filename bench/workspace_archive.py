@@ -17,11 +17,15 @@ Cached append: the same batch through ``ArchiveCache.append`` with the scan
 of the existing file already cached (as in a WorkspaceActor that appended
 before): the file is read and replaced, but only the new frames are
 scanned. Its ratio to the raw file operations should not grow with the
-archive.
+archive: target, the cached ratio at the largest archive <= 1.5x the ratio
+at a new archive (a scaling baseline, not a floor).
 
 Ledger walk: records/s of ``records_from_branch`` + ``unwritten_turns`` +
 ``first_batch`` over one long branch of message dicts, which the session
-actor runs after every turn.
+actor runs after every turn (no target, no floor: reported).
+
+Every figure is the median, with min and max, of at least five rounds after
+a warm-up (``bench/_harness.py``), the append and its floor interleaved.
 """
 
 from __future__ import annotations
@@ -29,21 +33,34 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _harness import (
+    FLOOR,
+    MIN_ROUNDS,
+    SCALING,
+    Row,
+    Summary,
+    interleaved,
+    markdown_table,
+    ratio_row,
+    rounds,
+    timed,
+    value_row,
+)
+from _raw import RawDisk, durable_replace
+
 from memory._archive import append_records, archive_relpath, parse_archive
 from memory._archive_cache import ArchiveCache
 from memory._ledger import first_batch, records_from_branch, unwritten_turns
 from memory._records import SourceMeta, SourceRecord
-from store._durable import DurableFiles
+from store import DurableFiles
 
 META = SourceMeta("owner", "owner/install/0123456789abcdef", "owner", "trusted")
 TEXT = "The owner mentioned that the quarterly report is due on Friday and prefers tea. " * 3
@@ -65,77 +82,88 @@ def _records(start: int, count: int) -> list[SourceRecord]:
     ]
 
 
-def _time(
-    fn: Callable[[], object], repeat: int, reset: Callable[[], object] = lambda: None
-) -> float:
-    """Median seconds of ``fn``; ``reset`` runs before each sample, untimed."""
-    samples = []
-    for _ in range(repeat):
-        reset()
-        began = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - began)
-    return statistics.median(samples)
-
-
-def _raw_replace(path: str, data: bytes) -> None:
-    """The bare syscalls of one durable replace, without the seam."""
+def _raw_replace(disk: RawDisk, path: str, data: bytes) -> None:
+    """The bare syscalls of one append as a whole-file replace: read, then durable replace."""
     with open(path, "rb") as handle:
         handle.read()
-    temp = path + ".raw-tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
-    dfd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    durable_replace(disk, path, data)
 
 
 def bench_append(existing: int, batch: int, repeat: int) -> dict[str, Any]:
+    """Median/min/max (ms) of the uncached and cached append and their floor, interleaved."""
     files = DurableFiles()
+    disk = RawDisk(0.0)
     with tempfile.TemporaryDirectory() as root:
         path = os.path.join(root, archive_relpath("bench"))
         files.make_dirs(os.path.dirname(path))
         append_records(root, "bench", _records(0, existing), files)
         base = Path(path).read_bytes() if existing else b""
         fresh = _records(existing, batch)
+        append_records(root, "bench", fresh, files)
+        new = Path(path).read_bytes()
+        cache = ArchiveCache(root, files)
 
         def reset() -> None:
             files.write_atomic(path, base)
-
-        reset()
-        append_records(root, "bench", fresh, files)
-        new = Path(path).read_bytes()
-        t_append = _time(lambda: append_records(root, "bench", fresh, files), repeat, reset)
-        t_raw = _time(lambda: _raw_replace(path, new), repeat, reset)
-        t_again = _time(lambda: append_records(root, "bench", fresh, files), repeat)
-        t_scan = _time(lambda: parse_archive(base, "bench"), repeat)
-        cache = ArchiveCache(root, files)
 
         def reset_cached() -> None:
             reset()
             cache.scan("bench")  # the scan a previous append left behind
 
-        t_cached = _time(lambda: cache.append("bench", fresh), repeat, reset_cached)
-        assert cache.statistics().scans == repeat  # one per reset: never inside the timing
+        seen: dict[str, list[float]] = {"cached": [], "raw": []}
+
+        def kept(name: str, measure: Callable[[], float]) -> Callable[[], float]:
+            def run() -> float:
+                seen[name].append(measure())
+                return seen[name][-1]
+            return run
+
+        found = interleaved({
+            "append": timed(lambda: append_records(root, "bench", fresh, files), setup=reset),
+            "cached": kept("cached", timed(lambda: cache.append("bench", fresh),
+                                           setup=reset_cached)),
+            "raw": kept("raw", timed(lambda: _raw_replace(disk, path, new), setup=reset)),
+        }, rounds=repeat, settle=os.sync)
+        # the cached append over its floor, round by round (both measured in the same round)
+        paired = Summary.of([cached / raw for cached, raw in
+                             zip(seen["cached"][-repeat:], seen["raw"][-repeat:])])
+        assert cache.statistics().scans == repeat + 1  # one per reset: never inside the timing
+        again = rounds(timed(lambda: append_records(root, "bench", fresh, files)),
+                       rounds=repeat)
+        scan = rounds(timed(lambda: parse_archive(base, "bench")), rounds=repeat)
     return {
         "existing_frames": existing,
         "batch": batch,
         "file_bytes": len(base),
-        "append_ms": t_append * 1e3,
-        "raw_ms": t_raw * 1e3,
-        "ratio": t_append / t_raw,
-        "reappend_ms": t_again * 1e3,
-        "cached_ms": t_cached * 1e3,
-        "cached_ratio": t_cached / t_raw,
-        "scan_frames_per_s": existing / t_scan if existing else 0.0,
+        **{f"{name}_ms": summary.scaled(1e3).to_json() for name, summary in found.items()},
+        "reappend_ms": again.scaled(1e3).to_json(),
+        "cached_over_floor": paired.to_json(),
+        "scan_frames_per_s": scan.inverse(existing).to_json() if existing else None,
     }
+
+
+def append_rows(result: dict[str, Any]) -> list[Row]:
+    """The uncached and the cached append of one ``bench_append`` result, each vs its floor."""
+    raw = Summary.from_json(result["raw_ms"])
+    where = (f"{result['batch']} frames appended to {result['existing_frames']:,} "
+             f"({result['file_bytes'] / 1024:,.0f} KiB)")
+    what = "read the file, then temp file, write, fsync, rename, directory fsync"
+    return [
+        ratio_row(f"archive append, {where}, uncached scan",
+                  Summary.from_json(result["append_ms"]), "ms", raw, kind=FLOOR, what=what),
+        ratio_row(f"archive append, {where}, cached scan (what the workspace actor runs)",
+                  Summary.from_json(result["cached_ms"]), "ms", raw, kind=FLOOR, what=what),
+    ]
+
+
+def flatness_row(small: dict[str, Any], large: dict[str, Any]) -> Row:
+    """The cached append's ratio to its floor at the largest archive, against the smallest."""
+    return ratio_row(
+        f"cached append / its floor (per round), {large['existing_frames']:,} frames",
+        Summary.from_json(large["cached_over_floor"]), "x",
+        Summary.from_json(small["cached_over_floor"]), kind=SCALING,
+        what=f"the same ratio at {small['existing_frames']:,} frames", op="<=", bound=1.5,
+        paired=False)  # two archives, measured one after the other
 
 
 def bench_ledger(messages: int, repeat: int) -> dict[str, Any]:
@@ -162,36 +190,36 @@ def bench_ledger(messages: int, repeat: int) -> dict[str, Any]:
         records = records_from_branch("bench", branch)
         first_batch(unwritten_turns(records, "w-aa116220"), 16_000)
 
-    seconds = _time(walk, repeat)
-    return {"messages": messages, "walk_ms": seconds * 1e3, "records_per_s": messages / seconds}
+    rate = rounds(timed(walk), rounds=repeat).inverse(messages)
+    return {"messages": messages, "records_per_s": rate.to_json()}
+
+
+def ledger_row(ledger: dict[str, Any]) -> Row:
+    return value_row(f"ledger walk over {ledger['messages']:,} messages",
+                     Summary.from_json(ledger["records_per_s"]), "records/s")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--repeat", type=int, default=9,
+                        help=f"timed rounds (at least {MIN_ROUNDS})")
+    parser.add_argument("--sizes", default="0,100,1000,10000",
+                        help="archive sizes in frames, comma separated")
     args = parser.parse_args()
-    appends = [bench_append(n, 8, args.repeat) for n in (0, 100, 1_000, 10_000)]
-    ledger = bench_ledger(20_000, max(3, args.repeat // 3))
+    if args.repeat < MIN_ROUNDS:
+        parser.error(f"--repeat must be at least {MIN_ROUNDS}")
+    sizes = [int(size) for size in args.sizes.split(",")]
+    appends = [bench_append(n, 8, args.repeat) for n in sizes]
+    ledger = bench_ledger(20_000, args.repeat)
+    rows = [row for result in appends for row in append_rows(result)]
+    rows.append(flatness_row(appends[0], appends[-1]))
+    rows.append(ledger_row(ledger))
     if args.json:
-        print(json.dumps({"archive_append": appends, "ledger_walk": ledger}, indent=2))
+        print(json.dumps({"rows": [row.to_json() for row in rows], "archive_append": appends,
+                          "ledger_walk": ledger}, indent=1))
         return
-    print(
-        "| archive frames | file KiB | append 8 (ms) | raw file ops (ms) | ratio "
-        "| re-append (ms) | scan frames/s | cached append (ms) | cached ratio |"
-    )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for row in appends:
-        print(
-            f"| {row['existing_frames']:,} | {row['file_bytes'] / 1024:,.0f} | {row['append_ms']:.2f} "
-            f"| {row['raw_ms']:.2f} | {row['ratio']:.2f} | {row['reappend_ms']:.2f} "
-            f"| {row['scan_frames_per_s']:,.0f} | {row['cached_ms']:.2f} "
-            f"| {row['cached_ratio']:.2f} |"
-        )
-    print()
-    print("| ledger walk messages | walk (ms) | records/s |")
-    print("|---:|---:|---:|")
-    print(f"| {ledger['messages']:,} | {ledger['walk_ms']:.1f} | {ledger['records_per_s']:,.0f} |")
+    print(markdown_table(rows))
 
 
 if __name__ == "__main__":
