@@ -37,6 +37,7 @@ from actors import Actor, ActorError
 
 from ._durable import DurableFiles, run_durable
 from ._errors import StoreError
+from ._lock import LOCK_TIMEOUT
 from ._session import SessionCore
 
 __all__ = [
@@ -158,11 +159,13 @@ class SessionActor(Actor):
         *,
         files: DurableFiles | None = None,
         clock: Callable[[], float] | None = None,
+        lock_timeout: float | None = LOCK_TIMEOUT,
     ) -> None:
         self.state_dir = os.fspath(state_dir)
         self.session = session
         self._files = files
         self._clock = clock
+        self._lock_timeout = lock_timeout
         self._core: SessionCore | None = None
         self._retire_queued = False
 
@@ -173,7 +176,7 @@ class SessionActor(Actor):
         return self._core
 
     async def on_start(self) -> None:
-        options: dict[str, Any] = {"files": self._files}
+        options: dict[str, Any] = {"files": self._files, "lock_timeout": self._lock_timeout}
         if self._clock is not None:
             options["clock"] = self._clock
         self._core = await run_durable(
