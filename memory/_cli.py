@@ -22,7 +22,7 @@ import click
 import orjson
 
 from memory._audit import audit, read_audit_inputs
-from memory._headless import BOUNDARY_OK, run_headless, run_once
+from memory._headless import SessionReport, run_headless, run_once, run_triggers
 from memory._ledger import (
     ALLOWED_THRESHOLDS,
     WritePolicy,
@@ -32,7 +32,6 @@ from memory._ledger import (
 )
 from memory._records import MARKER_KEY
 from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
-from memory._session_actor import Reconsider
 from memory._session_view import render_session_tree
 from memory._simulate_cli import simulate
 from memory._workspace_id import read_workspace_id
@@ -244,6 +243,24 @@ def _short(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def _report_writes(reports: dict[str, SessionReport], as_json: bool) -> None:
+    """Per session its outcome and reason; exit 1 when any session still owes what was covered.
+
+    ``--json``: ``{"sessions": {sid: outcome}, "reasons": {sid: reason},
+    "owed": {sid: [node ids]}}`` (docs/decisions.md, "Boundaries end").
+    """
+    ordered = sorted(reports.items())
+    if as_json:
+        emit_json({"sessions": {sid: r.outcome for sid, r in ordered},
+                   "reasons": {sid: r.reason for sid, r in ordered},
+                   "owed": {sid: list(r.owed) for sid, r in ordered}})
+    else:
+        for session, report in ordered:
+            click.echo(f"{session}: {report.outcome}: {report.reason}")
+    if not all(report.ok for report in reports.values()):
+        sys.exit(1)
+
+
 @memory.command("write")
 @click.argument("sid", required=False)
 @click.option("--force", is_flag=True, help="Run the session boundary (SPEC §6.6), not the trigger.")
@@ -251,28 +268,23 @@ def _short(text: str, width: int = 60) -> str:
 @state_options
 def memory_write(sid: str | None, force: bool, threshold: str, workers: int, backend: str,
                  state_dir: str, as_json: bool) -> None:
-    """Run the write cycle now, for SID or every session."""
+    """Run the write cycle now, for SID or every session.
 
-    async def body(rt: MemoryRuntime) -> dict[str, str]:
-        if force and sid is None:
-            return await run_once(rt)
+    Prints each session's outcome and why: written (nothing the command
+    covers is still owed), not due (the trigger rule does not call for a
+    write; --force writes anyway), owed, no progress, quarantined, failed or
+    error. Exits 1 unless every session is written or not due.
+    """
+
+    async def body(rt: MemoryRuntime) -> dict[str, SessionReport]:
+        sessions = None if sid is None else [sid]
         if force:
-            assert sid is not None
-            return {sid: (await rt.flush(sid)).value}
-        sessions = [sid] if sid else [row["id"] for row in list_sessions(state_dir)]
-        for session in sessions:
-            await rt.session_ref(session).call(Reconsider())
-        await rt.drain()
-        return {session: "triggered" for session in sessions}
+            return await run_once(rt, sessions)
+        if sessions is None:
+            sessions = [row["id"] for row in list_sessions(state_dir)]
+        return await run_triggers(rt, sessions)
 
-    outcomes = _with_runtime(state_dir, _config(threshold, workers), backend, body)
-    if as_json:
-        emit_json({"sessions": outcomes})
-    else:
-        for session, outcome in sorted(outcomes.items()):
-            click.echo(f"{session}: {outcome}")
-    if any(o not in BOUNDARY_OK and o != "triggered" for o in outcomes.values()):
-        sys.exit(1)
+    _report_writes(_with_runtime(state_dir, _config(threshold, workers), backend, body), as_json)
 
 
 @memory.command("release")
@@ -317,11 +329,7 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float, 
 
     config = _config(threshold, workers, on_event=log)
     if once:
-        outcomes = _with_runtime(state_dir, config, backend, run_once)
-        if as_json:
-            emit_json({"sessions": outcomes})
-        if any(o not in BOUNDARY_OK for o in outcomes.values()):
-            sys.exit(1)
+        _report_writes(_with_runtime(state_dir, config, backend, run_once), as_json)
         return
     try:
         anyio.run(lambda: run_headless(state_dir, config=config, scan_interval=scan_interval,

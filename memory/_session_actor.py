@@ -59,7 +59,7 @@ from memory._ledger import (
 from memory._quarantine import QuarantineEntry, is_quarantined
 from memory._records import MARKER_KEY, SourceRecord
 from memory._writer import Batch
-from store import SessionActor, StoreError, run_durable
+from store import MetaFileError, SessionActor, StoreError, run_durable
 from store._actor import TipMoved
 from store._claim import Claim
 
@@ -253,6 +253,7 @@ class MemorySessionActor(SessionActor):
         self.runtime = runtime
         self.ledger = runtime.ledger(session)
         self.records = NodeRecords(session, counter=runtime.config.counter)
+        self._doing = ""  # the planning step under way, for an error's reason
 
     # -- reading what is owed ---------------------------------------------------
 
@@ -360,11 +361,12 @@ class MemorySessionActor(SessionActor):
         with it, then the actor crashes.
         """
         try:
+            self._doing = "walking its branches"
             await self._plan_next()
         except SESSION_ERRORS as exc:
-            return await self._session_error("planning its next batch", exc)
+            return await self._session_error(self._doing, exc)
         except Exception as exc:
-            await self._session_error("planning its next batch", exc)
+            await self._session_error(self._doing, exc)
             raise
         return None
 
@@ -404,6 +406,7 @@ class MemorySessionActor(SessionActor):
         records: list[SourceRecord] | None = None
         try:
             for _ in range(CLAIM_ATTEMPTS):
+                self._doing = "walking its branches"
                 records = self._next_batch()
                 if records is None:
                     break
@@ -413,6 +416,7 @@ class MemorySessionActor(SessionActor):
                     ledger.reported_error = None
                     self._submit(records, boundary=ledger.boundary is not None)
                     return
+                self._doing = f"claiming batch {_span(node_ids)}"
                 if self._claim_holder() is not None or not await self._claim(node_ids):
                     break  # another runtime's job is in flight
                 claimed = node_ids
@@ -422,6 +426,7 @@ class MemorySessionActor(SessionActor):
                     await self._release_claim()
             raise
         if claimed is not None:
+            self._doing = f"releasing the claim on batch {_span(claimed)}"
             await self._release_claim()
         if records is not None or (ledger.boundary is not None
                                    and self._claim_holder() is not None):
@@ -443,6 +448,11 @@ class MemorySessionActor(SessionActor):
 
         found: list[tuple[str, list[str]]] = []
         head = core.head
+        raw = core.meta().get("head_id")
+        if head is None and raw is not None:  # core.head reads a malformed head_id as none
+            raise MetaFileError(f"sessions/{self.session}/meta.json",
+                                f"head_id is {raw!r}, neither a node id nor null, so what the "
+                                "head branch owes is unknown")
         if head is not None:
             records = owed(head)
             if records and (boundary or should_write(records, config.clock(), config.policy)):
