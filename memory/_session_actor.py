@@ -316,6 +316,14 @@ class MemorySessionActor(SessionActor):
                 return None
         return await super().dispatch(message)
 
+    async def handle(self, message: Any) -> Any:
+        try:
+            return await super().handle(message)
+        except SESSION_ERRORS as exc:
+            if self._core is None:  # the session cannot be opened: no boundary waits on it
+                await self._session_error("opening it", exc)
+            raise
+
     async def tip_moved(self, event: TipMoved) -> None:
         self.runtime.watchdog_touch(self.session, self.core.meta().get("updated_at"))
         if event.head_moved or self.ledger.boundary is not None:

@@ -44,7 +44,7 @@ LOCK_NAME = ".lock"
 # checkpoint of many files); short enough that a stuck holder is reported.
 LOCK_TIMEOUT = 30.0
 _POLL_FIRST = 0.001
-_POLL_MAX = 0.05
+_POLL_MAX = 0.25  # a stuck holder is polled four times a second
 
 
 def _loop_time() -> tuple[Callable[[], float], Callable[[float], None]]:
