@@ -22,6 +22,7 @@ import anyio
 import pytest
 
 from memory._errors import BoundaryError
+from memory._ledger import WritePolicy
 from memory._records import MARKER_KEY
 from memory._runtime import RuntimeConfig, open_runtime
 from memory._session_actor import BoundaryOutcome
@@ -231,3 +232,26 @@ async def test_a_session_lock_held_by_a_stuck_process_ends_in_an_error_naming_it
             assert await rt.flush("bad") is BoundaryOutcome.WRITTEN
             await rt.drain()
     assert marked(state, "bad") == {"b1", "b2", "b3", "b4"}
+
+
+@pytest.mark.virtual_time(cushion=0.05)
+async def test_the_commands_report_a_failed_job_with_its_reason_not_as_written(
+    tmp_path: Path,
+) -> None:
+    from memory._headless import run_once, run_triggers
+    from tests.memory.test_runtime_failures import FailingFor
+
+    build(tmp_path, "bad", [f"b{i}" for i in range(4)])
+    build(tmp_path, "good", ["g1", "g2"])
+    async with open_runtime(tmp_path, FailingFor("bad", "raise"),
+                            config=virtual_config(policy=WritePolicy(threshold=8000),
+                                                  session_idle=0.0)) as rt:
+        with anyio.fail_after(HANG):
+            triggered = await run_triggers(rt, ["bad", "good"])
+            forced = await run_once(rt, ["bad"])
+    assert (triggered["bad"].outcome, triggered["good"].outcome) == ("failed", "written")
+    assert "model endpoint returned 500" in triggered["bad"].reason
+    assert triggered["bad"].owed == ("b0", "b1", "b2", "b3") and not triggered["bad"].ok
+    assert forced["bad"].outcome == "failed" and "model endpoint returned 500" in (
+        forced["bad"].reason)
+    assert triggered["good"].ok and triggered["good"].owed == ()
