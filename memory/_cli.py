@@ -36,6 +36,7 @@ from memory._session_view import render_session_tree
 from memory._simulate_cli import simulate
 from memory._workspace_id import read_workspace_id
 from store import SessionCore, StoreError, list_sessions
+from store._lock import LOCK_TIMEOUT
 
 __all__ = ["main"]
 
@@ -261,13 +262,19 @@ def _report_writes(reports: dict[str, SessionReport], as_json: bool) -> None:
         sys.exit(1)
 
 
+LOCK_TIMEOUT_OPTION = click.option(
+    "--lock-timeout", type=click.FloatRange(min=0.0), default=LOCK_TIMEOUT, show_default=True,
+    help="Seconds to wait for a session lock another process holds, then report that session.")
+
+
 @memory.command("write")
 @click.argument("sid", required=False)
 @click.option("--force", is_flag=True, help="Run the session boundary (SPEC §6.6), not the trigger.")
+@LOCK_TIMEOUT_OPTION
 @runtime_options
 @state_options
-def memory_write(sid: str | None, force: bool, threshold: str, workers: int, backend: str,
-                 state_dir: str, as_json: bool) -> None:
+def memory_write(sid: str | None, force: bool, lock_timeout: float, threshold: str, workers: int,
+                 backend: str, state_dir: str, as_json: bool) -> None:
     """Run the write cycle now, for SID or every session.
 
     Prints each session's outcome and why: written (nothing the command
@@ -284,7 +291,8 @@ def memory_write(sid: str | None, force: bool, threshold: str, workers: int, bac
             sessions = [row["id"] for row in list_sessions(state_dir)]
         return await run_triggers(rt, sessions)
 
-    _report_writes(_with_runtime(state_dir, _config(threshold, workers), backend, body), as_json)
+    config = _config(threshold, workers, lock_timeout=lock_timeout)
+    _report_writes(_with_runtime(state_dir, config, backend, body), as_json)
 
 
 @memory.command("release")
@@ -312,10 +320,12 @@ def memory_release(sid: str | None, state_dir: str, as_json: bool) -> None:
               help="Seconds between scans for sessions other processes appended to.")
 @click.option("--drain-timeout", type=float, default=30.0, show_default=True,
               help="On SIGINT/SIGTERM, how long in-flight jobs may take to finish.")
+@LOCK_TIMEOUT_OPTION
 @runtime_options
 @state_options
-def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float, threshold: str,
-        workers: int, backend: str, state_dir: str, as_json: bool) -> None:
+def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
+        lock_timeout: float, threshold: str, workers: int, backend: str, state_dir: str,
+        as_json: bool) -> None:
     """Run the memory runtime headless until SIGINT/SIGTERM (or, with --once, until done)."""
 
     def log(event: dict[str, Any]) -> None:
@@ -327,7 +337,7 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float, 
             sys.stderr.write(f"scriptorium: {event['event']} {details}\n")
         sys.stderr.flush()
 
-    config = _config(threshold, workers, on_event=log)
+    config = _config(threshold, workers, on_event=log, lock_timeout=lock_timeout)
     if once:
         _report_writes(_with_runtime(state_dir, config, backend, run_once), as_json)
         return

@@ -211,8 +211,9 @@ class BoundaryReport:
     @classmethod
     def failed(cls, session: str, error: BaseException) -> BoundaryReport:
         """The boundary could not even start (no such session, an actor that cannot open it)."""
-        return cls(session, BoundaryOutcome.ERROR,
-                   f"session {session!r}: {describe_error(error)}", 0, error)
+        text = describe_error(error)
+        reason = text if f"session {session!r}" in text else f"session {session!r}: {text}"
+        return cls(session, BoundaryOutcome.ERROR, reason, 0, error)
 
 
 @dataclass
