@@ -24,7 +24,7 @@ import orjson
 
 from memory._audit import audit, read_audit_inputs
 from memory._errors import LedgerError, SettingsError
-from memory._headless import BOUNDARY_OK, run_headless, run_once
+from memory._headless import SessionReport, run_headless, run_once, run_triggers
 from memory._ledger import (
     ALLOWED_THRESHOLDS,
     owed_tokens,
@@ -33,7 +33,6 @@ from memory._ledger import (
 )
 from memory._records import MARKER_KEY
 from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
-from memory._session_actor import Reconsider
 from memory._session_view import render_session_tree
 from memory._settings import (
     ReferenceThresholdWarning,
@@ -46,6 +45,7 @@ from memory._settings import (
 from memory._simulate_cli import simulate
 from memory._workspace_id import read_workspace_id
 from store import SessionCore, StoreError, list_sessions
+from store._lock import LOCK_TIMEOUT
 
 __all__ = ["main"]
 
@@ -301,37 +301,58 @@ def _short(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def _report_writes(reports: dict[str, SessionReport], as_json: bool) -> None:
+    """Per session its outcome and reason; exit 1 when any session still owes what was covered.
+
+    ``--json``: ``{"sessions": {sid: outcome}, "reasons": {sid: reason},
+    "owed": {sid: [node ids]}}`` (docs/decisions.md, "Boundaries end").
+    """
+    ordered = sorted(reports.items())
+    if as_json:
+        emit_json({"sessions": {sid: r.outcome for sid, r in ordered},
+                   "reasons": {sid: r.reason for sid, r in ordered},
+                   "owed": {sid: list(r.owed) for sid, r in ordered}})
+    else:
+        for session, report in ordered:
+            click.echo(f"{session}: {report.outcome}: {report.reason}")
+    if not all(report.ok for report in reports.values()):
+        sys.exit(1)
+
+
+LOCK_TIMEOUT_OPTION = click.option(
+    "--lock-timeout", type=click.FloatRange(min=0.0), default=LOCK_TIMEOUT, show_default=True,
+    help="Seconds to wait for a session lock another process holds, then report that session.")
+
+
 @memory.command("write")
 @click.argument("sid", required=False)
 @click.option("--force", is_flag=True, help="Run the session boundary (SPEC §6.6), not the trigger.")
+@LOCK_TIMEOUT_OPTION
 @runtime_options
 @timing_options
 @state_options
-def memory_write(sid: str | None, force: bool, threshold: int | None, workers: int, backend: str,
-                 state_dir: str, as_json: bool, **timings: float | None) -> None:
-    """Run the write cycle now, for SID or every session."""
+def memory_write(sid: str | None, force: bool, lock_timeout: float, threshold: int | None,
+                 workers: int, backend: str, state_dir: str, as_json: bool,
+                 **timings: float | None) -> None:
+    """Run the write cycle now, for SID or every session.
 
-    async def body(rt: MemoryRuntime) -> dict[str, str]:
-        if force and sid is None:
-            return await run_once(rt)
+    Prints each session's outcome and why: written (nothing the command
+    covers is still owed), not due (the trigger rule does not call for a
+    write; --force writes anyway), owed, no progress, quarantined, failed or
+    error. Exits 1 unless every session is written or not due.
+    """
+
+    async def body(rt: MemoryRuntime) -> dict[str, SessionReport]:
+        sessions = None if sid is None else [sid]
         if force:
-            assert sid is not None
-            return {sid: (await rt.flush(sid)).value}
-        sessions = [sid] if sid else [row["id"] for row in list_sessions(state_dir)]
-        for session in sessions:
-            await rt.session_ref(session).call(Reconsider())
-        await rt.drain()
-        return {session: "triggered" for session in sessions}
+            return await run_once(rt, sessions)
+        if sessions is None:
+            sessions = [row["id"] for row in list_sessions(state_dir)]
+        return await run_triggers(rt, sessions)
 
-    config = _config(state_dir, workers, {"threshold": threshold, **timings})
-    outcomes = _with_runtime(state_dir, config, backend, body)
-    if as_json:
-        emit_json({"sessions": outcomes})
-    else:
-        for session, outcome in sorted(outcomes.items()):
-            click.echo(f"{session}: {outcome}")
-    if any(o not in BOUNDARY_OK and o != "triggered" for o in outcomes.values()):
-        sys.exit(1)
+    config = _config(state_dir, workers, {"threshold": threshold, **timings},
+                     lock_timeout=lock_timeout)
+    _report_writes(_with_runtime(state_dir, config, backend, body), as_json)
 
 
 @memory.command("release")
@@ -359,12 +380,13 @@ def memory_release(sid: str | None, state_dir: str, as_json: bool) -> None:
               help="Seconds between scans for sessions other processes appended to.")
 @click.option("--drain-timeout", type=float, default=30.0, show_default=True,
               help="On SIGINT/SIGTERM, how long in-flight jobs may take to finish.")
+@LOCK_TIMEOUT_OPTION
 @runtime_options
 @timing_options
 @state_options
 def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
-        threshold: int | None, workers: int, backend: str, state_dir: str, as_json: bool,
-        **timings: float | None) -> None:
+        lock_timeout: float, threshold: int | None, workers: int, backend: str, state_dir: str,
+        as_json: bool, **timings: float | None) -> None:
     """Run the memory runtime headless until SIGINT/SIGTERM (or, with --once, until done)."""
 
     def log(event: dict[str, Any]) -> None:
@@ -376,17 +398,10 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
             sys.stderr.write(f"scriptorium: {event['event']} {details}\n")
         sys.stderr.flush()
 
-    config = _config(state_dir, workers, {"threshold": threshold, **timings}, on_event=log)
+    config = _config(state_dir, workers, {"threshold": threshold, **timings}, on_event=log,
+                     lock_timeout=lock_timeout)
     if once:
-        outcomes = _with_runtime(state_dir, config, backend, run_once)
-        if as_json:
-            emit_json({"sessions": outcomes})
-        else:
-            for session, outcome in sorted(outcomes.items()):
-                if outcome not in BOUNDARY_OK:
-                    click.echo(f"scriptorium: {session}: {outcome}", err=True)
-        if any(o not in BOUNDARY_OK for o in outcomes.values()):
-            sys.exit(1)
+        _report_writes(_with_runtime(state_dir, config, backend, run_once), as_json)
         return
     try:
         anyio.run(lambda: run_headless(state_dir, config=config, scan_interval=scan_interval,

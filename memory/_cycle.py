@@ -48,6 +48,7 @@ from memory._errors import (
     WriteCycleError,
     WriterFailed,
     WriterTimedOut,
+    describe_error,
 )
 from memory._writer import (
     Batch,
@@ -143,14 +144,14 @@ async def run_write_cycle(
         await archive(batch)
     except Exception as exc:  # noqa: BLE001 (every failure is an outcome; nothing marked)
         return _failed(
-            FailureKind.ARCHIVE, ArchiveStepFailed(sid, ids, f"archiving raised {exc!r}"), exc
+            FailureKind.ARCHIVE, ArchiveStepFailed(sid, ids, f"archiving raised {describe_error(exc)}"), exc
         )
     try:
         view = await snapshot()
     except Exception as exc:  # noqa: BLE001 (every failure is an outcome; nothing marked)
         return _failed(
             FailureKind.SNAPSHOT,
-            WriteCycleError(sid, ids, f"reading the workspace raised {exc!r}"),
+            WriteCycleError(sid, ids, f"reading the workspace raised {describe_error(exc)}"),
             exc,
         )
     output: object = None
@@ -187,7 +188,7 @@ async def run_write_cycle(
         try:
             audit = tuple(await commit(batch, edits, view.revision))
         except Exception as exc:  # noqa: BLE001 (every failure is an outcome; nothing marked)
-            rejected = CommitRejected(sid, ids, f"the commit was refused: {exc}")
+            rejected = CommitRejected(sid, ids, f"the commit was refused: {describe_error(exc)}")
             # A refusal other than a concurrent update will refuse the same edits again.
             rejected.retryable = isinstance(exc, ConcurrentUpdate) or not isinstance(
                 exc, TransactionError

@@ -17,10 +17,11 @@
     │   ├── CommitRejected                 the transaction refused the edits as a whole
     │   └── NothingChanged                 the cycle ended with no changed topic file
     ├── SettingsError                      a timing or threshold that cannot be used (scriptorium.toml, flags)
-    └── LedgerError                        a branch cannot be turned into records
-        ├── UnidentifiedMessage            a recordable message has no id (SPEC §6.1)
-        ├── MissingAuthority               a turn stamped authority_schema lacks its authority (SPEC §6.1)
-        └── InvalidThreshold               a batch threshold that is no positive integer
+    ├── LedgerError                        a branch cannot be turned into records
+    │   ├── UnidentifiedMessage            a recordable message has no id (SPEC §6.1)
+    │   ├── MissingAuthority               a turn stamped authority_schema lacks its authority (SPEC §6.1)
+    │   └── InvalidThreshold               a batch threshold that is no positive integer
+    └── BoundaryError                      a session boundary stopped on an error (``rt.flush``)
 
 Messages name the session, node or file (relative to the state directory)
 and say what to do next.
@@ -28,9 +29,12 @@ and say what to do next.
 
 from __future__ import annotations
 
+from actors import ActorError
+
 __all__ = [
     "ArchiveError",
     "ArchiveStepFailed",
+    "BoundaryError",
     "CommitRejected",
     "ConcurrentUpdate",
     "CorruptWorkspaceId",
@@ -50,6 +54,7 @@ __all__ = [
     "WriteCycleError",
     "WriterFailed",
     "WriterTimedOut",
+    "describe_error",
 ]
 
 
@@ -264,3 +269,36 @@ class InvalidThreshold(LedgerError, ValueError):
             f"token threshold {value!r} is not a positive integer; the reference agent's "
             "are " + ", ".join(str(a) for a in allowed)
         )
+
+
+# -- boundaries -------------------------------------------------------------------
+
+
+class BoundaryError(ScriptoriumMemoryError):
+    """A session boundary stopped on an error outside the writer; the error is ``cause``.
+
+    A broken branch, an unreadable file, a disk that refused a write, a
+    session lock held too long: ``reason`` names the session and the node or
+    file; nothing was marked that was not written.
+    """
+
+    def __init__(self, session: str, reason: str, cause: BaseException | None) -> None:
+        self.session, self.reason, self.cause = session, reason, cause
+        super().__init__(reason)
+
+
+def describe_error(error: BaseException) -> str:
+    """One line for a person: the error that matters, not the actor kernel's wrapper of it.
+
+    A crashed or poisoned actor hands its caller an ``ActorError`` whose
+    ``__cause__`` is the real failure (an ``OSError`` naming the file, a
+    store error naming the node); that failure is what is reported.
+    """
+    seen: set[int] = set()
+    while isinstance(error, ActorError) and error.__cause__ is not None and id(error) not in seen:
+        seen.add(id(error))
+        error = error.__cause__
+    if isinstance(error, OSError):
+        return str(error) if error.strerror else f"{type(error).__name__}: {error}"
+    text = str(error)
+    return text if text else type(error).__name__

@@ -33,10 +33,10 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from actors import ActorRef, open_actor
+from actors import ActorError, ActorRef, open_actor
 from memory._backfill import BackfillReport, backfill
 from memory._cycle import FailureKind, WriteOutcome, run_group_cycle, run_write_cycle
-from memory._errors import ConcurrentUpdate
+from memory._errors import BoundaryError, ConcurrentUpdate
 from memory._extractive import ExtractiveWriter
 from memory._ledger import WritePolicy
 from memory._migrate import MigrationReport, Progress, migrate
@@ -46,7 +46,9 @@ from memory._quarantine import QuarantineEntry
 from memory._records import MARKER_KEY, SourceRecord
 from memory._runtime_state import RuntimeState
 from memory._session_actor import (
+    SESSION_ERRORS,
     BoundaryOutcome,
+    BoundaryReport,
     BoundaryResult,
     ClaimRecheck,
     Flush,
@@ -55,6 +57,7 @@ from memory._session_actor import (
     RepairMarkers,
     RetryDue,
     SessionLedger,
+    StillOwed,
     WriteJob,
     session_factory,
 )
@@ -90,6 +93,7 @@ from store._actor import (
 )
 from store._claim import release_claim
 from store._ids import validate_id
+from store._lock import LOCK_TIMEOUT
 from store._sessions import missing_meta
 from supervisors import (
     Backoff,
@@ -132,6 +136,9 @@ class RuntimeConfig:
         default_factory=lambda: Backoff(initial=0.5, factor=2.0, maximum=30.0, jitter=0.25)
     )
     call_timeout: float | None = 120.0
+    # How long a session mutation waits for <sid>/.lock held by another process
+    # before it fails with SessionLockTimeout (None: forever).
+    lock_timeout: float | None = LOCK_TIMEOUT
     # Claims between runtimes (docs/decisions.md, "Claims between runtimes"):
     # a claim's lease is writer_timeout + claim_margin; a session blocked by
     # another runtime's claim looks again after claim_recheck's delays.
@@ -489,10 +496,39 @@ class MemoryRuntime:
         return owed
 
     async def flush(self, session: str) -> BoundaryOutcome:
-        """Run the session boundary now (SPEC §6.6) and wait for its outcome."""
-        result: BoundaryResult = await self.session_ref(session).call(
-            Flush(), timeout=self.config.call_timeout)
-        return await result.wait()
+        """Run the session boundary now (SPEC §6.6) and wait for its outcome.
+
+        Raises :class:`~memory._errors.BoundaryError` (the original error in
+        ``cause``) when the boundary stopped on an error rather than an
+        outcome; :meth:`boundary` returns that as a report instead.
+        """
+        report = await self.boundary(session)
+        if report.outcome is BoundaryOutcome.ERROR:
+            raise BoundaryError(session, report.reason, report.cause) from report.cause
+        return report.outcome
+
+    async def boundary(self, session: str) -> BoundaryReport:
+        """Run the session boundary now and report how it ended, and why.
+
+        Never waits forever and never raises for one session's trouble: a
+        broken branch, an unreadable file, a refused write, a stuck session
+        lock or a session that does not exist end as ``ERROR`` with a reason
+        naming the session and the node or file (docs/decisions.md,
+        "Boundaries end").
+        """
+        try:
+            result: BoundaryResult = await self.session_ref(session).call(
+                Flush(), timeout=self.config.call_timeout)
+        except (*SESSION_ERRORS, ActorError) as exc:
+            return BoundaryReport.failed(session, exc)
+        await result.wait()
+        return BoundaryReport.of(session, result)
+
+    async def still_owed(self, session: str, *, boundary: bool) -> list[tuple[str, list[str]]]:
+        """Per tip the rules cover (see :class:`StillOwed`), the node ids not marked yet."""
+        owed: list[tuple[str, list[str]]] = await self.session_ref(session).call(
+            StillOwed(boundary), timeout=self.config.call_timeout)
+        return owed
 
     async def drain(self) -> None:
         """Wait until no write job is in flight."""

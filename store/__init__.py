@@ -30,6 +30,7 @@ from ._errors import NodeNotFoundError as NodeNotFoundError
 from ._errors import OversizedContentError as OversizedContentError
 from ._errors import ReservedMetadataKeyError as ReservedMetadataKeyError
 from ._errors import SessionExistsError as SessionExistsError
+from ._errors import SessionLockTimeout as SessionLockTimeout
 from ._errors import SessionNotFoundError as SessionNotFoundError
 from ._errors import StoreError as StoreError
 from ._errors import SummaryHeadError as SummaryHeadError
@@ -73,6 +74,7 @@ __all__ = [
     "SessionActor",
     "SessionCore",
     "SessionExistsError",
+    "SessionLockTimeout",
     "SessionNotFoundError",
     "StoreError",
     "SummaryHeadError",

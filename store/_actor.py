@@ -46,6 +46,7 @@ from actors import Actor, ActorError, Idempotent
 
 from ._durable import DurableFiles, run_durable
 from ._errors import StoreError
+from ._lock import LOCK_TIMEOUT
 from ._session import SessionCore
 
 __all__ = [
@@ -184,12 +185,15 @@ class SessionActor(Actor):
         *,
         files: DurableFiles | None = None,
         clock: Callable[[], float] | None = None,
+        lock_timeout: float | None = LOCK_TIMEOUT,
     ) -> None:
         self.state_dir = os.fspath(state_dir)
         self.session = session
         self._files = files
         self._clock = clock
+        self._lock_timeout = lock_timeout
         self._core: SessionCore | None = None
+        self._open_error: StoreError | None = None
         self._retire_queued = False
 
     @property
@@ -199,7 +203,21 @@ class SessionActor(Actor):
         return self._core
 
     async def on_start(self) -> None:
-        options: dict[str, Any] = {"files": self._files}
+        """Open the session; a ``StoreError`` does not stop the actor.
+
+        An unreadable meta.json, a session lock another process holds past
+        the bound: the actor keeps running without a core and each message
+        opens again first, so its caller gets that error (naming the file)
+        instead of a stopped actor, and the first message after a repair
+        just works.
+        """
+        try:
+            await self._open()
+        except StoreError as exc:
+            self._open_error = exc  # the message that activated the actor gets it
+
+    async def _open(self) -> None:
+        options: dict[str, Any] = {"files": self._files, "lock_timeout": self._lock_timeout}
         if self._clock is not None:
             options["clock"] = self._clock
         self._core = await run_durable(
@@ -230,6 +248,11 @@ class SessionActor(Actor):
         check here: two ``stat`` calls on the event loop per append, where a
         busy directory makes them slow.
         """
+        if self._core is None:  # on_start could not open the session
+            error, self._open_error = self._open_error, None
+            if error is not None:
+                raise error  # what on_start just met, not a second wait for the same lock
+            await self._open()  # later messages try again
         core = self.core
         if not isinstance(message, _CHECKED_UNDER_LOCK) and core.is_stale():
             await run_durable(core.refresh)

@@ -31,8 +31,9 @@ reads the same.
     │   ├── MetaFileError              meta.json
     │   │   └── HeadFieldError         its head_id is not null and names no node
     │   └── JournalFileError           a checksummed journal record that names no file of ours
-    └── BrokenChainError               a predecessor chain that does not reach its root
-        └── ChainCycleError
+    ├── BrokenChainError               a predecessor chain that does not reach its root
+    │   └── ChainCycleError
+    └── SessionLockTimeout             another process held ``<sid>/.lock`` past the bound
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ __all__ = [
     "OversizedContentError",
     "ReservedMetadataKeyError",
     "SessionExistsError",
+    "SessionLockTimeout",
     "SessionNotFoundError",
     "StoreError",
     "SummaryHeadError",
@@ -269,4 +271,17 @@ class ChainCycleError(BrokenChainError):
         super().__init__(
             session, tip, at, "the predecessor chain loops back on itself"
             + (f" ({shown}{' ...' if len(loop) > 8 else ''})" if loop else ""),
+        )
+
+
+class SessionLockTimeout(StoreError):
+    """Another owner held the session lock longer than the bound: stuck, or the bound is too short."""
+
+    def __init__(self, session: str, path: str, waited: float, holder: int | None) -> None:
+        self.session, self.path, self.waited, self.holder = session, path, waited, holder
+        who = f"process {holder}" if holder is not None else "another process"
+        super().__init__(
+            f"session {session!r} is locked: {who} has held {path} for more than {waited:.3g} s, "
+            "so nothing was changed. If that process is stuck, stop it; otherwise retry, or "
+            "raise the lock timeout."
         )

@@ -20,9 +20,9 @@ a bound, so the per-file flushes are paid once per checkpoint, off the
 critical path, and meta.json (in every append's record) once per
 checkpoint instead of once per turn.
 
-A record is ``scriptorium-journal 3 <size> <crc32>\\n`` and ``size`` bytes
-of payload: per file its path relative to the session directory, a line
-``<before> <patch size> <size>``, the patch, the file's new bytes and a
+A record is ``scriptorium-journal 3 <size> <crc32>\\n`` (the CRC of the
+magic and the payload) and ``size`` bytes of payload: per file its path
+relative to the session directory, a line ``<before> <patch size> <size>``, the patch, the file's new bytes and a
 newline, then ``end\\n``. ``before`` says what the file was when the record
 was written: the BLAKE2b-128 hex digest of its bytes, or ``absent``. The
 patch is set (JSON) when the entry's only change is a metadata merge into a
@@ -202,7 +202,16 @@ def decode_entries(
 
 def encode_record(entries: list[JournalEntry]) -> bytes:
     payload = encode_entries(entries)
-    return b"%s%d %08x\n%s" % (_MAGIC, len(payload), zlib.crc32(payload), payload)
+    return b"%s%d %08x\n%s" % (_MAGIC, len(payload), _checksum(_MAGIC, payload), payload)
+
+
+def _checksum(magic: bytes, payload: bytes) -> int:
+    """A format-3 checksum covers the magic too: a flipped version digit is damage.
+
+    Format 2 summed the payload alone, so a format-3 record whose ``3`` flipped
+    to ``2`` would otherwise pass as format 2 and then fail to decode.
+    """
+    return zlib.crc32(payload, zlib.crc32(magic)) if magic == _MAGIC else zlib.crc32(payload)
 
 
 def scan(data: bytes, path: str) -> JournalScan:
@@ -230,7 +239,7 @@ def scan(data: bytes, path: str) -> JournalScan:
         payload = data[header_end + 1:header_end + 1 + size]
         # the header must be exactly what encode_record writes for this payload
         # (so "0A1B..." for "0a1b...", or a leading zero, is damage, not a record)
-        canonical = b"%s%d %08x\n" % (magic, size, zlib.crc32(payload))
+        canonical = b"%s%d %08x\n" % (magic, size, _checksum(magic, payload))
         if len(payload) != size or data[at:header_end + 1] != canonical:
             break
         records.append(decode_entries(payload, path, at, version=version))

@@ -81,7 +81,7 @@ from ._ids import validate_id, validate_name
 from ._index import HISTORY, META, Fingerprint, SessionIndex, load_index, read_capped
 from ._journal import ABSENT, JournalEntry, digest
 from ._links import refuse_session_alias
-from ._lock import SessionLock
+from ._lock import LOCK_TIMEOUT, SessionLock
 from ._message import append_conflicts, check_metadata_keys, message_to_node, node_to_message
 from ._node import ROOT, Node
 from ._session_journal import JournalConflict, SessionJournal
@@ -142,6 +142,7 @@ class SessionCore:
         files: DurableFiles | None = None,
         clock: Callable[[], float] = time.time,
         max_node_bytes: int = DEFAULT_MAX_NODE_BYTES,
+        lock_timeout: float | None = LOCK_TIMEOUT,
     ) -> None:
         self.session = validate_id(session, "session id")
         self.state_dir = os.fspath(state_dir)
@@ -150,7 +151,7 @@ class SessionCore:
         self._files = files if files is not None else DurableFiles()
         self._clock = clock
         self._cap = max_node_bytes
-        self._lock = SessionLock(self.directory)
+        self._lock = SessionLock(self.directory, timeout=lock_timeout)
         self._claims = ClaimFile(self.directory, self._files)
         self._index = SessionIndex()
         self._meta: dict[str, Any] = {}
@@ -172,10 +173,12 @@ class SessionCore:
         files: DurableFiles | None = None,
         clock: Callable[[], float] = time.time,
         max_node_bytes: int = DEFAULT_MAX_NODE_BYTES,
+        lock_timeout: float | None = LOCK_TIMEOUT,
     ) -> SessionCore:
         """Create a new, empty session and return its owner; SessionExistsError if taken."""
         sid = session if session is not None else secrets.token_hex(6)
-        core = cls(state_dir, sid, files=files, clock=clock, max_node_bytes=max_node_bytes)
+        core = cls(state_dir, sid, files=files, clock=clock, max_node_bytes=max_node_bytes,
+                   lock_timeout=lock_timeout)
         validate_name(title, "title", core.session)
         core._files.make_dirs(os.path.join(core.directory, HISTORY))
         now = clock()
@@ -196,9 +199,15 @@ class SessionCore:
         files: DurableFiles | None = None,
         clock: Callable[[], float] = time.time,
         max_node_bytes: int = DEFAULT_MAX_NODE_BYTES,
+        lock_timeout: float | None = LOCK_TIMEOUT,
     ) -> SessionCore:
-        """Open an existing session: clean crash leftovers, replay journals, load the index."""
-        core = cls(state_dir, session, files=files, clock=clock, max_node_bytes=max_node_bytes)
+        """Open an existing session: clean crash leftovers, replay journals, load the index.
+
+        Every mutation waits at most ``lock_timeout`` seconds for ``<sid>/.lock``
+        (``SessionLockTimeout``; None waits forever).
+        """
+        core = cls(state_dir, session, files=files, clock=clock, max_node_bytes=max_node_bytes,
+                   lock_timeout=lock_timeout)
         if not os.path.isfile(core._path(META)):
             sessions_dir = os.path.join(core.state_dir, SESSIONS)
             raise missing_meta(sessions_dir, core.session) or SessionNotFoundError(

@@ -14,6 +14,7 @@ returns how many steps it takes, so a crash test can try every one.
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -47,3 +48,22 @@ def count_steps(operation: Callable[[DurableFiles], object]) -> int:
     files = FaultyFiles()
     operation(files)
     return len(files.steps)
+
+
+@dataclass
+class RefusingFiles(DurableFiles):
+    """A disk that refuses every step under ``under`` while ``error`` is set.
+
+    ``error`` is an errno (``ENOSPC`` full, ``EROFS`` read-only, ``EACCES``
+    no permission); set it, and clear it, while the runtime runs. The
+    ``OSError`` raised names the path, as the kernel's does.
+    """
+
+    under: str = ""
+    error: int | None = None
+    refused: int = 0
+
+    def _step(self, step: str, path: str) -> None:
+        if self.error is not None and self.under in path:
+            self.refused += 1
+            raise OSError(self.error, os.strerror(self.error), path)

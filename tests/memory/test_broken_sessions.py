@@ -64,7 +64,7 @@ def test_a_head_id_that_is_not_a_string_is_an_error_everywhere(
     set_head(state, 42)
     code, out, err = run("memory", "write", "demo", "--force", "--backend", backend,
                          "--threshold", "8000", "--state", str(state))
-    assert code != 0 and "written" not in out
+    assert code != 0 and out.startswith("demo: error: ") and "demo: written" not in out
     code, out, err = run("memory", "pending", "demo", "--state", str(state))
     assert code != 0
     assert "sessions/demo/meta.json: head_id 42 is neither a node id nor null" in out + err
@@ -84,7 +84,7 @@ def test_a_null_head_id_means_the_trunk_tip_and_its_turns_are_written(
     assert orjson.loads(out)["tip"] == trunk
     code, out, err = run("memory", "write", "demo", "--force", "--backend", backend,
                          "--threshold", "8000", "--state", str(state))
-    assert code == 0 and out.strip() == "demo: written", out + err
+    assert code == 0 and out.startswith("demo: written: "), out + err
     assert pending(state) == []
 
 
@@ -111,9 +111,9 @@ def test_a_session_without_meta_json_is_named_by_list_audit_and_run(
     code, out, err = run("run", "--once", "--backend", backend, "--threshold", "8000",
                          "--state", str(state), "--json")
     assert code != 0
-    outcomes = orjson.loads(out)["sessions"]
-    assert outcomes["kept"] == "written"
-    assert "no meta.json" in outcomes["lost"]
+    report = orjson.loads(out)
+    assert report["sessions"] == {"kept": "written", "lost": "error"}
+    assert "no meta.json" in report["reasons"]["lost"]
     code, out, err = run("memory", "audit", "--state", str(state))
     assert code != 0 and "session 'lost' has node files but no meta.json" in out
 

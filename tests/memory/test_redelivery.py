@@ -20,6 +20,7 @@ import pytest
 
 import memory._runtime
 from actors import ActorCrashed, open_actor
+from memory._errors import BoundaryError
 from memory._quarantine import QuarantineEntry
 from memory._runtime import MemoryRuntime, open_runtime
 from memory._session_actor import BoundaryOutcome, MemorySessionActor
@@ -123,10 +124,12 @@ async def test_a_boundary_ends_when_the_planning_after_its_marks_crashed(
     async with open_runtime(tmp_path, config=virtual_config()) as rt:
         sid = await rt.sessions.create(title="tea", session_id="s1")
         await chain(rt, sid, "ROOT", ["u1", "a1"])
-        with anyio.fail_after(60):  # virtual: the redelivered report plans again at once
-            outcome = await rt.flush(sid)
+        with anyio.fail_after(60):  # virtual: the crash ends the boundary, with its reason
+            with pytest.raises(BoundaryError, match="its actor crashed"):
+                await rt.flush(sid)
         assert PlanningFailsAfterTheMarks.crashed, "the fault did not fire"
-        assert outcome is BoundaryOutcome.WRITTEN
+        with anyio.fail_after(60):  # the restarted actor found the marks: nothing owed
+            assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
         assert await rt.pending(sid) == []
 
 

@@ -128,8 +128,9 @@ async def test_a_session_under_a_second_name_is_refused_and_written_once(
         deliveries = dict(rt.deliveries)
     assert {session for session, _ in deliveries} == {"a"}  # not once more as "alias"
     assert all(count == 1 for count in deliveries.values())
-    assert outcomes["a"] == "written"
-    assert outcomes["alias"].startswith("error: sessions/alias: a link to the directory")
+    assert outcomes["a"].outcome == "written"
+    assert outcomes["alias"].outcome == "error"
+    assert outcomes["alias"].reason.startswith("sessions/alias: a link to the directory")
     problems: dict[str, Any] = {}
     assert [row["id"] for row in list_sessions(state, problems)] == ["a"]
     assert isinstance(problems["alias"], UnsafeLinkError)

@@ -216,3 +216,11 @@ def test_the_tick_check_catches_an_owner_that_trusts_the_timestamps(
     monkeypatch.setattr(SessionCore, "_forget_index", lambda self: None)
     with pytest.raises(AssertionError):
         test_another_owners_write_is_seen_under_the_lock_even_within_one_timestamp_tick(tmp_path)
+
+
+def test_a_version_digit_flipped_to_the_older_format_is_damage_not_a_record() -> None:
+    """Format 2 summed its payload alone: the checksum of format 3 covers the magic too."""
+    record = bytearray(encode_record(ENTRIES))
+    digit = record.index(b"3")
+    record[digit] = ord("2")
+    assert scan(bytes(record), "j").records == []

@@ -1,0 +1,88 @@
+"""The session lock's bound: a stuck holder ends in SessionLockTimeout, not a hang.
+
+The holder is a real second process with an ``flock`` on ``<sid>/.lock``.
+The wait runs in the worker thread of ``run_durable`` and sleeps on the
+event loop's clock, so these run on virtual time (both backends).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from store import SessionCore, SessionLockTimeout, run_durable
+
+TURN = {"role": "user", "content": "I prefer tea.", "predecessor": "ROOT"}
+
+
+@pytest.fixture
+def holder(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    SessionCore.create(tmp_path, "s1").close()
+    lock = tmp_path / "sessions" / "s1" / ".lock"
+    program = ("import fcntl, os, sys\n"
+               f"fd = os.open({str(lock)!r}, os.O_RDONLY | os.O_CREAT, 0o600)\n"
+               "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+               "print('held', flush=True)\n"
+               "sys.stdin.readline()\n")
+    process = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None and process.stdout.readline() == "held\n"
+    yield process
+    process.kill()
+    process.wait()
+
+
+def let_go(process: subprocess.Popen[str]) -> None:
+    assert process.stdin is not None
+    process.stdin.write("\n")
+    process.stdin.flush()
+    process.wait()
+
+
+@pytest.mark.virtual_time(cushion=0.02)
+async def test_a_stuck_holder_ends_the_wait_after_the_bound_naming_session_file_and_pid(
+    tmp_path: Path, holder: subprocess.Popen[str]
+) -> None:
+    core = SessionCore(tmp_path, "s1", lock_timeout=5.0)
+    started = anyio.current_time()
+    with anyio.fail_after(3600), pytest.raises(SessionLockTimeout) as raised:
+        await run_durable(core.append, TURN)
+    assert 5.0 <= anyio.current_time() - started < 6.0
+    error = raised.value
+    assert (error.session, error.path, error.holder) == ("s1", "sessions/s1/.lock", holder.pid)
+    assert "sessions/s1/.lock" in str(error) and str(holder.pid) in str(error)
+    let_go(holder)
+    assert (await run_durable(core.append, TURN))["content"] == "I prefer tea."  # nothing broke
+
+
+@pytest.mark.virtual_time(cushion=0.02)
+async def test_the_wait_ends_as_soon_as_the_holder_lets_go(
+    tmp_path: Path, holder: subprocess.Popen[str]
+) -> None:
+    core = SessionCore(tmp_path, "s1", lock_timeout=600.0)
+    appended: list[str] = []
+
+    async def append() -> None:
+        appended.append((await run_durable(core.append, TURN))["id"])
+
+    with anyio.fail_after(3600):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(append)
+            await anyio.sleep(5.0)  # virtual: the append is polling the lock meanwhile
+            assert appended == []
+            let_go(holder)
+    assert len(appended) == 1
+    assert anyio.current_time() < 600.0
+
+
+def test_without_an_event_loop_the_wait_is_bounded_too(
+    tmp_path: Path, holder: subprocess.Popen[str]
+) -> None:
+    core = SessionCore(tmp_path, "s1", lock_timeout=0.05)  # the command line's own calls
+    with pytest.raises(SessionLockTimeout):
+        core.append(TURN)
