@@ -24,11 +24,12 @@ A record is ``scriptorium-journal 3 <size> <crc32>\\n`` (the CRC of the
 magic and the payload) and ``size`` bytes of payload: per file its path
 relative to the session directory, a line ``<before> <patch size> <size>``,
 the patch, the file's new bytes and a newline, then ``end\\n``. ``before``
-says what the file was when the record was written: the BLAKE2b-128 hex digest of its bytes, or ``absent``. The
-patch is set (JSON) when the entry's only change is a metadata merge into a
-node file (a marker batch, a rewind's stamps). Framing, not JSON: the
-content is already encoded and sits on the critical path. Records of
-format 2 (no ``before``, no patch) are still read and replayed as before.
+says what the file was when the record was written: the BLAKE2b-128 hex
+digest of its bytes, or ``absent``. The patch is set (JSON) when the entry's
+only change is a metadata merge into a node file (a marker batch, a rewind's
+stamps). Framing, not JSON: the content is already encoded and sits on the
+critical path. Records of format 2 (no ``before``, no patch) are still read
+and replayed as before.
 
 Recovery (:func:`scan`, run by whoever takes the lock and finds a journal
 it did not write): the valid prefix of records is replayed, *last record
