@@ -18,6 +18,7 @@
     │   └── NothingChanged                 the cycle ended with no changed topic file
     └── LedgerError                        a branch cannot be turned into records
         ├── UnidentifiedMessage            a recordable message has no id (SPEC §6.1)
+        ├── UncitableId                    a turn whose session or node id a source handle cannot carry
         └── InvalidThreshold               a batch threshold outside 8,000 / 16,000 / 32,000
 
 Messages name the session, node or file (relative to the state directory)
@@ -41,6 +42,7 @@ __all__ = [
     "ScriptoriumMemoryError",
     "TopicError",
     "TransactionError",
+    "UncitableId",
     "UnframeableRecord",
     "UnidentifiedMessage",
     "WriteCycleError",
@@ -211,6 +213,23 @@ class UnidentifiedMessage(LedgerError):
         super().__init__(
             f"session {session_id!r}: message at branch position {position} would be "
             f"recorded but has no id, so it could never be marked; repair the node file"
+        )
+
+
+class UncitableId(LedgerError):
+    """A turn on disk whose session or node id memory cannot cite (the id rule, store._ids).
+
+    The reference agent may have written such ids before scriptorium refused
+    them at entry; the batch is quarantined with this message, never retried hot.
+    """
+
+    def __init__(self, session_id: str, node_id: str | None, reason: str) -> None:
+        self.session_id, self.node_id, self.reason = session_id, node_id, reason
+        what = (f"session id {session_id!r}" if node_id is None
+                else f"node {node_id!r} of session {session_id!r}")
+        super().__init__(
+            f"{what} cannot be cited in memory: {reason}; its turns are not written. "
+            "Copy the session under a citable id (see 'id rule' in docs/decisions.md)"
         )
 
 
