@@ -88,6 +88,7 @@ from store._actor import (
 )
 from store._claim import release_claim
 from store._ids import validate_id
+from store._sessions import state_path
 from supervisors import (
     Backoff,
     ChildSpec,
@@ -608,7 +609,7 @@ async def open_runtime(
     jobs are cancelled (use ``await rt.drain()`` first to finish them) and
     the tree stops in reverse start order.
     """
-    state = os.fspath(state_dir)
+    state = state_path(state_dir)
     runtime = MemoryRuntime(state, writer or ExtractiveWriter(), config or RuntimeConfig())
     files = runtime.config.files
     await run_durable(files.make_dirs, os.path.join(state, "sessions"))
