@@ -17,6 +17,8 @@ from pathlib import Path
 import orjson
 import pytest
 from click.testing import CliRunner, Result
+from hypothesis import given
+from hypothesis import strategies as st
 
 from actors import ActorCrashed, ActorStopped, PoisonMessage
 from memory import open_runtime
@@ -96,6 +98,15 @@ def test_typed_errors_keep_their_message_and_name_the_state() -> None:
     assert line.endswith("[state /srv/state]") and "\n" not in line
     meta = MetaFileError("sessions/demo/meta.json", "not valid JSON")
     assert describe(meta, "/srv/state")[1] == EXIT_FAILURE
+
+
+@given(st.text(), st.sampled_from([RuntimeError, ValueError, KeyError]))
+def test_any_error_is_exactly_one_line(text: str, kind: type[Exception]) -> None:
+    for exc in (kind(text), OSError(errno.EIO, text, f"/s/{text}"),
+                _caused(PoisonMessage("runtime/w", text, 3), kind(text))):
+        line, code = describe(ExceptionGroup("g", [exc]))
+        assert code == EXIT_FAILURE
+        assert len(line.splitlines()) <= 1 and line == line.strip()
 
 
 # -- the real CLI --------------------------------------------------------------------
@@ -218,8 +229,8 @@ def test_relative_and_dotdot_states_are_the_same_state(state: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(state.parent)
     spelled = ["state", f"./state/../{state.name}", f"{state}/./sessions/.."]
-    for given in spelled:
-        result = invoke("memory", "pending", "demo", "--json", "--state", given)
+    for spelling in spelled:
+        result = invoke("memory", "pending", "demo", "--json", "--state", spelling)
         assert result.exit_code == 0, result.output
         assert orjson.loads(result.stdout)["pending"] == ["a1"]
 
