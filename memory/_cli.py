@@ -1,9 +1,10 @@
 """The ``scriptorium`` command line (SPEC §8).
 
 Every command takes ``--state DIR`` (default ``$SCRIPTORIUM_STATE`` or
-``~/.scriptorium``) and ``--json``, which prints exactly one JSON document on
-stdout and nothing else there. Errors go to stderr with a non-zero exit, and
-name the session, node or file.
+``~/.scriptorium``), normalised once here, and ``--json``, which prints
+exactly one JSON document on stdout and nothing else there. Errors go to
+stderr as one line naming the session, node or file, with the exit codes of
+``memory._cli_errors`` (the traceback only with ``scriptorium --debug``).
 
 click is the framework (see docs/decisions.md): it parses, documents and
 tests commands, and draws the progress bars of the long commands.
@@ -23,6 +24,7 @@ import click
 import orjson
 
 from memory._audit import audit, read_audit_inputs
+from memory._cli_errors import CliError, ReportingGroup, check_state_dir, remember_state
 from memory._errors import LedgerError, SettingsError
 from memory._headless import SessionReport, run_headless, run_once, run_triggers
 from memory._ledger import (
@@ -44,8 +46,10 @@ from memory._settings import (
 )
 from memory._simulate_cli import simulate
 from memory._workspace_id import read_workspace_id
-from store import SessionCore, StoreError, list_sessions
+from store import SessionCore, SessionNotFoundError, StoreError, list_sessions
+from store._ids import validate_id
 from store._lock import LOCK_TIMEOUT
+from store._sessions import state_path
 
 __all__ = ["main"]
 
@@ -59,8 +63,26 @@ def _default_state() -> str:
     )
 
 
-def state_options(command: F) -> F:
-    """``--state DIR`` and ``--json``, shared by every command."""
+def _existing_state(ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    state = state_path(value)
+    remember_state(ctx, state)
+    check_state_dir(state)
+    return state
+
+
+def _any_state(ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    state = state_path(value)
+    remember_state(ctx, state)
+    return state
+
+
+def state_options(command: F, *, creates: bool = False) -> F:
+    """``--state DIR`` and ``--json``, shared by every command.
+
+    The path is normalised once here (see :func:`store._sessions.state_path`).
+    Only commands that create state (``creates``) accept a directory that
+    does not hold one yet; for the others it is a usage error.
+    """
     command = click.option(
         "--json", "as_json", is_flag=True, help="Print one JSON document instead of text."
     )(command)
@@ -70,9 +92,16 @@ def state_options(command: F) -> F:
         type=click.Path(file_okay=False, path_type=str),
         default=_default_state,
         show_default="$SCRIPTORIUM_STATE or ~/.scriptorium",
-        help="The state directory holding sessions/ and memory/.",
+        callback=_any_state if creates else _existing_state,
+        help="The state directory holding sessions/ and memory/"
+        + (" (created if missing)." if creates else "."),
     )(command)
     return command
+
+
+def creating_state_options(command: F) -> F:
+    """:func:`state_options` of a command that may start on a new state directory."""
+    return state_options(command, creates=True)
 
 
 def emit_json(document: object) -> None:
@@ -137,23 +166,25 @@ def _with_runtime(
         async with open_runtime(state_dir, config=config) as rt:
             return await body(rt)
 
-    try:
-        return anyio.run(main, backend=backend)
-    except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+    return anyio.run(main, backend=backend)  # errors: one line, by ReportingGroup
 
 
 def _open_session(state_dir: str, session: str) -> SessionCore:
     try:
         return SessionCore.open(state_dir, session)
     except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise CliError.of(exc) from None
 
 
-@click.group()
+@click.group(cls=ReportingGroup)
 @click.version_option(package_name="scriptorium")
 def main() -> None:
-    """Scriptorium: the long-term memory runtime of an agent whose conversations are DAGs."""
+    """Scriptorium: the long-term memory runtime of an agent whose conversations are DAGs.
+
+    Exit codes: 0 ok; 1 a problem found or work left undone; 2 usage (bad
+    option, unsafe or unknown id, --state not a state directory); 3 the
+    state could not be read or written (corrupt file, I/O error).
+    """
 
 
 # -- session -----------------------------------------------------------------------
@@ -289,11 +320,11 @@ def _head_or_note(core: SessionCore) -> str | None:
 
 
 def _guard(read: Callable[[], T]) -> T:
-    """Turn a store error into a clean CLI error (message on stderr, exit 1)."""
+    """Turn a store error into a clean CLI error (one line on stderr, its exit code)."""
     try:
         return read()
     except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise CliError.of(exc) from None
 
 
 def _short(text: str, width: int = 60) -> str:
@@ -341,13 +372,17 @@ def memory_write(sid: str | None, force: bool, lock_timeout: float, threshold: i
     write; --force writes anyway), owed, no progress, quarantined, failed or
     error. Exits 1 unless every session is written or not due.
     """
+    if sid is not None:  # '' is not "every session"
+        validate_id(sid, "session id")
 
     async def body(rt: MemoryRuntime) -> dict[str, SessionReport]:
         sessions = None if sid is None else [sid]
         if force:
             return await run_once(rt, sessions)
-        if sessions is None:
-            sessions = [row["id"] for row in list_sessions(state_dir)]
+        if sessions is None:  # a session without meta.json is reported, not skipped
+            unlisted: dict[str, StoreError] = {}
+            sessions = [row["id"] for row in list_sessions(state_dir, unlisted)]
+            sessions += sorted(unlisted)
         return await run_triggers(rt, sessions)
 
     config = _config(state_dir, workers, {"threshold": threshold, **timings},
@@ -360,6 +395,10 @@ def memory_write(sid: str | None, force: bool, lock_timeout: float, threshold: i
 @state_options
 def memory_release(sid: str | None, state_dir: str, as_json: bool) -> None:
     """Release quarantined batches of SID (or of every session), to be written again."""
+    if sid is not None:
+        validate_id(sid, "session id")
+        if not os.path.isdir(os.path.join(state_dir, "sessions", sid)):
+            raise SessionNotFoundError(sid, f"sessions/{sid}")
 
     async def body(rt: MemoryRuntime) -> list[dict[str, Any]]:
         released = await rt.release(sid)
@@ -383,7 +422,7 @@ def memory_release(sid: str | None, state_dir: str, as_json: bool) -> None:
 @LOCK_TIMEOUT_OPTION
 @runtime_options
 @timing_options
-@state_options
+@creating_state_options
 def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
         lock_timeout: float, threshold: int | None, workers: int, backend: str, state_dir: str,
         as_json: bool, **timings: float | None) -> None:
@@ -407,7 +446,7 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
         anyio.run(lambda: run_headless(state_dir, config=config, scan_interval=scan_interval,
                                        drain_timeout=drain_timeout, log=log), backend=backend)
     except StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise CliError.of(exc) from None
 
 
 class _ProgressBar:

@@ -19,6 +19,7 @@
     ├── SettingsError                      a timing or threshold that cannot be used (scriptorium.toml, flags)
     ├── LedgerError                        a branch cannot be turned into records
     │   ├── UnidentifiedMessage            a recordable message has no id (SPEC §6.1)
+    │   ├── UncitableId                    a turn whose session or node id a source handle cannot carry
     │   ├── MissingAuthority               a turn stamped authority_schema lacks its authority (SPEC §6.1)
     │   └── InvalidThreshold               a batch threshold that is no positive integer
     └── BoundaryError                      a session boundary stopped on an error (``rt.flush``)
@@ -49,6 +50,7 @@ __all__ = [
     "SettingsError",
     "TopicError",
     "TransactionError",
+    "UncitableId",
     "UnframeableRecord",
     "UnidentifiedMessage",
     "WriteCycleError",
@@ -235,6 +237,23 @@ class UnidentifiedMessage(LedgerError):
         super().__init__(
             f"session {session_id!r}: message at branch position {position} would be "
             f"recorded but has no id, so it could never be marked; repair the node file"
+        )
+
+
+class UncitableId(LedgerError):
+    """A turn on disk whose session or node id memory cannot cite (the id rule, store._ids).
+
+    The reference agent may have written such ids before scriptorium refused
+    them at entry; the batch is quarantined with this message, never retried hot.
+    """
+
+    def __init__(self, session_id: str, node_id: str | None, reason: str) -> None:
+        self.session_id, self.node_id, self.reason = session_id, node_id, reason
+        what = (f"session id {session_id!r}" if node_id is None
+                else f"node {node_id!r} of session {session_id!r}")
+        super().__init__(
+            f"{what} cannot be cited in memory: {reason}; its turns are not written. "
+            "Copy the session under a citable id (see 'id rule' in docs/decisions.md)"
         )
 
 

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from memory._archive import normalize_label
-from memory._errors import InvalidThreshold, MissingAuthority, UnidentifiedMessage
+from memory._errors import InvalidThreshold, MissingAuthority, UncitableId, UnidentifiedMessage
 from memory._records import MARKER_KEY, SourceMeta, SourceRecord
 from memory._settings import warn_threshold
 from memory._tokens import TokenCounter, estimate_tokens
 from store import Node, node_to_message
+from store._ids import citable_id_problem
 
 __all__ = [
     "ALLOWED_THRESHOLDS",
@@ -49,6 +50,7 @@ __all__ = [
     "source_meta",
     "speaker_authority",
     "speaker_label",
+    "uncitable",
     "unwritten_turns",
 ]
 
@@ -370,3 +372,15 @@ def should_write_at_boundary(
     if head:
         return bool(owed)
     return owed_tokens(owed) >= policy.threshold
+
+
+def uncitable(session_id: str, records: Iterable[SourceRecord]) -> UncitableId | None:
+    """The first id in a batch that a source handle cannot carry, or None (see store._ids)."""
+    reason = citable_id_problem(session_id)
+    if reason is not None:
+        return UncitableId(session_id, None, reason)
+    for record in records:
+        reason = citable_id_problem(record.message_id)
+        if reason is not None:
+            return UncitableId(session_id, record.message_id, reason)
+    return None

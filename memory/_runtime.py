@@ -94,7 +94,7 @@ from store._actor import (
 from store._claim import release_claim
 from store._ids import validate_id
 from store._lock import LOCK_TIMEOUT
-from store._sessions import missing_meta
+from store._sessions import missing_meta, state_path
 from supervisors import (
     Backoff,
     ChildSpec,
@@ -661,7 +661,7 @@ async def open_runtime(
     jobs are cancelled (use ``await rt.drain()`` first to finish them) and
     the tree stops in reverse start order.
     """
-    state = os.fspath(state_dir)
+    state = state_path(state_dir)
     if config is None:  # the defaults, with <state>/scriptorium.toml's timings
         config = apply_timings(RuntimeConfig(), read_settings(state))
     runtime = MemoryRuntime(state, writer or ExtractiveWriter(), config)

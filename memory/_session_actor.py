@@ -62,6 +62,7 @@ from memory._ledger import (
     first_batch,
     should_write,
     should_write_at_boundary,
+    uncitable,
 )
 from memory._lost_markers import lost_markers, stranded_records
 from memory._quarantine import QuarantineEntry, is_quarantined
@@ -471,6 +472,14 @@ class MemorySessionActor(SessionActor):
                     return
                 if records is None:
                     break
+                refused = uncitable(self.session, records)
+                if refused is not None:  # an id written before the entry rule: never retried hot
+                    await self._quarantine_batch(tuple(r.message_id for r in records),
+                                                 str(refused), failures=0)
+                    if claimed is not None:
+                        await self._release_claim()
+                    await self._finish_boundary(BoundaryOutcome.QUARANTINED, str(refused))
+                    return
                 node_ids = tuple(record.message_id for record in records)
                 if node_ids == claimed:
                     ledger.rechecks = 0
@@ -705,12 +714,16 @@ class MemorySessionActor(SessionActor):
         self.core.release_claim(self.runtime.instance_id)
 
     async def _quarantine(self, job: WriteJob, error: str) -> None:
+        await self._quarantine_batch(job.batch.node_ids, error, self.ledger.failures)
+
+    async def _quarantine_batch(self, node_ids: tuple[str, ...], error: str,
+                                failures: int) -> None:
         updated_at = self.core.meta().get("updated_at")
         entry = QuarantineEntry(
             session=self.session,
-            node_ids=job.batch.node_ids,
+            node_ids=node_ids,
             error=error,
-            failures=self.ledger.failures,
+            failures=failures,
             at=self.runtime.config.clock(),
             updated_at=updated_at if isinstance(updated_at, (int, float)) else None,
         )

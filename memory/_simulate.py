@@ -38,6 +38,7 @@ from memory._simulate_faults import FaultPlan, FaultyDisk, FaultyWriter, Simulat
 from memory._simulate_oracle import Evidence, Verdict, check_invariants, outside_evidence
 from memory._tokens import default_counter
 from store import list_sessions, run_durable
+from store._sessions import state_path
 from supervisors import Backoff, GetChild
 
 __all__ = ["SETTLE_ROUNDS", "SimulationConfig", "SimulationResult", "simulate"]
@@ -67,6 +68,9 @@ class SimulationConfig:
     agent_rounds: int = 200
     fault_rates: Mapping[str, Any] = field(default_factory=dict)  # FaultPlan field overrides
     progress: Callable[[int, int], None] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state_dir", state_path(self.state_dir))
 
 
 @dataclass

@@ -37,6 +37,7 @@ from memory._settings import (
 from memory._simulate import SimulationConfig, SimulationResult
 from memory._simulate import simulate as run_simulation
 from memory._simulate_faults import FAULTS, parse_faults
+from store._sessions import state_path
 
 __all__ = ["percentile", "render_report", "result_document", "simulate"]
 
@@ -160,7 +161,9 @@ def _compare(config: SimulationConfig) -> tuple[object, str | None]:
               show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--state", "state_dir", type=click.Path(file_okay=False, path_type=str),
-              default=None, help="Keep the simulated state here (default: a temporary dir).")
+              default=None, callback=lambda _ctx, _param, value: (
+                  state_path(value) if value is not None else None),
+              help="Keep the simulated state here (default: a temporary dir).")
 @click.option("--compare", is_flag=True, help="Also run the baselines on the same workload.")
 @click.option("--threshold", type=int, default=8000, show_default=True,
               help="Owed tokens that trigger a write (the reference accepts 8000/16000/32000).")

@@ -17,11 +17,12 @@ operation (for an append, node file and meta.json together) in one hop with
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
 import anyio.to_thread
@@ -95,20 +96,22 @@ class DurableFiles:
         os.replace(temp, final)
 
     def fsync_dir(self, directory: str) -> None:
-        self._step("fsync_dir", directory)
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            self._flush(fd, directory)
-        finally:
-            os.close(fd)
+        with _naming(directory):
+            self._step("fsync_dir", directory)
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                self._flush(fd, directory)
+            finally:
+                os.close(fd)
 
     def _write_temp(self, final: str, data: bytes, *, sync: bool) -> str:
         refuse_file_link(final)  # the state directory's link rule (store/_links.py)
         fd, temp = self._open_temp(final)
         try:
-            self._write_all(fd, temp, data)
-            if sync:
-                self._fsync_file(fd, temp)
+            with _naming(final):
+                self._write_all(fd, temp, data)
+                if sync:
+                    self._fsync_file(fd, temp)
         except BaseException:
             os.close(fd)
             _unlink_quietly(temp)
@@ -188,12 +191,13 @@ class DurableFiles:
         """fsync existing files (and then their directories), e.g. to retire a journal."""
         directories: dict[str, None] = {}
         for path in paths:
-            self._step("fsync", path)
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                self._flush(fd, path)
-            finally:
-                os.close(fd)
+            with _naming(path):
+                self._step("fsync", path)
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    self._flush(fd, path)
+                finally:
+                    os.close(fd)
             directories[os.path.dirname(path) or "."] = None
         for directory in directories:
             self.fsync_dir(directory)
@@ -217,10 +221,11 @@ class DurableFiles:
                          | os.O_CLOEXEC, FILE_MODE)
             created = True
         try:
-            self._write_all(fd, path, data)
-            self._step("fsync", path)
-            self._flush(fd, path, data_only=True)
-            size = os.fstat(fd).st_size
+            with _naming(path):
+                self._write_all(fd, path, data)
+                self._step("fsync", path)
+                self._flush(fd, path, data_only=True)
+                size = os.fstat(fd).st_size
         finally:
             os.close(fd)
         if created:
@@ -232,9 +237,10 @@ class DurableFiles:
         self._step("truncate", path)
         fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
         try:
-            os.ftruncate(fd, 0)
-            self._step("fsync", path)
-            self._flush(fd, path)
+            with _naming(path):
+                os.ftruncate(fd, 0)
+                self._step("fsync", path)
+                self._flush(fd, path)
         finally:
             os.close(fd)
 
@@ -298,6 +304,17 @@ class DurableFiles:
             _unlink_quietly(temp)
         self.fsync_dir(os.path.dirname(path) or ".")
         return True
+
+
+@contextlib.contextmanager
+def _naming(path: str) -> Iterator[None]:
+    """Name ``path`` in an OSError raised on a file descriptor (a full disk says which file)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            exc.filename = path
+        raise
 
 
 def _unlink_quietly(path: str) -> None:

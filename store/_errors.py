@@ -12,7 +12,7 @@ reads the same.
 
     StoreError
     ├── InvalidRequestError            the caller asked for something the rules forbid
-    │   ├── UnsafeIdError              an id or name that could escape its directory
+    │   ├── UnsafeIdError              an id or name that could escape its directory, or not be cited
     │   ├── InvalidNodeError           a field of a node or message is wrong
     │   │   ├── ReservedMetadataKeyError
     │   │   └── UnencodableValueError  lone surrogates, NaN, ints beyond 64 bits, too deep
@@ -80,7 +80,8 @@ class UnsafeIdError(InvalidRequestError):
         where = f" in session {session!r}" if session is not None else ""
         super().__init__(
             f"unsafe {kind} {value[:80]!r}{where}: {reason}; nothing was touched. "
-            "Use ids of printable characters without '/', '\\', '..' or NUL."
+            "Use ids of printable characters without blanks, '/', '\\', '..', NUL "
+            "or any of # ( ) [ ] < > ,."
         )
 
 

@@ -7,6 +7,16 @@ leading ``.`` would collide with the store's own hidden files (temp files,
 journals, ``.lock``). So an id is checked before any path is built, and a bad
 one gets :class:`~store._errors.UnsafeIdError` with nothing touched.
 
+New ids (a session being created, a node being appended) must also be
+*citable*: memory cites a turn by its raw source handle
+``openprogram/<sid>/<node-id>`` inside ``<!-- source-id:... -->`` archive
+comments, footnote ``Sources:`` lists (split on commas and blanks) and
+``[label](target#fragment)`` links. An id with whitespace, a non-printable
+character, or one of ``# ( ) [ ] < > ,`` cannot be carried by those grammars,
+so it is refused where it enters (:func:`validate_new_id`) instead of being
+stored and then failing every write. Ids already on disk are only held to
+the path rule, so such sessions stay readable; memory reports them.
+
 Branch names are not paths, but they are shown in terminals and JSON, so
 they get the same control-character and length checks.
 """
@@ -17,7 +27,15 @@ import re
 
 from ._errors import UnsafeIdError
 
-__all__ = ["MAX_ID_LENGTH", "MAX_NAME_LENGTH", "is_safe_id", "validate_id", "validate_name"]
+__all__ = [
+    "MAX_ID_LENGTH",
+    "MAX_NAME_LENGTH",
+    "citable_id_problem",
+    "is_safe_id",
+    "validate_id",
+    "validate_name",
+    "validate_new_id",
+]
 
 MAX_ID_LENGTH = 128
 # A history file name is "NNNN-r-<id>.json"; 200 bytes of id keep it well
@@ -77,6 +95,33 @@ def validate_id(value: object, kind: str = "node id", session: str | None = None
                             problem, session)
     assert isinstance(value, str)
     return value
+
+
+# What a source handle, its archive comment and a footnote link cannot carry
+# (str.isprintable() covers the other blanks and invisible characters).
+_UNCITABLE = re.compile(r"[\s#()\[\]<>,]")
+
+
+def citable_id_problem(value: str) -> str | None:
+    """Why a path-safe id cannot be cited in memory, or None when it can."""
+    match = _UNCITABLE.search(value)
+    if match is not None:
+        ch = match.group()
+        return ("it contains whitespace" if ch.isspace()
+                else f"it contains {ch!r}") + ", which a memory source handle cannot carry"
+    if not value.isprintable():
+        bad = next(ch for ch in value if not ch.isprintable())
+        return f"it contains the non-printable character U+{ord(bad):04X}"
+    return None
+
+
+def validate_new_id(value: object, kind: str = "node id", session: str | None = None) -> str:
+    """:func:`validate_id` plus the citable rule: for ids entering the store for the first time."""
+    valid = validate_id(value, kind, session)
+    problem = citable_id_problem(valid)
+    if problem is not None:
+        raise UnsafeIdError(kind, valid, problem, session)
+    return valid
 
 
 def validate_name(value: object, kind: str = "branch name", session: str | None = None) -> str:

@@ -77,7 +77,7 @@ from ._format import (
     node_filename,
 )
 from ._git_exclude import keep_out_of_git
-from ._ids import validate_id, validate_name
+from ._ids import validate_id, validate_name, validate_new_id
 from ._index import HISTORY, META, Fingerprint, SessionIndex, load_index, read_capped
 from ._journal import ABSENT, JournalEntry, digest
 from ._links import refuse_session_alias
@@ -160,6 +160,7 @@ class SessionCore:
         self._journal = SessionJournal(self.directory, self._rel, self._files, max_node_bytes)
         self._rebuilds = 0
         self._checked = False  # see trusting_index
+        self._citable = False  # the session id passed validate_new_id
 
     # -- opening -----------------------------------------------------------
 
@@ -176,7 +177,7 @@ class SessionCore:
         lock_timeout: float | None = LOCK_TIMEOUT,
     ) -> SessionCore:
         """Create a new, empty session and return its owner; SessionExistsError if taken."""
-        sid = session if session is not None else secrets.token_hex(6)
+        sid = validate_new_id(session, "session id") if session is not None else secrets.token_hex(6)
         core = cls(state_dir, sid, files=files, clock=clock, max_node_bytes=max_node_bytes,
                    lock_timeout=lock_timeout)
         validate_name(title, "title", core.session)
@@ -353,6 +354,12 @@ class SessionCore:
 
     # -- mutations -------------------------------------------------------------
 
+    def _check_writable(self) -> None:
+        """New turns only in a session whose id memory can cite (see :mod:`store._ids`)."""
+        if not self._citable:
+            validate_new_id(self.session, "session id")
+            self._citable = True
+
     def append(self, message: Mapping[str, Any]) -> dict[str, Any]:
         """Append one turn (a message dict); returns its message view. SPEC §4 append.
 
@@ -373,8 +380,9 @@ class SessionCore:
         node and the fields. Without an ``id`` a fresh one is drawn: such an
         append is new every time, so a retry of it appends again.
         """
+        self._check_writable()
         raw_id = message.get("id")
-        node_id = validate_id(raw_id if raw_id else secrets.token_hex(6), "node id", self.session)
+        node_id = validate_new_id(raw_id, "node id", self.session) if raw_id else secrets.token_hex(6)
         with self._mutation():
             existing = self._index.nodes.get(node_id) if raw_id else None
             if existing is not None:
@@ -396,6 +404,7 @@ class SessionCore:
         self, caller_node: str, source: str, prompt: str, *, name: str | None = None
     ) -> dict[str, Any]:
         """A spawn root: user node, ``predecessor=null``, ``caller=<spawning node>``."""
+        self._check_writable()
         validate_id(caller_node, "caller node id", self.session)
         if name is not None:
             validate_name(name, "branch name", self.session)
@@ -416,6 +425,7 @@ class SessionCore:
 
     def insert_summary(self, covers_ids: list[str], text: str) -> dict[str, Any]:
         """A compaction summary spliced in before the first covered node."""
+        self._check_writable()
         if not covers_ids:
             raise InvalidNodeError(self.session, "summary_", "covers_ids is empty")
         for covered in covers_ids:

@@ -18,9 +18,21 @@ from ._ids import validate_id
 from ._index import HISTORY, META
 from ._links import refuse_session_alias
 
-__all__ = ["SESSIONS", "list_sessions", "missing_meta"]
+__all__ = ["SESSIONS", "list_sessions", "missing_meta", "state_path"]
 
 SESSIONS = "sessions"
+
+
+def state_path(state_dir: str | os.PathLike[str]) -> str:
+    """A state directory as given by a user, normalised once where it enters.
+
+    Absolute, with ``.``, ``..`` and repeated separators resolved
+    lexically, so every path built from it compares equal to every other
+    (``/x/../y/sim/memory/sources`` would not start with ``/y/sim/...``).
+    Symlinks are not resolved: the user's name for the directory is kept,
+    and links inside the state have their own rule.
+    """
+    return os.path.abspath(os.fspath(state_dir))
 
 
 def list_sessions(
