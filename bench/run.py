@@ -227,8 +227,8 @@ def _simulate_rows(data: Any, target_run: bool) -> list[Row]:
 
 def _simulate(python: str, name: str, args: list[str], timeout: float,
               target_run: bool = False) -> Bench:
-    return Bench(name, "memory/_simulate.py",
-                 [python, "-c", "from memory._cli import main; main()", "simulate", "--json",
+    return Bench(name, "memory/simulate/_simulate.py",
+                 [python, "-c", "from memory.cli._cli import main; main()", "simulate", "--json",
                   *args], ["--sessions", "20", "--turns", "20"],
                  lambda data: _simulate_rows(data, target_run), timeout=timeout)
 

@@ -17,7 +17,7 @@ them the same forking sessions and count what each gets wrong:
   session (the codex-style ledger). Exact, but reading it costs the whole
   branch and it grows with every message forever.
 * :class:`MarkerLedger`: scriptorium. Markers walked back from the tip
-  (:func:`~memory._ledger.unwritten_turns`), merged through the session's
+  (:func:`~memory.ledger._ledger.unwritten_turns`), merged through the session's
   one owner, so the concurrent stamp and the marker are applied one after
   the other and both survive.
 
@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from memory._baselines_workload import SessionModel
-from memory._ledger import records_from_branch, unwritten_turns
-from memory._records import MARKER_KEY, SourceRecord
+from memory.ledger._ledger import records_from_branch, unwritten_turns
+from memory.ledger._records import MARKER_KEY, SourceRecord
 
 __all__ = [
     "STAMP_KEY",

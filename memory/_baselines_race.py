@@ -23,7 +23,7 @@ import random
 from typing import Any
 
 from memory._baselines_ledgers import STAMP_KEY
-from memory._records import MARKER_KEY
+from memory.ledger._records import MARKER_KEY
 from store._durable import DurableFiles
 from store._format import decode_node, encode_node, node_filename
 from store._session import SessionCore

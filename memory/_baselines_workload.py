@@ -24,8 +24,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory._ledger import records_from_branch
-from memory._records import SourceRecord
+from memory.ledger._ledger import records_from_branch
+from memory.ledger._records import SourceRecord
 from store._index import SessionIndex
 from store._message import node_to_message
 from store._node import ROOT, Node

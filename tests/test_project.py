@@ -19,6 +19,10 @@ ALLOWED = {
     "store": {"actors"},
     "memory": {"actors", "supervisors", "store"},
 }
+# memory's folders in import order: each may import only those before it, and
+# memory._errors (the package's one errors module). cli is last: `scriptorium
+# simulate` is one of its commands.
+MEMORY_LAYERS = ("ledger", "workspace", "writers", "maintenance", "runtime", "simulate", "cli")
 
 
 def _imported_packages(path: Path) -> set[str]:
@@ -42,16 +46,51 @@ def test_imports_flow_one_way(package: str) -> None:
         )
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+def _imported_modules(path: Path) -> set[str]:
+    """Every absolute module name ``path`` imports, under ``TYPE_CHECKING`` too."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path.relative_to(ROOT)}: use absolute imports"
+            if node.module:
+                found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize("layer", MEMORY_LAYERS)
+def test_memory_folders_import_one_way(layer: str) -> None:
+    allowed = set(MEMORY_LAYERS[:MEMORY_LAYERS.index(layer) + 1]) | {"_errors"}
+    for module in sorted((ROOT / "memory" / layer).rglob("*.py")):
+        for name in sorted(_imported_modules(module)):
+            parts = name.split(".")
+            if parts[0] != "memory":
+                continue
+            assert len(parts) > 1, (
+                f"{module.relative_to(ROOT)} imports the memory package itself, which imports "
+                "every folder; import from the folder instead")
+            assert parts[1] in allowed, (
+                f"{module.relative_to(ROOT)} imports {name}; in memory, memory/{layer}/ may "
+                f"import only memory._errors and memory/{{{','.join(sorted(allowed - {'_errors'}))}}}")
+
+
+INITS = (*PACKAGES, *(f"memory.{layer}" for layer in MEMORY_LAYERS))
+
+
+@pytest.mark.parametrize("package", INITS)
 def test_init_only_reexports_what_all_names(package: str) -> None:
     module = importlib.import_module(package)
     exported = getattr(module, "__all__", [])
+    assert exported, f"{package} names its exports in __all__"
     for name in exported:
         assert hasattr(module, name), f"{package}.__all__ names {name!r}, which is missing"
-    init = ast.parse((ROOT / package / "__init__.py").read_text(encoding="utf-8"))
+    init_path = ROOT / package.replace(".", "/") / "__init__.py"
+    init = ast.parse(init_path.read_text(encoding="utf-8"))
     for node in init.body:
         assert isinstance(node, (ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign, ast.Expr)), (
-            f"{package}/__init__.py should only re-export; found {type(node).__name__}"
+            f"{init_path.relative_to(ROOT)} should only re-export; found {type(node).__name__}"
         )
 
 

@@ -4,7 +4,7 @@ Every command takes ``--state DIR`` (default ``$SCRIPTORIUM_STATE`` or
 ``~/.scriptorium``), normalised once here, and ``--json``, which prints
 exactly one JSON document on stdout and nothing else there. Errors go to
 stderr as one line naming the session, node or file, with the exit codes of
-``memory._cli_errors`` (the traceback only with ``scriptorium --debug``).
+``memory.cli._cli_errors`` (the traceback only with ``scriptorium --debug``).
 
 click is the framework (see docs/decisions.md): it parses, documents and
 tests commands, and draws the progress bars of the long commands.
@@ -23,29 +23,29 @@ import anyio
 import click
 import orjson
 
-from memory._audit import audit, read_audit_inputs
-from memory._cli_errors import CliError, ReportingGroup, check_state_dir, remember_state
 from memory._errors import LedgerError, SettingsError
-from memory._headless import SessionReport, run_headless, run_once, run_triggers
-from memory._ledger import (
+from memory.cli._cli_errors import CliError, ReportingGroup, check_state_dir, remember_state
+from memory.cli._session_view import render_session_tree
+from memory.ledger._ledger import (
     ALLOWED_THRESHOLDS,
+    ReferenceThresholdWarning,
     owed_tokens,
     records_from_branch,
     unwritten_turns,
 )
-from memory._records import MARKER_KEY
-from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
-from memory._session_view import render_session_tree
-from memory._settings import (
-    ReferenceThresholdWarning,
+from memory.ledger._records import MARKER_KEY
+from memory.maintenance._audit import audit, read_audit_inputs
+from memory.runtime._headless import SessionReport, run_headless, run_once, run_triggers
+from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
+from memory.runtime._settings import (
     Timings,
     apply_timings,
     check_seconds,
     check_threshold,
     read_settings,
 )
-from memory._simulate_cli import simulate
-from memory._workspace_id import read_workspace_id
+from memory.simulate._command import simulate
+from memory.workspace._workspace_id import read_workspace_id
 from store import SessionCore, SessionNotFoundError, StoreError, list_sessions
 from store._ids import validate_id
 from store._lock import LOCK_TIMEOUT

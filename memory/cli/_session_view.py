@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from memory._records import MARKER_KEY
+from memory.ledger._records import MARKER_KEY
 from store import ChainCycleError, Node
 from store._walk import predecessor_cycles
 

@@ -16,15 +16,14 @@ rather than skipped, and the trigger errs towards writing.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memory._archive import normalize_label
 from memory._errors import InvalidThreshold, MissingAuthority, UncitableId, UnidentifiedMessage
-from memory._records import MARKER_KEY, SourceMeta, SourceRecord
-from memory._settings import warn_threshold
-from memory._tokens import TokenCounter, estimate_tokens
+from memory.ledger._records import MARKER_KEY, SourceMeta, SourceRecord, normalize_label
+from memory.ledger._tokens import TokenCounter, estimate_tokens
 from store import Node, node_to_message
 from store._ids import citable_id_problem
 
@@ -37,6 +36,7 @@ __all__ = [
     "DEFAULT_THRESHOLD",
     "RUNTIME_SOURCES",
     "NodeRecords",
+    "ReferenceThresholdWarning",
     "WritePolicy",
     "first_batch",
     "is_runtime_turn",
@@ -50,8 +50,10 @@ __all__ = [
     "source_meta",
     "speaker_authority",
     "speaker_label",
+    "threshold_warning",
     "uncitable",
     "unwritten_turns",
+    "warn_threshold",
 ]
 
 # SPEC §6.1: turns the runtime scheduled itself, not anything anybody said.
@@ -59,6 +61,27 @@ RUNTIME_SOURCES = frozenset({"job_followup", "merge_turn"})
 ALLOWED_THRESHOLDS = (8_000, 16_000, 32_000)
 DEFAULT_THRESHOLD = 16_000
 DEFAULT_IDLE_AFTER = 3600.0  # seconds
+
+
+class ReferenceThresholdWarning(UserWarning):
+    """A token threshold outside 8,000 / 16,000 / 32,000: fine here, refused by the reference."""
+
+
+def threshold_warning(threshold: int) -> str | None:
+    """The one-line warning for a threshold the reference agent would not accept, or None."""
+    if threshold in ALLOWED_THRESHOLDS:
+        return None
+    allowed = ", ".join(str(t) for t in ALLOWED_THRESHOLDS)
+    return (f"token threshold {threshold} is not one of {allowed}: scriptorium uses it, "
+            f"but the reference agent would not accept it")
+
+
+def warn_threshold(threshold: int, *, stacklevel: int = 2) -> None:
+    message = threshold_warning(threshold)
+    if message is not None:
+        warnings.warn(message, ReferenceThresholdWarning, stacklevel=stacklevel + 1)
+
+
 # SPEC §6.1, the reference agent's speaker authority: the six fields, the
 # tiers, and the tiers holding the capability memory.source.append.
 AUTHORITY_FIELDS = ("speaker_kind", "speaker_id", "speaker_display", "principal_id",

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Sequence
 
-from memory._records import SourceRecord
+from memory.ledger._records import SourceRecord
 
 __all__ = ["lost_markers", "stranded_records", "written_to_memory"]
 

@@ -12,10 +12,23 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-__all__ = ["MARKER_KEY", "SourceMeta", "SourceRecord", "source_anchor", "source_id"]
+__all__ = [
+    "MARKER_KEY", "SourceMeta", "SourceRecord", "normalize_label", "source_anchor", "source_id",
+]
 
 # The per-provider marker key on node metadata (SPEC §1, §6.2).
 MARKER_KEY = "memory_written_scriptorium"
+
+
+def normalize_label(label: str) -> str:
+    """A speaker label safe for the first body line: one line, single spaces, trimmed.
+
+    A line break inside the label would move the ``<speaker>: `` part off
+    the first body line and make the frame malformed.
+    """
+    if not label.isprintable():  # rare: only then look at each character
+        label = "".join(ch if ch.isprintable() else " " for ch in label)
+    return " ".join(label.split())
 
 
 def source_id(session_id: str, message_id: str) -> str:

@@ -32,7 +32,7 @@ finding is one more key there).
 * **lost markers**: those stranded records that are nevertheless in memory
   (archived, and cited unless pending): written, but their marker was
   dropped by another writer's unlocked metadata merge
-  (:mod:`memory._lost_markers`). The runtime sets them again at a session's
+  (:mod:`memory.ledger._lost_markers`). The runtime sets them again at a session's
   activation and in the idle watchdog's scan; the audit only counts them.
 
 Everything here is a pure function of the facts (:func:`audit`); reading the
@@ -48,16 +48,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory._archive import PROVIDER, ArchiveScan, read_archive
 from memory._errors import LedgerError, TopicError
-from memory._ledger import records_from_branch
-from memory._legacy import LegacyHeader, read_legacy_first_header
-from memory._lost_markers import lost_markers
-from memory._migrate import archive_files
-from memory._records import MARKER_KEY, source_anchor, source_id
-from memory._topic_ids import source_key
-from memory._topics import decode_topic, parse_topic
-from memory._transaction import LINKED_TOPIC
+from memory.ledger._ledger import records_from_branch
+from memory.ledger._lost_markers import lost_markers
+from memory.ledger._records import MARKER_KEY, source_anchor, source_id
+from memory.maintenance._migrate import archive_files
+from memory.workspace._archive import PROVIDER, ArchiveScan, read_archive
+from memory.workspace._legacy import LegacyHeader, read_legacy_first_header
+from memory.workspace._topic_ids import source_key
+from memory.workspace._topics import decode_topic, parse_topic
+from memory.workspace._transaction import LINKED_TOPIC
 from store import (
     ChainCycleError,
     SessionCore,

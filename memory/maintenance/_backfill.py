@@ -36,14 +36,14 @@ from typing import Any
 
 import anyio.to_thread
 
-from memory._archive import PROVIDER, ArchiveFrame, ArchiveScan, read_archive
-from memory._cycle import FailureKind, WriteOutcome
-from memory._ledger import DEFAULT_THRESHOLD, first_batch
-from memory._migrate import archive_files
-from memory._prompt import render_observations
-from memory._records import SourceRecord
-from memory._tokens import TokenCounter, estimate_tokens
-from memory._writer import Batch
+from memory.ledger._ledger import DEFAULT_THRESHOLD, first_batch
+from memory.ledger._records import SourceRecord
+from memory.ledger._tokens import TokenCounter, estimate_tokens
+from memory.maintenance._migrate import archive_files
+from memory.workspace._archive import PROVIDER, ArchiveFrame, ArchiveScan, read_archive
+from memory.writers._cycle import FailureKind, WriteOutcome
+from memory.writers._prompt import render_observations
+from memory.writers._writer import Batch
 
 __all__ = [
     "BackfillReport",

@@ -45,11 +45,11 @@ from urllib.parse import quote, unquote
 
 import anyio.to_thread
 
-from memory._archive import PROVIDER, archive_relpath, parse_archive
 from memory._errors import LedgerError
-from memory._ledger import records_from_branch
-from memory._legacy import legacy_relpath, parse_legacy_first_header
-from memory._runtime_state import RuntimeState
+from memory.ledger._ledger import records_from_branch
+from memory.workspace._archive import PROVIDER, archive_relpath, parse_archive
+from memory.workspace._legacy import legacy_relpath, parse_legacy_first_header
+from memory.workspace._runtime_state import RuntimeState
 from store import StoreError
 
 __all__ = [

@@ -31,8 +31,8 @@ import anyio
 
 from actors import ActorError
 from memory._errors import describe_error
-from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
-from memory._session_actor import (
+from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
+from memory.runtime._session_actor import (
     SESSION_ERRORS,
     BoundaryOutcome,
     BoundaryReport,

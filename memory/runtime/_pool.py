@@ -2,11 +2,11 @@
 
 Sessions submit jobs to one shared queue that outlives the workers, so a
 worker's crash loses no queued job. Each worker takes one job at a time
-and runs the write cycle (``memory._cycle``): archive through the workspace
+and runs the write cycle (``memory.writers._cycle``): archive through the workspace
 actor, the writer on a snapshot, the commit through the workspace actor.
 It then reports the outcome to the session actor, which alone marks.
 
-With an exclusive :class:`~memory._writer.GroupWriter` (the built-in
+With an exclusive :class:`~memory.writers._writer.GroupWriter` (the built-in
 extractive writer) a worker also takes the jobs already waiting, up to
 :data:`GROUP_LIMIT`, and commits them as one transaction (group commit):
 batches queue up exactly when commits are the bottleneck, and then one
@@ -35,12 +35,12 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from actors import Actor
-from memory._cycle import FailureKind, WriteOutcome
 from memory._errors import WriteCycleError
-from memory._session_actor import JobFinished, WriteJob
+from memory.runtime._session_actor import JobFinished, WriteJob
+from memory.writers._cycle import FailureKind, WriteOutcome
 
 if TYPE_CHECKING:
-    from memory._runtime import MemoryRuntime
+    from memory.runtime._runtime import MemoryRuntime
 
 __all__ = ["GROUP_LIMIT", "WriterCrashed", "WriterWorker"]
 

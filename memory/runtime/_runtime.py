@@ -34,18 +34,14 @@ import anyio
 from anyio.abc import TaskGroup
 
 from actors import ActorError, ActorRef, open_actor
-from memory._backfill import BackfillReport, backfill
-from memory._cycle import FailureKind, WriteOutcome, run_group_cycle, run_write_cycle
 from memory._errors import BoundaryError, ConcurrentUpdate
-from memory._extractive import ExtractiveWriter
-from memory._ledger import WritePolicy
-from memory._migrate import MigrationReport, Progress, migrate
-from memory._pool import worker_factory
-from memory._prompt import render_prompt
-from memory._quarantine import QuarantineEntry
-from memory._records import MARKER_KEY, SourceRecord
-from memory._runtime_state import RuntimeState
-from memory._session_actor import (
+from memory.ledger._ledger import WritePolicy
+from memory.ledger._records import MARKER_KEY, SourceRecord
+from memory.ledger._tokens import TokenCounter, default_counter
+from memory.maintenance._backfill import BackfillReport, backfill
+from memory.maintenance._migrate import MigrationReport, Progress, migrate
+from memory.runtime._pool import worker_factory
+from memory.runtime._session_actor import (
     SESSION_ERRORS,
     BoundaryOutcome,
     BoundaryReport,
@@ -61,11 +57,9 @@ from memory._session_actor import (
     WriteJob,
     session_factory,
 )
-from memory._settings import apply_timings, read_settings
-from memory._tokens import TokenCounter, default_counter
-from memory._topic_ids import handle_key
-from memory._watchdog import IdleWatchdog, PollNow, Touched
-from memory._workspace_actor import (
+from memory.runtime._settings import apply_timings, read_settings
+from memory.runtime._watchdog import IdleWatchdog, PollNow, Touched
+from memory.runtime._workspace_actor import (
     ArchiveBatches,
     BatchesCovered,
     CitedSources,
@@ -79,7 +73,14 @@ from memory._workspace_actor import (
     TakeSnapshot,
     WorkspaceActor,
 )
-from memory._writer import Batch, GroupWriter, TopicEdit, WorkspaceSnapshot, Writer
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.workspace._quarantine import QuarantineEntry
+from memory.workspace._runtime_state import RuntimeState
+from memory.workspace._topic_ids import handle_key
+from memory.writers._cycle import FailureKind, WriteOutcome, run_group_cycle, run_write_cycle
+from memory.writers._extractive import ExtractiveWriter
+from memory.writers._prompt import render_prompt
+from memory.writers._writer import Batch, GroupWriter, Writer
 from store import DurableFiles, SessionCore, SessionNotFoundError, StoreError, run_durable
 from store._actor import (
     Append,
@@ -430,7 +431,7 @@ class MemoryRuntime:
     async def write_group(self, batches: Sequence[Batch]) -> list[WriteOutcome]:
         """Several batches as one transaction, each one the group does not cover alone.
 
-        See :class:`~memory._writer.GroupWriter`; without one (or for a
+        See :class:`~memory.writers._writer.GroupWriter`; without one (or for a
         single batch) this is :meth:`write_cycle` per batch.
         """
         writer = self.writer
@@ -536,7 +537,7 @@ class MemoryRuntime:
             await self._idle.wait()
 
     async def repair_markers(self, session: str) -> list[str]:
-        """Set again the session's lost markers now (:mod:`memory._lost_markers`); the node ids.
+        """Set again the session's lost markers now (:mod:`memory.ledger._lost_markers`); the node ids.
 
         The same repair a session actor runs when it activates and when the
         idle watchdog's scan sees its files change; it writes no memory.
@@ -655,7 +656,7 @@ async def open_runtime(
     """Start the runtime on ``state_dir`` for the block's duration (SPEC §8).
 
     ``config=None`` is the default config with the timings of
-    ``<state>/scriptorium.toml`` (:mod:`memory._settings`); a given config is
+    ``<state>/scriptorium.toml`` (:mod:`memory.runtime._settings`); a given config is
     used as it is. ``writer=None`` uses the built-in extractive writer; ``rt.writer`` may be
     replaced while running (workers read it for each job). On exit, in-flight
     jobs are cancelled (use ``await rt.drain()`` first to finish them) and

@@ -55,26 +55,26 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 
 from actors import ActorError, Idempotent
-from memory._cycle import FailureKind, WriteOutcome
 from memory._errors import LedgerError, MissingAuthority, ScriptoriumMemoryError, describe_error
-from memory._ledger import (
+from memory.ledger._ledger import (
     NodeRecords,
     first_batch,
     should_write,
     should_write_at_boundary,
     uncitable,
 )
-from memory._lost_markers import lost_markers, stranded_records
-from memory._quarantine import QuarantineEntry, is_quarantined
-from memory._records import MARKER_KEY, SourceRecord
-from memory._workspace_actor import SourcesInMemory
-from memory._writer import Batch
+from memory.ledger._lost_markers import lost_markers, stranded_records
+from memory.ledger._records import MARKER_KEY, SourceRecord
+from memory.runtime._workspace_actor import SourcesInMemory
+from memory.workspace._quarantine import QuarantineEntry, is_quarantined
+from memory.writers._cycle import FailureKind, WriteOutcome
+from memory.writers._writer import Batch
 from store import SessionActor, StoreError, run_durable
 from store._actor import TipMoved
 from store._claim import Claim
 
 if TYPE_CHECKING:
-    from memory._runtime import MemoryRuntime
+    from memory.runtime._runtime import MemoryRuntime
 
 __all__ = [
     "SESSION_ERRORS",
@@ -150,7 +150,7 @@ class RepairMarkers(Idempotent):
     """Find this session's lost markers and set them again; replies with the node ids marked.
 
     Sent by the actor to itself on every activation, and by the idle
-    watchdog's scan when the session's files changed (:mod:`memory._lost_markers`).
+    watchdog's scan when the session's files changed (:mod:`memory.ledger._lost_markers`).
     Those background repairs report a failure as an event and leave it to
     the next scan; ``raise_errors`` hands it to the caller instead.
     ``reload`` reads every node file again first: the agent's write that
@@ -783,7 +783,7 @@ class MemorySessionActor(SessionActor):
     # -- lost markers ------------------------------------------------------------------
 
     async def _repair_markers(self) -> list[str]:
-        """Set again the markers another writer dropped (:mod:`memory._lost_markers`).
+        """Set again the markers another writer dropped (:mod:`memory.ledger._lost_markers`).
 
         Only records behind an own marker are candidates, found on the
         index; the workspace is asked about them only when there are any, so

@@ -7,14 +7,14 @@ after 30 minutes (``session_idle``), the watchdog polls every 300 s
 8,000 / 16,000 / 32,000). Nobody can try the runtime in a short test with
 those, so each is configurable in three places, the later winning:
 
-1. the defaults (:class:`~memory._runtime.RuntimeConfig`, the embedded config);
+1. the defaults (:class:`~memory.runtime._runtime.RuntimeConfig`, the embedded config);
 2. ``<state>/scriptorium.toml``: top-level keys ``threshold``, ``idle_after``,
    ``session_idle``, ``watchdog_poll`` (seconds); read by the command line,
    and by :func:`~memory.open_runtime` when it is given no config;
 3. the command line's flags.
 
 A threshold the reference agent would not accept is allowed, with a
-:class:`ReferenceThresholdWarning`: the markers stay compatible, but that
+:class:`~memory.ledger._ledger.ReferenceThresholdWarning`: the markers stay compatible, but that
 agent, run on the same state, batches differently.
 """
 
@@ -23,19 +23,16 @@ from __future__ import annotations
 import math
 import os
 import tomllib
-import warnings
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 from memory._errors import SettingsError
 
 if TYPE_CHECKING:
-    from memory._runtime import RuntimeConfig
+    from memory.runtime._runtime import RuntimeConfig
 
 __all__ = [
-    "REFERENCE_THRESHOLDS",
     "SETTINGS_FILE",
-    "ReferenceThresholdWarning",
     "SettingsError",
     "Timings",
     "apply_timings",
@@ -43,31 +40,9 @@ __all__ = [
     "check_threshold",
     "parse_settings",
     "read_settings",
-    "threshold_warning",
-    "warn_threshold",
 ]
 
 SETTINGS_FILE = "scriptorium.toml"
-REFERENCE_THRESHOLDS = (8_000, 16_000, 32_000)
-
-
-class ReferenceThresholdWarning(UserWarning):
-    """A token threshold outside 8,000 / 16,000 / 32,000: fine here, refused by the reference."""
-
-
-def threshold_warning(threshold: int) -> str | None:
-    """The one-line warning for a threshold the reference agent would not accept, or None."""
-    if threshold in REFERENCE_THRESHOLDS:
-        return None
-    allowed = ", ".join(str(t) for t in REFERENCE_THRESHOLDS)
-    return (f"token threshold {threshold} is not one of {allowed}: scriptorium uses it, "
-            f"but the reference agent would not accept it")
-
-
-def warn_threshold(threshold: int, *, stacklevel: int = 2) -> None:
-    message = threshold_warning(threshold)
-    if message is not None:
-        warnings.warn(message, ReferenceThresholdWarning, stacklevel=stacklevel + 1)
 
 
 def check_threshold(value: object, where: str) -> int:

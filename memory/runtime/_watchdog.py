@@ -13,7 +13,7 @@ The watchdog decides nothing itself: it casts ``CheckIdle`` to the session
 actor, which re-checks against its own fresh meta inside its mailbox (the
 idle check is serialised with appends, SPEC §1).
 
-The same disk poll looks for lost markers (:mod:`memory._lost_markers`):
+The same disk poll looks for lost markers (:mod:`memory.ledger._lost_markers`):
 every session whose files changed since the previous poll (the store's
 freshness fingerprint; at the first poll, every session) is asked to
 ``RepairMarkers``. An outside metadata merge moves no ``updated_at``, so the
@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from actors import Actor, ActorError, Idempotent
-from memory._runtime_state import read_session_end
-from memory._session_actor import CheckIdle, RepairMarkers
+from memory.runtime._session_actor import CheckIdle, RepairMarkers
+from memory.workspace._runtime_state import read_session_end
 from store import StoreError, list_sessions, run_durable
 from store._index import Fingerprint
 
 if TYPE_CHECKING:
-    from memory._runtime import MemoryRuntime
+    from memory.runtime._runtime import MemoryRuntime
 
 __all__ = [
     "IdleWatchdog",

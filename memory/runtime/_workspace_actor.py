@@ -8,7 +8,7 @@ transaction) covers runtimes in other processes.
 
 Writers do **not** run here: a model writer may take minutes, and the
 workspace must keep archiving other sessions' evidence meanwhile. A writer
-works on a :class:`~memory._writer.WorkspaceSnapshot` and its edits come
+works on a :class:`~memory.workspace._edits.WorkspaceSnapshot` and its edits come
 back as one ``Commit``, checked against the snapshot's revision
 (``ConcurrentUpdate`` when another commit landed first; the caller retries).
 
@@ -35,22 +35,23 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from actors import Actor, Idempotent
-from memory._archive import AppendResult
-from memory._archive_cache import ArchiveCache
 from memory._errors import ScriptoriumMemoryError
-from memory._lost_markers import written_to_memory
-from memory._quarantine import QuarantineEntry, read_quarantine, write_quarantine
-from memory._runtime_state import (
+from memory.ledger._lost_markers import written_to_memory
+from memory.workspace._archive import AppendResult
+from memory.workspace._archive_cache import ArchiveCache
+from memory.workspace._edits import TopicEdit
+from memory.workspace._quarantine import QuarantineEntry, read_quarantine, write_quarantine
+from memory.workspace._runtime_state import (
     RuntimeState,
     read_runtime_state,
     read_session_end,
     write_runtime_state,
     write_session_end,
 )
-from memory._topic_ids import handle_key
-from memory._transaction import CommitResult, Transactions, workspace_lock
-from memory._workspace_id import load_or_create_workspace_id
-from memory._writer import Batch, TopicEdit
+from memory.workspace._topic_ids import handle_key
+from memory.workspace._transaction import CommitResult, Transactions, workspace_lock
+from memory.workspace._workspace_id import load_or_create_workspace_id
+from memory.writers._writer import Batch
 from store import DurableFiles, UnsafeLinkError, run_durable
 
 __all__ = [
@@ -106,7 +107,7 @@ class CitedSources(Idempotent):
 @dataclass(frozen=True, slots=True)
 class SourcesInMemory(Idempotent):
     """Of ``sources`` (source ids): ``(archived, cited)``, the ones in the v2 archive and those
-    a topic cites (for lost-marker repair, :mod:`memory._lost_markers`)."""
+    a topic cites (for lost-marker repair, :mod:`memory.ledger._lost_markers`)."""
 
     sources: tuple[str, ...]
 

@@ -36,7 +36,7 @@ from typing import Any
 import anyio
 
 from actors import ActorCrashed, ActorError
-from memory._runtime import MemoryRuntime
+from memory.runtime._runtime import MemoryRuntime
 from store import StoreError
 
 __all__ = ["SIM_KEY", "SIM_TURN", "Acknowledged", "Agent", "Mix", "chatter", "sentence"]

@@ -28,15 +28,11 @@ import click
 import orjson
 
 from memory._errors import SettingsError
-from memory._settings import (
-    ReferenceThresholdWarning,
-    check_seconds,
-    check_threshold,
-    threshold_warning,
-)
-from memory._simulate import SimulationConfig, SimulationResult
-from memory._simulate import simulate as run_simulation
-from memory._simulate_faults import FAULTS, parse_faults
+from memory.ledger._ledger import ReferenceThresholdWarning, threshold_warning
+from memory.runtime._settings import check_seconds, check_threshold
+from memory.simulate._faults import FAULTS, parse_faults
+from memory.simulate._simulate import SimulationConfig, SimulationResult
+from memory.simulate._simulate import simulate as run_simulation
 from store._sessions import state_path
 
 __all__ = ["percentile", "render_report", "result_document", "simulate"]

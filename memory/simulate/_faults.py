@@ -26,15 +26,9 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from memory._records import MARKER_KEY
-from memory._writer import (
-    Batch,
-    GroupWriter,
-    TopicEdit,
-    WorkspaceSnapshot,
-    Writer,
-    WriterOutput,
-)
+from memory.ledger._records import MARKER_KEY
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.writers._writer import Batch, GroupWriter, Writer, WriterOutput
 from store import DurableFiles
 from store._claim import CLAIM_NAME, RELEASED
 
@@ -196,7 +190,7 @@ class FaultyDisk(DurableFiles):
       finished job triggers (issue 10's ENOSPC on the claim).
       The session actor crashes and its supervisor restarts it; an idempotent
       message is delivered again, any other fails its caller with
-      ``ActorCrashed``, and the agents cope (:mod:`memory._simulate_agents`).
+      ``ActorCrashed``, and the agents cope (:mod:`memory.simulate._agents`).
     - ``crash-before-mark``: :class:`SimulatedCrash` when a session journal
       record that sets markers is about to be written, i.e. after the batch
       was installed in memory and before it is marked; the whole runtime dies

@@ -62,13 +62,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory._archive import parse_archive
 from memory._errors import TopicError
-from memory._ledger import owed_tokens, records_from_branch, unwritten_turns
-from memory._records import MARKER_KEY, source_anchor
-from memory._simulate_agents import SIM_TURN
-from memory._tokens import TokenCounter
-from memory._topics import decode_topic, parse_topic
+from memory.ledger._ledger import owed_tokens, records_from_branch, unwritten_turns
+from memory.ledger._records import MARKER_KEY, source_anchor
+from memory.ledger._tokens import TokenCounter
+from memory.simulate._agents import SIM_TURN
+from memory.workspace._archive import parse_archive
+from memory.workspace._topics import decode_topic, parse_topic
 from store import Node, SessionCore, StoreError, walk_files
 
 __all__ = ["INVARIANTS", "Evidence", "Verdict", "check_invariants"]

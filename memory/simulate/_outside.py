@@ -22,8 +22,8 @@ marker merges, journal replays after a crash and checkpoints run against
 it; the oracle's ``no_outside_write_reverted`` checks that none of these
 writes was undone.
 
-Run: ``python -m memory._simulate_outside STATE SEED ROUNDS SID [SID ...]``, or
-``python -m memory._simulate_outside --agent STATE SEED ROUNDS SID [SID ...]``.
+Run: ``python -m memory.simulate._outside STATE SEED ROUNDS SID [SID ...]``, or
+``python -m memory.simulate._outside --agent STATE SEED ROUNDS SID [SID ...]``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from memory._simulate_agents import sentence
+from memory.simulate._agents import sentence
 from store import SessionCore, StoreError
 from store._format import parse_filename
 

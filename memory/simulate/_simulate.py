@@ -2,14 +2,14 @@
 
 The project's main job and its proof under load (issue 6). It opens the
 embedded runtime on a state directory, creates one session per simulated
-agent (:mod:`memory._simulate_agents`) and runs them all concurrently with
+agent (:mod:`memory.simulate._agents`) and runs them all concurrently with
 the idle watchdog on a compressed clock, while the faults of
-:mod:`memory._simulate_faults` fire. A simulated process crash kills the
+:mod:`memory.simulate._faults` fire. A simulated process crash kills the
 runtime; the harness reopens it on the same state and the agents carry on.
 When the workload ends, faults switch off, the session boundary runs for
 every session (quarantined batches are released once, as an operator
-would), the pool drains, and :mod:`memory._simulate_oracle` checks the
-files. :mod:`memory._simulate_cli` prints the result.
+would), the pool drains, and :mod:`memory.simulate._oracle` checks the
+files. :mod:`memory.simulate._command` prints the result.
 
 Everything here is orchestration; the rules live in the runtime.
 """
@@ -29,14 +29,14 @@ from typing import Any
 import anyio
 import orjson
 
-from memory._extractive import ExtractiveWriter
-from memory._ledger import WritePolicy
-from memory._records import MARKER_KEY
-from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
-from memory._simulate_agents import Acknowledged, Agent, Mix
-from memory._simulate_faults import FaultPlan, FaultyDisk, FaultyWriter, SimulatedCrash
-from memory._simulate_oracle import Evidence, Verdict, check_invariants, outside_evidence
-from memory._tokens import default_counter
+from memory.ledger._ledger import WritePolicy
+from memory.ledger._records import MARKER_KEY
+from memory.ledger._tokens import default_counter
+from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
+from memory.simulate._agents import Acknowledged, Agent, Mix
+from memory.simulate._faults import FaultPlan, FaultyDisk, FaultyWriter, SimulatedCrash
+from memory.simulate._oracle import Evidence, Verdict, check_invariants, outside_evidence
+from memory.writers._extractive import ExtractiveWriter
 from store import list_sessions, run_durable
 from store._sessions import state_path
 from supervisors import Backoff, GetChild
@@ -173,7 +173,7 @@ async def _outside(config: SimulationConfig, sessions: list[str], into: dict[str
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(
         "PYTHONPATH")]))}
-    command = [sys.executable, "-m", "memory._simulate_outside", config.state_dir,
+    command = [sys.executable, "-m", "memory.simulate._outside", config.state_dir,
                str(config.seed), str(config.outside_rounds), *sessions]
     done = await anyio.run_process(command, env=env, check=False, stderr=subprocess.PIPE)
     if done.returncode != 0:
@@ -188,7 +188,7 @@ async def _agent(config: SimulationConfig, sessions: list[str], into: dict[str, 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(
         "PYTHONPATH")]))}
-    command = [sys.executable, "-m", "memory._simulate_outside", "--agent", config.state_dir,
+    command = [sys.executable, "-m", "memory.simulate._outside", "--agent", config.state_dir,
                str(config.seed), str(config.agent_rounds), *sessions]
     async with await anyio.open_process(command, env=env, stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:

@@ -41,7 +41,7 @@ from datetime import UTC, datetime, tzinfo
 from urllib.parse import quote, unquote_to_bytes
 
 from memory._errors import IncompleteArchive, UnframeableRecord
-from memory._records import SourceMeta, SourceRecord, source_anchor
+from memory.ledger._records import SourceMeta, SourceRecord, normalize_label, source_anchor
 from store._durable import DurableFiles
 
 __all__ = [
@@ -57,7 +57,6 @@ __all__ = [
     "encode_speaker_id",
     "format_timestamp",
     "is_canonical_speaker_id",
-    "normalize_label",
     "parse_archive",
     "plan_append",
     "read_archive",
@@ -156,17 +155,6 @@ def format_timestamp(timestamp: float, tz: tzinfo | None = None) -> str:
     """ISO-8601 local time with offset (``tz=None``: this machine's zone)."""
     moment = datetime.fromtimestamp(timestamp, UTC)
     return (moment.astimezone(tz) if tz is not None else moment.astimezone()).isoformat()
-
-
-def normalize_label(label: str) -> str:
-    """A speaker label safe for the first body line: one line, single spaces, trimmed.
-
-    A line break inside the label would move the ``<speaker>: `` part off
-    the first body line and make the frame malformed.
-    """
-    if not label.isprintable():  # rare: only then look at each character
-        label = "".join(ch if ch.isprintable() else " " for ch in label)
-    return " ".join(label.split())
 
 
 # -- rendering ---------------------------------------------------------------
@@ -377,7 +365,7 @@ def plan_append(
     :class:`IncompleteArchive` if ``existing`` does not scan completely and
     :class:`UnframeableRecord` for a record the grammar cannot hold, before
     anything is decided. ``scan`` is ``parse_archive(existing, session_id)``
-    when the caller already has it (:class:`~memory._archive_cache.ArchiveCache`).
+    when the caller already has it (:class:`~memory.workspace._archive_cache.ArchiveCache`).
     """
     if scan is None:
         scan = parse_archive(existing, session_id)

@@ -38,7 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
 
-from memory._archive import (
+from memory.ledger._records import SourceRecord
+from memory.workspace._archive import (
     V2_MARKER,
     AppendResult,
     ArchiveScan,
@@ -46,7 +47,6 @@ from memory._archive import (
     parse_archive,
     plan_append,
 )
-from memory._records import SourceRecord
 from store._durable import DurableFiles
 
 __all__ = ["ArchiveCache", "ArchiveCacheStatistics", "FileStamp", "extend_scan"]

@@ -31,8 +31,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from memory._archive import PROVIDER
-from memory._records import source_anchor
+from memory.ledger._records import source_anchor
+from memory.workspace._archive import PROVIDER
 
 __all__ = [
     "LegacyHeader",

@@ -36,8 +36,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from memory._errors import TopicError
-from memory._records import source_anchor
-from memory._topics import (
+from memory.ledger._records import source_anchor
+from memory.workspace._topics import (
     CITATION,
     Footnote,
     Heading,

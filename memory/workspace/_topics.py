@@ -21,7 +21,7 @@ line that breaks it:
 Committed files (``strict``) use runtime ids only: block ids of 8 hex and
 footnote labels ``e-`` + 10 hex. Writer drafts (``strict=False``) may omit
 block ids, carry invented ones, use local labels (``[^e1]``) and cite raw
-source handles instead of links; ``memory._topic_ids`` turns a draft into a
+source handles instead of links; ``memory.workspace._topic_ids`` turns a draft into a
 committed file.
 
 :func:`render_topic` writes the canonical form: blocks separated by one blank

@@ -63,15 +63,15 @@ from memory._errors import (
     InstallJournalCorrupt,
     TopicError,
 )
-from memory._revision import RevisionCache
-from memory._topic_ids import (
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.workspace._revision import RevisionCache
+from memory.workspace._topic_ids import (
     NormalisedTopic,
     handle_key,
     normalise_topic,
     source_key,
 )
-from memory._topics import Topic, decode_topic, parse_topic
-from memory._writer import TopicEdit, WorkspaceSnapshot
+from memory.workspace._topics import Topic, decode_topic, parse_topic
 from store import UnsafeLinkError, walk_files
 from store._durable import FILE_MODE, TEMP_SUFFIX, DurableFiles
 

@@ -22,7 +22,7 @@ can wire to the workspace actor, and tests can record the call order:
   audit list, raises :class:`TransactionError` when refused as a whole.
 
 :func:`run_group_cycle` runs the same steps once for several batches (group
-commit, for an exclusive :class:`~memory._writer.GroupWriter`); it never
+commit, for an exclusive :class:`~memory.writers._writer.GroupWriter`); it never
 fails a batch, it only hands back the ones it did not write.
 
 Only the writer runs under ``timeout``: archive and commit are durable
@@ -50,14 +50,8 @@ from memory._errors import (
     WriterTimedOut,
     describe_error,
 )
-from memory._writer import (
-    Batch,
-    CommittedWrite,
-    GroupWriter,
-    TopicEdit,
-    WorkspaceSnapshot,
-    Writer,
-)
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.writers._writer import Batch, CommittedWrite, GroupWriter, Writer
 
 __all__ = [
     "DEFAULT_WRITER_TIMEOUT",

@@ -54,9 +54,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memory._errors import TopicError
-from memory._records import SourceRecord
-from memory._topic_ids import handle_key, is_source_handle, source_key
-from memory._topics import (
+from memory.ledger._records import SourceRecord
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.workspace._topic_ids import handle_key, is_source_handle, source_key
+from memory.workspace._topics import (
     CITATION,
     Footnote,
     Heading,
@@ -66,7 +67,7 @@ from memory._topics import (
     parse_topic,
     render_topic,
 )
-from memory._writer import Batch, TopicEdit, WorkspaceSnapshot
+from memory.writers._writer import Batch
 
 __all__ = [
     "CONVERSATIONS", "EVIDENCE_LIMIT", "SHARD_BYTES", "SHARD_LIMIT", "ExtractiveWriter",
@@ -468,7 +469,7 @@ def extract_edits(
 
 
 class ExtractiveWriter:
-    """The default :class:`~memory._writer.Writer`: no model, no network, deterministic.
+    """The default :class:`~memory.writers._writer.Writer`: no model, no network, deterministic.
 
     It remembers which facts each topic file holds (keyed by the file's text),
     so a batch parses only the files it changes.

@@ -26,10 +26,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
 
-from memory._archive import format_timestamp
 from memory._errors import TopicError
-from memory._records import SourceRecord
-from memory._writer import WorkspaceSnapshot
+from memory.ledger._records import SourceRecord
+from memory.workspace._archive import format_timestamp
+from memory.workspace._edits import WorkspaceSnapshot
 
 __all__ = [
     "TopicOutline",

@@ -14,16 +14,14 @@ block and footnote ids and expands handles into links (SPEC §5).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from memory._records import SourceRecord
+from memory.ledger._records import SourceRecord
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 
-__all__ = [
-    "Batch", "CommittedWrite", "GroupWriter", "TopicEdit", "WorkspaceSnapshot", "Writer",
-    "WriterOutput",
-]
+__all__ = ["Batch", "CommittedWrite", "GroupWriter", "Writer", "WriterOutput"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,21 +38,6 @@ class Batch:
 
 
 @dataclass(frozen=True, slots=True)
-class TopicEdit:
-    """Replace one topic file with ``text`` (writer form), or delete it (``text=None``).
-
-    ``path`` is relative to ``<state>/memory`` and must lie under ``topics/``.
-    A block id present in the base but absent from ``text`` is refused unless
-    it is listed in ``delete_blocks``: memory never loses a unit by accident.
-    """
-
-    path: str
-    text: str | None
-    delete_blocks: frozenset[str] = frozenset()
-    tool: str = "write_topic"
-
-
-@dataclass(frozen=True, slots=True)
 class CommittedWrite:
     """What a self-committing writer returns: the audit list and the changed files."""
 
@@ -63,19 +46,6 @@ class CommittedWrite:
 
 
 WriterOutput = Sequence[TopicEdit] | CommittedWrite
-
-
-@dataclass(frozen=True, slots=True)
-class WorkspaceSnapshot:
-    """A read-only view of the topics at one ``workspace_revision``.
-
-    ``read(path)`` returns a topic file's text at that revision; files are read
-    lazily because a workspace may hold thousands of them.
-    """
-
-    revision: str
-    topic_paths: tuple[str, ...]
-    read: Callable[[str], str] = field(repr=False)
 
 
 @runtime_checkable

@@ -27,8 +27,8 @@ from memory._baselines_scaling import (
     owed_from_tip,
 )
 from memory._baselines_workload import Op, SessionModel, generate_workload
-from memory._ledger import records_from_branch, unwritten_turns
-from memory._records import MARKER_KEY, SourceRecord
+from memory.ledger._ledger import records_from_branch, unwritten_turns
+from memory.ledger._records import MARKER_KEY, SourceRecord
 from store._errors import BrokenChainError
 from store._index import SessionIndex
 from store._message import node_to_message

@@ -19,7 +19,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from memory._cli import main
+from memory.cli._cli import main
 from store import SessionCore
 
 BACKENDS = ["asyncio", "trio"]
@@ -167,7 +167,7 @@ def test_scriptorium_run_logs_the_session_it_cannot_see(tmp_path: Path) -> None:
     lost.close()
     (state / "sessions" / "lost" / "meta.json").unlink()
     runtime = subprocess.Popen(
-        [sys.executable, "-c", "from memory._cli import main; main()", "run", "--log-json",
+        [sys.executable, "-c", "from memory.cli._cli import main; main()", "run", "--log-json",
          "--scan-interval", "0.05", "--state", str(state)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )

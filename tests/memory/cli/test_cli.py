@@ -8,7 +8,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from memory._cli import main
+from memory.cli._cli import main
 from tests.fixture import copy_fixture
 
 
@@ -67,7 +67,7 @@ def test_bad_session_ids_are_clean_errors(state: str, sid: str) -> None:
 
 
 def test_scan_sessions_reports_each_change_once() -> None:
-    from memory._headless import scan_sessions
+    from memory.runtime._headless import scan_sessions
 
     seen: dict[str, object] = {}
     rows = [{"id": "a", "updated_at": 1.0}, {"id": "b", "updated_at": 2.0}]

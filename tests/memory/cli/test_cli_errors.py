@@ -22,22 +22,22 @@ from hypothesis import strategies as st
 
 from actors import ActorCrashed, ActorStopped, PoisonMessage
 from memory import open_runtime
-from memory._cli import main
-from memory._cli_errors import (
+from memory._errors import CorruptWorkspaceId
+from memory.cli._cli import main
+from memory.cli._cli_errors import (
     EXIT_FAILURE,
     EXIT_PROBLEMS,
     EXIT_USAGE,
     describe,
     root_cause,
 )
-from memory._errors import CorruptWorkspaceId
 from store import SessionCore
 from store._durable import DurableFiles
 from store._errors import MetaFileError
 from supervisors import RestartIntensityExceeded
 from tests.fixture import copy_fixture
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent.parent
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def assert_one_line(result: Result, code: int, *needles: str) -> str:
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     """The installed entry point, in a real process."""
-    return subprocess.run([sys.executable, "-c", "from memory._cli import main; main()", *args],
+    return subprocess.run([sys.executable, "-c", "from memory.cli._cli import main; main()", *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
 
 

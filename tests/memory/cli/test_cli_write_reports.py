@@ -21,8 +21,8 @@ import pytest
 
 from store import SessionCore
 
-REPO = Path(__file__).resolve().parents[2]
-CLI = [sys.executable, "-c", "from memory._cli import main; main()"]
+REPO = Path(__file__).resolve().parents[3]
+CLI = [sys.executable, "-c", "from memory.cli._cli import main; main()"]
 HANG = 120.0  # real seconds: these commands take one or two; reaching it is a hang
 # ~1,000 tokens a turn (the extractive writer skips the long sentence), so
 # eight turns pass the 8,000-token trigger.

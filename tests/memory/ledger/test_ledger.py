@@ -11,10 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memory._errors import InvalidThreshold, MissingAuthority, UnidentifiedMessage
-from memory._ledger import (
+from memory.ledger._ledger import (
     DEFAULT_IDLE_AFTER,
     DEFAULT_THRESHOLD,
     NodeRecords,
+    ReferenceThresholdWarning,
     WritePolicy,
     first_batch,
     message_text,
@@ -25,8 +26,7 @@ from memory._ledger import (
     speaker_label,
     unwritten_turns,
 )
-from memory._records import MARKER_KEY, SourceMeta, SourceRecord
-from memory._settings import ReferenceThresholdWarning
+from memory.ledger._records import MARKER_KEY, SourceMeta, SourceRecord
 from store import SessionCore
 from tests.memory._fixture import message
 

@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory._ledger import records_from_branch, unwritten_turns
-from memory._lost_markers import lost_markers, stranded_records, written_to_memory
-from memory._records import MARKER_KEY, SourceMeta, SourceRecord
+from memory.ledger._ledger import records_from_branch, unwritten_turns
+from memory.ledger._lost_markers import lost_markers, stranded_records, written_to_memory
+from memory.ledger._records import MARKER_KEY, SourceMeta, SourceRecord
 
 WID = "w-aa116220"
 OTHER = "w-00000000"
@@ -119,8 +119,8 @@ def test_only_records_are_candidates() -> None:
 
 
 def test_the_audit_counts_lost_markers_and_only_those() -> None:
-    from tests.memory.test_audit import WID as AUDIT_WID
-    from tests.memory.test_audit import linear, link, msg, run, topic
+    from tests.memory.maintenance.test_audit import WID as AUDIT_WID
+    from tests.memory.maintenance.test_audit import linear, link, msg, run, topic
 
     # A message's own trust_state is ignored: session records are always trusted (SPEC §6.1).
     claimed = {**msg("p2"), "trust_state": "pending"}

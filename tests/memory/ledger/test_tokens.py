@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from memory import _tokens
-from memory._tokens import default_counter, estimate_tokens, tiktoken_counter
+from memory.ledger import _tokens
+from memory.ledger._tokens import default_counter, estimate_tokens, tiktoken_counter
 
 
 def test_estimate_is_about_four_bytes_per_token() -> None:

@@ -8,10 +8,16 @@ from typing import Any
 
 import pytest
 
-from memory._archive import parse_archive, render_frame
-from memory._audit import AuditInputs, SessionFacts, audit, read_audit_inputs, topic_citations
-from memory._legacy import LegacyHeader
-from memory._records import MARKER_KEY, SourceMeta, SourceRecord, source_anchor, source_id
+from memory.ledger._records import MARKER_KEY, SourceMeta, SourceRecord, source_anchor, source_id
+from memory.maintenance._audit import (
+    AuditInputs,
+    SessionFacts,
+    audit,
+    read_audit_inputs,
+    topic_citations,
+)
+from memory.workspace._archive import parse_archive, render_frame
+from memory.workspace._legacy import LegacyHeader
 from store import SessionCore
 from tests.memory._fixture import FIXTURE
 

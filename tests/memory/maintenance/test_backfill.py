@@ -12,15 +12,16 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory._archive import parse_archive, render_frame
-from memory._archive_cache import ArchiveCache
-from memory._audit import read_topics, topic_citations
-from memory._backfill import BackfillReport, backfill, backfill_batches, frame_record
-from memory._cycle import WriteOutcome, run_write_cycle
-from memory._extractive import ExtractiveWriter
-from memory._records import SourceMeta, SourceRecord, source_anchor
-from memory._transaction import Transactions
-from memory._writer import Batch, TopicEdit, WorkspaceSnapshot, Writer, WriterOutput
+from memory.ledger._records import SourceMeta, SourceRecord, source_anchor
+from memory.maintenance._audit import read_topics, topic_citations
+from memory.maintenance._backfill import BackfillReport, backfill, backfill_batches, frame_record
+from memory.workspace._archive import parse_archive, render_frame
+from memory.workspace._archive_cache import ArchiveCache
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.workspace._transaction import Transactions
+from memory.writers._cycle import WriteOutcome, run_write_cycle
+from memory.writers._extractive import ExtractiveWriter
+from memory.writers._writer import Batch, Writer, WriterOutput
 from tests.memory._fixture import FIXTURE
 
 OWNER = SourceMeta("owner", "owner/local", "owner", "trusted")

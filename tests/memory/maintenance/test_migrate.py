@@ -12,10 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors import open_actor
-from memory._archive import append_records, archive_relpath, render_frame
-from memory._ledger import records_from_branch, unwritten_turns
-from memory._legacy import legacy_relpath
-from memory._migrate import (
+from memory.ledger._ledger import records_from_branch, unwritten_turns
+from memory.ledger._records import MARKER_KEY, source_anchor, source_id
+from memory.maintenance._migrate import (
     MigrationReport,
     PrefixMerge,
     SessionCandidates,
@@ -24,9 +23,10 @@ from memory._migrate import (
     safe_prefix,
     session_candidates,
 )
-from memory._records import MARKER_KEY, source_anchor, source_id
-from memory._runtime_state import RuntimeState, read_runtime_state, write_runtime_state
-from memory._workspace_actor import ReadRuntimeState, ReplaceRuntimeState, WorkspaceActor
+from memory.runtime._workspace_actor import ReadRuntimeState, ReplaceRuntimeState, WorkspaceActor
+from memory.workspace._archive import append_records, archive_relpath, render_frame
+from memory.workspace._legacy import legacy_relpath
+from memory.workspace._runtime_state import RuntimeState, read_runtime_state, write_runtime_state
 from store import DurableFiles, SessionCore, SessionNotFoundError
 from store._actor import GetBranch, MergeMetadata, SessionActor
 from tests.faults import SimulatedCrash

@@ -22,10 +22,10 @@ import anyio
 import pytest
 
 from memory._errors import BoundaryError
-from memory._ledger import WritePolicy
-from memory._records import MARKER_KEY
-from memory._runtime import RuntimeConfig, open_runtime
-from memory._session_actor import BoundaryOutcome
+from memory.ledger._ledger import WritePolicy
+from memory.ledger._records import MARKER_KEY
+from memory.runtime._runtime import RuntimeConfig, open_runtime
+from memory.runtime._session_actor import BoundaryOutcome
 from store import (
     BrokenChainError,
     HeadFieldError,
@@ -34,7 +34,7 @@ from store import (
     SessionLockTimeout,
 )
 from tests.faults import RefusingFiles
-from tests.memory.test_runtime_failures import virtual_config
+from tests.memory.runtime.test_runtime_failures import virtual_config
 
 # Virtual seconds: far beyond anything the runtime does here, so reaching it is a hang.
 HANG = 3600.0
@@ -244,8 +244,8 @@ async def test_a_session_lock_held_by_a_stuck_process_ends_in_an_error_naming_it
 async def test_the_commands_report_a_failed_job_with_its_reason_not_as_written(
     tmp_path: Path,
 ) -> None:
-    from memory._headless import run_once, run_triggers
-    from tests.memory.test_runtime_failures import FailingFor
+    from memory.runtime._headless import run_once, run_triggers
+    from tests.memory.runtime.test_runtime_failures import FailingFor
 
     build(tmp_path, "bad", [f"b{i}" for i in range(4)])
     build(tmp_path, "good", ["g1", "g2"])

@@ -19,13 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory import open_runtime
-from memory._archive import V2_MARKER, parse_archive, render_frame
-from memory._audit import audit, read_audit_inputs
 from memory._errors import TopicError, UnframeableRecord
-from memory._records import SourceRecord
-from memory._session_actor import BoundaryOutcome
-from memory._topic_ids import handle_key, is_source_handle, source_key, source_link_target
-from memory._topics import parse_topic
+from memory.ledger._records import SourceRecord
+from memory.maintenance._audit import audit, read_audit_inputs
+from memory.runtime._session_actor import BoundaryOutcome
+from memory.workspace._archive import V2_MARKER, parse_archive, render_frame
+from memory.workspace._topic_ids import handle_key, is_source_handle, source_key, source_link_target
+from memory.workspace._topics import parse_topic
 from store import SessionCore
 from store._errors import UnsafeIdError
 from store._ids import citable_id_problem, is_safe_id, validate_new_id

@@ -38,13 +38,13 @@ from typing import Any
 
 import pytest
 
-from memory._archive import read_archive
-from memory._records import MARKER_KEY, source_id
-from memory._topics import parse_topic
-from memory._workspace_id import read_workspace_id
+from memory.ledger._records import MARKER_KEY, source_id
+from memory.workspace._archive import read_archive
+from memory.workspace._topics import parse_topic
+from memory.workspace._workspace_id import read_workspace_id
 from store import SessionCore
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SESSIONS = ["k1", "k2", "k3"]
 KILLS = 4
 CHUNK = 10  # turns per session the agent appends while each incarnation runs
@@ -90,8 +90,8 @@ def _python(code: str, *args: str, **options: Any) -> subprocess.Popen[str]:
 # write cycle (SPEC §6.4 reversed), with a pause that lets kills land in between.
 MARK_FIRST = """
 import anyio
-from memory._records import MARKER_KEY
-from memory._runtime import MemoryRuntime
+from memory.ledger._records import MARKER_KEY
+from memory.runtime._runtime import MemoryRuntime
 cycle = MemoryRuntime.write_cycle
 async def mark_first(self, batch):
     await self.sessions.merge_node_metadata_batch(
@@ -105,7 +105,7 @@ MemoryRuntime.write_cycle = mark_first
 def _scriptorium(
     state: Path, *args: str, plant: str = "", **options: Any
 ) -> subprocess.Popen[str]:
-    return _python(plant + "\nfrom memory._cli import main; main()", *args,
+    return _python(plant + "\nfrom memory.cli._cli import main; main()", *args,
                    "--state", str(state), "--threshold", THRESHOLD, "--workers", "2",
                    "--log-json", **options)
 
@@ -197,7 +197,7 @@ def _kill_and_check(tmp_path: Path, plant: str = "") -> dict[str, int]:
     for sid in SESSIONS:
         SessionCore.create(state, sid, title=sid)
     rng = random.Random(20261130)
-    agent = _python("import sys; from tests.memory.test_kill import agent_main; "
+    agent = _python("import sys; from tests.memory.runtime.test_kill import agent_main; "
                     "agent_main(sys.argv[1:])", str(state),
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     jobs: list[dict[str, Any]] = []

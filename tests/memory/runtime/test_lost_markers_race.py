@@ -7,7 +7,7 @@ files, the ones the runtime is about to mark, so markers are lost. The
 runtime in the next start (its sessions' activation) sets every lost one
 again, and a session boundary marks a dropped tail without writing twice.
 
-The second process is ``tests/memory/_unlocked_agent.py``.
+The second process is ``tests/memory/runtime/_unlocked_agent.py``.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from typing import Any
 
 import anyio
 
-from memory._audit import audit, read_audit_inputs
-from memory._ledger import WritePolicy
-from memory._records import MARKER_KEY
-from memory._runtime import RuntimeConfig, open_runtime
-from memory._session_actor import BoundaryOutcome
+from memory.ledger._ledger import WritePolicy
+from memory.ledger._records import MARKER_KEY
+from memory.maintenance._audit import audit, read_audit_inputs
+from memory.runtime._runtime import RuntimeConfig, open_runtime
+from memory.runtime._session_actor import BoundaryOutcome
 from store import SessionCore
 
 AGENT = str(Path(__file__).with_name("_unlocked_agent.py"))

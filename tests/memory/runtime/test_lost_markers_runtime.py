@@ -18,16 +18,16 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from memory._cli import main
-from memory._ledger import WritePolicy
-from memory._records import MARKER_KEY
-from memory._runtime import MemoryRuntime, open_runtime
-from memory._session_actor import BoundaryOutcome
-from memory._workspace_actor import ArchiveBatches
-from memory._writer import Batch
+from memory.cli._cli import main
+from memory.ledger._ledger import WritePolicy
+from memory.ledger._records import MARKER_KEY
+from memory.runtime._runtime import MemoryRuntime, open_runtime
+from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._workspace_actor import ArchiveBatches
+from memory.writers._writer import Batch
 from store import SessionCore
-from tests.memory.test_runtime import chain, config
-from tests.memory.test_runtime_failures import virtual_wall_clock
+from tests.memory.runtime.test_runtime import chain, config
+from tests.memory.runtime.test_runtime_failures import virtual_wall_clock
 
 AGENT_KEY = "agent_note"
 

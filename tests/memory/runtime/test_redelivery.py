@@ -18,17 +18,17 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
-import memory._runtime
+import memory.runtime._runtime
 from actors import ActorCrashed, open_actor
 from memory._errors import BoundaryError
-from memory._quarantine import QuarantineEntry
-from memory._runtime import MemoryRuntime, open_runtime
-from memory._session_actor import BoundaryOutcome, MemorySessionActor
-from memory._workspace_actor import QuarantineBatch, ReadQuarantine, WorkspaceActor
+from memory.runtime._runtime import MemoryRuntime, open_runtime
+from memory.runtime._session_actor import BoundaryOutcome, MemorySessionActor
+from memory.runtime._workspace_actor import QuarantineBatch, ReadQuarantine, WorkspaceActor
+from memory.workspace._quarantine import QuarantineEntry
 from store import SessionCore
 from store._actor import TipMoved
-from tests.memory.test_runtime import chain, config
-from tests.memory.test_runtime_failures import virtual_config
+from tests.memory.runtime.test_runtime import chain, config
+from tests.memory.runtime.test_runtime_failures import virtual_config
 
 TEA = "I prefer tea."
 
@@ -52,7 +52,7 @@ def full_disk_once(monkeypatch: pytest.MonkeyPatch) -> list[TipMoved]:
     def factory(runtime: MemoryRuntime) -> Any:
         return lambda session: FullDiskOnce(runtime, session)
 
-    monkeypatch.setattr(memory._runtime, "session_factory", factory)
+    monkeypatch.setattr(memory.runtime._runtime, "session_factory", factory)
     return FullDiskOnce.crashes
 
 
@@ -119,7 +119,7 @@ async def test_a_boundary_ends_when_the_planning_after_its_marks_crashed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     PlanningFailsAfterTheMarks.crashed = []
-    monkeypatch.setattr(memory._runtime, "session_factory", lambda runtime: (
+    monkeypatch.setattr(memory.runtime._runtime, "session_factory", lambda runtime: (
         lambda session: PlanningFailsAfterTheMarks(runtime, session)))
     async with open_runtime(tmp_path, config=virtual_config()) as rt:
         sid = await rt.sessions.create(title="tea", session_id="s1")

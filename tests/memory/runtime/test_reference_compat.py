@@ -22,18 +22,18 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from memory._archive import read_archive
-from memory._cli import _config, main
 from memory._errors import MissingAuthority, SettingsError
-from memory._ledger import WritePolicy
-from memory._quarantine import read_quarantine
-from memory._records import MARKER_KEY
-from memory._runtime import RuntimeConfig, open_runtime
-from memory._session_actor import BoundaryOutcome, Reconsider
-from memory._settings import ReferenceThresholdWarning, Timings, apply_timings, read_settings
+from memory.cli._cli import _config, main
+from memory.ledger._ledger import ReferenceThresholdWarning, WritePolicy
+from memory.ledger._records import MARKER_KEY
+from memory.runtime._runtime import RuntimeConfig, open_runtime
+from memory.runtime._session_actor import BoundaryOutcome, Reconsider
+from memory.runtime._settings import Timings, apply_timings, read_settings
+from memory.workspace._archive import read_archive
+from memory.workspace._quarantine import read_quarantine
 from store import SessionCore
 from tests.fixture import copy_fixture
-from tests.memory.test_runtime_failures import virtual_wall_clock
+from tests.memory.runtime.test_runtime_failures import virtual_wall_clock
 
 WORKSPACE = "w-aa116220"  # the fixture's workspace id
 
@@ -168,7 +168,7 @@ def reference_session(state: Path, sid: str, turns: list[tuple[str, str, str]]) 
 
 
 def legacy_record(sid: str, node: str, text: str, *, intermediate: bool) -> str:
-    from memory._records import source_anchor, source_id
+    from memory.ledger._records import source_anchor, source_id
 
     source = source_id(sid, node)
     lines = [f'<a id="{source_anchor(source)}"></a>', f"<!-- source-id:{source} -->"]
@@ -238,7 +238,7 @@ def test_an_attach_row_at_the_end_of_the_trunk_is_listed_with_its_own_times(
 
 # -- 4. our files out of the agent's git history --------------------------------------------
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 OUR_NAMES = (".lock", ".claim", ".journal", ".scriptorium-tmp")
 # The crash: a real process appends a turn and is killed with SIGKILL at the
 # rename of the node file's temp copy, leaving the journal record and the temp file.
@@ -454,7 +454,7 @@ def test_run_writes_during_a_short_test_with_short_timings(state: Path) -> None:
     reference_append(state, "demo", "u3", "user", "My cat is called Tom.", "a1", dict(OWNER))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
-        [sys.executable, "-c", "from memory._cli import main; main()", "run", "--state", str(state), "--idle-after", "1",
+        [sys.executable, "-c", "from memory.cli._cli import main; main()", "run", "--state", str(state), "--idle-after", "1",
          "--session-idle", "1", "--watchdog-poll", "0.2", "--scan-interval", "0.2"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -469,7 +469,7 @@ def test_run_writes_during_a_short_test_with_short_timings(state: Path) -> None:
 
 
 def test_simulate_takes_the_timing_flags(monkeypatch: pytest.MonkeyPatch) -> None:
-    import memory._simulate_cli as simulate_cli
+    import memory.simulate._command as simulate_cli
 
     seen: list[Any] = []
     real = simulate_cli.run_simulation

@@ -15,14 +15,15 @@ from typing import Any
 import anyio
 import pytest
 
-from memory._extractive import ExtractiveWriter
-from memory._ledger import WritePolicy
-from memory._records import MARKER_KEY
-from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
-from memory._session_actor import BoundaryOutcome
-from memory._topics import parse_topic
-from memory._transaction import Transactions
-from memory._writer import Batch, TopicEdit, WorkspaceSnapshot
+from memory.ledger._ledger import WritePolicy
+from memory.ledger._records import MARKER_KEY
+from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
+from memory.runtime._session_actor import BoundaryOutcome
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.workspace._topics import parse_topic
+from memory.workspace._transaction import Transactions
+from memory.writers._extractive import ExtractiveWriter
+from memory.writers._writer import Batch
 from store import DurableFiles, SessionCore, SessionNotFoundError, UnsafeIdError
 from tests.faults import SimulatedCrash
 

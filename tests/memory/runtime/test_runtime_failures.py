@@ -12,15 +12,16 @@ from typing import Any
 import anyio
 import pytest
 
-from memory._extractive import ExtractiveWriter
-from memory._quarantine import read_quarantine
-from memory._records import MARKER_KEY
-from memory._runtime import MemoryRuntime, RuntimeConfig, open_runtime
-from memory._session_actor import BoundaryOutcome
-from memory._writer import Batch, TopicEdit, WorkspaceSnapshot, WriterOutput
+from memory.ledger._records import MARKER_KEY
+from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
+from memory.runtime._session_actor import BoundaryOutcome
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.workspace._quarantine import read_quarantine
+from memory.writers._extractive import ExtractiveWriter
+from memory.writers._writer import Batch, WriterOutput
 from store import SessionCore
 from supervisors import Backoff, GetChild, RestartChild, TerminateChild
-from tests.memory.test_runtime import chain, config
+from tests.memory.runtime.test_runtime import chain, config
 
 EPOCH = 1_800_000_000.0
 

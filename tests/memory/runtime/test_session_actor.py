@@ -18,15 +18,16 @@ from typing import Any
 import anyio
 import pytest
 
-from memory._extractive import ExtractiveWriter
-from memory._records import MARKER_KEY
-from memory._runtime import MemoryRuntime, open_runtime
-from memory._session_actor import BoundaryOutcome, BoundaryResult, Flush
-from memory._writer import Batch, WorkspaceSnapshot, WriterOutput
+from memory.ledger._records import MARKER_KEY
+from memory.runtime._runtime import MemoryRuntime, open_runtime
+from memory.runtime._session_actor import BoundaryOutcome, BoundaryResult, Flush
+from memory.workspace._edits import WorkspaceSnapshot
+from memory.writers._extractive import ExtractiveWriter
+from memory.writers._writer import Batch, WriterOutput
 from store import SessionCore
 from store._claim import CLAIM_NAME, Claim, decode_claim
-from tests.memory.test_runtime import chain
-from tests.memory.test_runtime_failures import marked, virtual_config
+from tests.memory.runtime.test_runtime import chain
+from tests.memory.runtime.test_runtime_failures import marked, virtual_config
 
 TURNS = ["u1", "a1", "u2", "a2"]
 

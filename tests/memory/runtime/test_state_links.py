@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from memory._audit import audit, read_audit_inputs
-from memory._headless import run_once
-from memory._ledger import WritePolicy
-from memory._records import MARKER_KEY
-from memory._revision import RevisionCache
-from memory._runtime import RuntimeConfig, open_runtime
-from memory._session_actor import BoundaryOutcome
+from memory.ledger._ledger import WritePolicy
+from memory.ledger._records import MARKER_KEY
+from memory.maintenance._audit import audit, read_audit_inputs
+from memory.runtime._headless import run_once
+from memory.runtime._runtime import RuntimeConfig, open_runtime
+from memory.runtime._session_actor import BoundaryOutcome
+from memory.workspace._revision import RevisionCache
 from store import SessionCore, UnsafeLinkError, list_sessions
 
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from memory._audit import audit, read_audit_inputs
 from memory._errors import TopicError
-from memory._ledger import WritePolicy
-from memory._runtime import RuntimeConfig, open_runtime
-from memory._session_actor import BoundaryOutcome
-from memory._transaction import Transactions
-from memory._writer import TopicEdit
+from memory.ledger._ledger import WritePolicy
+from memory.maintenance._audit import audit, read_audit_inputs
+from memory.runtime._runtime import RuntimeConfig, open_runtime
+from memory.runtime._session_actor import BoundaryOutcome
+from memory.workspace._edits import TopicEdit
+from memory.workspace._transaction import Transactions
 
 
 def config() -> RuntimeConfig:
@@ -43,7 +43,7 @@ def break_byte(path: Path, after: bytes) -> int:
 
 
 def test_the_decode_error_names_the_file_line_and_byte() -> None:
-    from memory._topics import decode_topic
+    from memory.workspace._topics import decode_topic
 
     with pytest.raises(TopicError) as caught:
         decode_topic(b"# T\n\nab\xffc\n", "topics/t.md")

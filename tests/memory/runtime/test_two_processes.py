@@ -41,15 +41,15 @@ from typing import Any
 import anyio
 import pytest
 
-from memory._archive import read_archive
-from memory._ledger import WritePolicy
-from memory._records import MARKER_KEY, source_anchor, source_id
-from memory._runtime import RuntimeConfig, open_runtime
-from memory._topics import parse_topic
-from memory._workspace_id import read_workspace_id
+from memory.ledger._ledger import WritePolicy
+from memory.ledger._records import MARKER_KEY, source_anchor, source_id
+from memory.runtime._runtime import RuntimeConfig, open_runtime
+from memory.workspace._archive import read_archive
+from memory.workspace._topics import parse_topic
+from memory.workspace._workspace_id import read_workspace_id
 from store import SessionCore
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SESSIONS = ["shared-a", "shared-b", "shared-c"]
 TURNS = 24  # per process and session
 SENTENCES = [
@@ -143,7 +143,7 @@ def worker_main(argv: list[str]) -> None:
 def _start(
     state: Path, name: str, backend: str, seed: int, plant: str | None = None
 ) -> subprocess.Popen[str]:
-    code = ("import sys; from tests.memory.test_two_processes import worker_main; "
+    code = ("import sys; from tests.memory.runtime.test_two_processes import worker_main; "
             "worker_main(sys.argv[1:])")
     return subprocess.Popen(
         [sys.executable, "-c", code, str(state), name, backend, str(seed),

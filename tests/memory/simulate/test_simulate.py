@@ -21,17 +21,18 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from memory import _simulate
-from memory._cli import main
-from memory._extractive import ExtractiveWriter
-from memory._records import MARKER_KEY
-from memory._simulate import SimulationConfig, SimulationResult, simulate
-from memory._simulate_agents import SIM_TURN, Mix
-from memory._simulate_cli import percentile
-from memory._simulate_faults import FAULTS, FaultPlan, FaultyWriter, chance, parse_faults
-from memory._simulate_oracle import INVARIANTS, Evidence, Verdict, check_invariants
-from memory._tokens import default_counter
-from memory._writer import Batch, TopicEdit, WorkspaceSnapshot
+from memory.simulate import _simulate
+from memory.cli._cli import main
+from memory.ledger._records import MARKER_KEY
+from memory.ledger._tokens import default_counter
+from memory.simulate._agents import SIM_TURN, Mix
+from memory.simulate._command import percentile
+from memory.simulate._faults import FAULTS, FaultPlan, FaultyWriter, chance, parse_faults
+from memory.simulate._oracle import INVARIANTS, Evidence, Verdict, check_invariants
+from memory.simulate._simulate import SimulationConfig, SimulationResult, simulate
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.writers._extractive import ExtractiveWriter
+from memory.writers._writer import Batch
 from store import SessionCore
 
 SMALL = Mix(idle_seconds=0.6)
@@ -348,7 +349,7 @@ async def test_the_boundary_goes_on_while_a_round_had_a_failure(
 async def test_an_agent_resends_a_failed_append_as_it_was() -> None:
     """Same id, same turn: the store returns the turn if the first send wrote it."""
     from actors import PoisonMessage
-    from memory._simulate_agents import SIM_TURN, Acknowledged, Agent
+    from memory.simulate._agents import SIM_TURN, Acknowledged, Agent
 
     sent: list[dict[str, Any]] = []
 
@@ -371,7 +372,7 @@ async def test_an_agent_resends_a_failed_append_as_it_was() -> None:
 
 
 def _agent_run(state: Path) -> tuple[str, dict[str, Any]]:
-    from memory._simulate_outside import run_agent
+    from memory.simulate._outside import run_agent
 
     sid = min(os.listdir(state / "sessions"))
     report = run_agent(str(state), 1, 40, [sid], pause=0.0, rewind_share=0.25)
@@ -387,8 +388,8 @@ def _node_file(state: Path, sid: str, node_id: str) -> Path:
 def test_the_agents_writes_pass_and_reverting_any_of_them_fails(
     damaged: tuple[Path, SimulationResult],
 ) -> None:
-    from memory._simulate_oracle import outside_evidence
-    from memory._simulate_outside import agent_write
+    from memory.simulate._oracle import outside_evidence
+    from memory.simulate._outside import agent_write
 
     state, result = damaged
     sid, report = _agent_run(state)
@@ -422,8 +423,8 @@ def test_a_marker_lost_on_a_turn_the_agent_rewound_is_not_a_lost_key(
     damaged: tuple[Path, SimulationResult],
 ) -> None:
     """Rewound turns are invisible to memory: the agent's rewind dropping their marker owes nothing."""
-    from memory._simulate_oracle import outside_evidence
-    from memory._simulate_outside import agent_write
+    from memory.simulate._oracle import outside_evidence
+    from memory.simulate._outside import agent_write
 
     state, result = damaged
     sid, report = _agent_run(state)
@@ -440,7 +441,7 @@ def test_a_marker_lost_on_a_turn_the_agent_rewound_is_not_a_lost_key(
 
 
 def test_the_agent_writes_the_reference_byte_format(tmp_path: Path) -> None:
-    from memory._simulate_outside import agent_write
+    from memory.simulate._outside import agent_write
     from tests.fixture import copy_fixture
 
     state = copy_fixture(tmp_path / "state")

@@ -14,7 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory._archive import (
+from memory._errors import IncompleteArchive, UnframeableRecord
+from memory.ledger._ledger import records_from_branch
+from memory.ledger._records import SourceMeta, SourceRecord, source_anchor
+from memory.workspace._archive import (
     V2_MARKER,
     append_records,
     archive_relpath,
@@ -28,9 +31,6 @@ from memory._archive import (
     read_archive,
     render_frame,
 )
-from memory._errors import IncompleteArchive, UnframeableRecord
-from memory._ledger import records_from_branch
-from memory._records import SourceMeta, SourceRecord, source_anchor
 from store._durable import TEMP_SUFFIX, DurableFiles, run_durable
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
 from tests.memory._fixture import DEMO_ARCHIVE, message

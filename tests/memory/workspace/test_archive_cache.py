@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory._archive import append_records, archive_relpath, parse_archive, plan_append
-from memory._archive_cache import ArchiveCache
 from memory._errors import IncompleteArchive
-from memory._records import SourceMeta, SourceRecord
+from memory.ledger._records import SourceMeta, SourceRecord
+from memory.workspace._archive import append_records, archive_relpath, parse_archive, plan_append
+from memory.workspace._archive_cache import ArchiveCache
 from store._durable import DurableFiles, run_durable
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
 

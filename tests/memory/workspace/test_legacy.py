@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memory._legacy import (
+from memory.ledger._records import source_anchor, source_id
+from memory.workspace._legacy import (
     LegacyHeader,
     legacy_relpath,
     parse_legacy_first_header,
     read_legacy_first_header,
 )
-from memory._records import source_anchor, source_id
 
 
 def record(sid: str, mid: str, content: str, *, anchor_of: str | None = None) -> str:

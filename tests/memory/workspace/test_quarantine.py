@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory._quarantine import (
+from memory.workspace._quarantine import (
     QUARANTINE_PATH,
     QuarantineEntry,
     QuarantineProblem,

@@ -6,7 +6,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from memory._revision import RACY_NS, RevisionCache, revision_paths, workspace_revision
+from memory.workspace._revision import RACY_NS, RevisionCache, revision_paths, workspace_revision
 
 LATER = 10**9 * 10**10  # a "now" far past every file's mtime: nothing is racily clean
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memory._runtime_state import (
+from memory.workspace._runtime_state import (
     RUNTIME_PATH,
     SESSION_END_PATH,
     RuntimeState,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 
 from memory._errors import TopicError
-from memory._topic_ids import (
+from memory.workspace._topic_ids import (
     NormalisedTopic,
     block_id_for,
     footnote_id_for,
@@ -17,9 +17,9 @@ from memory._topic_ids import (
     source_key,
     source_link_target,
 )
-from memory._topics import Topic, parse_topic, render_topic
+from memory.workspace._topics import Topic, parse_topic, render_topic
 from tests.fixture import FIXTURE as SAMPLE
-from tests.memory.test_topics import topics
+from tests.memory.workspace.test_topics import topics
 
 FIXTURE = SAMPLE / "memory" / "topics" / "people" / "owner.md"
 PATH = "topics/people/owner.md"

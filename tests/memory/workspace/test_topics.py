@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory._errors import TopicError
-from memory._topics import (
+from memory.workspace._topics import (
     Footnote,
     Heading,
     Paragraph,

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory._errors import ConcurrentUpdate, InstallJournalCorrupt
-from memory._topics import parse_topic
-from memory._transaction import JOURNAL, CommitResult, Transactions
-from memory._writer import TopicEdit
+from memory.workspace._edits import TopicEdit
+from memory.workspace._topics import parse_topic
+from memory.workspace._transaction import JOURNAL, CommitResult, Transactions
 from store._durable import TEMP_SUFFIX, DurableFiles
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
 from tests.fixture import FIXTURE as SAMPLE
@@ -443,7 +443,7 @@ def test_an_edit_onto_a_directory_is_rejected_not_raised(tmp_path: Path) -> None
 def test_the_write_lock_holds_across_processes(tmp_path: Path) -> None:
     memory = workspace(tmp_path)
     script = (
-        "import sys; from memory._transaction import workspace_lock; "
+        "import sys; from memory.workspace._transaction import workspace_lock; "
         "from store._durable import DurableFiles\n"
         f"with workspace_lock({str(memory)!r}, DurableFiles()):\n"
         "    print('held', flush=True); sys.stdin.readline()"
@@ -451,7 +451,7 @@ def test_the_write_lock_holds_across_processes(tmp_path: Path) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", script],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
     )
     assert holder.stdout is not None and holder.stdin is not None
     try:

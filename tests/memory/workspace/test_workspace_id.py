@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from memory._errors import CorruptWorkspaceId
-from memory._workspace_id import (
+from memory.workspace._workspace_id import (
     WORKSPACE_ID_PATH,
     load_or_create_workspace_id,
     new_workspace_id,

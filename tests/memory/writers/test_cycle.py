@@ -8,14 +8,6 @@ from typing import Any
 import anyio
 import pytest
 
-from memory._cycle import (
-    FailureKind,
-    GroupOutcome,
-    WriteOutcome,
-    changed_files,
-    run_group_cycle,
-    run_write_cycle,
-)
 from memory._errors import (
     ArchiveStepFailed,
     CommitRejected,
@@ -25,8 +17,17 @@ from memory._errors import (
     WriterFailed,
     WriterTimedOut,
 )
-from memory._records import SourceRecord
-from memory._writer import Batch, CommittedWrite, TopicEdit, WorkspaceSnapshot, WriterOutput
+from memory.ledger._records import SourceRecord
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.writers._cycle import (
+    FailureKind,
+    GroupOutcome,
+    WriteOutcome,
+    changed_files,
+    run_group_cycle,
+    run_write_cycle,
+)
+from memory.writers._writer import Batch, CommittedWrite, WriterOutput
 
 BATCH = Batch(
     "s1",

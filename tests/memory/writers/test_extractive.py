@@ -14,8 +14,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory import _extractive
-from memory._extractive import (
+from memory.writers import _extractive
+from memory.ledger._records import SourceMeta, SourceRecord
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.workspace._topic_ids import normalise_topic
+from memory.workspace._topics import parse_topic
+from memory.workspace._transaction import Transactions
+from memory.writers._extractive import (
     CONVERSATIONS,
     EVIDENCE_LIMIT,
     SHARD_BYTES,
@@ -26,11 +31,7 @@ from memory._extractive import (
     subject_of,
     useful_sentences,
 )
-from memory._records import SourceMeta, SourceRecord
-from memory._topic_ids import normalise_topic
-from memory._topics import parse_topic
-from memory._transaction import Transactions
-from memory._writer import Batch, TopicEdit, WorkspaceSnapshot, Writer
+from memory.writers._writer import Batch, Writer
 from tests.fixture import FIXTURE as SAMPLE
 
 FIXTURE = SAMPLE / "memory"

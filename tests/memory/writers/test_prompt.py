@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from datetime import UTC, timedelta, timezone
 
-from memory._prompt import (
+from memory.ledger._records import SourceMeta, SourceRecord
+from memory.workspace._edits import WorkspaceSnapshot
+from memory.writers._prompt import (
     TopicOutline,
     outline_snapshot,
     outline_topic,
@@ -13,8 +15,6 @@ from memory._prompt import (
     render_prompt,
     render_workspace,
 )
-from memory._records import SourceMeta, SourceRecord
-from memory._writer import WorkspaceSnapshot
 from tests.memory._fixture import FIXTURE
 
 DAY = 86_400.0
