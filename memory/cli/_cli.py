@@ -46,10 +46,15 @@ from memory.runtime._settings import (
 )
 from memory.simulate._command import simulate
 from memory.workspace._workspace_id import read_workspace_id
-from store import SessionCore, SessionNotFoundError, StoreError, list_sessions
-from store._ids import validate_id
-from store._lock import LOCK_TIMEOUT
-from store._sessions import state_path
+from store import (
+    LOCK_TIMEOUT,
+    SessionCore,
+    SessionNotFoundError,
+    StoreError,
+    list_sessions,
+    state_path,
+    validate_id,
+)
 
 __all__ = ["main"]
 

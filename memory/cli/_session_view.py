@@ -17,8 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from memory.ledger._records import MARKER_KEY
-from store import ChainCycleError, Node
-from store._walk import predecessor_cycles
+from store import ChainCycleError, Node, predecessor_cycles
 
 __all__ = ["render_session_tree"]
 

@@ -24,8 +24,7 @@ from typing import Any
 from memory._errors import InvalidThreshold, MissingAuthority, UncitableId, UnidentifiedMessage
 from memory.ledger._records import MARKER_KEY, SourceMeta, SourceRecord, normalize_label
 from memory.ledger._tokens import TokenCounter, estimate_tokens
-from store import Node, node_to_message
-from store._ids import citable_id_problem
+from store import Node, citable_id_problem, node_to_message
 
 __all__ = [
     "ALLOWED_THRESHOLDS",

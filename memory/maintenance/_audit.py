@@ -65,9 +65,9 @@ from store import (
     UnsafeLinkError,
     list_sessions,
     node_to_message,
+    predecessor_cycles,
     walk_files,
 )
-from store._walk import predecessor_cycles
 
 __all__ = [
     "WHAT_TO_DO",

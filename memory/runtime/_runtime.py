@@ -81,21 +81,26 @@ from memory.writers._cycle import FailureKind, WriteOutcome, run_group_cycle, ru
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._prompt import render_prompt
 from memory.writers._writer import Batch, GroupWriter, Writer
-from store import DurableFiles, SessionCore, SessionNotFoundError, StoreError, run_durable
-from store._actor import (
+from store import (
+    LOCK_TIMEOUT,
     Append,
+    DurableFiles,
     GetBranch,
     InsertSummary,
     ListBranches,
     MergeMetadata,
     RewindTo,
+    SessionCore,
+    SessionNotFoundError,
     SetHead,
     SpawnBranch,
+    StoreError,
+    missing_meta,
+    release_claim,
+    run_durable,
+    state_path,
+    validate_id,
 )
-from store._claim import release_claim
-from store._ids import validate_id
-from store._lock import LOCK_TIMEOUT
-from store._sessions import missing_meta, state_path
 from supervisors import (
     Backoff,
     ChildSpec,

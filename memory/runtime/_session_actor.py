@@ -69,9 +69,7 @@ from memory.runtime._workspace_actor import SourcesInMemory
 from memory.workspace._quarantine import QuarantineEntry, is_quarantined
 from memory.writers._cycle import FailureKind, WriteOutcome
 from memory.writers._writer import Batch
-from store import SessionActor, StoreError, run_durable
-from store._actor import TipMoved
-from store._claim import Claim
+from store import Claim, SessionActor, StoreError, TipMoved, run_durable
 
 if TYPE_CHECKING:
     from memory.runtime._runtime import MemoryRuntime

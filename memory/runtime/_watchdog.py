@@ -34,8 +34,7 @@ import anyio
 from actors import Actor, ActorError, Idempotent
 from memory.runtime._session_actor import CheckIdle, RepairMarkers
 from memory.workspace._runtime_state import read_session_end
-from store import StoreError, list_sessions, run_durable
-from store._index import Fingerprint
+from store import Fingerprint, StoreError, list_sessions, run_durable
 
 if TYPE_CHECKING:
     from memory.runtime._runtime import MemoryRuntime

@@ -33,7 +33,7 @@ from memory.runtime._settings import check_seconds, check_threshold
 from memory.simulate._faults import FAULTS, parse_faults
 from memory.simulate._simulate import SimulationConfig, SimulationResult
 from memory.simulate._simulate import simulate as run_simulation
-from store._sessions import state_path
+from store import state_path
 
 __all__ = ["percentile", "render_report", "result_document", "simulate"]
 

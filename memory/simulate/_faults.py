@@ -29,8 +29,7 @@ import anyio
 from memory.ledger._records import MARKER_KEY
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.writers._writer import Batch, GroupWriter, Writer, WriterOutput
-from store import DurableFiles
-from store._claim import CLAIM_NAME, RELEASED
+from store import CLAIM_NAME, RELEASED, DurableFiles
 
 __all__ = [
     "EFFECTS",

@@ -38,8 +38,7 @@ from typing import Any
 import orjson
 
 from memory.simulate._agents import sentence
-from store import SessionCore, StoreError
-from store._format import parse_filename
+from store import SessionCore, StoreError, parse_filename
 
 __all__ = [
     "AGENT_KEY",

@@ -37,8 +37,7 @@ from memory.simulate._agents import Acknowledged, Agent, Mix
 from memory.simulate._faults import FaultPlan, FaultyDisk, FaultyWriter, SimulatedCrash
 from memory.simulate._oracle import Evidence, Verdict, check_invariants, outside_evidence
 from memory.writers._extractive import ExtractiveWriter
-from store import list_sessions, run_durable
-from store._sessions import state_path
+from store import list_sessions, run_durable, state_path
 from supervisors import Backoff, GetChild
 
 __all__ = ["SETTLE_ROUNDS", "SimulationConfig", "SimulationResult", "simulate"]

@@ -42,7 +42,7 @@ from urllib.parse import quote, unquote_to_bytes
 
 from memory._errors import IncompleteArchive, UnframeableRecord
 from memory.ledger._records import SourceMeta, SourceRecord, normalize_label, source_anchor
-from store._durable import DurableFiles
+from store import DurableFiles
 
 __all__ = [
     "PROVIDER",

@@ -47,7 +47,7 @@ from memory.workspace._archive import (
     parse_archive,
     plan_append,
 )
-from store._durable import DurableFiles
+from store import DurableFiles
 
 __all__ = ["ArchiveCache", "ArchiveCacheStatistics", "FileStamp", "extend_scan"]
 

@@ -29,7 +29,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from store._durable import DurableFiles
+from store import DurableFiles
 
 __all__ = [
     "QUARANTINE_PATH",

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from store._durable import DurableFiles
+from store import DurableFiles
 
 __all__ = [
     "RUNTIME_PATH",

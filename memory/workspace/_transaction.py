@@ -72,8 +72,7 @@ from memory.workspace._topic_ids import (
     source_key,
 )
 from memory.workspace._topics import Topic, decode_topic, parse_topic
-from store import UnsafeLinkError, walk_files
-from store._durable import FILE_MODE, TEMP_SUFFIX, DurableFiles
+from store import FILE_MODE, TEMP_SUFFIX, DurableFiles, UnsafeLinkError, walk_files
 
 __all__ = ["JOURNAL", "LOCK", "Archived", "CommitResult", "Transactions"]
 

@@ -25,7 +25,7 @@ import secrets
 import time
 
 from memory._errors import CorruptWorkspaceId
-from store._durable import DurableFiles
+from store import DurableFiles
 
 __all__ = [
     "WORKSPACE_ID_PATH",

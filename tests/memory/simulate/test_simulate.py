@@ -21,10 +21,10 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from memory.simulate import _simulate
 from memory.cli._cli import main
 from memory.ledger._records import MARKER_KEY
 from memory.ledger._tokens import default_counter
+from memory.simulate import _simulate
 from memory.simulate._agents import SIM_TURN, Mix
 from memory.simulate._command import percentile
 from memory.simulate._faults import FAULTS, FaultPlan, FaultyWriter, chance, parse_faults

@@ -14,12 +14,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory.writers import _extractive
 from memory.ledger._records import SourceMeta, SourceRecord
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.workspace._topic_ids import normalise_topic
 from memory.workspace._topics import parse_topic
 from memory.workspace._transaction import Transactions
+from memory.writers import _extractive
 from memory.writers._extractive import (
     CONVERSATIONS,
     EVIDENCE_LIMIT,
