@@ -32,9 +32,10 @@ import random
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from memory._baselines_workload import SessionModel
 from memory.ledger._ledger import records_from_branch, unwritten_turns
 from memory.ledger._records import MARKER_KEY, SourceRecord
+
+from ._workload import SessionModel
 
 __all__ = [
     "STAMP_KEY",

@@ -8,19 +8,22 @@ oracle's table: PASS/FAIL per invariant. Any FAIL exits non-zero. With
 ``--json`` exactly one JSON object goes to stdout and progress stays on
 stderr.
 
-``--compare`` hands the same workload to the baselines of issue 6 when
-``memory._baselines.run_baselines`` exists (built separately); without it
-the option says so and the run goes on.
+``--compare`` hands the same workload to the baselines of issue 6. They are
+benchmark code, not installed: they are loaded from ``bench/baselines/`` of
+the source checkout this package runs from (:data:`BASELINES`, one explicit
+path), and without it the command stops at once with a one-line error.
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import math
 import os
 import sys
 import tempfile
 import warnings
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import anyio
@@ -131,20 +134,38 @@ class _Status:
         sys.stderr.flush()
 
 
-def _compare(config: SimulationConfig) -> tuple[object, str | None]:
-    """The baselines' report on the same workload size and seed, and its text (if renderable)."""
-    try:
-        baselines = importlib.import_module("memory._baselines")
-    except ImportError:
-        baselines = None
-    run = getattr(baselines, "run_baselines", None)
-    if run is None:
-        click.echo("--compare: the baselines (memory._baselines.run_baselines) are not "
-                   "in this build; skipped.", err=True)
-        return None, None
-    report = run(seed=config.seed, sessions=config.sessions, turns=config.turns)
-    render = getattr(baselines, "render_baselines", None)
-    return report, render(report) if render is not None else None
+# memory/simulate/_command.py -> the checkout's root -> bench/baselines/
+BASELINES = Path(__file__).resolve().parents[2] / "bench" / "baselines"
+
+
+class BaselinesMissing(click.ClickException):
+    """``--compare`` outside a source checkout: a usage error, said in one line."""
+
+    exit_code = 2
+
+
+def load_baselines(folder: Path | None = None) -> ModuleType:
+    """The baselines package at ``folder`` (default :data:`BASELINES`), or :class:`BaselinesMissing`."""
+    folder = BASELINES if folder is None else folder
+    init = folder / "__init__.py"
+    if not init.is_file():
+        raise BaselinesMissing(
+            f"--compare runs the baselines in {folder}, which only a source checkout has "
+            "(they are benchmark code, not installed); run from a checkout or drop --compare")
+    spec = importlib.util.spec_from_file_location(
+        "scriptorium_baselines", init, submodule_search_locations=[str(folder)])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while building
+    spec.loader.exec_module(module)
+    return module
+
+
+def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, str]:
+    """The baselines' report on the same workload size and seed, and its Markdown."""
+    report = baselines.run_baselines(seed=config.seed, sessions=config.sessions,
+                                     turns=config.turns)
+    return report, baselines.render_baselines(report)
 
 
 @click.command("simulate")
@@ -160,7 +181,7 @@ def _compare(config: SimulationConfig) -> tuple[object, str | None]:
               default=None, callback=lambda _ctx, _param, value: (
                   state_path(value) if value is not None else None),
               help="Keep the simulated state here (default: a temporary dir).")
-@click.option("--compare", is_flag=True, help="Also run the baselines on the same workload.")
+@click.option("--compare", is_flag=True, help="Also run the baselines on the same workload (bench/baselines/: a source checkout only).")
 @click.option("--threshold", type=int, default=8000, show_default=True,
               help="Owed tokens that trigger a write (the reference accepts 8000/16000/32000).")
 @click.option("--idle-after", type=float, default=None,
@@ -187,6 +208,7 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
                 check_seconds(value, flag, flag.lstrip("-").replace("-", "_"))
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
+    baselines = load_baselines() if compare else None  # before a run that may take minutes
     if (warning := threshold_warning(threshold)) is not None:
         click.echo(f"scriptorium: warning: {warning}", err=True)
     with tempfile.TemporaryDirectory(prefix="scriptorium-sim-") as temporary:
@@ -205,8 +227,8 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
             result = anyio.run(run_simulation, config, backend=backend)
         document = result_document(result)
         compared_text = None
-        if compare:
-            document["compare"], compared_text = _compare(config)
+        if baselines is not None:
+            document["compare"], compared_text = _compare(baselines, config)
         if not state_dir:
             document["state"] = None
         if as_json:
