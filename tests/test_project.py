@@ -47,17 +47,43 @@ def test_imports_flow_one_way(package: str) -> None:
 
 
 def _imported_modules(path: Path) -> set[str]:
-    """Every absolute module name ``path`` imports, under ``TYPE_CHECKING`` too."""
+    """Every module name ``path`` imports, relative ones resolved, under ``TYPE_CHECKING`` too."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = path.relative_to(ROOT).with_suffix("").parts[:-1]  # for __init__ too
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, f"{path.relative_to(ROOT)}: use absolute imports"
-            if node.module:
-                found.add(node.module)
+            base = package[:len(package) - node.level + 1] if node.level else ()
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            found.add(module)
+            # from store import _durable: a private name may be a module
+            found.update(f"{module}.{alias.name}" for alias in node.names
+                         if alias.name.startswith("_"))
     return found
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_package_imports_another_packages_private_modules(package: str) -> None:
+    """A package reaches another through its __init__ only (tests and bench/ may look inside)."""
+    for module in sorted((ROOT / package).rglob("*.py")):
+        for name in sorted(_imported_modules(module)):
+            parts = name.split(".")
+            if parts[0] in PACKAGES and parts[0] != package:
+                assert not any(part.startswith("_") for part in parts[1:]), (
+                    f"{module.relative_to(ROOT)} imports {name}, a private module of "
+                    f"{parts[0]}; export the name from {parts[0]}/__init__.py")
+
+
+def test_memory_is_its_folders_and_one_errors_module() -> None:
+    memory = ROOT / "memory"
+    assert sorted(p.name for p in memory.glob("*.py")) == ["__init__.py", "_errors.py"]
+    folders = {p.name for p in memory.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set(MEMORY_LAYERS)
+    assert not {m for m in _imported_modules(memory / "_errors.py") if m.startswith("memory")}
+
+
 
 
 @pytest.mark.parametrize("layer", MEMORY_LAYERS)
