@@ -6,6 +6,7 @@ import ast
 import importlib
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,16 @@ def test_the_packages_type_check_strictly() -> None:
 def test_the_code_is_lint_clean() -> None:
     result = _tool("ruff", "check", *PACKAGES, "tests", "bench")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_wheel_holds_every_subpackage_and_nothing_else() -> None:
+    """A non-editable install (README line 1) ships exactly the packages' folders."""
+    setuptools = pytest.importorskip("setuptools")
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    include = config["tool"]["setuptools"]["packages"]["find"]["include"]
+    shipped = set(setuptools.find_packages(where=str(ROOT), include=include))
+    expected = {".".join(init.parent.relative_to(ROOT).parts)
+                for package in PACKAGES for init in (ROOT / package).rglob("__init__.py")}
+    assert shipped == expected
+    assert config["project"]["scripts"]["scriptorium"] == "memory.cli:main"
+    assert callable(importlib.import_module("memory.cli").main)
