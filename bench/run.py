@@ -13,7 +13,7 @@ is rendered by it. Figures from an emulated disk say "emulated".
 Each benchmark runs in its own process with ``--json``; one that is missing
 on this branch is listed as such, one that fails or times out is reported
 with its exit status and the end of its stderr, and the others still run.
-The ledger baselines (``memory._baselines``) and ``scriptorium simulate``
+The ledger baselines (``bench/baselines/``) and ``scriptorium simulate``
 are package code with their own JSON: this script turns it into the same
 rows (their figures are one run each; the simulate ceiling is measured
 here, in rounds, right before each simulate run).
@@ -58,7 +58,7 @@ from _raw import RawDisk
 ROOT = Path(__file__).resolve().parent.parent
 BASELINES_CODE = """
 import json, sys
-from memory._baselines import render_baselines, run_baselines
+from bench.baselines import render_baselines, run_baselines
 sizes = tuple(int(s) for s in sys.argv[1].split(","))
 report = run_baselines(seed=1, sessions=int(sys.argv[2]), turns=int(sys.argv[3]),
                        scaling_sizes=sizes, repeat=int(sys.argv[4]))
@@ -98,7 +98,7 @@ _SCALING_PARTS = {
 
 
 def _baseline_rows(data: Any) -> list[Row]:
-    """``memory._baselines``: the owed-cost scaling (a scaling baseline) and the four ledgers."""
+    """``bench/baselines/``: the owed-cost scaling (a scaling baseline) and the four ledgers."""
     scaling = data["owed_scaling"]
     small, large = str(min(scaling["sizes"])), str(max(scaling["sizes"]))
     bound = float(scaling.get("target_ratio", 1.5))
@@ -111,7 +111,7 @@ def _baseline_rows(data: Any) -> list[Row]:
             Summary.single(scaling["rows"][large][f"{key}_ms"]), "ms",
             Summary.single(scaling["rows"][small][f"{key}_ms"]), kind=SCALING,
             what=(f"the same, {int(small):,}-node session (best of interleaved samples, "
-                  "memory/_baselines timing)"),
+                  "bench/baselines timing)"),
             op="<=" if targeted else "", bound=bound))
     for name, ledger in data["ledgers"].items():
         counts = (ledger["omitted"], ledger["duplicated"], ledger["lost_keys"])
@@ -227,8 +227,8 @@ def _simulate_rows(data: Any, target_run: bool) -> list[Row]:
 
 def _simulate(python: str, name: str, args: list[str], timeout: float,
               target_run: bool = False) -> Bench:
-    return Bench(name, "memory/_simulate.py",
-                 [python, "-c", "from memory._cli import main; main()", "simulate", "--json",
+    return Bench(name, "memory/simulate/_simulate.py",
+                 [python, "-c", "from memory.cli import main; main()", "simulate", "--json",
                   *args], ["--sessions", "20", "--turns", "20"],
                  lambda data: _simulate_rows(data, target_run), timeout=timeout)
 
@@ -254,7 +254,7 @@ def _benches(python: str) -> list[Bench]:
               ["--files", "200", "--commits", "5", "--records", "600"], _harness_rows),
         Bench("workspace_archive", "bench/workspace_archive.py", script("workspace_archive"),
               ["--repeat", "5", "--sizes", "0,100,1000"], _harness_rows),
-        Bench("baselines", "memory/_baselines.py",
+        Bench("baselines", "bench/baselines/__init__.py",
               [python, "-c", BASELINES_CODE, "1000,10000,100000", "20", "60", "3"],
               [], _baseline_rows, notes=lambda data: data.get("markdown", "")),
         _simulate(python, "simulate, every fault on (trio)",

@@ -52,13 +52,13 @@ from _harness import (
 )
 from _raw import HAS_SYNCFS, RawDisk, durable_replace, read_and_hash, walk_and_stat, walk_files
 
-from memory._extractive import ExtractiveWriter, extract_edits
-from memory._records import SourceMeta, SourceRecord
-from memory._revision import RACY_NS, RevisionCache, revision_paths
-from memory._topic_ids import normalise_topic
-from memory._topics import Topic, parse_topic
-from memory._transaction import Transactions
-from memory._writer import TopicEdit, WorkspaceSnapshot
+from memory.ledger._records import SourceMeta, SourceRecord
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.workspace._revision import RACY_NS, RevisionCache, revision_paths
+from memory.workspace._topic_ids import normalise_topic
+from memory.workspace._topics import Topic, parse_topic
+from memory.workspace._transaction import Transactions
+from memory.writers._extractive import ExtractiveWriter, extract_edits
 
 SESSION = "bench"
 

@@ -56,10 +56,10 @@ from _harness import (
 )
 from _raw import RawDisk, durable_replace
 
-from memory._archive import append_records, archive_relpath, parse_archive
-from memory._archive_cache import ArchiveCache
-from memory._ledger import first_batch, records_from_branch, unwritten_turns
-from memory._records import SourceMeta, SourceRecord
+from memory.ledger._ledger import first_batch, records_from_branch, unwritten_turns
+from memory.ledger._records import SourceMeta, SourceRecord
+from memory.workspace._archive import append_records, archive_relpath, parse_archive
+from memory.workspace._archive_cache import ArchiveCache
 from store import DurableFiles
 
 META = SourceMeta("owner", "owner/install/0123456789abcdef", "owner", "trusted")

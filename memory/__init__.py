@@ -1,16 +1,13 @@
 """Scriptorium `memory` package: the workspace, the ledger, writers and the runtime.
 
-Layout (see docs/architecture.md): ``_records``, ``_ledger``, ``_tokens``
-(what a branch owes, pure); ``_archive``, ``_legacy``, ``_topics``,
-``_topic_ids``, ``_revision``, ``_transaction`` (the workspace formats and
-their all-or-nothing installs); ``_writer``, ``_extractive``, ``_prompt``,
-``_cycle`` (writers and one batch's write cycle); ``_workspace_actor``,
-``_session_actor``, ``_pool``, ``_watchdog``, ``_runtime``, ``_headless``
-(the supervision tree); ``_cli`` (the ``scriptorium`` command).
+Layout (see docs/architecture.md), each folder importing only those before it:
+``ledger/`` (what a branch owes, pure), ``workspace/`` (the formats of SPEC §5
+and their installs), ``writers/`` (writers and one batch's write cycle),
+``maintenance/`` (migrate, backfill, audit), ``runtime/`` (the supervision
+tree), ``simulate/`` (the stress harness), ``cli/`` (the ``scriptorium``
+command); ``_errors`` is the package's one errors module.
 """
 
-from memory._cycle import FailureKind as FailureKind
-from memory._cycle import WriteOutcome as WriteOutcome
 from memory._errors import ArchiveError as ArchiveError
 from memory._errors import ConcurrentUpdate as ConcurrentUpdate
 from memory._errors import IncompleteArchive as IncompleteArchive
@@ -18,23 +15,25 @@ from memory._errors import ScriptoriumMemoryError as ScriptoriumMemoryError
 from memory._errors import TopicError as TopicError
 from memory._errors import TransactionError as TransactionError
 from memory._errors import WriteCycleError as WriteCycleError
-from memory._extractive import ExtractiveWriter as ExtractiveWriter
-from memory._ledger import WritePolicy as WritePolicy
-from memory._ledger import first_batch as first_batch
-from memory._ledger import records_from_branch as records_from_branch
-from memory._ledger import unwritten_turns as unwritten_turns
-from memory._records import MARKER_KEY as MARKER_KEY
-from memory._records import SourceMeta as SourceMeta
-from memory._records import SourceRecord as SourceRecord
-from memory._runtime import MemoryRuntime as MemoryRuntime
-from memory._runtime import RuntimeConfig as RuntimeConfig
-from memory._runtime import open_runtime as open_runtime
-from memory._session_actor import BoundaryOutcome as BoundaryOutcome
-from memory._writer import Batch as Batch
-from memory._writer import CommittedWrite as CommittedWrite
-from memory._writer import TopicEdit as TopicEdit
-from memory._writer import WorkspaceSnapshot as WorkspaceSnapshot
-from memory._writer import Writer as Writer
+from memory.ledger import MARKER_KEY as MARKER_KEY
+from memory.ledger import SourceMeta as SourceMeta
+from memory.ledger import SourceRecord as SourceRecord
+from memory.ledger import WritePolicy as WritePolicy
+from memory.ledger import first_batch as first_batch
+from memory.ledger import records_from_branch as records_from_branch
+from memory.ledger import unwritten_turns as unwritten_turns
+from memory.runtime import BoundaryOutcome as BoundaryOutcome
+from memory.runtime import MemoryRuntime as MemoryRuntime
+from memory.runtime import RuntimeConfig as RuntimeConfig
+from memory.runtime import open_runtime as open_runtime
+from memory.workspace import TopicEdit as TopicEdit
+from memory.workspace import WorkspaceSnapshot as WorkspaceSnapshot
+from memory.writers import Batch as Batch
+from memory.writers import CommittedWrite as CommittedWrite
+from memory.writers import ExtractiveWriter as ExtractiveWriter
+from memory.writers import FailureKind as FailureKind
+from memory.writers import WriteOutcome as WriteOutcome
+from memory.writers import Writer as Writer
 
 __all__ = [
     "MARKER_KEY",

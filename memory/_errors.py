@@ -279,7 +279,7 @@ class InvalidThreshold(LedgerError, ValueError):
     """A batch threshold that is no positive number of tokens (SPEC §6.3).
 
     One outside the reference agent's 8,000 / 16,000 / 32,000 is allowed,
-    with a warning (:mod:`memory._settings`).
+    with a warning (:mod:`memory.runtime._settings`).
     """
 
     def __init__(self, value: object, allowed: tuple[int, ...]) -> None:

@@ -8,8 +8,20 @@ synchronous core one session actor owns, ``_session_journal`` its side of
 the journal; ``_sessions`` lists the sessions of a state directory.
 """
 
+from ._actor import Append as Append
+from ._actor import GetBranch as GetBranch
+from ._actor import InsertSummary as InsertSummary
+from ._actor import ListBranches as ListBranches
+from ._actor import MergeMetadata as MergeMetadata
+from ._actor import RewindTo as RewindTo
 from ._actor import SessionActor as SessionActor
+from ._actor import SetHead as SetHead
+from ._actor import SpawnBranch as SpawnBranch
 from ._actor import TipMoved as TipMoved
+from ._claim import CLAIM_NAME as CLAIM_NAME
+from ._claim import RELEASED as RELEASED
+from ._claim import Claim as Claim
+from ._claim import release_claim as release_claim
 from ._durable import DIR_MODE as DIR_MODE
 from ._durable import FILE_MODE as FILE_MODE
 from ._durable import TEMP_SUFFIX as TEMP_SUFFIX
@@ -39,8 +51,13 @@ from ._errors import UnsafeIdError as UnsafeIdError
 from ._errors import UnsafeLinkError as UnsafeLinkError
 from ._format import decode_node as decode_node
 from ._format import encode_node as encode_node
+from ._format import parse_filename as parse_filename
+from ._ids import citable_id_problem as citable_id_problem
+from ._ids import validate_id as validate_id
+from ._index import Fingerprint as Fingerprint
 from ._links import refuse_file_link as refuse_file_link
 from ._links import walk_files as walk_files
+from ._lock import LOCK_TIMEOUT as LOCK_TIMEOUT
 from ._message import message_to_node as message_to_node
 from ._message import node_to_message as node_to_message
 from ._node import RESERVED_KEYS as RESERVED_KEYS
@@ -49,45 +66,68 @@ from ._session import AppendedTurn as AppendedTurn
 from ._session import SessionCore as SessionCore
 from ._session import SessionStatistics as SessionStatistics
 from ._sessions import list_sessions as list_sessions
+from ._sessions import missing_meta as missing_meta
+from ._sessions import state_path as state_path
+from ._walk import predecessor_cycles as predecessor_cycles
 
 __all__ = [
+    "CLAIM_NAME",
     "DIR_MODE",
     "FILE_MODE",
+    "LOCK_TIMEOUT",
+    "RELEASED",
     "RESERVED_KEYS",
     "TEMP_SUFFIX",
+    "Append",
     "AppendConflictError",
     "AppendInvariantError",
     "BrokenChainError",
     "ChainCycleError",
+    "Claim",
     "CorruptFileError",
     "DuplicateNodeError",
     "DurableFiles",
+    "Fingerprint",
+    "GetBranch",
     "HeadFieldError",
+    "InsertSummary",
     "InvalidNodeError",
     "InvalidRequestError",
+    "ListBranches",
+    "MergeMetadata",
     "MetaFileError",
     "Node",
     "NodeFileError",
     "NodeNotFoundError",
     "OversizedContentError",
     "ReservedMetadataKeyError",
+    "RewindTo",
     "SessionActor",
     "SessionCore",
     "SessionExistsError",
     "SessionLockTimeout",
     "SessionNotFoundError",
+    "SetHead",
+    "SpawnBranch",
     "StoreError",
     "SummaryHeadError",
     "TipMoved",
     "UnencodableValueError",
     "UnsafeIdError",
     "UnsafeLinkError",
+    "citable_id_problem",
     "decode_node",
     "encode_node",
     "list_sessions",
     "message_to_node",
+    "missing_meta",
     "node_to_message",
+    "parse_filename",
+    "predecessor_cycles",
     "refuse_file_link",
+    "release_claim",
     "run_durable",
+    "state_path",
+    "validate_id",
     "walk_files",
 ]

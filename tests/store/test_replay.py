@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from memory._simulate_outside import agent_merge, agent_rewind, agent_write
+from memory.simulate._outside import agent_merge, agent_rewind, agent_write
 from store._durable import DurableFiles
 from store._journal import JOURNAL_NAME, FilePlan, JournalEntry
 from store._session import SessionCore

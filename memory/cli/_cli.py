@@ -1,0 +1,583 @@
+"""The ``scriptorium`` command line (SPEC §8).
+
+Every command takes ``--state DIR`` (default ``$SCRIPTORIUM_STATE`` or
+``~/.scriptorium``), normalised once here, and ``--json``, which prints
+exactly one JSON document on stdout and nothing else there. Errors go to
+stderr as one line naming the session, node or file, with the exit codes of
+``memory.cli._cli_errors`` (the traceback only with ``scriptorium --debug``).
+
+click is the framework (see docs/decisions.md): it parses, documents and
+tests commands, and draws the progress bars of the long commands.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+import click
+import orjson
+
+from memory._errors import LedgerError, SettingsError
+from memory.cli._cli_errors import CliError, ReportingGroup, check_state_dir, remember_state
+from memory.cli._session_view import render_session_tree
+from memory.ledger._ledger import (
+    ALLOWED_THRESHOLDS,
+    ReferenceThresholdWarning,
+    owed_tokens,
+    records_from_branch,
+    unwritten_turns,
+)
+from memory.ledger._records import MARKER_KEY
+from memory.maintenance._audit import audit, read_audit_inputs
+from memory.runtime._headless import SessionReport, run_headless, run_once, run_triggers
+from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
+from memory.runtime._settings import (
+    Timings,
+    apply_timings,
+    check_seconds,
+    check_threshold,
+    read_settings,
+)
+from memory.simulate._command import simulate
+from memory.workspace._workspace_id import read_workspace_id
+from store import (
+    LOCK_TIMEOUT,
+    SessionCore,
+    SessionNotFoundError,
+    StoreError,
+    list_sessions,
+    state_path,
+    validate_id,
+)
+
+__all__ = ["main"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def _default_state() -> str:
+    return os.environ.get("SCRIPTORIUM_STATE") or os.path.join(
+        os.path.expanduser("~"), ".scriptorium"
+    )
+
+
+def _existing_state(ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    state = state_path(value)
+    remember_state(ctx, state)
+    check_state_dir(state)
+    return state
+
+
+def _any_state(ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    state = state_path(value)
+    remember_state(ctx, state)
+    return state
+
+
+def state_options(command: F, *, creates: bool = False) -> F:
+    """``--state DIR`` and ``--json``, shared by every command.
+
+    The path is normalised once here (see :func:`store._sessions.state_path`).
+    Only commands that create state (``creates``) accept a directory that
+    does not hold one yet; for the others it is a usage error.
+    """
+    command = click.option(
+        "--json", "as_json", is_flag=True, help="Print one JSON document instead of text."
+    )(command)
+    command = click.option(
+        "--state",
+        "state_dir",
+        type=click.Path(file_okay=False, path_type=str),
+        default=_default_state,
+        show_default="$SCRIPTORIUM_STATE or ~/.scriptorium",
+        callback=_any_state if creates else _existing_state,
+        help="The state directory holding sessions/ and memory/"
+        + (" (created if missing)." if creates else "."),
+    )(command)
+    return command
+
+
+def creating_state_options(command: F) -> F:
+    """:func:`state_options` of a command that may start on a new state directory."""
+    return state_options(command, creates=True)
+
+
+def emit_json(document: object) -> None:
+    sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+def runtime_options(command: F) -> F:
+    """Options of the commands that start the runtime."""
+    command = click.option(
+        "--backend", type=click.Choice(["asyncio", "trio"]), default="asyncio",
+        show_default=True, help="The async backend to run on.",
+    )(command)
+    command = click.option(
+        "--threshold", type=int, default=None,
+        help="Owed tokens that trigger a write (SPEC §6.3; default: scriptorium.toml's, or "
+             f"16000). The reference agent accepts only {', '.join(map(str, ALLOWED_THRESHOLDS))}.",
+    )(command)
+    command = click.option(
+        "--workers", type=click.IntRange(1, 64), default=4, show_default=True,
+        help="Writer workers in the pool.",
+    )(command)
+    return command
+
+
+def timing_options(command: F) -> F:
+    """The agent's timing rules (SPEC §6.3, §6.6), over ``<state>/scriptorium.toml``'s."""
+    for flag, what in reversed((
+        ("--idle-after", "Idle seconds after which owed turns are written (default 3600)."),
+        ("--session-idle", "Idle seconds after which a session's boundary runs (default 1800)."),
+        ("--watchdog-poll", "Seconds between the idle watchdog's polls (default 300)."),
+    )):
+        command = click.option(flag, type=float, default=None, help=what)(command)
+    return command
+
+
+def _config(state_dir: str, workers: int, flags: dict[str, Any], **extra: Any) -> RuntimeConfig:
+    """Defaults, then ``<state>/scriptorium.toml``, then the flags; one line per problem."""
+    try:
+        given = Timings(
+            threshold=(None if flags.get("threshold") is None
+                       else check_threshold(flags["threshold"], "--threshold")),
+            **{name: None if flags.get(name) is None
+               else check_seconds(flags[name], f"--{name.replace('_', '-')}", name)
+               for name in ("idle_after", "session_idle", "watchdog_poll")},
+        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ReferenceThresholdWarning)
+            config = apply_timings(RuntimeConfig(writer_workers=workers, **extra),
+                                   given.over(read_settings(state_dir)))
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+    for warning in caught:
+        click.echo(f"scriptorium: warning: {warning.message}", err=True)
+    return config
+
+
+def _with_runtime(
+    state_dir: str, config: RuntimeConfig, backend: str,
+    body: Callable[[MemoryRuntime], Awaitable[T]],
+) -> T:
+    async def main() -> T:
+        async with open_runtime(state_dir, config=config) as rt:
+            return await body(rt)
+
+    return anyio.run(main, backend=backend)  # errors: one line, by ReportingGroup
+
+
+def _open_session(state_dir: str, session: str) -> SessionCore:
+    try:
+        return SessionCore.open(state_dir, session)
+    except StoreError as exc:
+        raise CliError.of(exc) from None
+
+
+@click.group(cls=ReportingGroup)
+@click.version_option(package_name="scriptorium")
+def main() -> None:
+    """Scriptorium: the long-term memory runtime of an agent whose conversations are DAGs.
+
+    Exit codes: 0 ok; 1 a problem found or work left undone; 2 usage (bad
+    option, unsafe or unknown id, --state not a state directory); 3 the
+    state could not be read or written (corrupt file, I/O error).
+    """
+
+
+# -- session -----------------------------------------------------------------------
+
+
+@main.group()
+def session() -> None:
+    """Inspect the session DAGs under <state>/sessions."""
+
+
+@session.command("list")
+@state_options
+def session_list(state_dir: str, as_json: bool) -> None:
+    """Every session, most recently appended first; exit 1 if a session dir cannot be listed."""
+    unlisted: dict[str, StoreError] = {}
+    rows = list_sessions(state_dir, unlisted)
+    if as_json:
+        emit_json(rows)
+    else:
+        for row in rows:
+            click.echo(f"{row['id']}  head={row['head_id']}  {row['title']}")
+    for problem in unlisted.values():
+        click.echo(f"scriptorium: not listed: {problem}", err=True)
+    if unlisted:
+        sys.exit(1)
+
+
+@session.command("branches")
+@click.argument("sid")
+@state_options
+def session_branches(sid: str, state_dir: str, as_json: bool) -> None:
+    """The tips of SID's branches (SPEC §4 list_branches)."""
+    core = _open_session(state_dir, sid)
+    rows = _guard(core.list_branches)
+    if as_json:
+        emit_json(rows)
+        return
+    head = _head_or_note(core)
+    for row in rows:
+        mark = "*" if row["head_msg_id"] == head else " "
+        name = f"  {row['name']}" if row.get("name") else ""
+        click.echo(f"{mark} {row['head_msg_id']}{name}")
+
+
+@session.command("branch")
+@click.argument("sid")
+@click.option("--tip", default=None, help="Walk back from this node (default: the head).")
+@state_options
+def session_branch(sid: str, tip: str | None, state_dir: str, as_json: bool) -> None:
+    """The messages of one branch, root to tip."""
+    core = _open_session(state_dir, sid)
+    messages = _guard(lambda: core.get_branch(tip))
+    if as_json:
+        emit_json(messages)
+        return
+    for message in messages:
+        content = message.get("content")
+        text = content if isinstance(content, str) else orjson.dumps(content).decode()
+        click.echo(f"{message['id']} [{message['role']}] {text}")
+
+
+@session.command("show")
+@click.argument("sid")
+@state_options
+def session_show(sid: str, state_dir: str, as_json: bool) -> None:
+    """Draw SID's DAG: each turn's role, a short text, and written/owed for this workspace."""
+    core = _open_session(state_dir, sid)
+    workspace = read_workspace_id(os.path.join(state_dir, "memory"))
+    nodes = _guard(core.nodes)
+    head = _head_or_note(core)
+    lines = _guard(lambda: render_session_tree(  # a predecessor loop is an error either way
+        nodes, head=head, workspace_id=workspace, session=sid))
+    if as_json:
+        emit_json({
+            "session": sid,
+            "head": head,
+            "workspace": workspace,
+            "nodes": [
+                {"id": n.id, "role": n.role, "predecessor": n.predecessor, "caller": n.caller,
+                 "written": workspace is not None
+                 and n.metadata.get(MARKER_KEY) == workspace}
+                for n in nodes
+            ],
+        })
+        return
+    for line in lines:
+        click.echo(line)
+
+
+# -- memory ------------------------------------------------------------------------
+
+
+@main.group()
+def memory() -> None:
+    """The memory ledger: what each branch still owes."""
+
+
+@memory.command("pending")
+@click.argument("sid")
+@click.option("--tip", default=None, help="The branch's tip (default: the head).")
+@state_options
+def memory_pending(sid: str, tip: str | None, state_dir: str, as_json: bool) -> None:
+    """The owed turns of a branch: its contiguous tail not marked by this workspace."""
+    core = _open_session(state_dir, sid)
+    branch = _guard(lambda: core.get_branch(tip))
+    workspace = read_workspace_id(os.path.join(state_dir, "memory"))
+    try:
+        records = records_from_branch(sid, branch)
+    except LedgerError as exc:  # SPEC §6.1: a refused branch says which node and why
+        raise click.ClickException(str(exc)) from None
+    owed = unwritten_turns(records, workspace) if workspace is not None else records
+    document = {
+        "session": sid,
+        "tip": tip if tip is not None else core.head,
+        "pending": [record.message_id for record in owed],
+        "tokens": owed_tokens(owed),
+    }
+    if as_json:
+        emit_json(document)
+        return
+    click.echo(f"{len(owed)} owed turns, {document['tokens']} tokens")
+    for record in owed:
+        click.echo(f"  {record.message_id} [{record.role}] {_short(record.content)}")
+
+
+def _head_or_note(core: SessionCore) -> str | None:
+    """The head for a drawing; an unusable head_id is said on stderr, not fatal to a look."""
+    try:
+        return core.head
+    except StoreError as exc:
+        click.echo(f"scriptorium: {exc}", err=True)
+        return None
+
+
+def _guard(read: Callable[[], T]) -> T:
+    """Turn a store error into a clean CLI error (one line on stderr, its exit code)."""
+    try:
+        return read()
+    except StoreError as exc:
+        raise CliError.of(exc) from None
+
+
+def _short(text: str, width: int = 60) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _report_writes(reports: dict[str, SessionReport], as_json: bool) -> None:
+    """Per session its outcome and reason; exit 1 when any session still owes what was covered.
+
+    ``--json``: ``{"sessions": {sid: outcome}, "reasons": {sid: reason},
+    "owed": {sid: [node ids]}}`` (docs/decisions.md, "Boundaries end").
+    """
+    ordered = sorted(reports.items())
+    if as_json:
+        emit_json({"sessions": {sid: r.outcome for sid, r in ordered},
+                   "reasons": {sid: r.reason for sid, r in ordered},
+                   "owed": {sid: list(r.owed) for sid, r in ordered}})
+    else:
+        for session, report in ordered:
+            click.echo(f"{session}: {report.outcome}: {report.reason}")
+    if not all(report.ok for report in reports.values()):
+        sys.exit(1)
+
+
+LOCK_TIMEOUT_OPTION = click.option(
+    "--lock-timeout", type=click.FloatRange(min=0.0), default=LOCK_TIMEOUT, show_default=True,
+    help="Seconds to wait for a session lock another process holds, then report that session.")
+
+
+@memory.command("write")
+@click.argument("sid", required=False)
+@click.option("--force", is_flag=True, help="Run the session boundary (SPEC §6.6), not the trigger.")
+@LOCK_TIMEOUT_OPTION
+@runtime_options
+@timing_options
+@state_options
+def memory_write(sid: str | None, force: bool, lock_timeout: float, threshold: int | None,
+                 workers: int, backend: str, state_dir: str, as_json: bool,
+                 **timings: float | None) -> None:
+    """Run the write cycle now, for SID or every session.
+
+    Prints each session's outcome and why: written (nothing the command
+    covers is still owed), not due (the trigger rule does not call for a
+    write; --force writes anyway), owed, no progress, quarantined, failed or
+    error. Exits 1 unless every session is written or not due.
+    """
+    if sid is not None:  # '' is not "every session"
+        validate_id(sid, "session id")
+
+    async def body(rt: MemoryRuntime) -> dict[str, SessionReport]:
+        sessions = None if sid is None else [sid]
+        if force:
+            return await run_once(rt, sessions)
+        if sessions is None:  # a session without meta.json is reported, not skipped
+            unlisted: dict[str, StoreError] = {}
+            sessions = [row["id"] for row in list_sessions(state_dir, unlisted)]
+            sessions += sorted(unlisted)
+        return await run_triggers(rt, sessions)
+
+    config = _config(state_dir, workers, {"threshold": threshold, **timings},
+                     lock_timeout=lock_timeout)
+    _report_writes(_with_runtime(state_dir, config, backend, body), as_json)
+
+
+@memory.command("release")
+@click.argument("sid", required=False)
+@state_options
+def memory_release(sid: str | None, state_dir: str, as_json: bool) -> None:
+    """Release quarantined batches of SID (or of every session), to be written again."""
+    if sid is not None:
+        validate_id(sid, "session id")
+        if not os.path.isdir(os.path.join(state_dir, "sessions", sid)):
+            raise SessionNotFoundError(sid, f"sessions/{sid}")
+
+    async def body(rt: MemoryRuntime) -> list[dict[str, Any]]:
+        released = await rt.release(sid)
+        return [{"session": e.session, "nodes": list(e.node_ids), "error": e.error}
+                for e in released]
+
+    released = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
+    if as_json:
+        emit_json({"released": released})
+    else:
+        click.echo(f"released {len(released)} batch(es)")
+
+
+@main.command("run")
+@click.option("--once", is_flag=True, help="Write everything owed (every session boundary), then exit.")
+@click.option("--log-json", is_flag=True, help="One JSON line per event on stderr.")
+@click.option("--scan-interval", type=float, default=2.0, show_default=True,
+              help="Seconds between scans for sessions other processes appended to.")
+@click.option("--drain-timeout", type=float, default=30.0, show_default=True,
+              help="On SIGINT/SIGTERM, how long in-flight jobs may take to finish.")
+@LOCK_TIMEOUT_OPTION
+@runtime_options
+@timing_options
+@creating_state_options
+def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
+        lock_timeout: float, threshold: int | None, workers: int, backend: str, state_dir: str,
+        as_json: bool, **timings: float | None) -> None:
+    """Run the memory runtime headless until SIGINT/SIGTERM (or, with --once, until done)."""
+
+    def log(event: dict[str, Any]) -> None:
+        event.setdefault("at", time.time())
+        if log_json:
+            sys.stderr.write(orjson.dumps(event, default=str).decode() + "\n")
+        else:
+            details = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("event", "at"))
+            sys.stderr.write(f"scriptorium: {event['event']} {details}\n")
+        sys.stderr.flush()
+
+    config = _config(state_dir, workers, {"threshold": threshold, **timings}, on_event=log,
+                     lock_timeout=lock_timeout)
+    if once:
+        _report_writes(_with_runtime(state_dir, config, backend, run_once), as_json)
+        return
+    try:
+        anyio.run(lambda: run_headless(state_dir, config=config, scan_interval=scan_interval,
+                                       drain_timeout=drain_timeout, log=log), backend=backend)
+    except StoreError as exc:
+        raise CliError.of(exc) from None
+
+
+class _ProgressBar:
+    """A click progress bar on stderr fed by ``progress(done, total)``; silent when disabled."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled
+        self.bar: Any = None
+        self.done = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or total <= 0:
+            return
+        if self.bar is None:
+            self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
+            self.bar.__enter__()
+        self.bar.update(done - self.done)
+        self.done = done
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+
+@memory.command("migrate")
+@runtime_options
+@state_options
+def memory_migrate(threshold: int | None, workers: int, backend: str, state_dir: str,
+                   as_json: bool) -> None:
+    """Turn runtime.json's legacy position cursors into markers (SPEC §6.7).
+
+    The runtime also does this by itself at every start; this command runs it
+    alone and prints what it marked.
+    """
+    progress = _ProgressBar("migrating", not as_json and sys.stderr.isatty())
+
+    async def body(rt: MemoryRuntime) -> dict[str, Any]:
+        report = rt.migration
+        if report is not None and report.had_cursors and not report.cursors_removed:
+            report = await rt.migrate(progress)  # the start attempt failed: try once more
+        progress.close()
+        if report is None:
+            return {"marked": {}, "cursors_removed": False}
+        for line in (*report.problems, *report.errors):
+            click.echo(f"scriptorium: {line}", err=True)
+        return report.as_json()
+
+    config = _config(state_dir, workers, {"threshold": threshold})
+    document = _with_runtime(state_dir, config, backend, body)
+    if as_json:
+        emit_json(document)
+    else:
+        marked = sum(len(ids) for ids in document["marked"].values())
+        click.echo(f"marked {marked} turn(s) in {len(document['marked'])} session(s); "
+                   f"cursors removed: {document['cursors_removed']}")
+
+
+@memory.command("backfill")
+@runtime_options
+@state_options
+def memory_backfill(threshold: int | None, workers: int, backend: str, state_dir: str,
+                    as_json: bool) -> None:
+    """Write every trusted archived source that no topic cites yet (SPEC §6.8)."""
+    progress = _ProgressBar("backfilling", not as_json and sys.stderr.isatty())
+
+    async def body(rt: MemoryRuntime) -> dict[str, Any]:
+        report = await rt.backfill(progress)
+        progress.close()
+        for line in (*report.problems, *report.errors):
+            click.echo(f"scriptorium: {line}", err=True)
+        return report.as_json()
+
+    config = _config(state_dir, workers, {"threshold": threshold})
+    document = _with_runtime(state_dir, config, backend, body)
+    if as_json:
+        emit_json(document)
+    else:
+        click.echo(" ".join(f"{k}={v}" for k, v in document.items()))
+    if document.get("status") != "ok":
+        sys.exit(1)
+
+
+@memory.command("audit")
+@click.option("--repair", is_flag=True,
+              help="Set lost markers again first (starts the runtime; writes no memory).")
+@state_options
+def memory_audit(repair: bool, state_dir: str, as_json: bool) -> None:
+    """Check markers against the archive and citations against sources; exit 1 on a problem."""
+    workspace = read_workspace_id(os.path.join(state_dir, "memory"))
+    if workspace is None:
+        raise click.ClickException(
+            f"{state_dir}/memory has no workspace id yet; nothing was ever written there")
+    report = audit(read_audit_inputs(state_dir, workspace))
+    if repair:
+        report = _repair_lost_markers(state_dir, report, workspace)
+    elif report["lost_markers"] and not as_json:
+        click.echo(f"scriptorium: {len(report['lost_markers'])} lost marker(s): "
+                   f"'scriptorium memory audit --repair' sets them again (writes no memory)",
+                   err=True)
+    if as_json:
+        emit_json(report)
+    else:
+        for problem in report["problems"]:
+            click.echo(f"{problem['kind']}: {problem['count']}")
+            for item in report[problem["kind"]][:20]:
+                click.echo(f"  {item}")
+            click.echo(f"  what to do: {problem['what_to_do']}")
+        click.echo("ok" if report["ok"] else "problems found")
+    if not report["ok"]:
+        sys.exit(1)
+
+
+def _repair_lost_markers(state_dir: str, report: dict[str, Any],
+                         workspace: str) -> dict[str, Any]:
+    """``audit --repair``: each session with lost markers repairs them; then audit again."""
+    sessions = sorted({item["session"] for item in report["lost_markers"]})
+    if not sessions:
+        return {**report, "repaired": []}
+
+    async def body(rt: MemoryRuntime) -> list[dict[str, str]]:
+        return [{"session": session, "node": node}
+                for session in sessions for node in await rt.repair_markers(session)]
+
+    repaired = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
+    return {**audit(read_audit_inputs(state_dir, workspace)), "repaired": repaired}
+
+
+main.add_command(simulate)

@@ -1,0 +1,24 @@
+"""Scriptorium `memory.maintenance`: whole-workspace jobs: migration (SPEC §6.7), backfill (§6.8), audit.
+
+Layout (see docs/architecture.md): ``_migrate`` position cursors to markers;
+``_backfill`` every uncited archived source; ``_audit`` the consistency
+report.
+"""
+
+from memory.maintenance._audit import audit as audit
+from memory.maintenance._audit import read_audit_inputs as read_audit_inputs
+from memory.maintenance._backfill import BackfillReport as BackfillReport
+from memory.maintenance._backfill import backfill as backfill
+from memory.maintenance._migrate import MigrationReport as MigrationReport
+from memory.maintenance._migrate import Progress as Progress
+from memory.maintenance._migrate import migrate as migrate
+
+__all__ = [
+    "BackfillReport",
+    "MigrationReport",
+    "Progress",
+    "audit",
+    "backfill",
+    "migrate",
+    "read_audit_inputs",
+]

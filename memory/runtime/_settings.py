@@ -1,0 +1,122 @@
+"""The agent's timing rules and the token threshold, set from flags, a file or code.
+
+SPEC §6.3 and §6.6 fix the reference agent's values: the incremental
+trigger writes after an hour of idleness (``idle_after``), a session is idle
+after 30 minutes (``session_idle``), the watchdog polls every 300 s
+(``watchdog_poll``), and a batch is 16,000 tokens (``threshold``, one of
+8,000 / 16,000 / 32,000). Nobody can try the runtime in a short test with
+those, so each is configurable in three places, the later winning:
+
+1. the defaults (:class:`~memory.runtime._runtime.RuntimeConfig`, the embedded config);
+2. ``<state>/scriptorium.toml``: top-level keys ``threshold``, ``idle_after``,
+   ``session_idle``, ``watchdog_poll`` (seconds); read by the command line,
+   and by :func:`~memory.open_runtime` when it is given no config;
+3. the command line's flags.
+
+A threshold the reference agent would not accept is allowed, with a
+:class:`~memory.ledger._ledger.ReferenceThresholdWarning`: the markers stay compatible, but that
+agent, run on the same state, batches differently.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING
+
+from memory._errors import SettingsError
+
+if TYPE_CHECKING:
+    from memory.runtime._runtime import RuntimeConfig
+
+__all__ = [
+    "SETTINGS_FILE",
+    "SettingsError",
+    "Timings",
+    "apply_timings",
+    "check_seconds",
+    "check_threshold",
+    "parse_settings",
+    "read_settings",
+]
+
+SETTINGS_FILE = "scriptorium.toml"
+
+
+def check_threshold(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SettingsError(where, f"the token threshold must be a positive integer, not {value!r}")
+    return value
+
+
+def check_seconds(value: object, where: str, name: str) -> float:
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not math.isfinite(value) or value <= 0):
+        raise SettingsError(where, f"{name} must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """The four values; ``None``: not set here, the earlier source's value stands."""
+
+    threshold: int | None = None
+    idle_after: float | None = None  # the incremental trigger's idle time
+    session_idle: float | None = None  # a session is idle (the boundary) after this
+    watchdog_poll: float | None = None  # between the idle watchdog's disk polls
+
+    def over(self, base: Timings) -> Timings:
+        """These values where set, ``base``'s elsewhere."""
+        return Timings(**{f.name: getattr(self, f.name) if getattr(self, f.name) is not None
+                          else getattr(base, f.name) for f in fields(self)})
+
+
+def parse_settings(data: bytes, where: str) -> Timings:
+    """Pure: the timings in a ``scriptorium.toml``'s bytes; ``where`` names it in errors."""
+    try:
+        document = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SettingsError(where, f"not valid TOML ({exc}); fix or remove the file") from None
+    known = {f.name for f in fields(Timings)}
+    unknown = sorted(set(document) - known)
+    if unknown:
+        raise SettingsError(where, f"unknown key(s) {', '.join(unknown)}; the keys are "
+                                   f"{', '.join(sorted(known))}")
+    threshold = document.get("threshold")
+    return Timings(
+        threshold=None if threshold is None else check_threshold(threshold, where),
+        **{name: None if document.get(name) is None
+           else check_seconds(document[name], where, name)
+           for name in ("idle_after", "session_idle", "watchdog_poll")},
+    )
+
+
+def read_settings(state_dir: str | os.PathLike[str]) -> Timings:
+    """``<state>/scriptorium.toml``'s timings; a missing file sets nothing."""
+    path = os.path.join(os.fspath(state_dir), SETTINGS_FILE)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return Timings()
+    return parse_settings(data, path)
+
+
+def apply_timings(config: RuntimeConfig, timings: Timings) -> RuntimeConfig:
+    """``config`` with the values ``timings`` sets (it warns for an unusual threshold)."""
+    policy = config.policy
+    if timings.threshold is not None or timings.idle_after is not None:
+        policy = replace(
+            policy,
+            threshold=timings.threshold if timings.threshold is not None else policy.threshold,
+            idle_after=timings.idle_after if timings.idle_after is not None else policy.idle_after,
+        )
+    return replace(
+        config, policy=policy,
+        session_idle=(timings.session_idle if timings.session_idle is not None
+                      else config.session_idle),
+        watchdog_poll=(timings.watchdog_poll if timings.watchdog_poll is not None
+                       else config.watchdog_poll),
+    )

@@ -1,0 +1,299 @@
+"""WorkspaceActor: the one owner of ``<state>/memory`` inside this process.
+
+Archive appends, transactions, ``runtime.json``, ``session-end.json`` and
+the quarantine file are all read-modify-write files; two writers in one
+process would race exactly like the node files of SPEC §1. So one actor
+serialises them, and ``.scriptorium/write.lock`` (taken by every
+transaction) covers runtimes in other processes.
+
+Writers do **not** run here: a model writer may take minutes, and the
+workspace must keep archiving other sessions' evidence meanwhile. A writer
+works on a :class:`~memory.workspace._edits.WorkspaceSnapshot` and its edits come
+back as one ``Commit``, checked against the snapshot's revision
+(``ConcurrentUpdate`` when another commit landed first; the caller retries).
+
+On start it finishes or rolls back an install a crash interrupted
+(``Transactions.recover``) before it serves anything.
+
+Redelivery after a crash (``actors.Idempotent``): every message but
+``ReleaseQuarantine`` is delivered again to the next incarnation. Reads are
+safe; an archive append skips frames already present; a commit is a
+compare-and-set on its base revision (a second delivery after the first
+installed is refused with ``ConcurrentUpdate``, and the batch is then found
+cited); the session-end and runtime-state writes set fixed values; a
+quarantine entry already recorded is not added again. A second release
+would report nothing released, so its caller gets ``ActorCrashed`` instead.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
+from typing import Any
+
+from actors import Actor, Idempotent
+from memory._errors import ScriptoriumMemoryError
+from memory.ledger._lost_markers import written_to_memory
+from memory.workspace._archive import AppendResult
+from memory.workspace._archive_cache import ArchiveCache
+from memory.workspace._edits import TopicEdit
+from memory.workspace._quarantine import QuarantineEntry, read_quarantine, write_quarantine
+from memory.workspace._runtime_state import (
+    RuntimeState,
+    read_runtime_state,
+    read_session_end,
+    write_runtime_state,
+    write_session_end,
+)
+from memory.workspace._topic_ids import handle_key
+from memory.workspace._transaction import CommitResult, Transactions, workspace_lock
+from memory.workspace._workspace_id import load_or_create_workspace_id
+from memory.writers._writer import Batch
+from store import DurableFiles, UnsafeLinkError, run_durable
+
+__all__ = [
+    "ArchiveBatches",
+    "BatchesCovered",
+    "CitedSources",
+    "CommitEdits",
+    "QuarantineBatch",
+    "ReadQuarantine",
+    "ReadRuntimeState",
+    "RecordSessionEnd",
+    "ReleaseQuarantine",
+    "ReplaceRuntimeState",
+    "SourcesInMemory",
+    "TakeSnapshot",
+    "WorkspaceActor",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveBatches(Idempotent):
+    """Archive the records of every batch, in one thread hop."""
+
+    batches: tuple[Batch, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TakeSnapshot(Idempotent):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class CommitEdits(Idempotent):
+    """Commit ``edits`` made for ``batches`` (one, or a group) against ``base_revision``."""
+
+    batches: tuple[Batch, ...]
+    edits: tuple[TopicEdit, ...]
+    base_revision: str
+
+
+@dataclass(frozen=True, slots=True)
+class BatchesCovered(Idempotent):
+    """Per batch: is every trusted record of it archived and already cited by a topic?"""
+
+    batches: tuple[Batch, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CitedSources(Idempotent):
+    """The ``<sid>#source-<16hex>`` keys every topic cites now (for backfill)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourcesInMemory(Idempotent):
+    """Of ``sources`` (source ids): ``(archived, cited)``, the ones in the v2 archive and those
+    a topic cites (for lost-marker repair, :mod:`memory.ledger._lost_markers`)."""
+
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSessionEnd(Idempotent):
+    session: str
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineBatch(Idempotent):
+    entry: QuarantineEntry
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseQuarantine:
+    """Release every quarantined batch of ``session`` (all sessions if None)."""
+
+    session: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadQuarantine(Idempotent):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRuntimeState(Idempotent):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceRuntimeState(Idempotent):
+    state: RuntimeState
+
+
+class WorkspaceActor(Actor):
+    """Owns ``<state>/memory``; see the module docstring."""
+
+    expected_errors = (ScriptoriumMemoryError, UnsafeLinkError)
+
+    def __init__(
+        self,
+        memory_dir: str,
+        *,
+        files: DurableFiles | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.memory_dir = memory_dir
+        self.files = files if files is not None else DurableFiles()
+        self.clock = clock
+        self.workspace_id = ""
+        self.archives = ArchiveCache(memory_dir, self.files)
+        self._transactions: Transactions | None = None
+        self.commits = 0
+
+    async def on_start(self) -> None:
+        def start() -> Transactions:
+            self.files.make_dirs(os.path.join(self.memory_dir, ".scriptorium"))
+            self.workspace_id = load_or_create_workspace_id(self.memory_dir, self.files)
+            transactions = Transactions(
+                self.memory_dir, archived=self.archives.archived, files=self.files
+            )
+            transactions.recover()
+            return transactions
+
+        self._transactions = await run_durable(start)
+
+    @property
+    def transactions(self) -> Transactions:
+        if self._transactions is None:
+            raise RuntimeError("the workspace actor is used before on_start")
+        return self._transactions
+
+    def inspect(self) -> object:
+        return {"workspace_id": self.workspace_id, "commits": self.commits,
+                "archives": self.archives.statistics()}
+
+    async def handle(self, message: Any) -> Any:
+        match message:
+            case ArchiveBatches(batches):
+                return await run_durable(self._archive, batches)
+            case TakeSnapshot():
+                return await run_durable(self.transactions.snapshot)
+            case CommitEdits(batches, edits, base):
+                return await run_durable(self._commit, batches, edits, base)
+            case CitedSources():
+                return await run_durable(self.transactions.cited_keys)
+            case BatchesCovered(batches):
+                return await run_durable(self._covered, batches)
+            case SourcesInMemory(sources):
+                return await run_durable(self._in_memory, sources)
+            case RecordSessionEnd(session, updated_at):
+                return await run_durable(self._record_session_end, session, updated_at)
+            case QuarantineBatch(entry):
+                return await run_durable(self._quarantine_add, entry)
+            case ReleaseQuarantine(session):
+                return await run_durable(self._quarantine_release, session)
+            case ReadQuarantine():
+                return await run_durable(read_quarantine, self.memory_dir)
+            case ReadRuntimeState():
+                return await run_durable(read_runtime_state, self.memory_dir)
+            case ReplaceRuntimeState(state):
+                return await run_durable(self._replace_runtime_state, state)
+        raise TypeError(f"the workspace actor got an unknown message {message!r}")
+
+    # -- the synchronous bodies, each one thread hop --------------------------------
+
+    def _archive(self, batches: Sequence[Batch]) -> list[AppendResult]:
+        with self._lock():  # another runtime may append to the same archive
+            return [self.archives.append(batch.session_id, batch.records) for batch in batches]
+
+    def _commit(
+        self, batches: Sequence[Batch], edits: Sequence[TopicEdit], base: str
+    ) -> list[dict[str, Any]]:
+        records = [record for batch in batches for record in batch.records]
+        result: CommitResult = self.transactions.commit(
+            edits, base_revision=base, batch_sources=frozenset(r.source_id for r in records),
+        )
+        if result.changed_files:
+            self.commits += 1
+            with self._lock():
+                state = read_runtime_state(self.memory_dir)
+                order = dict(state.creation_order)
+                for block in result.created_blocks:
+                    order.setdefault(block, len(order))
+                write_runtime_state(self.memory_dir, replace(
+                    state,
+                    creation_order=order,
+                    local_batches=state.local_batches + len(batches),
+                    local_tokens=state.local_tokens + sum(r.tokens for r in records),
+                    write_commits_since_global=state.write_commits_since_global + 1,
+                ), self.files)
+        return [dict(entry) for entry in result.audit]
+
+    def _covered(self, batches: Sequence[Batch]) -> list[bool]:
+        cited = self.transactions.cited_keys()
+        return [
+            all(written_to_memory(record, self._archived, lambda s: handle_key(s) in cited)
+                for record in batch.records)
+            for batch in batches
+        ]
+
+    def _archived(self, source: str) -> bool:
+        return self.archives.archived(source) is not None
+
+    def _in_memory(self, sources: Sequence[str]) -> tuple[frozenset[str], frozenset[str]]:
+        cited = self.transactions.cited_keys()
+        def is_cited(source: str) -> bool:
+            try:
+                return handle_key(source) in cited
+            except ValueError:  # not a source handle: no topic can cite it
+                return False
+
+        return (frozenset(s for s in sources if self._archived(s)),
+                frozenset(filter(is_cited, sources)))
+
+    def _lock(self) -> AbstractContextManager[None]:
+        """Read-modify-writes of shared files hold the workspace lock (other runtimes)."""
+        return workspace_lock(self.memory_dir, self.files)
+
+    def _record_session_end(self, session: str, updated_at: float) -> None:
+        with self._lock():
+            entries = read_session_end(self.memory_dir)
+            if entries.get(session) == updated_at:
+                return
+            entries[session] = updated_at
+            write_session_end(self.memory_dir, entries, self.files)
+
+    def _quarantine_add(self, entry: QuarantineEntry) -> None:
+        with self._lock():
+            entries = read_quarantine(self.memory_dir)
+            if entry in entries:
+                return  # a redelivery after the write (QuarantineBatch is idempotent)
+            write_quarantine(self.memory_dir, [*entries, entry], self.files)
+
+    def _quarantine_release(self, session: str | None) -> list[QuarantineEntry]:
+        with self._lock():
+            entries = read_quarantine(self.memory_dir)
+            released = [e for e in entries if session is None or e.session == session]
+            if released:
+                kept = [e for e in entries if not (session is None or e.session == session)]
+                write_quarantine(self.memory_dir, kept, self.files)
+        return released
+
+    def _replace_runtime_state(self, state: RuntimeState) -> None:
+        with self._lock():
+            write_runtime_state(self.memory_dir, state, self.files)

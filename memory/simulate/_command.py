@@ -1,0 +1,242 @@
+"""The ``scriptorium simulate`` command and its report.
+
+The report is what a newcomer reads first, so it says what was done (turns,
+branches, batches, faults injected), how fast (turns/s end to end, write
+cycle and marker merge p50/p99), what the supervisors healed (restarts,
+quarantined jobs, runtime crashes survived), the peak RSS, and then the
+oracle's table: PASS/FAIL per invariant. Any FAIL exits non-zero. With
+``--json`` exactly one JSON object goes to stdout and progress stays on
+stderr.
+
+``--compare`` hands the same workload to the baselines of issue 6. They are
+benchmark code, not installed: they are loaded from ``bench/baselines/`` of
+the source checkout this package runs from (:data:`BASELINES`, one explicit
+path), and without it the command stops at once with a one-line error.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import anyio
+import click
+import orjson
+
+from memory._errors import SettingsError
+from memory.ledger._ledger import ReferenceThresholdWarning, threshold_warning
+from memory.runtime._settings import check_seconds, check_threshold
+from memory.simulate._faults import FAULTS, parse_faults
+from memory.simulate._simulate import SimulationConfig, SimulationResult
+from memory.simulate._simulate import simulate as run_simulation
+from store import state_path
+
+__all__ = ["percentile", "render_report", "result_document", "simulate"]
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile; 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))
+    return ordered[rank]
+
+
+def result_document(result: SimulationResult) -> dict[str, Any]:
+    """The ``--json`` object (issue 6 names the first keys)."""
+    latency = {
+        f"{name}_{label}": round(percentile(values, q) * 1000, 3)
+        for name, values in sorted(result.latencies.items())
+        for label, q in (("p50", 0.5), ("p99", 0.99))
+    }
+    config = result.config
+    return {
+        "invariants": {name: v.status for name, v in result.invariants.items()},
+        "turns_per_s": round(result.turns_per_s, 1),
+        "turns": result.turns,
+        "latency_ms": latency,
+        "restarts": result.restarts,
+        "quarantined": result.quarantined,
+        "peak_rss_mb": round(result.peak_rss_mb, 1),
+        "seconds": round(result.seconds, 2),
+        "workload_seconds": round(result.workload_seconds, 2),
+        "sessions": config.sessions,
+        "branches": result.branches,
+        "batches": result.batches,
+        "deliveries": result.deliveries,
+        "runtime_incarnations": result.incarnations,
+        "faults": sorted(config.faults),
+        "injected": result.injected,
+        "outcomes": result.outcomes,
+        "actions": result.actions,
+        "seed": config.seed,
+        "state": config.state_dir,
+        "problems": {n: v.problems for n, v in result.invariants.items() if v.problems},
+    }
+
+
+def render_report(result: SimulationResult) -> str:
+    doc = result_document(result)
+    lat = doc["latency_ms"]
+    lines = [
+        (f"scriptorium simulate: {doc['sessions']} sessions, seed {doc['seed']}, "
+        f"faults: {', '.join(doc['faults']) or 'none'}"),
+        "",
+        (f"  turns            {doc['turns']:>10}   ({doc['turns_per_s']} turns/s end to end, "
+        f"{doc['seconds']} s)"),
+        (f"  appending        {doc['workload_seconds']:>10} s   (then the boundary for every "
+        f"session: {round(doc['seconds'] - doc['workload_seconds'], 2)} s)"),
+        f"  branches (tips)  {doc['branches']:>10}",
+        f"  batches written  {doc['batches']:>10}   ({doc['deliveries']} node deliveries)",
+        (f"  write cycle      p50 {lat.get('write_cycle_p50', 0):>8.1f} ms   "
+        f"p99 {lat.get('write_cycle_p99', 0):>8.1f} ms"),
+        (f"  marker merge     p50 {lat.get('marker_merge_p50', 0):>8.1f} ms   "
+        f"p99 {lat.get('marker_merge_p99', 0):>8.1f} ms"),
+        f"  restarts         {doc['restarts']:>10}   (supervisors healed crashed actors)",
+        f"  quarantined      {doc['quarantined']:>10}",
+        f"  runtime crashes  {doc['runtime_incarnations'] - 1:>10}   (reopened on the same state)",
+        f"  peak RSS         {doc['peak_rss_mb']:>10} MB",
+    ]
+    if doc["injected"]:
+        injected = ", ".join(f"{k} {v}" for k, v in sorted(doc["injected"].items()) if v)
+        lines.append(f"  injected         {injected or 'nothing'}")
+    lines += ["", "  invariant                            result   checked"]
+    for name, verdict in result.invariants.items():
+        lines.append(f"  {name:<36} {verdict.status:<8} {verdict.checked:>7}")
+        lines += [f"      {problem}" for problem in verdict.problems[:5]]
+    lines.append("")
+    lines.append("ALL PASS" if result.passed else "FAIL: an invariant does not hold (see above)")
+    return "\n".join(lines)
+
+
+class _Status:
+    """A one-line progress display on stderr (only on a terminal)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = width * done // max(total, 1)
+        sys.stderr.write(f"\r  [{'#' * filled}{'.' * (width - filled)}] {done}/{total} turns")
+        if done >= total:
+            sys.stderr.write("  settling, then checking...\n")
+        sys.stderr.flush()
+
+
+# memory/simulate/_command.py -> the checkout's root -> bench/baselines/
+BASELINES = Path(__file__).resolve().parents[2] / "bench" / "baselines"
+
+
+class BaselinesMissing(click.ClickException):
+    """``--compare`` outside a source checkout: a usage error, said in one line."""
+
+    exit_code = 2
+
+
+def load_baselines(folder: Path | None = None) -> ModuleType:
+    """The baselines package at ``folder`` (default :data:`BASELINES`), or :class:`BaselinesMissing`."""
+    folder = BASELINES if folder is None else folder
+    init = folder / "__init__.py"
+    if not init.is_file():
+        raise BaselinesMissing(
+            f"--compare runs the baselines in {folder}, which only a source checkout has "
+            "(they are benchmark code, not installed); run from a checkout or drop --compare")
+    spec = importlib.util.spec_from_file_location(
+        "scriptorium_baselines", init, submodule_search_locations=[str(folder)])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while building
+    spec.loader.exec_module(module)
+    return module
+
+
+def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, str]:
+    """The baselines' report on the same workload size and seed, and its Markdown."""
+    report = baselines.run_baselines(seed=config.seed, sessions=config.sessions,
+                                     turns=config.turns)
+    return report, baselines.render_baselines(report)
+
+
+@click.command("simulate")
+@click.option("--sessions", default=60, show_default=True, help="Concurrent simulated agents.")
+@click.option("--turns", default=30, show_default=True, help="Turns each agent appends.")
+@click.option("--seed", default=0, show_default=True, help="Seed of every random choice.")
+@click.option("--faults", "faults_spec", default="", metavar="SPEC",
+              help=f"Comma-separated faults or 'all': {', '.join(FAULTS)}.")
+@click.option("--backend", type=click.Choice(["asyncio", "trio"]), default="asyncio",
+              show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@click.option("--state", "state_dir", type=click.Path(file_okay=False, path_type=str),
+              default=None, callback=lambda _ctx, _param, value: (
+                  state_path(value) if value is not None else None),
+              help="Keep the simulated state here (default: a temporary dir).")
+@click.option("--compare", is_flag=True, help="Also run the baselines on the same workload (bench/baselines/: a source checkout only).")
+@click.option("--threshold", type=int, default=8000, show_default=True,
+              help="Owed tokens that trigger a write (the reference accepts 8000/16000/32000).")
+@click.option("--idle-after", type=float, default=None,
+              help="Idle seconds before owed turns are written (default: --session-idle).")
+@click.option("--session-idle", type=float, default=2.0, show_default=True,
+              help="Idle seconds before a session's boundary runs (compressed clock).")
+@click.option("--watchdog-poll", type=float, default=2.0, show_default=True,
+              help="Seconds between the idle watchdog's polls.")
+def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: str,
+             as_json: bool, state_dir: str | None, compare: bool, threshold: int,
+             idle_after: float | None, session_idle: float, watchdog_poll: float) -> None:
+    """Run concurrent simulated agents with seeded faults, then check every invariant."""
+    try:
+        faults = parse_faults(faults_spec)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--faults") from None
+    if sessions < 1 or turns < 1:
+        raise click.BadParameter("--sessions and --turns must be at least 1")
+    try:
+        check_threshold(threshold, "--threshold")
+        for flag, value in (("--idle-after", idle_after), ("--session-idle", session_idle),
+                            ("--watchdog-poll", watchdog_poll)):
+            if value is not None:
+                check_seconds(value, flag, flag.lstrip("-").replace("-", "_"))
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+    baselines = load_baselines() if compare else None  # before a run that may take minutes
+    if (warning := threshold_warning(threshold)) is not None:
+        click.echo(f"scriptorium: warning: {warning}", err=True)
+    with tempfile.TemporaryDirectory(prefix="scriptorium-sim-") as temporary:
+        state = state_dir or temporary
+        if state_dir and os.path.isdir(os.path.join(state_dir, "sessions")) and os.listdir(
+                os.path.join(state_dir, "sessions")):
+            raise click.UsageError(f"--state {state_dir} already holds sessions; "
+                                   "give an empty or new directory")
+        os.makedirs(state, mode=0o700, exist_ok=True)
+        config = SimulationConfig(state_dir=state, sessions=sessions, turns=turns, seed=seed,
+                                  faults=faults, progress=_Status(sys.stderr.isatty()),
+                                  threshold=threshold, idle_after=idle_after,
+                                  session_idle=session_idle, watchdog_poll=watchdog_poll)
+        with warnings.catch_warnings():  # said once above, in one line
+            warnings.simplefilter("ignore", ReferenceThresholdWarning)
+            result = anyio.run(run_simulation, config, backend=backend)
+        document = result_document(result)
+        compared_text = None
+        if baselines is not None:
+            document["compare"], compared_text = _compare(baselines, config)
+        if not state_dir:
+            document["state"] = None
+        if as_json:
+            sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+        else:
+            click.echo(render_report(result))
+            if compare and document["compare"] is not None:
+                click.echo("")
+                click.echo(compared_text or orjson.dumps(document["compare"]).decode())
+    if not result.passed:
+        sys.exit(1)

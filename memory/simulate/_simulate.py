@@ -1,0 +1,388 @@
+"""``scriptorium simulate``: many simulated agents, seeded faults, and the oracle.
+
+The project's main job and its proof under load (issue 6). It opens the
+embedded runtime on a state directory, creates one session per simulated
+agent (:mod:`memory.simulate._agents`) and runs them all concurrently with
+the idle watchdog on a compressed clock, while the faults of
+:mod:`memory.simulate._faults` fire. A simulated process crash kills the
+runtime; the harness reopens it on the same state and the agents carry on.
+When the workload ends, faults switch off, the session boundary runs for
+every session (quarantined batches are released once, as an operator
+would), the pool drains, and :mod:`memory.simulate._oracle` checks the
+files. :mod:`memory.simulate._command` prints the result.
+
+Everything here is orchestration; the rules live in the runtime.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import orjson
+
+from memory.ledger._ledger import WritePolicy
+from memory.ledger._records import MARKER_KEY
+from memory.ledger._tokens import default_counter
+from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
+from memory.simulate._agents import Acknowledged, Agent, Mix
+from memory.simulate._faults import FaultPlan, FaultyDisk, FaultyWriter, SimulatedCrash
+from memory.simulate._oracle import Evidence, Verdict, check_invariants, outside_evidence
+from memory.writers._extractive import ExtractiveWriter
+from store import list_sessions, run_durable, state_path
+from supervisors import Backoff, GetChild
+
+__all__ = ["SETTLE_ROUNDS", "SimulationConfig", "SimulationResult", "simulate"]
+
+SETTLE_ROUNDS = 8  # boundary rounds at most; a round without a failure ends it
+
+
+@dataclass(frozen=True)
+class SimulationConfig:
+    """One run. Durations are real seconds: the watchdog's clock is compressed, not virtual."""
+
+    state_dir: str
+    sessions: int = 200
+    turns: int = 60
+    seed: int = 0
+    faults: frozenset[str] = frozenset()
+    mix: Mix = field(default_factory=Mix)
+    threshold: int = 8000
+    writer_workers: int = 4
+    session_idle: float = 2.0
+    idle_after: float | None = None  # the incremental trigger's idle time; None: session_idle
+    watchdog_poll: float = 2.0
+    writer_timeout: float = 2.0
+    outside_sessions: int = 8
+    outside_rounds: int = 200
+    agent_sessions: int = 8  # agent-writes: the sessions after the outside-appends ones
+    agent_rounds: int = 200
+    fault_rates: Mapping[str, Any] = field(default_factory=dict)  # FaultPlan field overrides
+    progress: Callable[[int, int], None] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state_dir", state_path(self.state_dir))
+
+
+@dataclass
+class SimulationResult:
+    config: SimulationConfig
+    invariants: dict[str, Verdict]
+    turns: int
+    seconds: float
+    branches: int
+    batches: int
+    restarts: int
+    quarantined: int
+    incarnations: int
+    injected: dict[str, int]
+    outcomes: dict[str, int]
+    actions: dict[str, int]
+    latencies: dict[str, list[float]]
+    deliveries: int
+    peak_rss_mb: float
+    workspace_id: str = ""
+    evidence: Evidence | None = None
+    workload_seconds: float = 0.0  # until the last agent finished; the rest is the boundary
+
+    @property
+    def passed(self) -> bool:
+        return all(verdict.passed for verdict in self.invariants.values())
+
+    @property
+    def turns_per_s(self) -> float:
+        return self.turns / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class _Totals:
+    """What survives runtime incarnations: counters of every dead runtime, summed."""
+
+    outcomes: Counter[str] = field(default_factory=Counter)
+    latencies: dict[str, list[float]] = field(
+        default_factory=lambda: {"write_cycle": [], "marker_merge": []})
+    written_batches: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    marked: set[tuple[str, str]] = field(default_factory=set)
+    deliveries: int = 0
+    restarts: int = 0
+    quarantined: int = 0
+    incarnations: int = 0
+
+    def absorb(self, rt: MemoryRuntime, restarts: int) -> None:
+        self.outcomes.update(rt.outcomes)
+        for name, values in rt.latencies.items():
+            self.latencies.setdefault(name, []).extend(values)
+        self.written_batches.extend(rt.written_batches)
+        self.marked |= rt.marked
+        self.deliveries += sum(rt.deliveries.values())
+        self.restarts += restarts
+        self.quarantined += rt.outcomes["quarantined"]
+
+
+def runtime_config(config: SimulationConfig, plan: FaultPlan) -> RuntimeConfig:
+    """The runtime with the compressed clock: idle, polls and backoffs in (fractions of) seconds."""
+    return RuntimeConfig(
+        policy=WritePolicy(
+            threshold=config.threshold,
+            idle_after=config.idle_after if config.idle_after is not None else config.session_idle,
+        ),
+        writer_workers=config.writer_workers,
+        writer_timeout=config.writer_timeout,
+        session_idle=config.session_idle,
+        watchdog_poll=config.watchdog_poll,
+        passivate_after=4 * config.session_idle,
+        retry_backoff=Backoff(initial=0.05, factor=2.0, maximum=0.5, jitter=0.25),
+        worker_backoff=Backoff(initial=0.01, factor=2.0, maximum=0.2, jitter=0.25),
+        call_timeout=None,
+        files=FaultyDisk(plan),
+        seed=config.seed,
+        track_deliveries=True,
+    )
+
+
+async def _restarts(rt: MemoryRuntime) -> int:
+    """Supervisor restarts of this incarnation: the root, the writer pool, the sessions."""
+    if rt.root is None:
+        return 0
+    total = 0
+    for name in ("writers", "sessions"):
+        child = await rt.root.call(GetChild(name))
+        total += int(getattr(await child.inspect(), "restarts", 0))
+    return total + int(getattr(await rt.root.inspect(), "restarts", 0))
+
+
+def _crashed(error: BaseException) -> bool:
+    if isinstance(error, SimulatedCrash):
+        return True
+    if isinstance(error, BaseExceptionGroup):
+        return any(_crashed(inner) for inner in error.exceptions)
+    return _crashed(error.__context__) if error.__context__ is not None else False
+
+
+async def _outside(config: SimulationConfig, sessions: list[str], into: dict[str, object]) -> None:
+    """The outside writer subprocess; its acknowledged writes land in ``into``."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(
+        "PYTHONPATH")]))}
+    command = [sys.executable, "-m", "memory.simulate._outside", config.state_dir,
+               str(config.seed), str(config.outside_rounds), *sessions]
+    done = await anyio.run_process(command, env=env, check=False, stderr=subprocess.PIPE)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"the outside writer exited with {done.returncode}: {done.stderr.decode()[-2000:]}")
+    into.update(orjson.loads(done.stdout))
+
+
+async def _agent(config: SimulationConfig, sessions: list[str], into: dict[str, object],
+                 go: anyio.Event) -> None:
+    """The unlocked reference agent's process (``agent-writes``); it starts writing on ``go``."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(
+        "PYTHONPATH")]))}
+    command = [sys.executable, "-m", "memory.simulate._outside", "--agent", config.state_dir,
+               str(config.seed), str(config.agent_rounds), *sessions]
+    async with await anyio.open_process(command, env=env, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        await go.wait()
+        await proc.stdin.send(b"go\n")
+        out = b"".join([chunk async for chunk in proc.stdout])
+        err = b"".join([chunk async for chunk in proc.stderr])
+        if await proc.wait() != 0:
+            raise RuntimeError(f"the outside agent exited with {proc.returncode}: "
+                               f"{err.decode()[-2000:]}")
+    into.update(orjson.loads(out))
+
+
+async def simulate(config: SimulationConfig) -> SimulationResult:
+    """Run the whole simulation on the current event loop; see the module docstring."""
+    plan = FaultPlan(config.faults, config.seed, **config.fault_rates)
+    acknowledged = Acknowledged()
+    totals = _Totals()
+    agents: list[Agent] = []
+    outside: dict[str, object] = {}
+    agent_writes: dict[str, object] = {}
+    workload_over = anyio.Event()  # the unlocked agent writes from then on, while marking goes on
+    started = time.perf_counter()
+    workload_done = 0.0
+    evidence_before: dict[str, float] = {}
+    evidence_after: dict[str, float] = {}
+    workspace_id = ""
+    async with anyio.create_task_group() as background:
+        while True:
+            rt: MemoryRuntime | None = None
+            try:
+                async with open_runtime(
+                    config.state_dir, FaultyWriter(ExtractiveWriter(), plan),
+                    config=runtime_config(config, plan),
+                ) as rt:
+                    totals.incarnations += 1
+                    workspace_id = rt.workspace_id
+                    if not agents:
+                        for index in range(config.sessions):
+                            sid = await rt.sessions.create(title=f"agent {index}",
+                                                           session_id=f"sim-{index:05d}")
+                            agents.append(Agent(index, sid, config.turns, config.seed,
+                                                config.mix, acknowledged))
+                        if plan.on("outside-appends"):
+                            chosen = [a.session for a in agents[: config.outside_sessions]]
+                            background.start_soon(_outside, config, chosen, outside)
+                        if plan.on("agent-writes"):
+                            first = config.outside_sessions
+                            chosen = [a.session for a in
+                                      agents[first: first + config.agent_sessions]]
+                            background.start_soon(_agent, config, chosen, agent_writes,
+                                                  workload_over)
+                    await _run_agents(rt, agents, config)
+                    workload_done = workload_done or time.perf_counter()
+                    workload_over.set()
+                    if "agent-writes" in plan.faults:
+                        while not agent_writes:
+                            await anyio.sleep(0.05)
+                    await _settle(rt, agents, outside, plan, evidence_before, evidence_after)
+                    totals.absorb(rt, await _restarts(rt))
+                break
+            except BaseException as error:
+                if not _crashed(error):
+                    raise
+                if rt is not None:
+                    totals.absorb(rt, 0)
+    seconds = time.perf_counter() - started
+    for sid, node, key in _triples(outside.get("merged")):
+        acknowledged.add(sid, node, (key,))
+    for sid, node in totals.marked:
+        acknowledged.add(sid, node, (MARKER_KEY,))
+    evidence = Evidence(
+        acknowledged=acknowledged.keys,
+        updated_before_boundary=evidence_before,
+        updated_after_boundary=evidence_after,
+        written_batches=totals.written_batches,
+        process_crashes=plan.process_crashes,
+        actor_crashes=dict(plan.crashed_sessions),
+        summarised=acknowledged.summarised,
+        **outside_evidence(agent_writes),
+    )
+    invariants = await run_durable(lambda: check_invariants(
+        config.state_dir, workspace_id, threshold=config.threshold,
+        counter=default_counter(), evidence=evidence))
+    result = _result(config, invariants, agents, totals, plan, seconds, outside)
+    result.workspace_id = workspace_id
+    result.workload_seconds = (workload_done or started) - started
+    result.evidence = evidence
+    return result
+
+
+async def _run_agents(rt: MemoryRuntime, agents: list[Agent], config: SimulationConfig) -> None:
+    total = sum(agent.turns for agent in agents)
+    progress = config.progress
+
+    async def tick() -> None:
+        while progress is not None:
+            progress(sum(min(a.done_turns, a.turns) for a in agents), total)
+            await anyio.sleep(0.25)
+
+    async with anyio.create_task_group() as outer:
+        outer.start_soon(tick)
+        async with anyio.create_task_group() as tg:
+            for agent in agents:
+                if not agent.done:
+                    tg.start_soon(agent.run, rt)
+        outer.cancel_scope.cancel()
+    if progress is not None:
+        progress(total, total)
+
+
+async def _settle(
+    rt: MemoryRuntime,
+    agents: list[Agent],
+    outside: dict[str, object],
+    plan: FaultPlan,
+    before: dict[str, float],
+    after: dict[str, float],
+) -> None:
+    """The session boundary for every session, first with faults on, then off, then drain.
+
+    The first round runs under the faults (a crash here reopens the runtime
+    and settles again); the later rounds run without them and release any
+    quarantined batch, as an operator would, so the oracle sees the end state.
+    """
+    if "outside-appends" in plan.faults:
+        while not outside:
+            await anyio.sleep(0.05)
+    await rt.drain()
+    before.update(await _updated_at(rt))
+    for round_number in range(SETTLE_ROUNDS):
+        failures_before = _failures(rt)
+        async with anyio.create_task_group() as tg:
+            for agent in agents:
+                tg.start_soon(rt.flush, agent.session)
+        await rt.drain()
+        plan.enabled = False
+        # A batch that failed this round waits on a retry timer, which drain()
+        # does not count: only a round in which nothing failed ends the boundary.
+        if round_number > 0 and _failures(rt) == failures_before and not rt.quarantined:
+            break
+        if rt.quarantined:
+            await rt.release()
+    after.update(await _updated_at(rt))
+
+
+def _failures(rt: MemoryRuntime) -> int:
+    return sum(count for result, count in rt.outcomes.items() if result != "written")
+
+
+async def _updated_at(rt: MemoryRuntime) -> dict[str, float]:
+    rows = await run_durable(list_sessions, rt.state_dir)
+    return {row["id"]: row["updated_at"] for row in rows}
+
+
+def _triples(value: object) -> list[tuple[str, str, str]]:
+    if not isinstance(value, list):
+        return []
+    return [(str(a), str(b), str(c)) for a, b, c in value]
+
+
+def _result(
+    config: SimulationConfig,
+    invariants: dict[str, Verdict],
+    agents: list[Agent],
+    totals: _Totals,
+    plan: FaultPlan,
+    seconds: float,
+    outside: dict[str, object],
+) -> SimulationResult:
+    actions: Counter[str] = Counter()
+    for agent in agents:
+        actions.update(agent.actions)
+        actions["refused"] += agent.refused
+        actions["errors"] += agent.errors
+        actions["crashed"] += agent.crashed
+        actions["retried"] += agent.retried
+    appended = outside.get("appended")
+    outside_turns = len(appended) if isinstance(appended, list) else 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return SimulationResult(
+        config=config,
+        invariants=invariants,
+        turns=sum(agent.done_turns for agent in agents) + outside_turns,
+        seconds=seconds,
+        branches=invariants["no_owed_tail_at_threshold"].checked,
+        batches=totals.outcomes["written"],
+        restarts=totals.restarts,
+        quarantined=totals.quarantined,
+        incarnations=totals.incarnations,
+        injected={**plan.injected, "process-crashes": plan.process_crashes},
+        outcomes=dict(totals.outcomes),
+        actions=dict(actions),
+        latencies=totals.latencies,
+        deliveries=totals.deliveries,
+        peak_rss_mb=peak,
+    )

@@ -1,0 +1,42 @@
+"""What a transaction takes and what a writer reads: topic edits and a snapshot.
+
+A writer never touches the workspace: it reads a :class:`WorkspaceSnapshot`
+(the topics at one ``workspace_revision``) and returns :class:`TopicEdit`
+values, which the transaction (SPEC §5, Transactions) checks and installs all
+or nothing. Both are workspace formats, so they live here, below the writers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["TopicEdit", "WorkspaceSnapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicEdit:
+    """Replace one topic file with ``text`` (writer form), or delete it (``text=None``).
+
+    ``path`` is relative to ``<state>/memory`` and must lie under ``topics/``.
+    A block id present in the base but absent from ``text`` is refused unless
+    it is listed in ``delete_blocks``: memory never loses a unit by accident.
+    """
+
+    path: str
+    text: str | None
+    delete_blocks: frozenset[str] = frozenset()
+    tool: str = "write_topic"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceSnapshot:
+    """A read-only view of the topics at one ``workspace_revision``.
+
+    ``read(path)`` returns a topic file's text at that revision; files are read
+    lazily because a workspace may hold thousands of them.
+    """
+
+    revision: str
+    topic_paths: tuple[str, ...]
+    read: Callable[[str], str] = field(repr=False)

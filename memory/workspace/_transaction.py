@@ -1,0 +1,542 @@
+"""Transactions: a writer's edits installed all-or-nothing, or not at all.
+
+Markers are set on a batch's turns only after its topics are durably in
+memory (SPEC §6.4), so an install that half-happens would be worse than
+none: some statements written, the batch owed again, duplicates piling up.
+A commit therefore validates every edit, normalises ids, and installs the
+surviving files as one unit that survives a crash at any instruction.
+
+Validation (SPEC §5, per edit, each failure recorded in the audit with its
+reason and the edit dropped):
+
+- the path is a ``.md`` file under ``topics/`` (no ``..``, no hidden parts);
+- the file on disk parses strictly, and the draft parses as a draft;
+- every raw handle it cites is archived (``archived(handle)`` is not None),
+  trusted (True), and belongs to this batch or is already cited somewhere in
+  the workspace; a kept archive link must already be cited;
+- no block id of the edited file disappears unless listed in
+  ``delete_blocks`` or kept by another accepted edit of this commit, and no
+  kept id stays behind in a file that is not edited.
+
+Install protocol, under ``.scriptorium/write.lock`` (``fcntl.flock``, so it
+holds across processes and threads):
+
+1. finish any earlier install (recovery, below);
+2. check ``workspace_revision`` equals the base, else :class:`ConcurrentUpdate`;
+3. create missing topic directories (empty directories change nothing);
+4. write ``.scriptorium/install.journal`` durably (temp, fsync, rename, dir
+   fsync): the path and the full new text (or ``null`` for a deletion) of
+   every changed file. **This rename is the commit point**;
+5. replace each topic file unsynced (readers never see a torn file);
+6. fsync every replaced file and its directory in one ``sync_paths`` call;
+7. unlink the journal durably.
+
+Recovery (:meth:`Transactions.recover` at start; the journal check also
+runs before every commit, in case another process died mid-install): no
+journal means the crash came before the commit point, so every topic file
+is old; leftover temp files are deleted (roll back). A journal means every
+new text is durable, so it is replayed from the top (steps 5-7; replaying is
+idempotent, so a crash during recovery is recovered the same way) and then
+removed (roll forward). At any crash each topic file is whole, old or new
+(renames are atomic); once recovery ran, the set is all-old or all-new.
+
+Every durable step goes through one :class:`DurableFiles`, and
+:meth:`Transactions.commit` is synchronous so the caller runs it in one
+worker-thread hop (``run_durable``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import posixpath
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
+
+from memory._errors import (
+    ConcurrentUpdate,
+    EditRejected,
+    InstallJournalCorrupt,
+    TopicError,
+)
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.workspace._revision import RevisionCache
+from memory.workspace._topic_ids import (
+    NormalisedTopic,
+    handle_key,
+    normalise_topic,
+    source_key,
+)
+from memory.workspace._topics import Topic, decode_topic, parse_topic
+from store import FILE_MODE, TEMP_SUFFIX, DurableFiles, UnsafeLinkError, walk_files
+
+__all__ = ["JOURNAL", "LOCK", "Archived", "CommitResult", "Transactions"]
+
+JOURNAL = ".scriptorium/install.journal"
+LOCK = ".scriptorium/write.lock"
+
+Archived = Callable[[str], bool | None]
+"""``archived(source_id)``: True trusted, False pending, None not archived."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """The audit list, the changed topic files (sorted) and the revision after the commit.
+
+    ``created_blocks`` are the block ids this commit assigned, in path then file
+    order (what ``runtime.json``'s ``creation_order`` counts).
+    """
+
+    audit: tuple[dict[str, Any], ...]
+    changed_files: tuple[str, ...]
+    revision: str
+    created_blocks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _TopicFacts:
+    topic: Topic | None
+    error: TopicError | None
+    block_ids: frozenset[str]
+    labels: frozenset[str]
+    cited: frozenset[str]  # source keys
+
+
+@dataclass
+class _TopicIndex:
+    """Parsed facts of every topic file, re-parsed only when its stat changes."""
+
+    memory_dir: str
+    _files: dict[str, tuple[tuple[int, int, int, int], _TopicFacts]] = field(default_factory=dict)
+
+    def refresh(
+        self, scan: list[tuple[str, os.stat_result]], linked: frozenset[str] = frozenset(),
+    ) -> dict[str, _TopicFacts]:
+        """Bring the index up to ``scan`` (the revision's file list) and return it.
+
+        A file in ``linked`` (a symbolic link) keeps its facts, so what it
+        says and cites counts, but carries an error: it is never replaced.
+        """
+        current: dict[str, tuple[tuple[int, int, int, int], _TopicFacts]] = {}
+        for relative, stat in scan:
+            if not _is_topic_file(relative):
+                continue
+            signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+            cached = self._files.get(relative)
+            if cached is None or cached[0] != signature:
+                cached = (signature, self._facts(relative))
+            current[relative] = cached
+        self._files = current
+        return {
+            relative: _linked_facts(relative, facts) if relative in linked else facts
+            for relative, (_, facts) in current.items()
+        }
+
+    def installed(
+        self, scan: list[tuple[str, os.stat_result]], topics: dict[str, Topic | None]
+    ) -> None:
+        """A commit just wrote ``topics`` (None: deleted): take their facts without parsing.
+
+        ``scan`` is the revision's file list after the install (its stats
+        are the new files'); a file another writer replaced meanwhile has
+        another stat and is parsed at the next :meth:`refresh` as usual.
+        """
+        stats = dict(scan)
+        for relative, topic in topics.items():
+            stat = stats.get(relative)
+            if topic is None or stat is None:
+                self._files.pop(relative, None)
+                continue
+            signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+            self._files[relative] = (signature, _facts_of(relative, topic))
+
+    def _facts(self, relative: str) -> _TopicFacts:
+        with open(os.path.join(self.memory_dir, relative), "rb") as handle:
+            raw = handle.read()
+        try:
+            topic = parse_topic(decode_topic(raw, relative), relative)
+        except TopicError as error:
+            return _TopicFacts(None, error, frozenset(), frozenset(), frozenset())
+        return _facts_of(relative, topic)
+
+
+def _facts_of(relative: str, topic: Topic) -> _TopicFacts:
+    cited = {
+        key
+        for footnote in topic.footnotes.values()
+        for link in footnote.sources
+        if (key := source_key(relative, link.target)) is not None
+    }
+    return _TopicFacts(
+        topic, None, frozenset(topic.block_ids()), frozenset(topic.footnotes), frozenset(cited),
+    )
+
+
+def _linked_facts(relative: str, facts: _TopicFacts) -> _TopicFacts:
+    if facts.error is not None:
+        return facts
+    return replace(facts, error=TopicError(relative, 0, LINKED_TOPIC))
+
+
+LINKED_TOPIC = (
+    "a symbolic link to a file, which scriptorium never replaces (replacing it would leave "
+    "the target stale): move the file itself into place, or link its directory instead"
+)
+
+
+def _is_topic_file(relative: str) -> bool:
+    return (
+        relative.startswith("topics/") and relative.endswith(".md")
+        and "/." not in relative
+    )
+
+
+def check_topic_path(path: str) -> None:
+    """Raise :class:`EditRejected` unless ``path`` is a plain ``topics/**.md`` path."""
+    parts = path.split("/")
+    if (
+        len(parts) < 2 or parts[0] != "topics" or not path.endswith(".md")
+        or any(not part or part in (".", "..") or part.startswith(".") for part in parts)
+        or any(bad in path for bad in ("\\", "\0", "\n", "\r"))
+    ):
+        raise EditRejected(path, "edits may only write topics/**/<name>.md (relative, no '..')")
+
+
+@contextmanager
+def workspace_lock(memory_dir: str, files: DurableFiles) -> Iterator[None]:
+    """``.scriptorium/write.lock``: every read-modify-write of the workspace, across processes."""
+    # The lock file carries no data, so opening it read-only is enough for
+    # flock and nothing but DurableFiles ever opens a file for writing.
+    files.make_dirs(os.path.join(memory_dir, ".scriptorium"))
+    fd = os.open(os.path.join(memory_dir, LOCK), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+class Transactions:
+    """Commits topic edits in ``<state>/memory``; one instance per workspace owner."""
+
+    def __init__(
+        self, memory_dir: str, *, archived: Archived, files: DurableFiles | None = None,
+    ) -> None:
+        self.memory_dir = memory_dir
+        self.archived = archived
+        self.files = files if files is not None else DurableFiles()
+        self.revisions = RevisionCache(memory_dir)
+        self._index = _TopicIndex(memory_dir)
+
+    # -- reading -------------------------------------------------------------
+
+    def revision(self) -> str:
+        return self.revisions.revision()
+
+    def all_cited(self, sources: Sequence[str]) -> bool:
+        """Whether every source handle in ``sources`` is cited by some topic file.
+
+        The write cycle's proof that a batch which changed nothing is
+        nevertheless in memory (a re-delivery after a crash between install
+        and mark, with a writer that merges repeated facts).
+        """
+        return self.all_cited_each([sources])[0]
+
+    def all_cited_each(self, groups: Sequence[Sequence[str]]) -> list[bool]:
+        """:meth:`all_cited` for several groups of sources, reading the topics once."""
+        cited = self.cited_keys()
+        return [all(handle_key(source) in cited for source in group) for group in groups]
+
+    def cited_keys(self) -> frozenset[str]:
+        """The ``<sid>#source-<16hex>`` keys cited by every topic file now."""
+        self.revisions.revision()  # rescans by stat; unchanged files are not re-read
+        facts = self._index.refresh(self.revisions.last_scan)
+        return frozenset().union(*(f.cited for f in facts.values()))
+
+    def snapshot(self) -> WorkspaceSnapshot:
+        """The revision and topic paths now, for a writer.
+
+        ``read`` reads the file when called; if it changed after the snapshot,
+        the commit's revision check refuses the edits (``ConcurrentUpdate``).
+        """
+        revision = self.revisions.revision()
+        paths = tuple(path for path, _ in self.revisions.last_scan if _is_topic_file(path))
+        return WorkspaceSnapshot(revision, paths, self._read_topic)
+
+    def _read_topic(self, path: str) -> str:
+        """A topic's text; :class:`TopicError` for a file writers must route around.
+
+        That is a file that is not UTF-8 (the error names the byte) or a
+        linked file (its edits would be refused), exactly as for a file that
+        fails the strict parse.
+        """
+        check_topic_path(path)
+        target = os.path.join(self.memory_dir, path)
+        if os.path.islink(target):
+            raise TopicError(path, 0, LINKED_TOPIC)
+        with open(target, "rb") as handle:
+            return decode_topic(handle.read(), path)
+
+    # -- recovery ------------------------------------------------------------
+
+    def recover(self) -> bool:
+        """Finish (or discard) an interrupted install; True if a journal was replayed.
+
+        Run once at start: it also sweeps temp files a crash left behind.
+        """
+        with workspace_lock(self.memory_dir, self.files):
+            return self._recover_locked(sweep=True)
+
+    def _recover_locked(self, *, sweep: bool) -> bool:
+        journal = os.path.join(self.memory_dir, JOURNAL)
+        if sweep:
+            self._remove_temp_files()
+        try:
+            with open(journal, "rb") as handle:
+                raw = handle.read()
+        except FileNotFoundError:
+            return False
+        self._install(_decode_journal(raw))
+        return True
+
+    def _remove_temp_files(self) -> None:
+        try:
+            found = walk_files(os.path.join(self.memory_dir, "topics"))
+        except UnsafeLinkError:
+            found = []  # a link loop: every commit reports it; recovery must not stop the start
+        for relative, _ in found:
+            if relative.endswith(TEMP_SUFFIX):
+                self.files.unlink(os.path.join(self.memory_dir, "topics", relative))
+        private = os.path.join(self.memory_dir, ".scriptorium")
+        if os.path.isdir(private):
+            for name in os.listdir(private):
+                if name.startswith(".install.journal.") and name.endswith(TEMP_SUFFIX):
+                    self.files.unlink(os.path.join(private, name))
+
+    # -- committing ----------------------------------------------------------
+
+    def commit(
+        self,
+        edits: Sequence[TopicEdit],
+        *,
+        base_revision: str,
+        batch_sources: frozenset[str] | set[str],
+    ) -> CommitResult:
+        """Validate, normalise and install ``edits`` made against ``base_revision``.
+
+        Raises :class:`ConcurrentUpdate` if memory moved since the base (nothing
+        is installed). Rejected edits are reported in the audit, not raised.
+        """
+        with workspace_lock(self.memory_dir, self.files):
+            self._recover_locked(sweep=False)  # another process may have crashed mid-install
+            current = self.revisions.revision()
+            if current != base_revision:
+                raise ConcurrentUpdate(base_revision, current)
+            facts = self._index.refresh(self.revisions.last_scan, self.revisions.last_linked)
+            audit, accepted = self._validate(edits, facts, frozenset(batch_sources))
+            changes = self._changes(accepted)
+            changed_set = {path for path, _ in changes}
+            created = tuple(
+                block_id
+                for normalised in sorted(accepted.values(), key=lambda n: n.path)
+                if normalised.path in changed_set
+                for block_id in normalised.new_ids
+            )
+            if changes:
+                self._prepare_directories(changes)
+                self.files.write_atomic(
+                    os.path.join(self.memory_dir, JOURNAL), _encode_journal(changes),
+                )
+                self._install(changes)
+            changed = tuple(sorted(path for path, _ in changes))
+            audit.append({
+                "tool": "commit", "status": "ok", "count": len(changed),
+                "topic_paths": list(changed),
+            })
+            revision = self.revisions.revision_after(list(changed))
+            self._index.installed(self.revisions.last_scan, {
+                normalised.path: normalised.topic for normalised in accepted.values()
+                if normalised.path in changed_set})
+            return CommitResult(tuple(audit), changed, revision, created)
+
+    def _validate(
+        self, edits: Sequence[TopicEdit], facts: dict[str, _TopicFacts],
+        batch_sources: frozenset[str],
+    ) -> tuple[list[dict[str, Any]], dict[int, NormalisedTopic]]:
+        existing_ids = {i for f in facts.values() for i in f.block_ids}
+        owner = {i: path for path, f in facts.items() for i in f.block_ids}
+        used_ids = set(existing_ids)
+        used_labels = {label for f in facts.values() for label in f.labels}
+        cited = {key for f in facts.values() for key in f.cited}
+        last_edit = {edit.path: index for index, edit in enumerate(edits)}
+        errors: dict[int, str] = {}
+        accepted: dict[int, NormalisedTopic] = {}
+        # Normalise in path order so the id counters do not depend on edit order.
+        for index in sorted(range(len(edits)), key=lambda i: (edits[i].path, i)):
+            edit = edits[index]
+            try:
+                if last_edit[edit.path] != index:
+                    raise EditRejected(edit.path, "superseded by a later edit of the same file")
+                accepted[index] = self._normalise(
+                    edit, facts, existing_ids, used_ids, used_labels, cited, batch_sources,
+                )
+            except (EditRejected, TopicError) as error:
+                errors[index] = error.reason
+
+        # Cross-file rules, repeated until no more edits fall out.
+        while True:
+            kept_anywhere = {i for n in accepted.values() for i in n.block_ids}
+            by_path = {n.path: n for n in accepted.values()}
+            fallen: dict[int, str] = {}
+            for index, normalised in accepted.items():
+                edit = edits[index]
+                base = facts.get(edit.path)
+                before = base.block_ids if base is not None else frozenset()
+                lost = sorted(before - kept_anywhere - edit.delete_blocks)
+                if lost:
+                    fallen[index] = (
+                        f"block ids {', '.join('^' + i for i in lost)} would vanish; "
+                        "keep them or list them in delete_blocks"
+                    )
+                    continue
+                for block_id in sorted(normalised.kept_ids - before):
+                    home = owner.get(block_id)
+                    if home is None:
+                        continue
+                    if home not in by_path or block_id in by_path[home].block_ids:
+                        fallen[index] = (
+                            f"block id ^{block_id} still lives in {home}; move it by "
+                            "removing it there in the same commit"
+                        )
+                        break
+            if not fallen:
+                break
+            for index, reason in fallen.items():
+                del accepted[index]
+                errors[index] = reason
+
+        audit: list[dict[str, Any]] = []
+        for index, edit in enumerate(edits):
+            entry: dict[str, Any] = {"tool": edit.tool, "path": edit.path}
+            if index in errors:
+                entry.update(status="error", error=errors[index])
+            else:
+                entry["status"] = "ok"
+            audit.append(entry)
+        return audit, accepted
+
+    def _normalise(
+        self, edit: TopicEdit, facts: dict[str, _TopicFacts], existing_ids: set[str],
+        used_ids: set[str], used_labels: set[str], cited: set[str],
+        batch_sources: frozenset[str],
+    ) -> NormalisedTopic:
+        check_topic_path(edit.path)
+        self._check_place(edit.path)
+        base = facts.get(edit.path)
+        if base is not None and base.error is not None:
+            raise EditRejected(
+                edit.path, f"the file on disk fails the strict parse ({base.error.reason})",
+            )
+        if edit.text is not None:
+            try:
+                edit.text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise EditRejected(
+                    edit.path, "text cannot be stored as UTF-8 (lone surrogate)",
+                ) from None
+        if edit.text is None:
+            return NormalisedTopic(
+                edit.path, None, frozenset(), frozenset(), frozenset(), frozenset(),
+            )
+        normalised = normalise_topic(
+            edit.path, edit.text, base=base.topic if base is not None else None,
+            existing_ids=existing_ids, used_ids=used_ids, used_labels=used_labels,
+        )
+        for handle in sorted(normalised.handles):
+            trusted = self.archived(handle)
+            if trusted is None:
+                raise EditRejected(edit.path, f"cites {handle}, which is not archived")
+            if not trusted:
+                raise EditRejected(edit.path, f"cites {handle}, which is pending (not trusted)")
+            if handle not in batch_sources and handle_key(handle) not in cited:
+                raise EditRejected(
+                    edit.path, f"cites {handle}, which is neither in this batch nor cited before",
+                )
+        unknown = sorted(normalised.linked - cited)
+        if unknown:
+            raise EditRejected(
+                edit.path,
+                f"links to {unknown[0]}, which no topic cited before; cite its raw handle",
+            )
+        return normalised
+
+    def _check_place(self, path: str) -> None:
+        """The path must be installable: no parent is a file, the path is not a directory."""
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            parent = os.path.join(self.memory_dir, *parts[:depth])
+            if os.path.exists(parent) and not os.path.isdir(parent):
+                raise EditRejected(path, f"{'/'.join(parts[:depth])} is a file, not a directory")
+        target = os.path.join(self.memory_dir, path)
+        if os.path.islink(target):
+            raise EditRejected(path, LINKED_TOPIC)
+        if os.path.isdir(target):
+            raise EditRejected(path, "a directory has that name")
+
+    def _changes(self, accepted: dict[int, NormalisedTopic]) -> list[tuple[str, str | None]]:
+        changes: list[tuple[str, str | None]] = []
+        for normalised in sorted(accepted.values(), key=lambda n: n.path):
+            target = os.path.join(self.memory_dir, normalised.path)
+            try:
+                with open(target, "rb") as handle:
+                    current: bytes | None = handle.read()
+            except FileNotFoundError:
+                current = None
+            new = normalised.text.encode("utf-8") if normalised.text is not None else None
+            if new != current:
+                changes.append((normalised.path, normalised.text))
+        return changes
+
+    def _prepare_directories(self, changes: list[tuple[str, str | None]]) -> None:
+        parents = {posixpath.dirname(path) for path, text in changes if text is not None}
+        for parent in sorted(parents):
+            self.files.make_dirs(os.path.join(self.memory_dir, parent))
+
+    def _install(self, changes: list[tuple[str, str | None]]) -> None:
+        """Steps 5-7: replace, sync once, retire the journal. Idempotent."""
+        written: list[str] = []
+        for path, text in changes:
+            target = os.path.join(self.memory_dir, path)
+            if text is None:
+                self.files.unlink(target)
+                continue
+            self.files.make_dirs(os.path.dirname(target))
+            self.files.replace_unsynced(target, text.encode("utf-8"))
+            written.append(target)
+        if written:
+            self.files.sync_paths(written)
+        self.files.unlink(os.path.join(self.memory_dir, JOURNAL))
+
+
+def _encode_journal(changes: list[tuple[str, str | None]]) -> bytes:
+    return orjson.dumps({"version": 1, "files": [[path, text] for path, text in changes]})
+
+
+def _decode_journal(raw: bytes) -> list[tuple[str, str | None]]:
+    try:
+        document = orjson.loads(raw)
+        if not isinstance(document, dict) or document.get("version") != 1:
+            raise ValueError("unknown journal version")
+        changes: list[tuple[str, str | None]] = []
+        for path, text in document["files"]:
+            if not isinstance(path, str) or not (text is None or isinstance(text, str)):
+                raise ValueError("malformed entry")
+            check_topic_path(path)
+            changes.append((path, text))
+    except (ValueError, KeyError, TypeError, EditRejected) as error:
+        raise InstallJournalCorrupt(JOURNAL, str(error)) from error
+    return changes

@@ -1,0 +1,36 @@
+"""Scriptorium `memory.writers`: writers (SPEC §8) and the write cycle of one batch (§6.4).
+
+Layout (see docs/architecture.md): ``_writer`` the protocol; ``_extractive``
+the built-in writer; ``_prompt`` the rendered prompt; ``_cycle`` archive,
+write, commit, then mark.
+"""
+
+from memory.writers._cycle import FailureKind as FailureKind
+from memory.writers._cycle import WriteOutcome as WriteOutcome
+from memory.writers._cycle import run_group_cycle as run_group_cycle
+from memory.writers._cycle import run_write_cycle as run_write_cycle
+from memory.writers._extractive import ExtractiveWriter as ExtractiveWriter
+from memory.writers._extractive import extract_edits as extract_edits
+from memory.writers._prompt import render_observations as render_observations
+from memory.writers._prompt import render_prompt as render_prompt
+from memory.writers._writer import Batch as Batch
+from memory.writers._writer import CommittedWrite as CommittedWrite
+from memory.writers._writer import GroupWriter as GroupWriter
+from memory.writers._writer import Writer as Writer
+from memory.writers._writer import WriterOutput as WriterOutput
+
+__all__ = [
+    "Batch",
+    "CommittedWrite",
+    "ExtractiveWriter",
+    "FailureKind",
+    "GroupWriter",
+    "WriteOutcome",
+    "Writer",
+    "WriterOutput",
+    "extract_edits",
+    "render_observations",
+    "render_prompt",
+    "run_group_cycle",
+    "run_write_cycle",
+]

@@ -1,0 +1,495 @@
+"""The built-in extractive writer: memory without a model.
+
+The demo, the stress runs and any deployment without a model still need a
+writer that turns turns into topics, and one that is cheap and predictable
+enough to run thousands of times a second. This one reads no network and
+calls no model: it splits each trusted record into sentences, keeps the
+useful ones (statements of a few words, not questions or pleasantries),
+files each under one subject topic by keyword rules, and cites it with the
+record's raw handle. The same batch on the same snapshot always gives the
+same edits.
+
+Subjects, first rule that matches wins (a subject continues in
+``<subject>-2.md``, ``-3.md``... once a file holds :data:`SHARD_LIMIT`
+paragraphs):
+
+    topics/decisions.md     decided, agreed, will go with, plan to, chose...
+    topics/preferences.md   prefer, like, love, hate, favourite, enjoy...
+    topics/people.md        family, friends, colleagues, names
+    topics/projects.md      project, repository, release, deadline, deploy...
+    topics/core.md          everything else worth keeping (stable facts)
+
+A sentence already in the topic (same words, ignoring case, spacing and the
+final punctuation) is merged instead of duplicated: the new record joins the
+sources of the paragraph's last footnote when that footnote has the same
+date (and is not shared with another paragraph), else the paragraph gains a
+new citation. A record already cited by that paragraph adds nothing, so
+writing a batch twice changes nothing. A paragraph cites at most
+:data:`EVIDENCE_LIMIT` sources: past that, a turn that repeats it says
+nothing memory does not know, and it is logged like chatter (below).
+Without the bound, a fact said in every session grew one footnote line
+without end, and every batch re-parsed and re-rendered it: the cost of a
+batch grew with the whole history, quadratically in time and in memory.
+
+Every trusted record of a batch is cited. The runtime marks a batch only
+when its commit changes memory (SPEC §6.4), and batches are a branch's
+oldest owed turns: a batch of chatter that changed nothing would stay owed
+forever and block every later turn of its branch. So the records that state
+no new fact are logged as one dated unit per batch in
+``topics/conversations.md`` (sharded like the subjects): "Conversation on
+2026-11-30: nothing new to keep (3 turns)." citing each of them. A re-delivered batch finds them all cited and
+changes nothing again.
+
+The writer emits the draft form of SPEC §5: existing paragraphs unchanged
+(their ids and links), new citations as local labels ``[^eN]`` with raw
+handles; the transaction assigns every id.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from memory._errors import TopicError
+from memory.ledger._records import SourceRecord
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.workspace._topic_ids import handle_key, is_source_handle, source_key
+from memory.workspace._topics import (
+    CITATION,
+    Footnote,
+    Heading,
+    Paragraph,
+    SourceLink,
+    Topic,
+    parse_topic,
+    render_topic,
+)
+from memory.writers._writer import Batch
+
+__all__ = [
+    "CONVERSATIONS", "EVIDENCE_LIMIT", "SHARD_BYTES", "SHARD_LIMIT", "ExtractiveWriter",
+    "carries_a_fact", "extract_edits", "subject_of", "useful_sentences",
+]
+
+_SUBJECTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
+    ("topics/decisions.md", "Decisions", re.compile(
+        r"\b(decided|decide|decision|agreed|agree to|will go with|going with|plan to|"
+        r"planning to|chose|choose|settled on|let's|we will|we'll)\b", re.IGNORECASE)),
+    ("topics/preferences.md", "Preferences", re.compile(
+        r"\b(prefers?|preferred|likes?|loves?|hates?|dislikes?|enjoys?|favou?rite|"
+        r"rather|can't stand|fond of)\b", re.IGNORECASE)),
+    ("topics/people.md", "People", re.compile(
+        r"\b(wife|husband|partner|son|daughter|mother|father|mom|dad|brother|sister|"
+        r"friend|colleague|boss|manager|team ?mate|neighbou?r|named|name is)\b", re.IGNORECASE)),
+    ("topics/projects.md", "Projects", re.compile(
+        r"\b(project|repo|repository|release|deadline|deploy|milestone|sprint|"
+        r"feature|bug|build|launch|roadmap)s?\b", re.IGNORECASE)),
+)
+_CORE = ("topics/core.md", "Core")
+_CONVERSATIONS = ("topics/conversations.md", "Conversations")
+CONVERSATIONS = _CONVERSATIONS[0]
+"""Where a batch's turns that state no fact are logged, one dated unit per batch."""
+_SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+# Letters or digits; an apostrophe splits a contraction ("I'm" -> "I", "m").
+_WORD = re.compile(r"[^\W_]+")
+# Scripts written without spaces: a run of ideographs or kana counts as one
+# word per two characters, rounded up ("我喜欢喝茶" is three; "谢谢你" two).
+_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff]")
+# Words that carry no fact on their own: pronouns, articles, particles, and
+# the vocabulary of acknowledgement. Verbs (even "is", "am") are not here: a
+# subject and a verb are what make "I am Anna." a fact.
+_FILLER = frozenset({
+    "i", "me", "my", "mine", "you", "your", "yours", "he", "him", "his", "she", "her", "hers",
+    "it", "its", "we", "us", "our", "ours", "they", "them", "their", "theirs", "this", "that",
+    "these", "those", "there", "here", "a", "an", "the", "and", "or", "but", "so", "to", "of",
+    "in", "on", "at", "by", "for", "with", "from", "as", "too", "also", "then", "just", "very",
+    "really", "quite", "much", "well", "ok", "okay", "k", "thanks", "thank", "thx", "please",
+    "sure", "yes", "yeah", "yep", "yup", "no", "nope", "nah", "hello", "hi", "hey", "bye",
+    "goodbye", "great", "good", "cool", "nice", "fine", "noted", "got", "right", "alright",
+    "perfect", "awesome", "sounds", "welcome", "sorry", "oh", "ah", "hmm", "um", "uh", "wow",
+    "lol", "haha", "morning", "evening", "afternoon", "night", "later", "soon", "again",
+    "anyway", "indeed", "exactly", "absolutely", "totally", "definitely", "understood"
+})
+_PLEASANTRIES = frozenset({
+    "no problem", "no worries", "makes sense", "that makes sense", "see you", "see you soon",
+    "see you later", "talk later", "talk to you later", "will do", "i will", "go ahead",
+    "keep going", "carry on", "let me know", "let me check", "let me see", "i see",
+    "i understand", "i agree", "you are right", "you're right", "that's right",
+    "that is right", "do it", "done", "retry", "try again", "continue",
+})
+_MAX_SENTENCE = 600
+
+
+def useful_sentences(text: str) -> list[str]:
+    """The sentences of ``text`` worth remembering, in order, each once.
+
+    A sentence is kept when it states something (:func:`carries_a_fact`), is
+    not a question and holds no topic syntax.
+    """
+    kept: dict[str, str] = {}
+    for raw in _SENTENCE_END.split(text):
+        sentence = " ".join(raw.split())
+        if not sentence or sentence.endswith(("?", "？")) or len(sentence) > _MAX_SENTENCE:
+            continue
+        if "[^" in sentence or sentence.startswith(("#", "[")):
+            continue  # would break the topic grammar
+        if not carries_a_fact(sentence):
+            continue
+        if sentence[-1] not in ".!。！":
+            sentence += "."
+        kept.setdefault(_fact_key(sentence), sentence)
+    return list(kept.values())
+
+
+def carries_a_fact(sentence: str) -> bool:
+    """Whether ``sentence`` reads as a statement: three words, two of them content words.
+
+    Roughly a subject, a verb and what it is about: "I prefer tea.",
+    "I'm vegetarian." and "User likes tea." are kept; "Noted: tea.",
+    "Biscuits too.", "Retry reply.", "Thank you so much!" and "do it" are
+    not. A two-word fact ("Anna called.") is lost: two-word turns are far
+    more often acknowledgements and fragments that mean nothing out of
+    context.
+    """
+    if _fact_key(sentence) in _PLEASANTRIES:
+        return False
+    words = content = 0
+    for word in _WORD.findall(sentence.lower()):
+        if word.isascii() or not _UNSPACED.search(word):
+            words += 1
+            content += word not in _FILLER
+        else:
+            weight = (len(_UNSPACED.findall(word)) + 1) // 2
+            words += weight
+            content += weight
+        if words >= 3 and content >= 2:
+            return True
+    return False
+
+
+def subject_of(sentence: str) -> tuple[str, str]:
+    """``(topic path, title)`` for ``sentence``."""
+    for path, title, pattern in _SUBJECTS:
+        if pattern.search(sentence):
+            return path, title
+    return _CORE
+
+
+@functools.lru_cache(maxsize=65536)
+def _fact_key(sentence: str) -> str:
+    return " ".join(CITATION.sub("", sentence).lower().split()).rstrip(".!。！ ")
+
+
+def _draft_key(target: str) -> str | None:
+    return handle_key(target) if is_source_handle(target) else None
+
+
+def _when(record: SourceRecord) -> str:
+    """The record's UTC date, or ``undated`` when it has none the grammar can hold."""
+    try:
+        moment = datetime.datetime.fromtimestamp(record.timestamp, tz=datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return "undated"
+    if record.timestamp <= 0 or moment.year < 1000:
+        return "undated"
+    return moment.strftime("%Y-%m-%d")
+
+
+@dataclass
+class _Draft:
+    """One topic file being extended: its blocks, footnotes and fact index."""
+
+    path: str
+    blocks: list[Heading | Paragraph]
+    footnotes: dict[str, Footnote]
+    facts: dict[str, int]  # fact key -> index in blocks
+    cites: dict[int, set[str]]  # block index -> source keys it cites (filled on demand)
+    shared: set[str]  # footnote labels cited by more than one paragraph
+    next_label: int = 1
+    changed: bool = False
+
+    @classmethod
+    def open(cls, path: str, title: str, text: str | None) -> _Draft:
+        topic = parse_topic(text, path) if text else Topic((Heading(1, title),), {})
+        draft = cls(path, list(topic.blocks), dict(topic.footnotes), {}, {}, set())
+        seen: set[str] = set()
+        for index, block in enumerate(draft.blocks):
+            if isinstance(block, Paragraph):
+                draft.facts.setdefault(_fact_key(block.body), index)
+                for label in block.citations:
+                    if label in seen:
+                        draft.shared.add(label)
+                    seen.add(label)
+        return draft
+
+    def _cited_by(self, index: int) -> set[str]:
+        cites = self.cites.get(index)
+        if cites is None:
+            block = self.blocks[index]
+            assert isinstance(block, Paragraph)
+            cites = self.cites[index] = {
+                key
+                for label in block.citations
+                for link in self.footnotes[label].sources
+                if (key := source_key(self.path, link.target)) is not None
+                or (key := _draft_key(link.target)) is not None
+            }
+        return cites
+
+    def add(self, sentence: str, record: SourceRecord) -> bool:
+        """Cite ``record`` for ``sentence``; False when the fact's evidence is full."""
+        handle = record.source_id
+        key = handle_key(handle)
+        index = self.facts.get(_fact_key(sentence))
+        if index is not None:
+            cited = self._cited_by(index)
+            if key in cited:
+                return True
+            if len(cited) >= EVIDENCE_LIMIT:
+                return False
+        when = _when(record)
+        link = SourceLink(handle, handle)
+        if index is None:
+            label = self._new_label()
+            self.footnotes[label] = Footnote(label, when, (link,))
+            self.facts[_fact_key(sentence)] = len(self.blocks)
+            self.cites[len(self.blocks)] = {key}
+            self.blocks.append(Paragraph(f"{sentence.rstrip()}[^{label}]", ()))
+        else:
+            old = self.blocks[index]
+            assert isinstance(old, Paragraph)
+            last = old.citations[-1]
+            evidence = self.footnotes[last]
+            if evidence.when == when and last not in self.shared:
+                # Same day: one footnote lists every turn that said it.
+                self.footnotes[last] = Footnote(last, when, (*evidence.sources, link))
+            else:
+                label = self._new_label()
+                self.footnotes[label] = Footnote(label, when, (link,))
+                self.blocks[index] = Paragraph(f"{old.body}[^{label}]", old.ids)
+            self._cited_by(index).add(key)
+        self.changed = True
+        return True
+
+    def log(self, records: Sequence[SourceRecord]) -> None:
+        """Append one conversation-log unit citing ``records``, one footnote per date."""
+        days: dict[str, list[SourceLink]] = {}
+        for record in records:
+            handle = record.source_id
+            days.setdefault(_when(record), []).append(SourceLink(handle, handle))
+        labels = []
+        for when, links in days.items():
+            label = self._new_label()
+            self.footnotes[label] = Footnote(label, when, tuple(links))
+            labels.append(f"[^{label}]")
+        self.blocks.append(Paragraph(_log_line(list(days), len(records)) + "".join(labels), ()))
+        self.changed = True
+
+    def _new_label(self) -> str:
+        label = f"e{self.next_label}"
+        self.next_label += 1
+        return label
+
+    def edit(self) -> TopicEdit:
+        return TopicEdit(self.path, render_topic(Topic(tuple(self.blocks), self.footnotes)))
+
+
+SHARD_LIMIT = 400
+"""Paragraphs per topic file before a subject continues in ``<subject>-<n>.md``.
+
+Edits replace whole files, so a file's size is the cost of every batch that
+touches it; bounded shards keep a batch's cost independent of how much memory
+has accumulated."""
+
+SHARD_BYTES = 64 * 1024
+"""A topic file this large is full too, whatever its paragraph count (log units
+cite a whole batch each, so they are long)."""
+
+EVIDENCE_LIMIT = 16
+"""Sources one fact's paragraph cites at most; see the module docstring."""
+
+
+class _FactIndex:
+    """Fact keys per topic file, recomputed only when a file's text changes."""
+
+    def __init__(self) -> None:
+        self._files: dict[str, tuple[str, frozenset[str], int]] = {}
+        self._cites: dict[str, tuple[str, frozenset[str]]] = {}
+
+    def facts(self, path: str, text: str) -> tuple[frozenset[str], int] | None:
+        """The file's fact keys and how full it is (paragraphs, or a full shard's count)."""
+        cached = self._files.get(path)
+        if cached is not None and cached[0] == text:
+            return cached[1], cached[2]
+        try:
+            topic = parse_topic(text, path)
+        except TopicError:
+            return None  # a broken file is left to an operator, never rewritten
+        paragraphs = topic.paragraphs
+        keys = frozenset(_fact_key(paragraph.body) for paragraph in paragraphs)
+        full = len(text.encode("utf-8")) >= SHARD_BYTES  # once per new text: cached below
+        fill = SHARD_LIMIT if full else len(paragraphs)
+        self._files[path] = (text, keys, fill)
+        return keys, fill
+
+    def cited(self, path: str, text: str) -> frozenset[str]:
+        """The source keys ``text`` cites (empty for a file that does not parse)."""
+        cached = self._cites.get(path)
+        if cached is not None and cached[0] == text:
+            return cached[1]
+        try:
+            topic = parse_topic(text, path)
+        except TopicError:
+            return frozenset()
+        keys = frozenset(
+            key for footnote in topic.footnotes.values() for link in footnote.sources
+            if (key := source_key(path, link.target)) is not None
+        )
+        self._cites[path] = (text, keys)
+        return keys
+
+
+@dataclass
+class _Subject:
+    """The shards of one subject and where each known fact lives."""
+
+    path: str
+    title: str
+    shards: list[str]
+    sizes: dict[str, int]
+    home: dict[str, str]  # fact key -> shard path
+    broken: set[str]
+
+    def place(self) -> str:
+        """The shard a new paragraph goes to: the last one, or a new one once it is full."""
+        shard = self.shards[-1] if self.shards else _shard_path(self.path, 1)
+        if self.sizes.get(shard, 0) >= SHARD_LIMIT:  # a broken shard counts as full
+            shard = _shard_path(self.path, len(self.shards) + 1)
+        if shard not in self.sizes:
+            self.shards.append(shard)
+            self.sizes[shard] = 0
+        self.sizes[shard] += 1
+        return shard
+
+    def title_of(self, shard: str) -> str:
+        return self.title if shard == self.path else f"{self.title} ({shard[7:-3]})"
+
+
+def _shard_path(subject: str, number: int) -> str:
+    return subject if number == 1 else f"{subject[:-3]}-{number}.md"
+
+
+def _log_line(days: list[str], turns: int) -> str:
+    """``Conversation on 2026-11-30: nothing new to keep (3 turns).`` for a batch's chatter."""
+    dated = sorted(day for day in days if day != "undated")
+    if not dated:
+        when = " (undated)"
+    elif dated[0] == dated[-1]:
+        when = f" on {dated[0]}"
+    else:
+        when = f" from {dated[0]} to {dated[-1]}"
+    return f"Conversation{when}: nothing new to keep ({turns} turn{'' if turns == 1 else 's'})."
+
+
+def extract_edits(
+    records: Sequence[SourceRecord], workspace: WorkspaceSnapshot,
+    index: _FactIndex | None = None,
+) -> list[TopicEdit]:
+    """The edits for ``records`` on ``workspace``: pure, deterministic.
+
+    Every trusted record ends up cited: by the paragraph of each fact it
+    states, or, when it states none, by one conversation-log unit per batch
+    in :data:`CONVERSATIONS`. A file that does not parse is left to an
+    operator, never rewritten: facts it holds are filed again in a new shard. A record
+    already cited where it would go adds nothing, so a batch written twice
+    gives no edits the second time.
+    """
+    index = index if index is not None else _FactIndex()
+    present = set(workspace.topic_paths)
+    subjects: dict[str, _Subject] = {}
+    drafts: dict[str, _Draft] = {}
+
+    def subject(path: str, title: str) -> _Subject:
+        found = subjects.get(path)
+        if found is None:
+            found = subjects[path] = _Subject(path, title, [], {}, {}, set())
+            number = 1
+            while (shard := _shard_path(path, number)) in present:
+                found.shards.append(shard)
+                try:
+                    facts = index.facts(shard, workspace.read(shard))
+                except TopicError:  # not UTF-8, or a link: routed around like a broken file
+                    facts = None
+                if facts is None:
+                    found.broken.add(shard)
+                    found.sizes[shard] = SHARD_LIMIT
+                else:
+                    found.sizes[shard] = facts[1]
+                    for key in facts[0]:
+                        found.home.setdefault(key, shard)
+                number += 1
+        return found
+
+    def draft_of(known: _Subject, shard: str) -> _Draft:
+        draft = drafts.get(shard)
+        if draft is None:
+            text = workspace.read(shard) if shard in present else None
+            draft = drafts[shard] = _Draft.open(shard, known.title_of(shard), text)
+        return draft
+
+    chatter: dict[str, SourceRecord] = {}
+    for record in records:
+        if not record.trusted:
+            continue  # pending evidence is archived, never cited
+        cited = False
+        for sentence in useful_sentences(record.content):
+            known = subject(*subject_of(sentence))
+            key = _fact_key(sentence)
+            shard = known.home.get(key)
+            if shard is None:
+                # Never a broken shard: it counts as full, and facts are only
+                # ever homed in shards that parse.
+                shard = known.home[key] = known.place()
+            cited = draft_of(known, shard).add(sentence, record) or cited
+        if not cited:
+            chatter.setdefault(record.source_id, record)
+    if chatter:
+        log = subject(*_CONVERSATIONS)
+        logged = frozenset[str]().union(*(
+            index.cited(shard, workspace.read(shard))
+            for shard in log.shards if shard not in log.broken
+        ))
+        fresh = [record for handle, record in chatter.items() if handle_key(handle) not in logged]
+        if fresh:
+            draft_of(log, log.place()).log(fresh)
+    return [drafts[path].edit() for path in sorted(drafts) if drafts[path].changed]
+
+
+class ExtractiveWriter:
+    """The default :class:`~memory.writers._writer.Writer`: no model, no network, deterministic.
+
+    It remembers which facts each topic file holds (keyed by the file's text),
+    so a batch parses only the files it changes.
+    """
+
+    exclusive = True  # cheap and local: one batch at a time beats redoing work on conflicts
+
+    def __init__(self) -> None:
+        self._index = _FactIndex()
+
+    async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> list[TopicEdit]:
+        return extract_edits(batch.records, workspace, self._index)
+
+    async def write_group(
+        self, batches: Sequence[Batch], workspace: WorkspaceSnapshot
+    ) -> list[TopicEdit]:
+        """Every batch's records at once: each record is cited as if written alone.
+
+        Chatter of the group shares one log unit (a unit per call, as in
+        :meth:`write`).
+        """
+        return extract_edits([r for batch in batches for r in batch.records], workspace,
+                             self._index)

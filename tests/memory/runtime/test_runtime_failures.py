@@ -1,0 +1,192 @@
+"""Writers that fail (SPEC §7): nothing is marked, the batch comes back, bad sessions park.
+
+All on virtual time: retry backoff, worker restart backoff and the writer
+timeout elapse without real waiting.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from memory.ledger._records import MARKER_KEY
+from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
+from memory.runtime._session_actor import BoundaryOutcome
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.workspace._quarantine import read_quarantine
+from memory.writers._extractive import ExtractiveWriter
+from memory.writers._writer import Batch, WriterOutput
+from store import SessionCore
+from supervisors import Backoff, GetChild, RestartChild, TerminateChild
+from tests.memory.runtime.test_runtime import chain, config
+
+EPOCH = 1_800_000_000.0
+
+
+def virtual_wall_clock() -> float:
+    """Wall time that follows the virtual clock, also from the store's worker threads."""
+    try:
+        return EPOCH + anyio.current_time()
+    except anyio.NoEventLoopError:
+        return EPOCH + anyio.from_thread.run_sync(anyio.current_time)
+
+
+def virtual_config(**overrides: Any) -> RuntimeConfig:
+    options: dict[str, Any] = {
+        "clock": virtual_wall_clock,
+        "max_failures": 3,
+        "retry_backoff": Backoff(initial=5.0, factor=2.0, maximum=60.0, jitter=0.25),
+        "writer_timeout": 600.0,
+        "seed": 1,
+        # No call timeouts: on virtual time a slow disk would let them jump ahead.
+        "call_timeout": None,
+    }
+    options.update(overrides)
+    return config(**options)
+
+
+class FailingFor:
+    """The extractive writer, except for one session, where it fails the chosen way."""
+
+    def __init__(self, session: str, how: str) -> None:
+        self.session = session
+        self.how = how
+        self.calls = 0
+        self.healthy = ExtractiveWriter()
+
+    async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput:
+        if batch.session_id != self.session:
+            return await self.healthy.write(batch, workspace)
+        self.calls += 1
+        if self.how == "raise":
+            raise RuntimeError("model endpoint returned 500")
+        if self.how == "hang":
+            await anyio.sleep_forever()
+        if self.how == "reject":
+            return [TopicEdit("notes/outside.md", "Outside topics.[^e1] ^\n")]
+        return []  # "empty"
+
+
+def marked(state: Path, sid: str) -> list[str]:
+    return [n.id for n in SessionCore.open(state, sid).nodes() if MARKER_KEY in n.metadata]
+
+
+async def pool_restarts(rt: MemoryRuntime) -> int:
+    assert rt.root is not None
+    pool = await rt.root.call(GetChild("writers"))
+    stats = await pool.inspect()
+    return int(stats.restarts)
+
+
+@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.parametrize("how", ["raise", "hang", "reject", "empty"])
+async def test_a_failing_writer_marks_nothing_retries_then_quarantines(
+    tmp_path: Path, how: str
+) -> None:
+    async with open_runtime(tmp_path, config=virtual_config()) as rt:
+        bad = await rt.sessions.create(title="bad")
+        good = await rt.sessions.create(title="good")
+        writer = FailingFor(bad, how)
+        rt.writer = writer
+        await chain(rt, bad, "ROOT", ["b1", "b2"])
+        await chain(rt, good, "ROOT", ["g1", "g2"])
+        outcomes = []
+        for _ in range(3):
+            outcomes.append(await rt.flush(bad))
+            assert marked(tmp_path, bad) == []  # nothing marked, ever
+        # the same batch was delivered again after each backoff, then parked
+        assert writer.calls == 3
+        assert outcomes[-1] is BoundaryOutcome.QUARANTINED
+        assert all(o is not BoundaryOutcome.WRITTEN for o in outcomes)
+        entries = read_quarantine(str(tmp_path / "memory"))
+        assert [e.node_ids for e in entries] == [("b1", "b2")]
+        assert await rt.flush(bad) is BoundaryOutcome.QUARANTINED  # skipped, not retried hot
+        assert writer.calls == 3
+        # the other session never waited on the bad one
+        assert await rt.flush(good) is BoundaryOutcome.WRITTEN
+        assert sorted(marked(tmp_path, good)) == ["g1", "g2"]
+        if how in ("raise", "hang"):
+            assert await pool_restarts(rt) >= 3  # the worker crashed and was restarted
+        # the session changing releases the batch (SPEC §7)
+        rt.writer = ExtractiveWriter()
+        await chain(rt, bad, "b2", ["b3"])
+        assert await rt.flush(bad) is BoundaryOutcome.WRITTEN
+        await rt.drain()
+    assert sorted(marked(tmp_path, bad)) == ["b1", "b2", "b3"]
+
+
+@pytest.mark.virtual_time(cushion=0.05)
+async def test_an_operator_release_unparks_the_batch(tmp_path: Path) -> None:
+    async with open_runtime(tmp_path, config=virtual_config(max_failures=1)) as rt:
+        sid = await rt.sessions.create()
+        rt.writer = FailingFor(sid, "raise")
+        await chain(rt, sid, "ROOT", ["u1"])
+        assert await rt.flush(sid) is BoundaryOutcome.QUARANTINED
+        rt.writer = ExtractiveWriter()
+        released = await rt.release(sid)
+        assert [e.node_ids for e in released] == [("u1",)]
+        assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
+    assert read_quarantine(str(tmp_path / "memory")) == []
+    assert marked(tmp_path, sid) == ["u1"]
+
+
+@pytest.mark.virtual_time(cushion=0.05)
+async def test_the_idle_watchdog_writes_an_idle_session_once(tmp_path: Path) -> None:
+    cfg = virtual_config(session_idle=1800.0, watchdog_poll=300.0)
+    async with open_runtime(tmp_path, config=cfg) as rt:
+        sid = await rt.sessions.create()
+        await chain(rt, sid, "ROOT", ["u1", "a1"])
+        await anyio.sleep(1700)
+        assert marked(tmp_path, sid) == []  # not idle yet
+        await anyio.sleep(200)  # the deadline reported by the append falls due
+        await rt.drain()
+        with anyio.fail_after(60):
+            while sorted(marked(tmp_path, sid)) != ["a1", "u1"]:
+                await anyio.sleep(1)
+        jobs = sum(rt.outcomes.values())
+        await anyio.sleep(3 * 300)  # later polls see session-end.json and do nothing
+        assert sum(rt.outcomes.values()) == jobs
+        assert max(rt.deliveries.values()) == 1
+
+
+class HangsOnce:
+    """Hangs on its first batch (until cancelled), then writes like the extractive writer."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.started = anyio.Event()
+        self.healthy = ExtractiveWriter()
+
+    async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput:
+        self.calls += 1
+        if self.calls == 1:
+            self.started.set()
+            await anyio.sleep_forever()
+        return await self.healthy.write(batch, workspace)
+
+
+@pytest.mark.virtual_time(cushion=0.05)
+async def test_a_job_whose_worker_is_stopped_is_abandoned_and_written_again(
+        tmp_path: Path) -> None:
+    """Its session must not wait forever on a job nobody holds (the simulate hang)."""
+    writer = HangsOnce()
+    events: list[dict[str, Any]] = []
+    async with open_runtime(tmp_path, writer, config=virtual_config(
+            writer_workers=1, on_event=events.append)) as rt:
+        sid = await rt.sessions.create()
+        await chain(rt, sid, "ROOT", ["u1", "a1"])
+        assert rt.root is not None
+        pool = await rt.root.call(GetChild("writers"))
+        with anyio.fail_after(60):  # without the abandon, the boundary never ends
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(rt.flush, sid)
+                await writer.started.wait()
+                await pool.call(TerminateChild("writer-0"))  # cancels the worker mid-job
+                await pool.call(RestartChild("writer-0"))
+            await rt.drain()
+        assert await rt.pending(sid) == []
+        assert [e["job"] for e in events if e["event"] == "abandoned"] == [1]
+        assert writer.calls == 2
