@@ -365,13 +365,15 @@ def _report_writes(reports: dict[str, SessionReport], as_json: bool) -> None:
     """Per session its outcome and reason; exit 1 when any session still owes what was covered.
 
     ``--json``: ``{"sessions": {sid: outcome}, "reasons": {sid: reason},
-    "owed": {sid: [node ids]}}`` (docs/decisions.md, "Boundaries end").
+    "owed": {sid: [node ids] or null}}`` (docs/decisions.md, "Boundaries end";
+    null: unknown, the session's ``error`` kept them from being computed).
     """
     ordered = sorted(reports.items())
     if as_json:
         emit_json({"sessions": {sid: r.outcome for sid, r in ordered},
                    "reasons": {sid: r.reason for sid, r in ordered},
-                   "owed": {sid: list(r.owed) for sid, r in ordered}})
+                   "owed": {sid: None if r.owed is None else list(r.owed)
+                            for sid, r in ordered}})
     else:
         for session, report in ordered:
             click.echo(f"{session}: {report.outcome}: {report.reason}")
