@@ -44,8 +44,8 @@ from store import InvalidRequestError, SessionNotFoundError, StoreError
 from supervisors import SupervisorError
 
 __all__ = [
-    "EXIT_FAILURE",
     "EXIT_BROKEN_PIPE",
+    "EXIT_FAILURE",
     "EXIT_OK",
     "EXIT_PROBLEMS",
     "EXIT_USAGE",

@@ -342,13 +342,13 @@ class NodeRecords:
         """
         try:
             owed = owed_tail(map(self.of, newest_first), workspace_id)
-        except LedgerError as newest:
+        except LedgerError:
             try:
                 for node in whole_branch():  # root to tip: raises at the oldest refused node
                     self.of(node)
             except StoreError:  # a broken chain behind it: the walk back's error stands
                 pass
-            raise newest
+            raise
         if owed is None:
             records = (self.of(node) for node in whole_branch())
             owed = unwritten_turns([r for r in records if r is not None], workspace_id)

@@ -63,9 +63,9 @@ from memory.ledger._records import MARKER_KEY, source_anchor, source_id
 from memory.maintenance._migrate import archive_files
 from memory.workspace._archive import PROVIDER, ArchiveScan, read_archive
 from memory.workspace._legacy import LegacyHeader, read_legacy_first_header
+from memory.workspace._revision import revision_paths
 from memory.workspace._topic_ids import source_key
 from memory.workspace._topics import decode_topic, parse_topic
-from memory.workspace._revision import revision_paths
 from memory.workspace._transaction import JOURNAL, LINKED_TOPIC, read_install_journal
 from store import (
     ChainCycleError,
