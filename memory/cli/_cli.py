@@ -48,10 +48,13 @@ from memory.simulate._command import simulate
 from memory.workspace._workspace_id import read_workspace_id
 from store import (
     LOCK_TIMEOUT,
+    ChainCycleError,
+    Node,
     SessionCore,
     SessionNotFoundError,
     StoreError,
     list_sessions,
+    predecessor_cycles,
     state_path,
     validate_id,
 )
@@ -156,8 +159,8 @@ def _config(state_dir: str, workers: int, flags: dict[str, Any], **extra: Any) -
             warnings.simplefilter("always", ReferenceThresholdWarning)
             config = apply_timings(RuntimeConfig(writer_workers=workers, **extra),
                                    given.over(read_settings(state_dir)))
-    except SettingsError as exc:
-        raise click.ClickException(str(exc)) from None
+    except SettingsError as exc:  # a bad flag or scriptorium.toml: usage (exit 2)
+        raise CliError.of(exc) from None
     for warning in caught:
         click.echo(f"scriptorium: warning: {warning.message}", err=True)
     return config
@@ -221,17 +224,18 @@ def session_list(state_dir: str, as_json: bool) -> None:
 @click.argument("sid")
 @state_options
 def session_branches(sid: str, state_dir: str, as_json: bool) -> None:
-    """The tips of SID's branches (SPEC §4 list_branches)."""
+    """The tips of SID's branches (SPEC §4 list_branches); exit 1 if part of SID is unreadable."""
     core = _open_session(state_dir, sid)
     rows = _guard(core.list_branches)
     if as_json:
         emit_json(rows)
-        return
-    head = _head_or_note(core)
-    for row in rows:
-        mark = "*" if row["head_msg_id"] == head else " "
-        name = f"  {row['name']}" if row.get("name") else ""
-        click.echo(f"{mark} {row['head_msg_id']}{name}")
+    else:
+        head = _head_or_note(core)
+        for row in rows:
+            mark = "*" if row["head_msg_id"] == head else " "
+            name = f"  {row['name']}" if row.get("name") else ""
+            click.echo(f"{mark} {row['head_msg_id']}{name}")
+    _exit_if_not_shown(sid, core, _guard(core.nodes))
 
 
 @session.command("branch")
@@ -255,13 +259,16 @@ def session_branch(sid: str, tip: str | None, state_dir: str, as_json: bool) -> 
 @click.argument("sid")
 @state_options
 def session_show(sid: str, state_dir: str, as_json: bool) -> None:
-    """Draw SID's DAG: each turn's role, a short text, and written/owed for this workspace."""
+    """Draw SID's DAG: each turn's role, a short text, and written/owed for this workspace.
+
+    What cannot be drawn (a node file that is not JSON, a predecessor loop)
+    is named on stderr, and the command exits 1.
+    """
     core = _open_session(state_dir, sid)
     workspace = read_workspace_id(os.path.join(state_dir, "memory"))
     nodes = _guard(core.nodes)
     head = _head_or_note(core)
-    lines = _guard(lambda: render_session_tree(  # a predecessor loop is an error either way
-        nodes, head=head, workspace_id=workspace, session=sid))
+    lines = render_session_tree(nodes, head=head, workspace_id=workspace)
     if as_json:
         emit_json({
             "session": sid,
@@ -274,9 +281,26 @@ def session_show(sid: str, state_dir: str, as_json: bool) -> None:
                 for n in nodes
             ],
         })
-        return
-    for line in lines:
-        click.echo(line)
+    else:
+        for line in lines:
+            click.echo(line)
+    _exit_if_not_shown(sid, core, nodes)
+
+
+def _exit_if_not_shown(sid: str, core: SessionCore, nodes: list[Node]) -> None:
+    """A look at a session names on stderr each part it could not show, then exits 1.
+
+    Those are the node files the store skipped (not JSON) and the nodes on a
+    predecessor loop (no root reaches them): the rest was shown, so this is
+    "a problem found" (1), not "the state could not be read" (3).
+    """
+    problems = [str(problem) for problem in core.problems]
+    problems += [str(ChainCycleError(sid, loop[0], loop[-1], tuple(loop)))
+                 for loop in predecessor_cycles(nodes)]
+    for problem in problems:
+        click.echo(f"scriptorium: warning: not shown: {problem}", err=True)
+    if problems:
+        sys.exit(1)
 
 
 # -- memory ------------------------------------------------------------------------
@@ -341,13 +365,15 @@ def _report_writes(reports: dict[str, SessionReport], as_json: bool) -> None:
     """Per session its outcome and reason; exit 1 when any session still owes what was covered.
 
     ``--json``: ``{"sessions": {sid: outcome}, "reasons": {sid: reason},
-    "owed": {sid: [node ids]}}`` (docs/decisions.md, "Boundaries end").
+    "owed": {sid: [node ids] or null}}`` (docs/decisions.md, "Boundaries end";
+    null: unknown, the session's ``error`` kept them from being computed).
     """
     ordered = sorted(reports.items())
     if as_json:
         emit_json({"sessions": {sid: r.outcome for sid, r in ordered},
                    "reasons": {sid: r.reason for sid, r in ordered},
-                   "owed": {sid: list(r.owed) for sid, r in ordered}})
+                   "owed": {sid: None if r.owed is None else list(r.owed)
+                            for sid, r in ordered}})
     else:
         for session, report in ordered:
             click.echo(f"{session}: {report.outcome}: {report.reason}")

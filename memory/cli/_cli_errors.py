@@ -16,10 +16,16 @@ Exit codes (also in README and docs/decisions.md):
 - 1: the command ran and found a problem or left work undone (audit
   problems, a session not written, an invariant that does not hold);
 - 2: usage: a bad option or argument, an unsafe or unknown id, a ``--state``
-  that is not a state directory;
+  that is not a state directory, a bad ``<state>/scriptorium.toml`` (a file
+  the user wrote, like a flag: the line names it);
 - 3: the state could not be read or written: a corrupt file, an I/O error
   (a full disk, no permission, a read-only filesystem), a lock that stayed
   held, or an internal failure.
+
+A closed stdout (``scriptorium memory audit --json | head -c 100``) is not an
+error to report: the command exits quietly with 141 (128 + SIGPIPE, what a
+shell shows for a tool the pipe's reader stopped), as other command-line
+tools do.
 """
 
 from __future__ import annotations
@@ -33,11 +39,12 @@ from typing import Any
 import click
 
 from actors import ActorError
-from memory._errors import InvalidThreshold, ScriptoriumMemoryError
+from memory._errors import InvalidThreshold, ScriptoriumMemoryError, SettingsError
 from store import InvalidRequestError, SessionNotFoundError, StoreError
 from supervisors import SupervisorError
 
 __all__ = [
+    "EXIT_BROKEN_PIPE",
     "EXIT_FAILURE",
     "EXIT_OK",
     "EXIT_PROBLEMS",
@@ -55,6 +62,7 @@ EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_USAGE = 2
 EXIT_FAILURE = 3
+EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE: the reader of stdout went away
 
 _DEBUG = "scriptorium.debug"
 _STATE = "scriptorium.state"
@@ -116,6 +124,8 @@ def describe(exc: BaseException, state_dir: str | None = None) -> tuple[str, int
     if isinstance(cause, CliError):
         return cause.message, cause.exit_code
     if isinstance(cause, StateNotFound):
+        return _line(str(cause)), EXIT_USAGE
+    if isinstance(cause, SettingsError):  # names the flag or the file (an absolute path)
         return _line(str(cause)), EXIT_USAGE
     if isinstance(cause, (InvalidRequestError, SessionNotFoundError, InvalidThreshold)):
         return _line(_in_state(str(cause), state_dir)), EXIT_USAGE
@@ -180,7 +190,12 @@ class ReportingGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            finally:  # what is still buffered fails here, not at interpreter exit
+                sys.stdout.flush()
+        except BrokenPipeError:
+            _quiet_broken_pipe(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:  # noqa: BLE001 - every other error becomes one line
@@ -189,3 +204,14 @@ class ReportingGroup(click.Group):
             message, code = describe(exc, ctx.meta.get(_STATE))
             click.echo(f"Error: {message}", err=True)
             ctx.exit(code)
+
+
+def _quiet_broken_pipe(ctx: click.Context) -> None:
+    """The reader of stdout went away: exit without a line, and without Python's own at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush goes nowhere
+        os.close(devnull)
+    except (OSError, ValueError):  # no real descriptor behind stdout (a test runner's buffer)
+        pass
+    ctx.exit(EXIT_BROKEN_PIPE)

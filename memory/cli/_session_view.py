@@ -17,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from memory.ledger._records import MARKER_KEY
-from store import ChainCycleError, Node, predecessor_cycles
+from store import Node
 
 __all__ = ["render_session_tree"]
 
@@ -26,18 +26,13 @@ _ROLE = {"user": "user", "llm": "assistant", "code": "tool"}
 
 def render_session_tree(
     nodes: Iterable[Node], *, head: str | None, workspace_id: str | None, width: int = 48,
-    session: str = "",
 ) -> list[str]:
-    """The drawing; :class:`ChainCycleError` naming the nodes if predecessors loop.
+    """The drawing of every node a root reaches.
 
-    Nodes on a loop have no root to be drawn from, so they would vanish
-    from the drawing without a word.
+    Nodes on a predecessor loop (and what hangs off them) have no root to be
+    drawn from: the caller names them (``store.predecessor_cycles``).
     """
     ordered = sorted(nodes, key=lambda n: n.seq)
-    loops = predecessor_cycles(ordered)
-    if loops:
-        loop = tuple(loops[0])
-        raise ChainCycleError(session, loop[0], loop[-1], loop)
     by_id = {n.id: n for n in ordered}
     children: dict[str, list[Node]] = defaultdict(list)
     roots: list[Node] = []

@@ -21,10 +21,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memory._errors import InvalidThreshold, MissingAuthority, UncitableId, UnidentifiedMessage
+from memory._errors import (
+    InvalidThreshold,
+    LedgerError,
+    MissingAuthority,
+    UncitableId,
+    UnidentifiedMessage,
+)
 from memory.ledger._records import MARKER_KEY, SourceMeta, SourceRecord, normalize_label
 from memory.ledger._tokens import TokenCounter, estimate_tokens
-from store import Node, citable_id_problem, node_to_message
+from store import Node, StoreError, citable_id_problem, node_to_message
 
 __all__ = [
     "ALLOWED_THRESHOLDS",
@@ -328,8 +334,21 @@ class NodeRecords:
 
         ``whole_branch`` gives the validated branch root to tip (it raises
         for a broken chain, which the walk back simply stops at).
+
+        A refused node (:class:`LedgerError`) met on the walk back is the
+        newest refused one; the error names the oldest on the branch
+        instead, as :func:`records_from_branch` (``pending``, the audit) does,
+        so every command sends the user to the same node.
         """
-        owed = owed_tail(map(self.of, newest_first), workspace_id)
+        try:
+            owed = owed_tail(map(self.of, newest_first), workspace_id)
+        except LedgerError:
+            try:
+                for node in whole_branch():  # root to tip: raises at the oldest refused node
+                    self.of(node)
+            except StoreError:  # a broken chain behind it: the walk back's error stands
+                pass
+            raise
         if owed is None:
             records = (self.of(node) for node in whole_branch())
             owed = unwritten_turns([r for r in records if r is not None], workspace_id)

@@ -21,6 +21,14 @@ misattribute memory:
 * **refused branches**: a branch the ledger cannot turn into records (a
   turn stamped ``authority_schema`` without complete authority, a record
   without an id, SPEC §6.1): nothing of it is written until it is repaired.
+* **an interrupted install** (``interrupted_install``): the install
+  journal (``.scriptorium/install.journal``) is still there, so a crash
+  stopped a commit after its commit point and the topic files it names are
+  part new, part old until the next recovery replays it.
+* **a workspace no write accepts** (``unwritable_workspace``): the walk of
+  every file under ``memory/`` that each commit's ``workspace_revision``
+  makes refuses the directory (a directory reached twice, e.g. a
+  ``topics`` link to a sibling directory): every write fails with it.
 * **unreadable state** (``warnings``): whatever could not be read to check
   the above: a session without meta.json, a branch that cannot be walked (a
   broken chain, a cycle), a skipped node file, a refused symbolic link.
@@ -48,16 +56,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory._errors import LedgerError, TopicError
+from memory._errors import InstallJournalCorrupt, LedgerError, TopicError
 from memory.ledger._ledger import records_from_branch
 from memory.ledger._lost_markers import lost_markers
 from memory.ledger._records import MARKER_KEY, source_anchor, source_id
 from memory.maintenance._migrate import archive_files
 from memory.workspace._archive import PROVIDER, ArchiveScan, read_archive
 from memory.workspace._legacy import LegacyHeader, read_legacy_first_header
+from memory.workspace._revision import revision_paths
 from memory.workspace._topic_ids import source_key
 from memory.workspace._topics import decode_topic, parse_topic
-from memory.workspace._transaction import LINKED_TOPIC
+from memory.workspace._transaction import JOURNAL, LINKED_TOPIC, read_install_journal
 from store import (
     ChainCycleError,
     SessionCore,
@@ -110,6 +119,15 @@ WHAT_TO_DO: dict[str, str] = {
         "complete authority, or a record without an id): repair the named node, then run "
         "'scriptorium memory release SID'"
     ),
+    "interrupted_install": (
+        "an install was interrupted (a full disk or a crash) and these topic files are part new, "
+        "part old: run 'scriptorium run --once' (or any write), which completes it from "
+        "memory/.scriptorium/install.journal; do not delete the journal"
+    ),
+    "unwritable_workspace": (
+        "every write is refused until this is fixed: make each directory under memory/ "
+        "reachable by one name only (e.g. move the linked directory back in place of the link)"
+    ),
     "warnings": (
         "these files or branches could not be read, so what they hold was not checked and "
         "is not written: fix each as its line says, then run the audit again"
@@ -151,6 +169,9 @@ class AuditInputs:
     topics: Mapping[str, str]  # relative path -> text
     problems: Sequence[str] = field(default_factory=tuple)  # from reading the facts
     undecodable: Mapping[str, str] = field(default_factory=dict)  # topic path -> the error
+    # {journal, files} or {journal, error}: an install a crash stopped after its commit point
+    interrupted_install: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+    unwritable: Sequence[str] = field(default_factory=tuple)  # the revision walk's refusal
 
 
 def topic_citations(
@@ -304,6 +325,8 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
         "non_prefix_branches": non_prefix,
         "refused_branches": refused,
         "lost_markers": lost,
+        "interrupted_install": [dict(entry) for entry in inputs.interrupted_install],
+        "unwritable_workspace": list(inputs.unwritable),
         "warnings": list(inputs.problems),
     }
     return with_problems(report)
@@ -406,12 +429,31 @@ def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
     }
     undecodable: dict[str, str] = {}
     linked: set[str] = set()
+    unwritable: list[str] = []
+    if os.path.isdir(memory_dir):
+        try:  # the very walk every commit's revision makes: what it refuses, writes fail on
+            revision_paths(memory_dir)
+        except UnsafeLinkError as error:
+            unwritable.append(str(error))
     try:
         topics = read_topics(memory_dir, undecodable, linked)
     except UnsafeLinkError as error:
-        problems.append(str(error))
+        if str(error) not in unwritable:
+            problems.append(str(error))
         topics = {}
     problems.extend(f"memory/{path}: {LINKED_TOPIC}" for path in sorted(linked))
     return AuditInputs(
         workspace_id, sessions, archives, legacy, topics, problems, undecodable,
+        _interrupted_install(memory_dir), unwritable,
     )
+
+
+def _interrupted_install(memory_dir: str) -> list[dict[str, Any]]:
+    journal = f"memory/{JOURNAL}"
+    try:
+        files = read_install_journal(memory_dir)
+    except InstallJournalCorrupt as error:
+        return [{"journal": journal, "error": str(error)}]
+    if files is None:
+        return []
+    return [{"journal": journal, "files": [f"memory/{path}" for path in files]}]

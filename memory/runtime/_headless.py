@@ -54,14 +54,16 @@ class SessionReport:
 
     ``outcome`` is ``written``, ``not due``, ``owed``, or a boundary outcome
     (``no progress``, ``quarantined``, ``failed``, ``error``); ``owed`` holds
-    the node ids the command covers that are not marked after it. ``ok``
-    only for ``written`` and ``not due``: anything else leaves turns owed.
+    the node ids the command covers that are not marked after it, or None
+    when they could not be computed (an ``error``: the session cannot be
+    opened or walked), which is not "nothing owed". ``ok`` only for
+    ``written`` and ``not due``: anything else leaves turns owed.
     """
 
     session: str
     outcome: str
     reason: str
-    owed: tuple[str, ...] = ()
+    owed: tuple[str, ...] | None = ()
 
     @property
     def ok(self) -> bool:
@@ -77,12 +79,12 @@ async def _settle(
     rt: MemoryRuntime, session: str, outcome: str, reason: str, *, boundary: bool
 ) -> SessionReport:
     """After the jobs drained: ``written`` stays only if nothing the command covers is owed."""
-    if outcome == ERROR:
-        return SessionReport(session, outcome, reason)
+    if outcome == ERROR:  # what is owed is unknown, not nothing
+        return SessionReport(session, outcome, reason, None)
     try:
         owed = await _covered_owed(rt, session, boundary=boundary)
     except (*SESSION_ERRORS, ActorError) as exc:
-        return SessionReport(session, ERROR, f"session {session!r}: {describe_error(exc)}")
+        return SessionReport(session, ERROR, f"session {session!r}: {describe_error(exc)}", None)
     what = "the session boundary" if boundary else "the trigger rule"
     if outcome == WRITTEN and owed:
         return SessionReport(
@@ -137,7 +139,7 @@ async def run_once(
                                       reports[session].reason, boundary=True)
                for session in sessions}
     for name, problem in unlisted.items():  # e.g. history/ without meta.json: not writable
-        results[name] = SessionReport(name, ERROR, describe_error(problem))
+        results[name] = SessionReport(name, ERROR, describe_error(problem), None)
     return results
 
 
@@ -161,7 +163,7 @@ async def run_triggers(rt: MemoryRuntime, sessions: Sequence[str]) -> dict[str, 
     reports: dict[str, SessionReport] = {}
     for session in sessions:
         if session in errors:
-            reports[session] = SessionReport(session, ERROR, errors[session])
+            reports[session] = SessionReport(session, ERROR, errors[session], None)
             continue
         ledger = rt.ledger(session)
         ran = ledger.jobs - started[session]

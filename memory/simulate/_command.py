@@ -207,7 +207,7 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
             if value is not None:
                 check_seconds(value, flag, flag.lstrip("-").replace("-", "_"))
     except SettingsError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.UsageError(str(exc)) from None
     baselines = load_baselines() if compare else None  # before a run that may take minutes
     if (warning := threshold_warning(threshold)) is not None:
         click.echo(f"scriptorium: warning: {warning}", err=True)

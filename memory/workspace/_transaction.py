@@ -74,7 +74,7 @@ from memory.workspace._topic_ids import (
 from memory.workspace._topics import Topic, decode_topic, parse_topic
 from store import FILE_MODE, TEMP_SUFFIX, DurableFiles, UnsafeLinkError, walk_files
 
-__all__ = ["JOURNAL", "LOCK", "Archived", "CommitResult", "Transactions"]
+__all__ = ["JOURNAL", "LOCK", "Archived", "CommitResult", "Transactions", "read_install_journal"]
 
 JOURNAL = ".scriptorium/install.journal"
 LOCK = ".scriptorium/write.lock"
@@ -520,6 +520,22 @@ class Transactions:
         if written:
             self.files.sync_paths(written)
         self.files.unlink(os.path.join(self.memory_dir, JOURNAL))
+
+
+def read_install_journal(memory_dir: str) -> list[str] | None:
+    """The topic files of an interrupted install (its journal's paths), or None if there is none.
+
+    A journal left in ``.scriptorium/`` means a crash (a full disk, a kill)
+    came after the commit point: every new text is durable in it, some
+    topic files are new and some still old until the next recovery replays
+    it. Raises :class:`InstallJournalCorrupt` if it cannot be read.
+    """
+    try:
+        with open(os.path.join(memory_dir, JOURNAL), "rb") as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        return None
+    return [path for path, _ in _decode_journal(raw)]
 
 
 def _encode_journal(changes: list[tuple[str, str | None]]) -> bytes:

@@ -134,7 +134,8 @@ def test_a_predecessor_cycle_is_named_by_show_and_audit(tmp_path: Path) -> None:
     assert "loops back on itself" in out + err
     assert first.id in out + err and last.id in out + err
     code, out, err = run("session", "show", "demo", "--state", str(state), "--json")
-    assert code != 0 and out == ""
+    assert code == 1 and len(orjson.loads(out)["nodes"]) == len(nodes)  # the loop said on stderr
+    assert "loops back on itself" in err
     code, out, err = run("memory", "audit", "--state", str(state))
     assert code != 0 and "loops back on itself" in out
 

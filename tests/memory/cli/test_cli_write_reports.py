@@ -74,7 +74,7 @@ def test_run_once_reports_each_session_and_writes_the_others(state: Path) -> Non
     assert set(report) == {"sessions", "reasons", "owed"}
     assert "broken" in report["reasons"]["bad"]
     assert "nothing the session boundary covers is owed" in report["reasons"]["good"]
-    assert report["owed"] == {"bad": [], "good": []}
+    assert report["owed"] == {"bad": None, "good": []}  # None: unknown, the walk failed
     pending = scriptorium(state, "memory", "pending", "good", "--json")
     assert json.loads(pending.stdout)["pending"] == []
 
@@ -136,3 +136,21 @@ def test_the_daemon_logs_the_session_it_skips_and_serves_the_others(state: Path)
     [skipped] = [e for e in events if e["event"] == "skipped"]  # once, not at every scan
     assert "sessions/bad/history/0001-l-" in skipped["reason"]
 
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_an_error_reports_its_owed_turns_as_unknown_not_none(
+    tmp_path: Path, force: list[str],
+) -> None:
+    """A session whose meta.json is corrupt or missing owes what nobody can tell: null, not []."""
+    build(tmp_path, "corrupt", 2)
+    build(tmp_path, "missing", 2)
+    build(tmp_path, "good", 2)
+    (tmp_path / "sessions" / "corrupt" / "meta.json").write_text("{garbage")
+    (tmp_path / "sessions" / "missing" / "meta.json").unlink()
+    done = scriptorium(tmp_path, "memory", "write", *force, "--json")
+    assert done.returncode == 1, done
+    report = json.loads(done.stdout)
+    assert report["sessions"]["corrupt"] == report["sessions"]["missing"] == "error"
+    assert report["owed"]["corrupt"] is None and report["owed"]["missing"] is None
+    assert isinstance(report["owed"]["good"], list)

@@ -285,3 +285,37 @@ def test_node_records_follow_a_merge_and_build_each_record_once(tmp_path: Path) 
     core.merge_node_metadata_batch({"m0": {MARKER_KEY: "w-1"}, "m1": {MARKER_KEY: "w-1"}})
     assert owed() == ["m2", "m3"]
     assert len(built) == 5  # m1 is a new object, rebuilt; the walk stops there, before m0
+
+
+def _refused_twice(tmp_path: Path) -> tuple[SessionCore, str, str]:
+    core = SessionCore.create(tmp_path / "state", "s1")
+    core.append({"role": "user", "content": "I prefer tea."})
+    older = core.append({"role": "user", "content": "A goat.", "authority_schema": None})
+    newer = core.append({"role": "assistant", "content": "Noted.", "authority_schema": ""})
+    return core, older["id"], newer["id"]
+
+
+def test_the_walk_back_names_the_oldest_refused_node_as_records_from_branch(
+    tmp_path: Path,
+) -> None:
+    core, older, _ = _refused_twice(tmp_path)
+    with pytest.raises(MissingAuthority) as from_root:
+        records_from_branch("s1", core.get_branch())
+    with pytest.raises(MissingAuthority) as walked_back:
+        NodeRecords("s1").owed(core.nodes_back(), core.branch_nodes, "w-0000abcd")
+    assert walked_back.value.node == from_root.value.node == older
+
+
+def test_a_broken_chain_behind_a_refused_node_keeps_the_walk_backs_error(
+    tmp_path: Path,
+) -> None:
+    from store._errors import BrokenChainError
+
+    core, _, newer = _refused_twice(tmp_path)
+
+    def broken() -> list[Any]:
+        raise BrokenChainError("s1", newer, "x", "a node file is missing")
+
+    with pytest.raises(MissingAuthority) as walked_back:
+        NodeRecords("s1").owed(core.nodes_back(), broken, "w-0000abcd")
+    assert walked_back.value.node == newer

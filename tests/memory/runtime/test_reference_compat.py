@@ -442,10 +442,10 @@ def test_flags_win_over_the_file_and_odd_thresholds_warn_in_one_line(state: Path
     assert warning.startswith("scriptorium: warning: token threshold 12000")
     assert "a1" in own_markers(state)
     code, out = cli("run", "--once", "--state", str(state), "--session-idle", "0")
-    assert code == 1 and "--session-idle: session_idle must be a positive number" in out
+    assert code == 2 and "--session-idle: session_idle must be a positive number" in out
     write_settings(state, "idle_after = 'soon'\n")
     code, out = cli("memory", "write", "--state", str(state))
-    assert code == 1 and "scriptorium.toml: idle_after must be" in out
+    assert code == 2 and "scriptorium.toml: idle_after must be" in out
     assert "Traceback" not in out
 
 
