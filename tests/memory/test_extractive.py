@@ -7,10 +7,10 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+import anyio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +30,7 @@ from memory._records import SourceMeta, SourceRecord
 from memory._topic_ids import normalise_topic
 from memory._topics import parse_topic
 from memory._transaction import Transactions
-from memory._writer import Batch, TopicEdit, WorkspaceSnapshot, Writer
+from memory._writer import Batch, WorkspaceSnapshot, Writer
 from tests.fixture import FIXTURE as SAMPLE
 
 FIXTURE = SAMPLE / "memory"
@@ -335,7 +335,7 @@ def test_files_stay_bounded() -> None:
     for start in range(0, len(records), 100):
         snapshot = WorkspaceSnapshot("rev", tuple(sorted(texts)), texts.__getitem__)
         batch = Batch("demo", tuple(records[start:start + 100]), "")
-        edits = _run(writer.write(batch, snapshot))
+        edits = anyio.run(writer.write, batch, snapshot)
         for edit in edits:
             assert edit.text is not None
             base = parse_topic(texts[edit.path], edit.path) if edit.path in texts else None
@@ -352,14 +352,6 @@ def test_files_stay_bounded() -> None:
     assert max(len(topic.paragraphs) for topic in decisions) <= SHARD_LIMIT
     # a shard fills up to SHARD_BYTES plus at most one batch's paragraphs
     assert max(len(text.encode()) for text in texts.values()) < 1.5 * SHARD_BYTES
-
-
-def _run(coroutine: Coroutine[Any, Any, list[TopicEdit]]) -> list[TopicEdit]:
-    try:
-        coroutine.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    raise AssertionError("the extractive writer never awaits")
 
 
 @settings(max_examples=150, deadline=None)
