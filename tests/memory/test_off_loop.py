@@ -138,3 +138,32 @@ async def test_the_runtime_keeps_its_timers_while_a_large_batch_is_written(
         assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
         assert await rt.pending(sid) == []
     writer.assert_on_time()
+
+
+async def test_a_cancelled_write_returns_at_once_and_leaves_the_writer_whole(
+        tmp_path: Path) -> None:
+    """Cancelling abandons the thread (it only computes); the next write gives the same edits."""
+    memory = workspace_with_topics(tmp_path)
+    view = memory.snapshot()
+    entered, release = threading.Event(), threading.Event()
+
+    def read(path: str) -> str:
+        entered.set()
+        if not release.wait(GATE_BOUND):
+            raise AssertionError("the cancelled write waited for its thread")
+        return view.read(path)
+
+    writer = ExtractiveWriter()
+    batch = Batch("s1", tuple(turns("s1", 200)), "")
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            async def cancel_once_reading() -> None:
+                await anyio.to_thread.run_sync(entered.wait, GATE_BOUND)
+                scope.cancel()
+
+            tg.start_soon(cancel_once_reading)
+            await writer.write(batch, WorkspaceSnapshot(view.revision, view.topic_paths, read))
+    assert scope.cancelled_caught
+    assert not release.is_set()  # it returned while its thread was still inside the snapshot
+    release.set()  # the abandoned thread finishes; the next write waits for the index meanwhile
+    assert await writer.write(batch, view) == extract_edits(batch.records, view)
