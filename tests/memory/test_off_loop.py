@@ -114,13 +114,15 @@ async def test_a_timer_fires_on_time_while_a_large_batch_is_written(
     assert {edit.path for edit in edits} >= {"topics/decisions.md", "topics/preferences.md"}
 
 
+@pytest.mark.virtual_time(cushion=0.05)  # lets the runtime's own disk work finish first
 async def test_the_runtime_keeps_its_timers_while_a_large_batch_is_written(
         tmp_path: Path) -> None:
     """The same through the runtime: pool, write cycle, the workspace actor's snapshot."""
     writer = TimedWriter()
-    # No writer timeout: on virtual time it would jump ahead of the writer's thread.
+    # No writer timeout or lock bound: on virtual time they would jump ahead of real
+    # thread work (a session lock held by an fsync would read as stuck for a day).
     config = RuntimeConfig(policy=WritePolicy(threshold=32000), writer_workers=1,
-                           writer_timeout=math.inf, call_timeout=None)
+                           writer_timeout=math.inf, call_timeout=None, lock_timeout=None)
     async with open_runtime(tmp_path, writer, config=config) as rt:
         sid = await rt.sessions.create()
         previous = "ROOT"
