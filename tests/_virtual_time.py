@@ -55,6 +55,11 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
         self.cushion = cushion
         self._virtual_now = 0.0
         super().__init__(selector=_AutojumpSelector(self))
+        # A timer is due when its time is below now + resolution. Jumps of a day
+        # at a time (a far timer pending while a thread works) take virtual time
+        # past 2**24 s, where a 1 ns resolution is lost in rounding: the timer due
+        # now never fired and the loop spun. 1 µs holds up to ~10**10 s.
+        self._clock_resolution = max(self._clock_resolution, 1e-6)
 
     def time(self) -> float:
         return self._virtual_now

@@ -34,7 +34,9 @@ class WorkspaceSnapshot:
     """A read-only view of the topics at one ``workspace_revision``.
 
     ``read(path)`` returns a topic file's text at that revision; files are read
-    lazily because a workspace may hold thousands of them.
+    lazily because a workspace may hold thousands of them. ``read`` blocks (it
+    opens the file): call it from a worker thread, never on the event loop's
+    thread (the built-in writer runs its whole extraction in one).
     """
 
     revision: str

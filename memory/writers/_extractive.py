@@ -50,8 +50,11 @@ from __future__ import annotations
 import datetime
 import functools
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import anyio.to_thread
 
 from memory._errors import TopicError
 from memory.ledger._records import SourceRecord
@@ -473,15 +476,28 @@ class ExtractiveWriter:
 
     It remembers which facts each topic file holds (keyed by the file's text),
     so a batch parses only the files it changes.
+
+    A large batch costs a good fraction of a second of CPU, and the
+    snapshot's ``read`` opens files: on the event loop's thread that would
+    stall every timer and message of the process (SPEC §2). So each call is
+    one worker-thread hop: the extraction and all of its snapshot reads run
+    there, on the call's own records (a tuple) and the read-only snapshot. A
+    cancelled call (a writer timeout, a runtime closing) abandons its thread
+    at once; the thread only computes edits, so dropping its result changes
+    nothing. The one state it mutates, the fact index, is held exclusively by
+    a lock for the whole extraction, so an abandoned thread that still runs
+    and the next call's thread never touch it at the same time, and the loop
+    never reads it.
     """
 
     exclusive = True  # cheap and local: one batch at a time beats redoing work on conflicts
 
     def __init__(self) -> None:
         self._index = _FactIndex()
+        self._index_lock = threading.Lock()
 
     async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> list[TopicEdit]:
-        return extract_edits(batch.records, workspace, self._index)
+        return await self._extract(batch.records, workspace)
 
     async def write_group(
         self, batches: Sequence[Batch], workspace: WorkspaceSnapshot
@@ -491,5 +507,17 @@ class ExtractiveWriter:
         Chatter of the group shares one log unit (a unit per call, as in
         :meth:`write`).
         """
-        return extract_edits([r for batch in batches for r in batch.records], workspace,
-                             self._index)
+        return await self._extract(tuple(r for batch in batches for r in batch.records),
+                                   workspace)
+
+    async def _extract(
+        self, records: tuple[SourceRecord, ...], workspace: WorkspaceSnapshot
+    ) -> list[TopicEdit]:
+        return await anyio.to_thread.run_sync(
+            self._extract_locked, records, workspace, abandon_on_cancel=True)
+
+    def _extract_locked(
+        self, records: tuple[SourceRecord, ...], workspace: WorkspaceSnapshot
+    ) -> list[TopicEdit]:
+        with self._index_lock:
+            return extract_edits(records, workspace, self._index)

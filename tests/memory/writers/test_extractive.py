@@ -7,15 +7,15 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
+import anyio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory.ledger._records import SourceMeta, SourceRecord
-from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.workspace._edits import WorkspaceSnapshot
 from memory.workspace._topic_ids import normalise_topic
 from memory.workspace._topics import parse_topic
 from memory.workspace._transaction import Transactions
@@ -336,7 +336,7 @@ def test_files_stay_bounded() -> None:
     for start in range(0, len(records), 100):
         snapshot = WorkspaceSnapshot("rev", tuple(sorted(texts)), texts.__getitem__)
         batch = Batch("demo", tuple(records[start:start + 100]), "")
-        edits = _run(writer.write(batch, snapshot))
+        edits = anyio.run(writer.write, batch, snapshot)
         for edit in edits:
             assert edit.text is not None
             base = parse_topic(texts[edit.path], edit.path) if edit.path in texts else None
@@ -353,14 +353,6 @@ def test_files_stay_bounded() -> None:
     assert max(len(topic.paragraphs) for topic in decisions) <= SHARD_LIMIT
     # a shard fills up to SHARD_BYTES plus at most one batch's paragraphs
     assert max(len(text.encode()) for text in texts.values()) < 1.5 * SHARD_BYTES
-
-
-def _run(coroutine: Coroutine[Any, Any, list[TopicEdit]]) -> list[TopicEdit]:
-    try:
-        coroutine.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    raise AssertionError("the extractive writer never awaits")
 
 
 @settings(max_examples=150, deadline=None)
