@@ -527,13 +527,10 @@ async def test_a_boundary_error_the_plan_did_not_inject_still_fails_the_run() ->
             self.cause = cause
 
         async def flush(self, session: str) -> None:
-            try:
-                raise self.cause
-            except BaseException as exc:
-                # as the session actor hands it over: wrapped by the kernel
-                wrapped = RuntimeError("actor crashed")
-                wrapped.__cause__ = exc
-                raise BoundaryError(session, "claiming failed", wrapped) from wrapped
+            # as the session actor hands it over: wrapped by the kernel
+            wrapped = RuntimeError("actor crashed")
+            wrapped.__cause__ = self.cause
+            raise BoundaryError(session, "claiming failed", wrapped) from wrapped
 
     injected: list[str] = []
     await _simulate.flush_tolerating_injected(
