@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 import anyio
 
 from actors._actor import Actor
-from actors._cell import ActorCell, DeadLetter
+from actors._cell import ActorCell, ActorState, DeadLetter
 from actors._mailbox import Backpressure
 from actors._ref import ActorRef
 
@@ -59,6 +59,7 @@ async def open_actor(
     )
     crash: Exception | None = None
     body_error: BaseException | None = None
+    finished = anyio.Event()
 
     async with anyio.create_task_group() as tg:
 
@@ -74,6 +75,8 @@ async def open_actor(
                 tg.cancel_scope.cancel()
             else:
                 cell.close(None)
+            finally:
+                finished.set()
 
         tg.start_soon(run)
         try:
@@ -82,6 +85,11 @@ async def open_actor(
             # Raised after the task group, so it is not wrapped in an ExceptionGroup;
             # when the actor crashed, the body's error is a consequence of the crash.
             body_error = exc
+            if isinstance(exc, Exception) and cell.state is ActorState.RESTARTING:
+                # The actor crashed and is tearing down; the body failed because of it
+                # (e.g. a child registry shut down). Let the crash land: it is the cause.
+                with anyio.move_on_after(shutdown_timeout):
+                    await finished.wait()
             tg.cancel_scope.cancel()
         else:
             with anyio.move_on_after(shutdown_timeout):

@@ -10,6 +10,7 @@
     │   ├── ConcurrentUpdate               workspace_revision moved since the base (retryable)
     │   ├── EditRejected                   one edit broke a rule; recorded in the audit, never raised out
     │   └── InstallJournalCorrupt          the install journal cannot be read; recovery stopped
+    ├── InstallUnfinished                  finishing an interrupted install failed (a full disk; retryable)
     ├── WriteCycleError                    one batch's write cycle failed; nothing was marked
     │   ├── ArchiveStepFailed              archiving the batch's evidence raised
     │   ├── WriterFailed                   the writer raised
@@ -30,6 +31,8 @@ and say what to do next.
 
 from __future__ import annotations
 
+import errno
+
 from actors import ActorError
 
 __all__ = [
@@ -42,6 +45,7 @@ __all__ = [
     "EditRejected",
     "IncompleteArchive",
     "InstallJournalCorrupt",
+    "InstallUnfinished",
     "InvalidThreshold",
     "LedgerError",
     "MissingAuthority",
@@ -164,6 +168,26 @@ class InstallJournalCorrupt(TransactionError):
         super().__init__(
             f"{path} cannot be read ({detail}); no topic file was touched by recovery: "
             "inspect the journal, then delete it to keep the topics as they are"
+        )
+
+
+class InstallUnfinished(ScriptoriumMemoryError):
+    """An interrupted install could not be finished (ENOSPC, EROFS...); memory is not served.
+
+    The workspace actor keeps running and answers every request that reads
+    or writes topics with this error, trying the install again each time, so
+    the first request after space is freed completes it. Not a
+    :class:`TransactionError`: the same edits can succeed once there is room.
+    """
+
+    def __init__(self, path: str, error: OSError) -> None:
+        self.path, self.error = path, error
+        code = errno.errorcode.get(error.errno or 0)
+        cause = f"{error.strerror} ({code})" if error.strerror and code else str(error)
+        where = f" writing {error.filename}" if error.filename else ""
+        super().__init__(
+            f"{path}: finishing the interrupted install failed{where}: {cause}; "
+            "free space (or make it writable) and write again: the install completes first"
         )
 
 

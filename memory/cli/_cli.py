@@ -464,7 +464,8 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
         if log_json:
             sys.stderr.write(orjson.dumps(event, default=str).decode() + "\n")
         else:
-            details = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("event", "at"))
+            details = " ".join(f"{k}={v}" for k, v in event.items()  # None: nothing to say
+                               if k not in ("event", "at") and v is not None)
             sys.stderr.write(f"scriptorium: {event['event']} {details}\n")
         sys.stderr.flush()
 

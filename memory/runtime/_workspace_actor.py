@@ -13,7 +13,11 @@ back as one ``Commit``, checked against the snapshot's revision
 (``ConcurrentUpdate`` when another commit landed first; the caller retries).
 
 On start it finishes or rolls back an install a crash interrupted
-(``Transactions.recover``) before it serves anything.
+(``Transactions.recover``) before it serves anything. If that fails (a
+full disk), it still starts: every request that reads or writes topics
+tries the install again and, while it fails, gets ``InstallUnfinished``
+naming the file and the error, instead of a crash loop that would stop
+the whole runtime.
 
 Redelivery after a crash (``actors.Idempotent``): every message but
 ``ReleaseQuarantine`` is delivered again to the next incarnation. Reads are
@@ -35,7 +39,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from actors import Actor, Idempotent
-from memory._errors import ScriptoriumMemoryError
+from memory._errors import InstallUnfinished, ScriptoriumMemoryError
 from memory.ledger._lost_markers import written_to_memory
 from memory.workspace._archive import AppendResult
 from memory.workspace._archive_cache import ArchiveCache
@@ -49,7 +53,7 @@ from memory.workspace._runtime_state import (
     write_session_end,
 )
 from memory.workspace._topic_ids import handle_key
-from memory.workspace._transaction import CommitResult, Transactions, workspace_lock
+from memory.workspace._transaction import JOURNAL, CommitResult, Transactions, workspace_lock
 from memory.workspace._workspace_id import load_or_create_workspace_id
 from memory.writers._writer import Batch
 from store import DurableFiles, UnsafeLinkError, run_durable
@@ -145,6 +149,10 @@ class ReplaceRuntimeState(Idempotent):
     state: RuntimeState
 
 
+# What a half-installed topic set would answer wrongly: served only once recovery ran.
+_READS_TOPICS = (TakeSnapshot, CommitEdits, CitedSources, BatchesCovered, SourcesInMemory)
+
+
 class WorkspaceActor(Actor):
     """Owns ``<state>/memory``; see the module docstring."""
 
@@ -163,6 +171,7 @@ class WorkspaceActor(Actor):
         self.workspace_id = ""
         self.archives = ArchiveCache(memory_dir, self.files)
         self._transactions: Transactions | None = None
+        self._unfinished: InstallUnfinished | None = None  # recovery at start failed
         self.commits = 0
 
     async def on_start(self) -> None:
@@ -172,10 +181,21 @@ class WorkspaceActor(Actor):
             transactions = Transactions(
                 self.memory_dir, archived=self.archives.archived, files=self.files
             )
-            transactions.recover()
+            try:
+                transactions.recover()
+            except OSError as error:  # a crash loop would kill the runtime: refuse, retry
+                self._unfinished = InstallUnfinished(os.path.join("memory", JOURNAL), error)
             return transactions
 
         self._transactions = await run_durable(start)
+
+    def _finish_install(self) -> None:
+        """Recovery again, for a request that needs the topics; InstallUnfinished if it fails."""
+        try:
+            self.transactions.recover()
+        except OSError as error:
+            raise InstallUnfinished(os.path.join("memory", JOURNAL), error) from error
+        self._unfinished = None
 
     @property
     def transactions(self) -> Transactions:
@@ -188,6 +208,8 @@ class WorkspaceActor(Actor):
                 "archives": self.archives.statistics()}
 
     async def handle(self, message: Any) -> Any:
+        if self._unfinished is not None and isinstance(message, _READS_TOPICS):
+            await run_durable(self._finish_install)
         match message:
             case ArchiveBatches(batches):
                 return await run_durable(self._archive, batches)

@@ -80,6 +80,7 @@ def result_document(result: SimulationResult) -> dict[str, Any]:
         "seed": config.seed,
         "state": config.state_dir,
         "problems": {n: v.problems for n, v in result.invariants.items() if v.problems},
+        "notes": list(result.notes),
     }
 
 
@@ -108,6 +109,7 @@ def render_report(result: SimulationResult) -> str:
     if doc["injected"]:
         injected = ", ".join(f"{k} {v}" for k, v in sorted(doc["injected"].items()) if v)
         lines.append(f"  injected         {injected or 'nothing'}")
+    lines += [f"  note             {note}" for note in doc["notes"]]
     lines += ["", "  invariant                            result   checked"]
     for name, verdict in result.invariants.items():
         lines.append(f"  {name:<36} {verdict.status:<8} {verdict.checked:>7}")

@@ -37,7 +37,9 @@ __all__ = [
     "FaultPlan",
     "FaultyDisk",
     "FaultyWriter",
+    "InjectedIOError",
     "SimulatedCrash",
+    "is_injected",
     "parse_faults",
 ]
 
@@ -63,6 +65,21 @@ RARE_EFFECTS = frozenset({"marks", "claim", "spawn", "summary", "rewind"})
 
 class SimulatedCrash(BaseException):
     """The simulated process died here; a BaseException so no ``except Exception`` survives it."""
+
+
+class InjectedIOError(OSError):
+    """An I/O error this plan injected (``actor-crash``), so the harness can tell it from a real one."""
+
+
+def is_injected(error: BaseException | None) -> bool:
+    """Whether ``error``, or an error it was raised from or wraps, is an :class:`InjectedIOError`."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, InjectedIOError):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def parse_faults(spec: str) -> frozenset[str]:
@@ -248,7 +265,8 @@ class FaultyDisk(DurableFiles):
         with self._lock:
             self.plan.injected[kind] += 1
             self.plan.crashed_sessions[session] += 1
-        raise OSError(f"simulated I/O error in session {session} ({os.path.basename(path)})")
+        raise InjectedIOError(
+            f"simulated I/O error in session {session} ({os.path.basename(path)})")
 
     def append_synced(self, path: str, data: bytes) -> int:
         """A session journal record carrying markers is the marking step of SPEC §6.4."""

@@ -29,18 +29,32 @@ from typing import Any
 import anyio
 import orjson
 
+from memory._errors import BoundaryError
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
 from memory.ledger._tokens import default_counter
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory.simulate._agents import Acknowledged, Agent, Mix
-from memory.simulate._faults import FaultPlan, FaultyDisk, FaultyWriter, SimulatedCrash
+from memory.simulate._faults import (
+    FaultPlan,
+    FaultyDisk,
+    FaultyWriter,
+    SimulatedCrash,
+    is_injected,
+)
 from memory.simulate._oracle import Evidence, Verdict, check_invariants, outside_evidence
 from memory.writers._extractive import ExtractiveWriter
 from store import list_sessions, run_durable, state_path
 from supervisors import Backoff, GetChild
 
-__all__ = ["SETTLE_ROUNDS", "SimulationConfig", "SimulationResult", "simulate"]
+__all__ = [
+    "SETTLE_ROUNDS",
+    "SimulationConfig",
+    "SimulationResult",
+    "flush_tolerating_injected",
+    "outside_writers",
+    "simulate",
+]
 
 SETTLE_ROUNDS = 8  # boundary rounds at most; a round without a failure ends it
 
@@ -92,6 +106,7 @@ class SimulationResult:
     workspace_id: str = ""
     evidence: Evidence | None = None
     workload_seconds: float = 0.0  # until the last agent finished; the rest is the boundary
+    notes: list[str] = field(default_factory=list)  # what the run left out, and why
 
     @property
     def passed(self) -> bool:
@@ -167,6 +182,37 @@ def _crashed(error: BaseException) -> bool:
     return _crashed(error.__context__) if error.__context__ is not None else False
 
 
+def outside_writers(sessions: list[str], config: SimulationConfig, plan: FaultPlan
+                    ) -> tuple[list[str], list[str], list[str]]:
+    """The sessions of ``outside-appends`` and of ``agent-writes``, never shared, and notes.
+
+    Each takes its configured count when there are enough sessions; a small
+    run shares what it has between them (the outside writer first), so both
+    faults still run. They never share a session: the locked appender and the
+    unlocked agent would overwrite each other's head, and the oracle would
+    blame scriptorium. With one session only, ``agent-writes`` is left out,
+    and a note says so.
+    """
+    wants_outside = config.outside_sessions if plan.on("outside-appends") else 0
+    wants_agent = config.agent_sessions if plan.on("agent-writes") else 0
+    count = len(sessions)
+    if wants_outside + wants_agent <= count:
+        outside = wants_outside
+    elif wants_agent == 0:
+        outside = count
+    elif wants_outside == 0:
+        outside = 0
+    else:  # proportionally, at least one each while there are two
+        share = round(count * wants_outside / (wants_outside + wants_agent))
+        outside = max(1, min(share, count - 1))
+    agent = min(wants_agent, count - outside)
+    notes = []
+    if wants_agent and not agent:
+        notes.append(f"agent-writes left out: {count} session(s), all taken by outside-appends "
+                     "(the two would overwrite each other's head, not scriptorium's)")
+    return sessions[:outside], sessions[outside: outside + agent], notes
+
+
 async def _outside(config: SimulationConfig, sessions: list[str], into: dict[str, object]) -> None:
     """The outside writer subprocess; its acknowledged writes land in ``into``."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -216,6 +262,8 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
     evidence_before: dict[str, float] = {}
     evidence_after: dict[str, float] = {}
     workspace_id = ""
+    notes: list[str] = []
+    agent_started = False
     async with anyio.create_task_group() as background:
         while True:
             rt: MemoryRuntime | None = None
@@ -232,19 +280,18 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
                                                            session_id=f"sim-{index:05d}")
                             agents.append(Agent(index, sid, config.turns, config.seed,
                                                 config.mix, acknowledged))
-                        if plan.on("outside-appends"):
-                            chosen = [a.session for a in agents[: config.outside_sessions]]
-                            background.start_soon(_outside, config, chosen, outside)
-                        if plan.on("agent-writes"):
-                            first = config.outside_sessions
-                            chosen = [a.session for a in
-                                      agents[first: first + config.agent_sessions]]
-                            background.start_soon(_agent, config, chosen, agent_writes,
+                        by_outside, by_agent, notes = outside_writers(
+                            [a.session for a in agents], config, plan)
+                        if by_outside:
+                            background.start_soon(_outside, config, by_outside, outside)
+                        if by_agent:
+                            agent_started = True
+                            background.start_soon(_agent, config, by_agent, agent_writes,
                                                   workload_over)
                     await _run_agents(rt, agents, config)
                     workload_done = workload_done or time.perf_counter()
                     workload_over.set()
-                    if "agent-writes" in plan.faults:
+                    if agent_started:
                         while not agent_writes:
                             await anyio.sleep(0.05)
                     await _settle(rt, agents, outside, plan, evidence_before, evidence_after)
@@ -277,6 +324,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
     result.workspace_id = workspace_id
     result.workload_seconds = (workload_done or started) - started
     result.evidence = evidence
+    result.notes = notes
     return result
 
 
@@ -321,18 +369,36 @@ async def _settle(
     before.update(await _updated_at(rt))
     for round_number in range(SETTLE_ROUNDS):
         failures_before = _failures(rt)
+        injected: list[str] = []
         async with anyio.create_task_group() as tg:
             for agent in agents:
-                tg.start_soon(rt.flush, agent.session)
+                tg.start_soon(flush_tolerating_injected, rt, agent.session, injected)
         await rt.drain()
         plan.enabled = False
         # A batch that failed this round waits on a retry timer, which drain()
         # does not count: only a round in which nothing failed ends the boundary.
-        if round_number > 0 and _failures(rt) == failures_before and not rt.quarantined:
+        if (round_number > 0 and _failures(rt) == failures_before and not rt.quarantined
+                and not injected):
             break
         if rt.quarantined:
             await rt.release()
     after.update(await _updated_at(rt))
+
+
+async def flush_tolerating_injected(rt: MemoryRuntime, session: str, injected: list[str]) -> None:
+    """``rt.flush``; a boundary the plan's own I/O fault stopped is noted in ``injected``.
+
+    An injected fault (e.g. ``actor-crash-after-claim``) ends the boundary
+    with an error, as a real one would; the next round, faults off, runs it
+    again, as for every other injected fault. A boundary error without an
+    injected cause is the runtime's and fails the run.
+    """
+    try:
+        await rt.flush(session)
+    except BoundaryError as error:
+        if not is_injected(error):
+            raise
+        injected.append(session)
 
 
 def _failures(rt: MemoryRuntime) -> int:

@@ -472,3 +472,72 @@ def test_the_agent_writes_the_reference_byte_format(tmp_path: Path) -> None:
         assert path.read_bytes() == original
     assert not [p for p in (state / "sessions" / "demo" / "history").iterdir()
                 if p.name.startswith(".")]
+
+
+# -- every size and seed runs (issue 10, attack item 7) ---------------------------
+
+
+@pytest.mark.parametrize("count", range(1, 21))
+def test_the_outside_writers_share_any_number_of_sessions_without_overlap(count: int) -> None:
+    sessions = [f"sim-{index:05d}" for index in range(count)]
+    plan = FaultPlan(parse_faults("all"), 0)
+    config = small("/tmp/unused", outside_sessions=8, agent_sessions=8)
+    by_outside, by_agent, notes = _simulate.outside_writers(sessions, config, plan)
+    assert not set(by_outside) & set(by_agent)
+    assert set(by_outside) | set(by_agent) <= set(sessions)
+    assert by_outside == sessions[: len(by_outside)] and by_outside  # the outside writer first
+    if count >= 16:
+        assert (len(by_outside), len(by_agent)) == (8, 8)
+    assert bool(by_agent) == (count >= 2) and bool(notes) == (count == 1)
+    alone = FaultPlan(parse_faults("agent-writes"), 0)
+    assert _simulate.outside_writers(sessions, config, alone)[:2] == ([], sessions[:8])
+
+
+@pytest.mark.parametrize(("sessions", "faults", "seed"), [
+    (1, "all", 0), (2, "all", 1), (3, "agent-writes", 2),
+    (2, "actor-crash", 0), (3, "actor-crash", 4),
+])
+async def test_small_runs_finish_at_every_size_and_seed(
+        tmp_path: Path, sessions: int, faults: str, seed: int) -> None:
+    """Few sessions (the outside agent had none: IndexError) and claims that crash at the boundary.
+
+    Idle writes are far away, so the boundary makes the first claims, and
+    every claim's first two crash right after it (``actor-crash-after-claim``):
+    ``rt.flush`` raised that injected fault as a ``BoundaryError`` and the
+    run stopped, instead of running the boundary again as for other faults.
+    """
+    config = small(str(tmp_path), sessions=sessions, turns=4, seed=seed, session_idle=60.0,
+                   watchdog_poll=60.0, faults=parse_faults(faults), outside_rounds=10,
+                   agent_rounds=10, fault_rates={"rare_effect_crash_rate": 1.0})
+    result = await simulate(config)
+    assert {n: v.problems for n, v in result.invariants.items() if not v.passed} == {}
+    if "actor-crash" in config.faults:
+        assert result.injected.get("actor-crash-after-claim", 0) >= 1
+    left_out = sessions == 1 and faults == "all"
+    assert [note.split(":")[0] for note in result.notes] == (
+        ["agent-writes left out"] if left_out else [])
+
+
+async def test_a_boundary_error_the_plan_did_not_inject_still_fails_the_run() -> None:
+    from memory._errors import BoundaryError
+    from memory.simulate._faults import InjectedIOError
+
+    class Runtime:
+        def __init__(self, cause: BaseException) -> None:
+            self.cause = cause
+
+        async def flush(self, session: str) -> None:
+            # as the session actor hands it over: wrapped by the kernel
+            wrapped = RuntimeError("actor crashed")
+            wrapped.__cause__ = self.cause
+            raise BoundaryError(session, "claiming failed", wrapped) from wrapped
+
+    injected: list[str] = []
+    await _simulate.flush_tolerating_injected(
+        Runtime(InjectedIOError("simulated I/O error (.claim)")),  # type: ignore[arg-type]
+        "s1", injected)
+    assert injected == ["s1"]
+    with pytest.raises(BoundaryError):
+        await _simulate.flush_tolerating_injected(
+            Runtime(OSError(28, "No space left on device")), "s2", injected)  # type: ignore[arg-type]
+    assert injected == ["s1"]
