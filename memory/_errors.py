@@ -53,6 +53,7 @@ __all__ = [
     "UncitableId",
     "UnframeableRecord",
     "UnidentifiedMessage",
+    "WorkspaceLockTimeout",
     "WriteCycleError",
     "WriterFailed",
     "WriterTimedOut",
@@ -164,6 +165,19 @@ class InstallJournalCorrupt(TransactionError):
         super().__init__(
             f"{path} cannot be read ({detail}); no topic file was touched by recovery: "
             "inspect the journal, then delete it to keep the topics as they are"
+        )
+
+
+class WorkspaceLockTimeout(TransactionError):
+    """Another process held the workspace lock longer than the bound: stuck, or the bound is too short."""
+
+    def __init__(self, path: str, waited: float, holder: int | None) -> None:
+        self.path, self.waited, self.holder = path, waited, holder
+        who = f"process {holder}" if holder is not None else "another process"
+        super().__init__(
+            f"the workspace is locked: {who} has held {path} for more than {waited:.3g} s, "
+            "so nothing was changed. If that process is stuck, stop it; otherwise retry, or "
+            "raise the lock timeout."
         )
 
 

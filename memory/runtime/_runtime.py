@@ -142,8 +142,9 @@ class RuntimeConfig:
         default_factory=lambda: Backoff(initial=0.5, factor=2.0, maximum=30.0, jitter=0.25)
     )
     call_timeout: float | None = 120.0
-    # How long a session mutation waits for <sid>/.lock held by another process
-    # before it fails with SessionLockTimeout (None: forever).
+    # How long a session mutation waits for <sid>/.lock, and a workspace write for
+    # memory/.scriptorium/write.lock, held by another process before it fails
+    # with SessionLockTimeout / WorkspaceLockTimeout (None: forever).
     lock_timeout: float | None = LOCK_TIMEOUT
     # Claims between runtimes (docs/decisions.md, "Claims between runtimes"):
     # a claim's lease is writer_timeout + claim_margin; a session blocked by
@@ -210,7 +211,8 @@ class MemoryRuntime:
 
         def start_workspace() -> WorkspaceActor:
             self._workspace = WorkspaceActor(self.memory_dir, files=config.files,
-                                             clock=config.clock)
+                                             clock=config.clock,
+                                             lock_timeout=config.lock_timeout)
             return self._workspace
 
         def start_sessions() -> DynamicSupervisor[str]:
