@@ -57,7 +57,7 @@ from memory.runtime._session_actor import (
     WriteJob,
     session_factory,
 )
-from memory.runtime._settings import apply_timings, read_settings
+from memory.runtime._settings import apply_timings, check_lock_timeout, read_settings
 from memory.runtime._watchdog import IdleWatchdog, PollNow, Touched
 from memory.runtime._workspace_actor import (
     ArchiveBatches,
@@ -159,6 +159,10 @@ class RuntimeConfig:
     seed: int | None = None
     track_deliveries: bool = False
     on_event: Callable[[dict[str, Any]], None] | None = None
+
+    def __post_init__(self) -> None:
+        # A NaN or infinite bound would make every lock wait endless.
+        check_lock_timeout(self.lock_timeout, "RuntimeConfig.lock_timeout")
 
 
 class MemoryRuntime:
