@@ -27,6 +27,7 @@ would report nothing released, so its caller gets ``ActorCrashed`` instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -35,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from actors import Actor, Idempotent
-from memory._errors import ScriptoriumMemoryError
+from memory._errors import ScriptoriumMemoryError, WorkspaceLockTimeout
 from memory.ledger._lost_markers import written_to_memory
 from memory.workspace._archive import AppendResult
 from memory.workspace._archive_cache import ArchiveCache
@@ -175,7 +176,11 @@ class WorkspaceActor(Actor):
                 self.memory_dir, archived=self.archives.archived, files=self.files,
                 lock_timeout=self.lock_timeout,
             )
-            transactions.recover()
+            with contextlib.suppress(WorkspaceLockTimeout):
+                # Another process holds write.lock: start anyway, so that each
+                # write reports the held lock instead of the start hanging on it;
+                # every commit first recovers under the lock.
+                transactions.recover()
             return transactions
 
         self._transactions = await run_durable(start)

@@ -249,6 +249,7 @@ class Transactions:
     ) -> None:
         self.memory_dir = memory_dir
         self.lock_timeout = lock_timeout
+        self._swept = False  # temp files of a crashed install swept (recover, or a commit)
         self.archived = archived
         self.files = files if files is not None else DurableFiles()
         self.revisions = RevisionCache(memory_dir)
@@ -309,9 +310,14 @@ class Transactions:
         """Finish (or discard) an interrupted install; True if a journal was replayed.
 
         Run once at start: it also sweeps temp files a crash left behind.
+        Raises :class:`~memory._errors.WorkspaceLockTimeout` if another process
+        holds the lock past the bound; the caller may start anyway, since the
+        first commit recovers (and sweeps) under the lock before installing.
         """
         with workspace_lock(self.memory_dir, self.files, timeout=self.lock_timeout):
-            return self._recover_locked(sweep=True)
+            replayed = self._recover_locked(sweep=True)
+            self._swept = True
+            return replayed
 
     def _recover_locked(self, *, sweep: bool) -> bool:
         journal = os.path.join(self.memory_dir, JOURNAL)
@@ -354,7 +360,10 @@ class Transactions:
         is installed). Rejected edits are reported in the audit, not raised.
         """
         with workspace_lock(self.memory_dir, self.files, timeout=self.lock_timeout):
-            self._recover_locked(sweep=False)  # another process may have crashed mid-install
+            # Another process may have crashed mid-install; the sweep is owed
+            # if the start's recovery met a held lock.
+            self._recover_locked(sweep=not self._swept)
+            self._swept = True
             current = self.revisions.revision()
             if current != base_revision:
                 raise ConcurrentUpdate(base_revision, current)
