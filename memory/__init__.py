@@ -14,6 +14,7 @@ from memory._errors import IncompleteArchive as IncompleteArchive
 from memory._errors import ScriptoriumMemoryError as ScriptoriumMemoryError
 from memory._errors import TopicError as TopicError
 from memory._errors import TransactionError as TransactionError
+from memory._errors import WorkspaceLockTimeout as WorkspaceLockTimeout
 from memory._errors import WriteCycleError as WriteCycleError
 from memory.ledger import MARKER_KEY as MARKER_KEY
 from memory.ledger import SourceMeta as SourceMeta
@@ -53,6 +54,7 @@ __all__ = [
     "TopicEdit",
     "TopicError",
     "TransactionError",
+    "WorkspaceLockTimeout",
     "WorkspaceSnapshot",
     "WriteCycleError",
     "WriteOutcome",

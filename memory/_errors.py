@@ -9,7 +9,8 @@
     ├── TransactionError                   a commit was refused as a whole
     │   ├── ConcurrentUpdate               workspace_revision moved since the base (retryable)
     │   ├── EditRejected                   one edit broke a rule; recorded in the audit, never raised out
-    │   └── InstallJournalCorrupt          the install journal cannot be read; recovery stopped
+    │   ├── InstallJournalCorrupt          the install journal cannot be read; recovery stopped
+    │   └── WorkspaceLockTimeout           another process held write.lock past the bound
     ├── InstallUnfinished                  finishing an interrupted install failed (a full disk; retryable)
     ├── WriteCycleError                    one batch's write cycle failed; nothing was marked
     │   ├── ArchiveStepFailed              archiving the batch's evidence raised
@@ -57,6 +58,7 @@ __all__ = [
     "UncitableId",
     "UnframeableRecord",
     "UnidentifiedMessage",
+    "WorkspaceLockTimeout",
     "WriteCycleError",
     "WriterFailed",
     "WriterTimedOut",
@@ -188,6 +190,19 @@ class InstallUnfinished(ScriptoriumMemoryError):
         super().__init__(
             f"{path}: finishing the interrupted install failed{where}: {cause}; "
             "free space (or make it writable) and write again: the install completes first"
+        )
+
+
+class WorkspaceLockTimeout(TransactionError):
+    """Another process held the workspace lock longer than the bound: stuck, or the bound is too short."""
+
+    def __init__(self, path: str, waited: float, holder: int | None) -> None:
+        self.path, self.waited, self.holder = path, waited, holder
+        who = f"process {holder}" if holder is not None else "another process"
+        super().__init__(
+            f"the workspace is locked: {who} has held {path} for more than {waited:.3g} s, "
+            "so nothing was changed. If that process is stuck, stop it; otherwise retry, or "
+            "raise the lock timeout."
         )
 
 

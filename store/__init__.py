@@ -58,6 +58,7 @@ from ._index import Fingerprint as Fingerprint
 from ._links import refuse_file_link as refuse_file_link
 from ._links import walk_files as walk_files
 from ._lock import LOCK_TIMEOUT as LOCK_TIMEOUT
+from ._lock import wait_for_flock as wait_for_flock
 from ._message import message_to_node as message_to_node
 from ._message import node_to_message as node_to_message
 from ._node import RESERVED_KEYS as RESERVED_KEYS

@@ -11,6 +11,15 @@ metadata keys: they would be shadowed by (or shadow) the view's own fields.
 Going the other way, every field the node has no place for goes into
 ``metadata``; an ``extra`` object is unpacked into it (keys already present
 win), as the reference agent does.
+
+Markers never come in through an append: every ``memory_written_<provider>``
+key of the message (or of its ``extra``) is dropped. A marker says "this
+turn is durably in that provider's memory", and only the provider's ledger
+knows that: it merges the marker after the batch is installed (SPEC §6.4).
+A message that carries one is a copy (a cloned conversation re-appends the
+views ``get_branch`` returned, markers spread at the top level) or a forgery;
+stored, it would stop the owed walk (SPEC §6.2) and the turn, with every
+earlier turn of its branch, would never be written.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from ._node import RESERVED_KEYS, ROOT, Node
 
 __all__ = [
     "APPEND_IDENTITY",
+    "MARKER_PREFIX",
     "MESSAGE_ROLES",
     "NODE_ROLES",
     "append_conflicts",
@@ -39,6 +49,14 @@ _NATIVE = frozenset({
     "timestamp", "token_model", "function", "extra", "status",
     "name", "input", "reads",
 })
+
+
+# A provider's written marker; set only by its ledger's marker merge, never by an append.
+MARKER_PREFIX = "memory_written_"
+
+
+def _is_marker(key: object) -> bool:
+    return isinstance(key, str) and key.startswith(MARKER_PREFIX)
 
 
 # What makes a repeated append (same client id) the same turn, in message-view
@@ -103,20 +121,26 @@ def message_to_node(
     now: float,
     default_predecessor: str | None = ROOT,
 ) -> Node:
-    """The node a message asks to append (``id`` and ``seq`` decided by the caller)."""
+    """The node a message asks to append (``id`` and ``seq`` decided by the caller).
+
+    ``memory_written_<provider>`` keys are dropped (see the module docstring).
+    """
     role = message.get("role", "user")
     if role not in NODE_ROLES:
         raise InvalidNodeError(
             session, node_id, f"role {role!r} is not one of {sorted(NODE_ROLES)}"
         )
     node_role = NODE_ROLES[role]
-    metadata: dict[str, Any] = {k: v for k, v in message.items() if k not in _NATIVE}
+    metadata: dict[str, Any] = {
+        k: v for k, v in message.items() if k not in _NATIVE and not _is_marker(k)
+    }
     extra = message.get("extra")
     if extra is not None:
         if not isinstance(extra, Mapping):
             raise InvalidNodeError(session, node_id, "extra is not an object")
         for key, value in extra.items():
-            metadata.setdefault(key, value)
+            if not _is_marker(key):
+                metadata.setdefault(key, value)
     check_metadata_keys(metadata, session, node_id)
     name = message.get("name")
     if name is None:

@@ -379,6 +379,13 @@ class SessionCore:
         :class:`~store._errors.AppendConflictError` names the session, the
         node and the fields. Without an ``id`` a fresh one is drawn: such an
         append is new every time, so a retry of it appends again.
+
+        Markers (``memory_written_<provider>`` keys) are never stored from a
+        message: only the ledger's marker merge sets them, after the batch is
+        durably in memory (SPEC §6.4); a cloned or forged one would hide the
+        turn and its branch from the ledger for ever. Metadata is not part of
+        the repeat comparison either, so a repeat that carries the stored
+        node's markers is still the same turn.
         """
         self._check_writable()
         raw_id = message.get("id")

@@ -24,7 +24,13 @@ import click
 import orjson
 
 from memory._errors import LedgerError, SettingsError
-from memory.cli._cli_errors import CliError, ReportingGroup, check_state_dir, remember_state
+from memory.cli._cli_errors import (
+    EXIT_USAGE,
+    CliError,
+    ReportingGroup,
+    check_state_dir,
+    remember_state,
+)
 from memory.cli._session_view import render_session_tree
 from memory.ledger._ledger import (
     ALLOWED_THRESHOLDS,
@@ -40,6 +46,7 @@ from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory.runtime._settings import (
     Timings,
     apply_timings,
+    check_lock_timeout,
     check_seconds,
     check_threshold,
     read_settings,
@@ -381,8 +388,27 @@ def _report_writes(reports: dict[str, SessionReport], as_json: bool) -> None:
         sys.exit(1)
 
 
+class LockSeconds(click.ParamType[float]):
+    """``--lock-timeout``: finite seconds >= 0 (click's FloatRange lets NaN and inf through).
+
+    Refused in one line with the usage exit code (2); NaN or infinity would
+    make a wait for a held lock endless.
+    """
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            bound = check_lock_timeout(float(value), "--lock-timeout")
+        except (TypeError, ValueError):  # SettingsError is a ValueError
+            raise CliError(f"--lock-timeout: {value!r} is not a finite number of seconds >= 0; "
+                           "pass a bound such as 30", EXIT_USAGE) from None
+        assert bound is not None
+        return bound
+
+
 LOCK_TIMEOUT_OPTION = click.option(
-    "--lock-timeout", type=click.FloatRange(min=0.0), default=LOCK_TIMEOUT, show_default=True,
+    "--lock-timeout", type=LockSeconds(), default=LOCK_TIMEOUT, show_default=True,
     help="Seconds to wait for a session lock another process holds, then report that session.")
 
 

@@ -57,7 +57,7 @@ from memory.runtime._session_actor import (
     WriteJob,
     session_factory,
 )
-from memory.runtime._settings import apply_timings, read_settings
+from memory.runtime._settings import apply_timings, check_lock_timeout, read_settings
 from memory.runtime._watchdog import IdleWatchdog, PollNow, Touched
 from memory.runtime._workspace_actor import (
     ArchiveBatches,
@@ -142,8 +142,9 @@ class RuntimeConfig:
         default_factory=lambda: Backoff(initial=0.5, factor=2.0, maximum=30.0, jitter=0.25)
     )
     call_timeout: float | None = 120.0
-    # How long a session mutation waits for <sid>/.lock held by another process
-    # before it fails with SessionLockTimeout (None: forever).
+    # How long a session mutation waits for <sid>/.lock, and a workspace write for
+    # memory/.scriptorium/write.lock, held by another process before it fails
+    # with SessionLockTimeout / WorkspaceLockTimeout (None: forever).
     lock_timeout: float | None = LOCK_TIMEOUT
     # Claims between runtimes (docs/decisions.md, "Claims between runtimes"):
     # a claim's lease is writer_timeout + claim_margin; a session blocked by
@@ -158,6 +159,10 @@ class RuntimeConfig:
     seed: int | None = None
     track_deliveries: bool = False
     on_event: Callable[[dict[str, Any]], None] | None = None
+
+    def __post_init__(self) -> None:
+        # A NaN or infinite bound would make every lock wait endless.
+        check_lock_timeout(self.lock_timeout, "RuntimeConfig.lock_timeout")
 
 
 class MemoryRuntime:
@@ -210,7 +215,8 @@ class MemoryRuntime:
 
         def start_workspace() -> WorkspaceActor:
             self._workspace = WorkspaceActor(self.memory_dir, files=config.files,
-                                             clock=config.clock)
+                                             clock=config.clock,
+                                             lock_timeout=config.lock_timeout)
             return self._workspace
 
         def start_sessions() -> DynamicSupervisor[str]:

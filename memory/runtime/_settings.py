@@ -36,6 +36,7 @@ __all__ = [
     "SettingsError",
     "Timings",
     "apply_timings",
+    "check_lock_timeout",
     "check_seconds",
     "check_threshold",
     "parse_settings",
@@ -120,3 +121,18 @@ def apply_timings(config: RuntimeConfig, timings: Timings) -> RuntimeConfig:
         watchdog_poll=(timings.watchdog_poll if timings.watchdog_poll is not None
                        else config.watchdog_poll),
     )
+
+
+def check_lock_timeout(value: object, where: str) -> float | None:
+    """A lock wait bound: None (forever) or a finite number of seconds >= 0.
+
+    NaN compares false with everything, so a poll bounded by it never ends;
+    infinity is "forever" spelled so that nobody meant it. Both are refused.
+    """
+    if value is None:
+        return None
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not math.isfinite(value) or value < 0):
+        raise SettingsError(
+            where, f"lock_timeout must be a finite number of seconds >= 0, not {value!r}")
+    return float(value)

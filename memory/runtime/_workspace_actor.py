@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from actors import Actor, Idempotent
-from memory._errors import InstallUnfinished, ScriptoriumMemoryError
+from memory._errors import InstallUnfinished, ScriptoriumMemoryError, WorkspaceLockTimeout
 from memory.ledger._lost_markers import written_to_memory
 from memory.workspace._archive import AppendResult
 from memory.workspace._archive_cache import ArchiveCache
@@ -56,7 +56,7 @@ from memory.workspace._topic_ids import handle_key
 from memory.workspace._transaction import JOURNAL, CommitResult, Transactions, workspace_lock
 from memory.workspace._workspace_id import load_or_create_workspace_id
 from memory.writers._writer import Batch
-from store import DurableFiles, UnsafeLinkError, run_durable
+from store import LOCK_TIMEOUT, DurableFiles, UnsafeLinkError, run_durable
 
 __all__ = [
     "ArchiveBatches",
@@ -164,10 +164,12 @@ class WorkspaceActor(Actor):
         *,
         files: DurableFiles | None = None,
         clock: Callable[[], float] = time.time,
+        lock_timeout: float | None = LOCK_TIMEOUT,
     ) -> None:
         self.memory_dir = memory_dir
         self.files = files if files is not None else DurableFiles()
         self.clock = clock
+        self.lock_timeout = lock_timeout
         self.workspace_id = ""
         self.archives = ArchiveCache(memory_dir, self.files)
         self._transactions: Transactions | None = None
@@ -179,10 +181,16 @@ class WorkspaceActor(Actor):
             self.files.make_dirs(os.path.join(self.memory_dir, ".scriptorium"))
             self.workspace_id = load_or_create_workspace_id(self.memory_dir, self.files)
             transactions = Transactions(
-                self.memory_dir, archived=self.archives.archived, files=self.files
+                self.memory_dir, archived=self.archives.archived, files=self.files,
+                lock_timeout=self.lock_timeout,
             )
             try:
                 transactions.recover()
+            except WorkspaceLockTimeout:
+                # Another process holds write.lock: start anyway, so that each
+                # write reports the held lock instead of the start hanging on it;
+                # every commit first recovers under the lock.
+                pass
             except OSError as error:  # a crash loop would kill the runtime: refuse, retry
                 self._unfinished = InstallUnfinished(os.path.join("memory", JOURNAL), error)
             return transactions
@@ -290,7 +298,7 @@ class WorkspaceActor(Actor):
 
     def _lock(self) -> AbstractContextManager[None]:
         """Read-modify-writes of shared files hold the workspace lock (other runtimes)."""
-        return workspace_lock(self.memory_dir, self.files)
+        return workspace_lock(self.memory_dir, self.files, timeout=self.lock_timeout)
 
     def _record_session_end(self, session: str, updated_at: float) -> None:
         with self._lock():

@@ -19,7 +19,7 @@ reason and the edit dropped):
   kept id stays behind in a file that is not edited.
 
 Install protocol, under ``.scriptorium/write.lock`` (``fcntl.flock``, so it
-holds across processes and threads):
+holds across processes and threads; waited for at most ``lock_timeout``):
 
 1. finish any earlier install (recovery, below);
 2. check ``workspace_revision`` equals the base, else :class:`ConcurrentUpdate`;
@@ -47,7 +47,6 @@ worker-thread hop (``run_durable``).
 
 from __future__ import annotations
 
-import fcntl
 import os
 import posixpath
 from collections.abc import Callable, Iterator, Sequence
@@ -62,6 +61,7 @@ from memory._errors import (
     EditRejected,
     InstallJournalCorrupt,
     TopicError,
+    WorkspaceLockTimeout,
 )
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.workspace._revision import RevisionCache
@@ -72,7 +72,15 @@ from memory.workspace._topic_ids import (
     source_key,
 )
 from memory.workspace._topics import Topic, decode_topic, parse_topic
-from store import FILE_MODE, TEMP_SUFFIX, DurableFiles, UnsafeLinkError, walk_files
+from store import (
+    FILE_MODE,
+    LOCK_TIMEOUT,
+    TEMP_SUFFIX,
+    DurableFiles,
+    UnsafeLinkError,
+    wait_for_flock,
+    walk_files,
+)
 
 __all__ = ["JOURNAL", "LOCK", "Archived", "CommitResult", "Transactions", "read_install_journal"]
 
@@ -207,14 +215,26 @@ def check_topic_path(path: str) -> None:
 
 
 @contextmanager
-def workspace_lock(memory_dir: str, files: DurableFiles) -> Iterator[None]:
-    """``.scriptorium/write.lock``: every read-modify-write of the workspace, across processes."""
+def workspace_lock(
+    memory_dir: str, files: DurableFiles, *, timeout: float | None = LOCK_TIMEOUT,
+) -> Iterator[None]:
+    """``.scriptorium/write.lock``: every read-modify-write of the workspace, across processes.
+
+    A stuck holder (a stopped process, a debugger) must not hang every write
+    behind it: the lock is waited for at most ``timeout`` seconds (None:
+    forever), by the session lock's poll (:func:`store.wait_for_flock`, on
+    the event loop's clock from a worker thread), then
+    :class:`~memory._errors.WorkspaceLockTimeout` names the lock file and,
+    when ``/proc/locks`` tells, the holder's pid. Nothing was changed then.
+    """
     # The lock file carries no data, so opening it read-only is enough for
     # flock and nothing but DurableFiles ever opens a file for writing.
     files.make_dirs(os.path.join(memory_dir, ".scriptorium"))
-    fd = os.open(os.path.join(memory_dir, LOCK), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    path = os.path.join(memory_dir, LOCK)
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        wait_for_flock(fd, timeout,
+                       lambda waited, holder: WorkspaceLockTimeout(path, waited, holder))
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
@@ -225,8 +245,11 @@ class Transactions:
 
     def __init__(
         self, memory_dir: str, *, archived: Archived, files: DurableFiles | None = None,
+        lock_timeout: float | None = LOCK_TIMEOUT,
     ) -> None:
         self.memory_dir = memory_dir
+        self.lock_timeout = lock_timeout
+        self._swept = False  # temp files of a crashed install swept (recover, or a commit)
         self.archived = archived
         self.files = files if files is not None else DurableFiles()
         self.revisions = RevisionCache(memory_dir)
@@ -287,9 +310,14 @@ class Transactions:
         """Finish (or discard) an interrupted install; True if a journal was replayed.
 
         Run once at start: it also sweeps temp files a crash left behind.
+        Raises :class:`~memory._errors.WorkspaceLockTimeout` if another process
+        holds the lock past the bound; the caller may start anyway, since the
+        first commit recovers (and sweeps) under the lock before installing.
         """
-        with workspace_lock(self.memory_dir, self.files):
-            return self._recover_locked(sweep=True)
+        with workspace_lock(self.memory_dir, self.files, timeout=self.lock_timeout):
+            replayed = self._recover_locked(sweep=True)
+            self._swept = True
+            return replayed
 
     def _recover_locked(self, *, sweep: bool) -> bool:
         journal = os.path.join(self.memory_dir, JOURNAL)
@@ -331,8 +359,11 @@ class Transactions:
         Raises :class:`ConcurrentUpdate` if memory moved since the base (nothing
         is installed). Rejected edits are reported in the audit, not raised.
         """
-        with workspace_lock(self.memory_dir, self.files):
-            self._recover_locked(sweep=False)  # another process may have crashed mid-install
+        with workspace_lock(self.memory_dir, self.files, timeout=self.lock_timeout):
+            # Another process may have crashed mid-install; the sweep is owed
+            # if the start's recovery met a held lock.
+            self._recover_locked(sweep=not self._swept)
+            self._swept = True
             current = self.revisions.revision()
             if current != base_revision:
                 raise ConcurrentUpdate(base_revision, current)

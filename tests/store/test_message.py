@@ -70,3 +70,14 @@ def test_bad_roles_and_types_are_typed_errors() -> None:
         message_to_node({"role": "system"}, "s", node_id="n", seq=0, now=0.0)
     with pytest.raises(InvalidNodeError):
         message_to_node({"timestamp": "yesterday"}, "s", node_id="n", seq=0, now=0.0)
+
+
+def test_an_appended_message_never_carries_a_marker_into_the_node() -> None:
+    """Markers come only from the ledger's merge (SPEC §6.4): top level and ``extra`` alike."""
+    node = message_to_node(
+        {"content": "x", "memory_written_scriptorium": "w-4f21c8e0",
+         "memory_written_openprogram": "w-1", "mood": "calm",
+         "extra": {"memory_written_other": "w-2", "x": 1}},
+        "s", node_id="n", seq=0, now=1.0,
+    )
+    assert node.metadata == {"mood": "calm", "x": 1}

@@ -1,0 +1,103 @@
+"""The workspace lock held by a stuck process: a bounded wait, then an error naming it.
+
+``memory/.scriptorium/write.lock`` used to be taken by a blocking ``flock``
+in a worker thread, so one stopped process holding it made every write
+(and ``memory write --force``) wait forever. It now waits ``lock_timeout``
+on the loop's clock (virtual here) like the session lock.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from memory._errors import WorkspaceLockTimeout
+from memory.runtime._runtime import open_runtime
+from memory.runtime._session_actor import BoundaryOutcome
+from memory.workspace._transaction import workspace_lock
+from store import DurableFiles
+from tests.memory.runtime.test_boundaries_end import HANG, build, lock_config, marked
+
+
+def hold(lock: Path) -> subprocess.Popen[str]:
+    """A real second process holding ``lock`` until told to let go."""
+    program = ("import fcntl, os, sys\n"
+               f"fd = os.open({str(lock)!r}, os.O_RDONLY | os.O_CREAT, 0o600)\n"
+               "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+               "print('held', flush=True)\n"
+               "sys.stdin.readline()\n")
+    holder = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
+@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.parametrize("since", ["before-start", "after-start"])
+async def test_a_workspace_lock_held_by_a_stuck_process_fails_the_batch_naming_it(
+    tmp_path: Path, since: str
+) -> None:
+    """Held before the start too: the start's recovery must not wait for it either."""
+    build(tmp_path, "s1", ["u1", "a1", "u2", "a2"])
+    lock = tmp_path / "memory" / ".scriptorium" / "write.lock"
+    lock.parent.mkdir(parents=True)
+    holders = [hold(lock)] if since == "before-start" else []
+    try:
+        # Virtual seconds; far more than this test needs, and a start that
+        # waits for the holder (retrying its recovery) reaches it soon.
+        with anyio.fail_after(120.0):
+            async with open_runtime(tmp_path, config=lock_config()) as rt:
+                if not holders:  # after the start's recovery, which takes the lock too
+                    holders.append(hold(lock))
+                holder = holders[0]
+                started = anyio.current_time()
+                report = await rt.boundary("s1")
+                waited = anyio.current_time() - started
+                # The write cycle failed (retryable, backed off), nothing was marked.
+                assert report.outcome is BoundaryOutcome.FAILED, report
+                assert str(lock) in report.reason and f"process {holder.pid}" in report.reason
+                assert "nothing was marked" in report.reason
+                assert 5.0 <= waited < 10.0  # the bound, once, on the loop's (virtual) clock
+                assert [r.message_id for r in await rt.pending("s1")] == ["u1", "a1", "u2", "a2"]
+                assert holder.stdin is not None
+                holder.stdin.write("\n")  # it lets go: writes work again
+                holder.stdin.flush()
+                holder.wait()
+                assert await rt.flush("s1") is BoundaryOutcome.WRITTEN
+                await rt.drain()
+    finally:
+        for process in holders:
+            process.kill()
+            process.wait()
+    assert marked(tmp_path, "s1") == {"u1", "a1", "u2", "a2"}
+
+
+@pytest.mark.virtual_time(cushion=0.05)
+async def test_the_workspace_lock_wait_is_bounded_and_names_the_file_and_holder(
+    tmp_path: Path,
+) -> None:
+    lock = tmp_path / "memory" / ".scriptorium" / "write.lock"
+    lock.parent.mkdir(parents=True)
+    holder = hold(lock)
+    try:
+        def take() -> None:
+            with workspace_lock(str(tmp_path / "memory"), DurableFiles(), timeout=2.5):
+                raise AssertionError("the lock was taken while another process held it")
+
+        started = anyio.current_time()
+        with anyio.fail_after(HANG), pytest.raises(WorkspaceLockTimeout) as raised:
+            await anyio.to_thread.run_sync(take, abandon_on_cancel=True)  # red, not hung, if unbounded
+        assert 2.5 <= anyio.current_time() - started < 5.0
+        error = raised.value
+        assert (error.path, error.holder) == (str(lock), holder.pid) and error.waited >= 2.5
+        assert str(lock) in str(error) and f"process {holder.pid}" in str(error)
+    finally:
+        holder.kill()
+        holder.wait()
+    with workspace_lock(str(tmp_path / "memory"), DurableFiles(), timeout=0.0):
+        pass  # free again: taken at once
