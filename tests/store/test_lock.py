@@ -44,7 +44,7 @@ def let_go(process: subprocess.Popen[str]) -> None:
     process.wait()
 
 
-@pytest.mark.virtual_time(cushion=0.02)
+@pytest.mark.virtual_time(cushion=0.05)
 async def test_a_stuck_holder_ends_the_wait_after_the_bound_naming_session_file_and_pid(
     tmp_path: Path, holder: subprocess.Popen[str]
 ) -> None:
@@ -60,7 +60,7 @@ async def test_a_stuck_holder_ends_the_wait_after_the_bound_naming_session_file_
     assert (await run_durable(core.append, TURN))["content"] == "I prefer tea."  # nothing broke
 
 
-@pytest.mark.virtual_time(cushion=0.02)
+@pytest.mark.virtual_time(cushion=0.05)
 async def test_the_wait_ends_as_soon_as_the_holder_lets_go(
     tmp_path: Path, holder: subprocess.Popen[str]
 ) -> None:
