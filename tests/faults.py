@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from store._durable import DurableFiles
 
@@ -67,3 +70,28 @@ class RefusingFiles(DurableFiles):
         if self.error is not None and self.under in path:
             self.refused += 1
             raise OSError(self.error, os.strerror(self.error), path)
+
+
+def hold_flock(lock: Path) -> subprocess.Popen[str]:
+    """A real second process holding ``lock`` (flock, exclusive) until :func:`let_go`.
+
+    The stuck holder of the lock-wait tests: a process, not a thread, because
+    flock is per open file description and the wait under test polls it.
+    """
+    program = ("import fcntl, os, sys\n"
+               f"fd = os.open({str(lock)!r}, os.O_RDONLY | os.O_CREAT, 0o600)\n"
+               "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+               "print('held', flush=True)\n"
+               "sys.stdin.readline()\n")
+    holder = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
+def let_go(holder: subprocess.Popen[str]) -> None:
+    """The holder releases its lock and exits."""
+    assert holder.stdin is not None
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    holder.wait()

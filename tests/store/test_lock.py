@@ -8,7 +8,6 @@ event loop's clock, so these run on virtual time (both backends).
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import anyio
 import pytest
 
 from store import SessionCore, SessionLockTimeout, run_durable
+from tests.faults import hold_flock, let_go
 
 TURN = {"role": "user", "content": "I prefer tea.", "predecessor": "ROOT"}
 
@@ -23,24 +23,9 @@ TURN = {"role": "user", "content": "I prefer tea.", "predecessor": "ROOT"}
 @pytest.fixture
 def holder(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     SessionCore.create(tmp_path, "s1").close()
-    lock = tmp_path / "sessions" / "s1" / ".lock"
-    program = ("import fcntl, os, sys\n"
-               f"fd = os.open({str(lock)!r}, os.O_RDONLY | os.O_CREAT, 0o600)\n"
-               "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-               "print('held', flush=True)\n"
-               "sys.stdin.readline()\n")
-    process = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None and process.stdout.readline() == "held\n"
+    process = hold_flock(tmp_path / "sessions" / "s1" / ".lock")
     yield process
     process.kill()
-    process.wait()
-
-
-def let_go(process: subprocess.Popen[str]) -> None:
-    assert process.stdin is not None
-    process.stdin.write("\n")
-    process.stdin.flush()
     process.wait()
 
 

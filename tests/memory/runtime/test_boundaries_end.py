@@ -13,7 +13,6 @@ import errno
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from store import (
     SessionCore,
     SessionLockTimeout,
 )
-from tests.faults import RefusingFiles
+from tests.faults import RefusingFiles, hold_flock
 from tests.memory.runtime.test_runtime_failures import virtual_config
 
 # Virtual seconds: far beyond anything the runtime does here, so reaching it is a hang.
@@ -194,15 +193,7 @@ async def test_an_unreadable_meta_json_is_an_error_naming_it_not_a_stopped_actor
 @pytest.fixture
 def stuck_holder(state: Path) -> Iterator[subprocess.Popen[str]]:
     """A real second process holding ``sessions/bad/.lock`` until told to let go."""
-    lock = state / "sessions" / "bad" / ".lock"
-    program = ("import fcntl, os, sys\n"
-               f"fd = os.open({str(lock)!r}, os.O_RDONLY | os.O_CREAT, 0o600)\n"
-               "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-               "print('held', flush=True)\n"
-               "sys.stdin.readline()\n")
-    holder = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    holder = hold_flock(state / "sessions" / "bad" / ".lock")
     yield holder
     holder.kill()
     holder.wait()

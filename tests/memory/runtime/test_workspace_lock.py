@@ -8,8 +8,6 @@ on the loop's clock (virtual here) like the session lock.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import anyio
@@ -21,20 +19,8 @@ from memory.runtime._runtime import open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
 from memory.workspace._transaction import workspace_lock
 from store import DurableFiles
+from tests.faults import hold_flock
 from tests.memory.runtime.test_boundaries_end import HANG, build, lock_config, marked
-
-
-def hold(lock: Path) -> subprocess.Popen[str]:
-    """A real second process holding ``lock`` until told to let go."""
-    program = ("import fcntl, os, sys\n"
-               f"fd = os.open({str(lock)!r}, os.O_RDONLY | os.O_CREAT, 0o600)\n"
-               "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-               "print('held', flush=True)\n"
-               "sys.stdin.readline()\n")
-    holder = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-    return holder
 
 
 @pytest.mark.virtual_time(cushion=0.05)
@@ -46,14 +32,14 @@ async def test_a_workspace_lock_held_by_a_stuck_process_fails_the_batch_naming_i
     build(tmp_path, "s1", ["u1", "a1", "u2", "a2"])
     lock = tmp_path / "memory" / ".scriptorium" / "write.lock"
     lock.parent.mkdir(parents=True)
-    holders = [hold(lock)] if since == "before-start" else []
+    holders = [hold_flock(lock)] if since == "before-start" else []
     try:
         # Virtual seconds; far more than this test needs, and a start that
         # waits for the holder (retrying its recovery) reaches it soon.
         with anyio.fail_after(120.0):
             async with open_runtime(tmp_path, config=lock_config()) as rt:
                 if not holders:  # after the start's recovery, which takes the lock too
-                    holders.append(hold(lock))
+                    holders.append(hold_flock(lock))
                 holder = holders[0]
                 started = anyio.current_time()
                 report = await rt.boundary("s1")
@@ -83,7 +69,7 @@ async def test_the_workspace_lock_wait_is_bounded_and_names_the_file_and_holder(
 ) -> None:
     lock = tmp_path / "memory" / ".scriptorium" / "write.lock"
     lock.parent.mkdir(parents=True)
-    holder = hold(lock)
+    holder = hold_flock(lock)
     try:
         def take() -> None:
             with workspace_lock(str(tmp_path / "memory"), DurableFiles(), timeout=2.5):
