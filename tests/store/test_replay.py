@@ -38,12 +38,17 @@ MARKED = ["u0", "a1", "u2", "a3"]
 OWNER = "import sys; from tests.store.test_replay import owner_main; owner_main(sys.argv[1])"
 
 
-def owner_main(state: str) -> None:
-    """The killed owner: six appends and a marker batch, all still on the journal; then wait."""
+def _six_turns(state: Path | str, content: Callable[[int], str] = str) -> SessionCore:
+    """Session ``s`` holding :data:`TURNS`, alternating user and assistant."""
     core = SessionCore.create(state, "s")
     for i, node_id in enumerate(TURNS):
-        core.append({"id": node_id, "role": ["user", "assistant"][i % 2],
-                     "content": f"turn {i}"})
+        core.append({"id": node_id, "role": ["user", "assistant"][i % 2], "content": content(i)})
+    return core
+
+
+def owner_main(state: str) -> None:
+    """The killed owner: six appends and a marker batch, all still on the journal; then wait."""
+    core = _six_turns(state, lambda i: f"turn {i}")
     print("appended", flush=True)
     sys.stdin.readline()
     core.merge_node_metadata_batch({n: {MARK: "w-1"} for n in MARKED})
@@ -175,10 +180,7 @@ class AgentBetweenFlushAndRename(DurableFiles):
 def test_a_key_the_agent_writes_between_our_journal_flush_and_install_survives(
     tmp_path: Path,
 ) -> None:
-    core = SessionCore.create(tmp_path, "s")
-    for i, node_id in enumerate(TURNS):
-        core.append({"id": node_id, "role": ["user", "assistant"][i % 2], "content": str(i)})
-    core.close()
+    _six_turns(tmp_path).close()
     session = tmp_path / "sessions" / "s"
     files = AgentBetweenFlushAndRename(_node_path(session, "a3"))
     core = SessionCore.open(tmp_path, "s", files=files)
@@ -201,10 +203,7 @@ def test_a_merge_the_agent_outruns_at_every_re_read_is_an_error_not_an_ok(
     """The other writer changes a3 before each of our renames: the caller must hear it."""
     from store._errors import NodeFileError
 
-    core = SessionCore.create(tmp_path, "s")
-    for i, node_id in enumerate(TURNS):
-        core.append({"id": node_id, "role": ["user", "assistant"][i % 2], "content": str(i)})
-    core.close()
+    _six_turns(tmp_path).close()
     session = tmp_path / "sessions" / "s"
     files = AgentBetweenFlushAndRename(_node_path(session, "a3"))
     files.again = True
@@ -219,9 +218,7 @@ def test_a_merge_the_agent_outruns_at_every_re_read_is_an_error_not_an_ok(
 
 def test_a_key_the_agent_writes_while_replay_installs_survives(tmp_path: Path) -> None:
     """Replay re-reads each file right before its rename, as a live merge does."""
-    first = SessionCore.create(tmp_path, "s")
-    for i, node_id in enumerate(TURNS):
-        first.append({"id": node_id, "role": ["user", "assistant"][i % 2], "content": str(i)})
+    first = _six_turns(tmp_path)
     first.retire_journals()
     session = tmp_path / "sessions" / "s"
     path = Path(_node_path(session, "a3"))

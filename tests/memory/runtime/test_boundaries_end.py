@@ -32,7 +32,7 @@ from store import (
     SessionCore,
     SessionLockTimeout,
 )
-from tests.faults import RefusingFiles, hold_flock
+from tests.faults import RefusingFiles, hold_flock, let_go
 from tests.memory.runtime.test_runtime_failures import virtual_config
 
 # Virtual seconds: far beyond anything the runtime does here, so reaching it is a hang.
@@ -222,10 +222,7 @@ async def test_a_session_lock_held_by_a_stuck_process_ends_in_an_error_naming_it
                 await rt.sessions.append("bad", {"role": "user", "content": "more tea",
                                                  "predecessor": "b4"})
             assert await rt.flush("good") is BoundaryOutcome.WRITTEN  # others go on
-            assert stuck_holder.stdin is not None
-            stuck_holder.stdin.write("\n")  # it lets go: the session works again
-            stuck_holder.stdin.flush()
-            stuck_holder.wait()
+            let_go(stuck_holder)  # the session works again
             assert await rt.flush("bad") is BoundaryOutcome.WRITTEN
             await rt.drain()
     assert marked(state, "bad") == {"b1", "b2", "b3", "b4"}

@@ -19,7 +19,7 @@ from memory.runtime._runtime import open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
 from memory.workspace._transaction import workspace_lock
 from store import DurableFiles
-from tests.faults import hold_flock
+from tests.faults import hold_flock, let_go
 from tests.memory.runtime.test_boundaries_end import HANG, build, lock_config, marked
 
 
@@ -50,10 +50,7 @@ async def test_a_workspace_lock_held_by_a_stuck_process_fails_the_batch_naming_i
                 assert "nothing was marked" in report.reason
                 assert 5.0 <= waited < 10.0  # the bound, once, on the loop's (virtual) clock
                 assert [r.message_id for r in await rt.pending("s1")] == ["u1", "a1", "u2", "a2"]
-                assert holder.stdin is not None
-                holder.stdin.write("\n")  # it lets go: writes work again
-                holder.stdin.flush()
-                holder.wait()
+                let_go(holder)  # writes work again
                 assert await rt.flush("s1") is BoundaryOutcome.WRITTEN
                 await rt.drain()
     finally:
