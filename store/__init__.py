@@ -18,10 +18,6 @@ from ._actor import SessionActor as SessionActor
 from ._actor import SetHead as SetHead
 from ._actor import SpawnBranch as SpawnBranch
 from ._actor import TipMoved as TipMoved
-from ._claim import CLAIM_NAME as CLAIM_NAME
-from ._claim import RELEASED as RELEASED
-from ._claim import Claim as Claim
-from ._claim import release_claim as release_claim
 from ._durable import DIR_MODE as DIR_MODE
 from ._durable import FILE_MODE as FILE_MODE
 from ._durable import TEMP_SUFFIX as TEMP_SUFFIX
@@ -54,10 +50,14 @@ from ._format import encode_node as encode_node
 from ._format import parse_filename as parse_filename
 from ._ids import citable_id_problem as citable_id_problem
 from ._ids import validate_id as validate_id
+from ._index import CLAIM_NAME as CLAIM_NAME
+from ._index import FileStamp as FileStamp
 from ._index import Fingerprint as Fingerprint
+from ._index import file_stamp as file_stamp
 from ._links import refuse_file_link as refuse_file_link
 from ._links import walk_files as walk_files
 from ._lock import LOCK_TIMEOUT as LOCK_TIMEOUT
+from ._lock import SessionLock as SessionLock
 from ._lock import wait_for_flock as wait_for_flock
 from ._message import message_to_node as message_to_node
 from ._message import node_to_message as node_to_message
@@ -76,7 +76,6 @@ __all__ = [
     "DIR_MODE",
     "FILE_MODE",
     "LOCK_TIMEOUT",
-    "RELEASED",
     "RESERVED_KEYS",
     "TEMP_SUFFIX",
     "Append",
@@ -84,10 +83,10 @@ __all__ = [
     "AppendInvariantError",
     "BrokenChainError",
     "ChainCycleError",
-    "Claim",
     "CorruptFileError",
     "DuplicateNodeError",
     "DurableFiles",
+    "FileStamp",
     "Fingerprint",
     "GetBranch",
     "HeadFieldError",
@@ -106,6 +105,7 @@ __all__ = [
     "SessionActor",
     "SessionCore",
     "SessionExistsError",
+    "SessionLock",
     "SessionLockTimeout",
     "SessionNotFoundError",
     "SetHead",
@@ -119,6 +119,7 @@ __all__ = [
     "citable_id_problem",
     "decode_node",
     "encode_node",
+    "file_stamp",
     "list_sessions",
     "message_to_node",
     "missing_meta",
@@ -126,7 +127,6 @@ __all__ = [
     "parse_filename",
     "predecessor_cycles",
     "refuse_file_link",
-    "release_claim",
     "run_durable",
     "state_path",
     "validate_id",

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import os
 
-from ._claim import CLAIM_NAME
 from ._durable import TEMP_SUFFIX, DurableFiles
+from ._index import CLAIM_NAME
 from ._journal import JOURNAL_NAME
 from ._lock import LOCK_NAME
 

@@ -34,6 +34,8 @@ __all__ = ["FileStamp", "Fingerprint", "SessionIndex", "file_stamp", "load_index
 
 HISTORY = "history"
 META = "meta.json"
+# Reserved beside them for the owner's batch claim (memory.runtime._claims); never read here.
+CLAIM_NAME = ".claim"
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,12 +47,11 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ._claim import Claim, ClaimFile
 from ._durable import TEMP_SUFFIX, DurableFiles
 from ._errors import (
     AppendConflictError,
@@ -152,7 +151,6 @@ class SessionCore:
         self._clock = clock
         self._cap = max_node_bytes
         self._lock = SessionLock(self.directory, timeout=lock_timeout)
-        self._claims = ClaimFile(self.directory, self._files)
         self._index = SessionIndex()
         self._meta: dict[str, Any] = {}
         self._meta_bytes: bytes | None = None  # meta.json as last read or installed
@@ -510,31 +508,23 @@ class SessionCore:
             if self._journal.problem is None:  # else the journal is evidence: untouched
                 self._checkpoint_locked()
 
-    # -- claims between runtimes (store._claim) ---------------------------------
+    # -- a caller's decision under the session lock -------------------------------
 
-    def claim_batch(self, node_ids: Sequence[str], owner: str, now: float, lease: float) -> bool:
-        """Claim the session's next batch for runtime ``owner``; False if another runtime holds it.
+    @contextmanager
+    def locked(self, *, catch_up: bool) -> Iterator[None]:
+        """Hold ``<sid>/.lock`` for a decision about a file the caller keeps beside the session's.
 
-        Under the lock, and after catching up with other owners exactly as a
-        mutation does: when this returns True the index includes every write
-        made before the claim (markers of the batch another runtime just
-        finished, above all), so the caller confirms its batch on it before
-        submitting. Writes nothing but the claim file, unsynced.
+        Other owners cannot write the session meanwhile. With ``catch_up``,
+        first catch up with them exactly as a mutation does (adopt a journal,
+        refresh the index): inside the block the index includes every write
+        made before it. Memory's batch claims (``memory.runtime._claims``)
+        decide here, so a claim and the index it is confirmed on see one
+        consistent disk. Writes nothing itself.
         """
-        for node_id in node_ids:
-            validate_id(node_id, "node id", self.session)
         with self._lock:
-            self._sync_locked()
-            return self._claims.take(owner, node_ids, now, lease)
-
-    def release_claim(self, owner: str) -> bool:
-        """Release ``owner``'s claim (under the lock); True if it held one."""
-        with self._lock:
-            return self._claims.give_back(owner)
-
-    def claim_holder(self, owner: str, now: float) -> Claim | None:
-        """Another runtime's live claim, read without the lock: a hint for what is owed here."""
-        return self._claims.holder(owner, now)
+            if catch_up:
+                self._sync_locked()
+            yield
 
     # -- internals -------------------------------------------------------------
 
@@ -620,8 +610,7 @@ class SessionCore:
     def _journal_locked(self, entries: list[JournalEntry]) -> list[str]:
         """Make ``entries`` durable with one journal record, then install each unsynced.
 
-        Every mutation's files reach the disk here and nowhere else (the
-        store benchmark overrides it to measure writes without the journal).
+        Every mutation's files reach the disk here and nowhere else.
         Returns the files now holding other bytes than the entry's (see
         :meth:`SessionJournal.write`).
         """

@@ -156,3 +156,73 @@ def test_the_wheel_holds_every_subpackage_and_nothing_else() -> None:
     assert shipped == expected
     assert config["project"]["scripts"]["scriptorium"] == "memory.cli:main"
     assert callable(importlib.import_module("memory.cli").main)
+
+
+def _module_cycle(folder: Path) -> list[str] | None:
+    """An import cycle among the modules of one package folder (``TYPE_CHECKING`` included)."""
+    prefix = ".".join(folder.relative_to(ROOT).parts)
+    modules = {f"{prefix}.{p.stem}" if p.stem != "__init__" else prefix: p
+               for p in folder.glob("*.py")}
+    edges = {name: sorted(m for m in _imported_modules(path) if m in modules and m != name)
+             for name, path in modules.items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(name: str) -> list[str] | None:
+        state[name] = 1
+        path.append(name)
+        for target in edges[name]:
+            if state.get(target) == 1:
+                return [*path[path.index(target):], target]
+            if target not in state and (cycle := visit(target)) is not None:
+                return cycle
+        path.pop()
+        state[name] = 2
+        return None
+
+    for name in sorted(modules):
+        if name not in state and (cycle := visit(name)) is not None:
+            return cycle
+    return None
+
+
+# actors/ is left out for now: its _actor, _ref and _cell import each other (the
+# kernel's part of issue 11).
+FOLDERS = ("supervisors", "store", *(f"memory/{layer}" for layer in MEMORY_LAYERS))
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_no_import_cycle_inside_a_package(folder: str) -> None:
+    """Each child of the runtime gets a narrow Protocol, not the runtime: nothing imports back."""
+    cycle = _module_cycle(ROOT / folder)
+    assert cycle is None, f"{folder}/ imports in a circle: {' -> '.join(cycle or [])}"
+
+
+def _store_patches(path: Path) -> list[str]:
+    """Where a benchmark reaches into the store: subclasses (but DurableFiles), patched members."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = {alias.asname or alias.name for node in ast.walk(tree)
+             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "store"
+             for alias in node.names}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            found += [f"class {node.name}({base.id})" for base in node.bases
+                      if isinstance(base, ast.Name) and base.id in names
+                      and base.id != "DurableFiles"]
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        found += [f"{t.value.id}.{t.attr} = ..." for t in targets if isinstance(t, ast.Attribute)
+                  and isinstance(t.value, ast.Name) and t.value.id in names]
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "setattr" and node.args
+                and isinstance(node.args[0], ast.Name) and node.args[0].id in names):
+            found.append(f"setattr({node.args[0].id}, ...)")
+    return found
+
+
+def test_benchmarks_measure_the_store_from_outside() -> None:
+    """No hook in store for a benchmark: bench/ uses the public API and the durable seam only."""
+    for path in sorted((ROOT / "bench").rglob("*.py")):
+        patches = _store_patches(path)
+        assert not patches, (f"{path.relative_to(ROOT)} reaches into the store ({patches}); "
+                             "measure through the public API or a DurableFiles subclass")

@@ -41,11 +41,11 @@ from memory.ledger._ledger import (
 )
 from memory.ledger._records import MARKER_KEY
 from memory.maintenance._audit import audit, read_audit_inputs
+from memory.runtime._config import apply_timings
 from memory.runtime._headless import SessionReport, run_headless, run_once, run_triggers
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory.runtime._settings import (
     Timings,
-    apply_timings,
     check_lock_timeout,
     check_seconds,
     check_threshold,

@@ -3,7 +3,7 @@
 Layout (see docs/architecture.md): ``_records`` the unit of memory;
 ``_ledger`` the record filter, speaker authority, the marker walk and
 batches; ``_tokens`` the token counters; ``_lost_markers`` markers whose
-evidence is gone.
+evidence is gone; ``_claim`` the batch claims between runtimes.
 """
 
 from memory.ledger._ledger import ALLOWED_THRESHOLDS as ALLOWED_THRESHOLDS

@@ -1,21 +1,24 @@
 """Scriptorium `memory.runtime`: the supervision tree (SPEC §2, §6.6, §7) and the embedded API (§8).
 
-Layout (see docs/architecture.md): ``_runtime`` the tree and its API;
-``_session_actor``, ``_workspace_actor``, ``_pool``, ``_watchdog`` its
-actors; ``_headless`` one pass without a daemon; ``_settings`` the timings
-from flags, a file or code.
+Layout (see docs/architecture.md): ``_runtime`` the tree and its API,
+composed of ``_config``, ``_events``, ``_jobs``, ``_timers``, ``_claims``
+and ``_write_cycle``; ``_session_actor``, ``_workspace_actor``, ``_pool``,
+``_watchdog`` its actors, each given a narrow protocol of the runtime;
+``_headless`` one pass without a daemon; ``_settings`` the timings from
+flags, a file or code.
 """
 
+from memory.runtime._config import apply_timings as apply_timings
 from memory.runtime._headless import SessionReport as SessionReport
 from memory.runtime._headless import run_headless as run_headless
 from memory.runtime._headless import run_once as run_once
 from memory.runtime._headless import run_triggers as run_triggers
 from memory.runtime._runtime import MemoryRuntime as MemoryRuntime
 from memory.runtime._runtime import RuntimeConfig as RuntimeConfig
+from memory.runtime._runtime import RuntimeStatistics as RuntimeStatistics
 from memory.runtime._runtime import open_runtime as open_runtime
 from memory.runtime._session_actor import BoundaryOutcome as BoundaryOutcome
 from memory.runtime._settings import Timings as Timings
-from memory.runtime._settings import apply_timings as apply_timings
 from memory.runtime._settings import check_seconds as check_seconds
 from memory.runtime._settings import check_threshold as check_threshold
 from memory.runtime._settings import read_settings as read_settings
@@ -24,6 +27,7 @@ __all__ = [
     "BoundaryOutcome",
     "MemoryRuntime",
     "RuntimeConfig",
+    "RuntimeStatistics",
     "SessionReport",
     "Timings",
     "apply_timings",

@@ -232,11 +232,11 @@ async def run_headless(
                     ready()
                 async for signum in signals:
                     log({"event": "stopping", "signal": signal.Signals(signum).name,
-                         "in_flight": rt.statistics()["in_flight"]})
+                         "in_flight": rt.statistics().in_flight})
                     break
             tg.cancel_scope.cancel()
         with anyio.move_on_after(drain_timeout) as scope:
             await rt.drain()
         log({"event": "stopped", "drained": not scope.cancelled_caught,
-             "outcomes": rt.statistics()["outcomes"]})
+             "outcomes": dict(rt.statistics().outcomes)})
 

@@ -21,30 +21,50 @@ Failure policy (SPEC §7; the choice is recorded in docs/decisions.md):
 - A rejected commit or an empty change is the writer's answer, not a
   crash: reported, the worker goes on.
 
-The cycle itself (``MemoryRuntime.write_cycle``) retries a concurrent
-update and counts an already-cited batch as written.
+The cycle itself (:mod:`memory.runtime._write_cycle`) retries a concurrent
+update and counts an already-cited batch as written. What a worker needs
+from its runtime is :class:`PoolHost`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Protocol
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from actors import Actor
+from actors import Actor, ActorRef
 from memory._errors import WriteCycleError
-from memory.runtime._session_actor import JobFinished, WriteJob
+from memory.runtime._jobs import WriteJob
+from memory.runtime._session_actor import JobFinished
 from memory.writers._cycle import FailureKind, WriteOutcome
+from memory.writers._writer import Batch
 
-if TYPE_CHECKING:
-    from memory.runtime._runtime import MemoryRuntime
-
-__all__ = ["GROUP_LIMIT", "WriterCrashed", "WriterWorker"]
+__all__ = ["GROUP_LIMIT", "PoolHost", "WriterCrashed", "WriterWorker"]
 
 GROUP_LIMIT = 32  # batches per group commit; bounds one commit's size and latency
+
+
+class PoolHost(Protocol):
+    """What a :class:`WriterWorker` uses of its runtime, and nothing else."""
+
+    @property
+    def groups_batches(self) -> bool:
+        """Whether a worker takes the jobs already waiting as one group."""
+
+    async def write_group(self, batches: Sequence[Batch]) -> list[WriteOutcome]:
+        """The write cycle for ``batches``, one outcome each (one transaction when it can)."""
+
+    def record_outcome(self, job: WriteJob, outcome: WriteOutcome) -> None:
+        """Count ``job``'s outcome (statistics, the ``job`` event) before it is reported."""
+
+    def abandon_job(self, job: WriteJob) -> None:
+        """``job``'s outcome will never reach its session: it forgets the job and plans again."""
+
+    def session_ref(self, session: str) -> ActorRef:
+        """The session's actor, to report to."""
 
 
 class WriterCrashed(Exception):
@@ -62,7 +82,7 @@ class WriterWorker(Actor):
 
     def __init__(
         self,
-        runtime: MemoryRuntime,
+        runtime: PoolHost,
         jobs: MemoryObjectReceiveStream[WriteJob],
     ) -> None:
         self.runtime = runtime
@@ -156,7 +176,7 @@ class WriterWorker(Actor):
 
 
 def worker_factory(
-    runtime: MemoryRuntime, jobs: MemoryObjectReceiveStream[WriteJob]
+    runtime: PoolHost, jobs: MemoryObjectReceiveStream[WriteJob]
 ) -> Callable[[], WriterWorker]:
     return lambda: WriterWorker(runtime, jobs)
 

@@ -11,42 +11,42 @@
 ``open_runtime`` starts the tree and yields a :class:`MemoryRuntime`, the
 handle an agent embeds: ``rt.sessions`` appends and reads turns through
 their session actors, ``rt.pending`` / ``rt.flush`` / ``rt.drain`` drive
-memory. Everything a child needs from its siblings (the job queue, the
-per-session ledgers, references) lives here, outside the children, so a
-restarted child finds it intact.
+memory (SPEC §8). Everything a child needs from its siblings lives here,
+outside the children, so a restarted child finds it intact; each child
+sees only its own narrow protocol of it (``SessionHost``, ``PoolHost``,
+``WatchdogHost``). The parts are their own small objects: the job queue
+(:mod:`._jobs`), the timers (:mod:`._timers`), the claims ledger
+(:mod:`._claims`), the write cycle (:mod:`._write_cycle`) and the event
+hook (:mod:`._events`); this module composes them, keeps the per-session
+ledgers, runs migration and backfill, and serves the public API.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
-import math
 import os
 import random
-import secrets
-import time
-from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from anyio.abc import TaskGroup
 
 from actors import ActorError, ActorRef, open_actor
-from memory._errors import BoundaryError, ConcurrentUpdate
-from memory.ledger._ledger import WritePolicy
+from memory._errors import BoundaryError
 from memory.ledger._records import MARKER_KEY, SourceRecord
-from memory.ledger._tokens import TokenCounter, default_counter
 from memory.maintenance._backfill import BackfillReport, backfill
 from memory.maintenance._migrate import MigrationReport, Progress, migrate
+from memory.runtime._claims import ClaimsLedger
+from memory.runtime._config import RuntimeConfig, apply_timings
+from memory.runtime._events import EventHook
+from memory.runtime._jobs import JobQueue, WriteJob
 from memory.runtime._pool import worker_factory
 from memory.runtime._session_actor import (
     SESSION_ERRORS,
     BoundaryOutcome,
     BoundaryReport,
     BoundaryResult,
-    ClaimRecheck,
     Flush,
     Pending,
     Reconsider,
@@ -54,16 +54,13 @@ from memory.runtime._session_actor import (
     RetryDue,
     SessionLedger,
     StillOwed,
-    WriteJob,
     session_factory,
 )
-from memory.runtime._settings import apply_timings, check_lock_timeout, read_settings
+from memory.runtime._settings import read_settings
+from memory.runtime._timers import Timers
 from memory.runtime._watchdog import IdleWatchdog, PollNow, Touched
 from memory.runtime._workspace_actor import (
-    ArchiveBatches,
-    BatchesCovered,
     CitedSources,
-    CommitEdits,
     QuarantineBatch,
     ReadQuarantine,
     ReadRuntimeState,
@@ -73,18 +70,16 @@ from memory.runtime._workspace_actor import (
     TakeSnapshot,
     WorkspaceActor,
 )
-from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.runtime._write_cycle import CONCURRENT_RETRIES, WriteCycle
+from memory.workspace._edits import WorkspaceSnapshot
 from memory.workspace._quarantine import QuarantineEntry
 from memory.workspace._runtime_state import RuntimeState
 from memory.workspace._topic_ids import handle_key
-from memory.writers._cycle import FailureKind, WriteOutcome, run_group_cycle, run_write_cycle
+from memory.writers._cycle import WriteOutcome
 from memory.writers._extractive import ExtractiveWriter
-from memory.writers._prompt import render_prompt
-from memory.writers._writer import Batch, GroupWriter, Writer
+from memory.writers._writer import Batch, Writer
 from store import (
-    LOCK_TIMEOUT,
     Append,
-    DurableFiles,
     GetBranch,
     InsertSummary,
     ListBranches,
@@ -94,15 +89,12 @@ from store import (
     SessionNotFoundError,
     SetHead,
     SpawnBranch,
-    StoreError,
     missing_meta,
-    release_claim,
     run_durable,
     state_path,
     validate_id,
 )
 from supervisors import (
-    Backoff,
     ChildSpec,
     DynamicSupervisor,
     GetChild,
@@ -111,58 +103,24 @@ from supervisors import (
     Supervisor,
 )
 
-__all__ = ["CONCURRENT_RETRIES", "MemoryRuntime", "RuntimeConfig", "Sessions", "open_runtime"]
-
-CONCURRENT_RETRIES = 8
-# A claim's lease when the writer has no timeout: a holder on another host
-# that died blocks its sessions at most this long.
-UNBOUNDED_LEASE = 24 * 3600.0
+__all__ = [
+    "CONCURRENT_RETRIES",
+    "MemoryRuntime",
+    "RuntimeConfig",
+    "RuntimeStatistics",
+    "Sessions",
+    "open_runtime",
+]
 
 
 @dataclass(frozen=True)
-class RuntimeConfig:
-    """Every knob of the runtime, with the defaults of SPEC §6-7.
+class RuntimeStatistics:
+    """A snapshot of :meth:`MemoryRuntime.statistics`."""
 
-    ``clock`` is the wall clock (``updated_at``, timestamps, idle rules);
-    timers use anyio's clock, so tests on virtual time pass a wall clock
-    derived from ``anyio.current_time()``.
-    """
-
-    policy: WritePolicy = field(default_factory=WritePolicy)
-    writer_workers: int = 4
-    writer_timeout: float = 600.0
-    session_idle: float = 1800.0
-    watchdog_poll: float = 300.0
-    passivate_after: float = 300.0
-    max_failures: int = 5
-    retry_backoff: Backoff = field(
-        default_factory=lambda: Backoff(initial=1.0, factor=2.0, maximum=300.0, jitter=0.25)
-    )
-    worker_backoff: Backoff = field(
-        default_factory=lambda: Backoff(initial=0.5, factor=2.0, maximum=30.0, jitter=0.25)
-    )
-    call_timeout: float | None = 120.0
-    # How long a session mutation waits for <sid>/.lock, and a workspace write for
-    # memory/.scriptorium/write.lock, held by another process before it fails
-    # with SessionLockTimeout / WorkspaceLockTimeout (None: forever).
-    lock_timeout: float | None = LOCK_TIMEOUT
-    # Claims between runtimes (docs/decisions.md, "Claims between runtimes"):
-    # a claim's lease is writer_timeout + claim_margin; a session blocked by
-    # another runtime's claim looks again after claim_recheck's delays.
-    claim_margin: float = 60.0
-    claim_recheck: Backoff = field(
-        default_factory=lambda: Backoff(initial=0.05, factor=2.0, maximum=1.0, jitter=0.25)
-    )
-    clock: Callable[[], float] = time.time
-    counter: TokenCounter = field(default_factory=default_counter)
-    files: DurableFiles = field(default_factory=DurableFiles)
-    seed: int | None = None
-    track_deliveries: bool = False
-    on_event: Callable[[dict[str, Any]], None] | None = None
-
-    def __post_init__(self) -> None:
-        # A NaN or infinite bound would make every lock wait endless.
-        check_lock_timeout(self.lock_timeout, "RuntimeConfig.lock_timeout")
+    in_flight: int  # write jobs submitted and not yet finished (what drain waits for)
+    outcomes: Mapping[str, int]  # jobs by result ("written" or a FailureKind value), "quarantined"
+    quarantined: int  # batches parked in quarantine now
+    sessions_active: int  # session actors running
 
 
 class MemoryRuntime:
@@ -174,34 +132,21 @@ class MemoryRuntime:
         self.writer = writer
         self.config = config
         self.sessions = Sessions(self)
-        # Names this runtime in the claims it writes (store._claim); new per open_runtime.
-        self.instance_id = "r-" + secrets.token_hex(4)
-        self._claimed: set[str] = set()  # sessions whose claim this runtime may still hold
-        self.quarantined: list[QuarantineEntry] = []
         self.rng = random.Random(config.seed)
-        self.deliveries: Counter[tuple[str, str]] = Counter()
-        self.latencies: dict[str, deque[float]] = {
-            "write_cycle": deque(maxlen=100_000), "marker_merge": deque(maxlen=100_000)}
-        self.outcomes: Counter[str] = Counter()
-        # With track_deliveries: every batch that was written (session, node ids), in order,
-        # and every (session, node) whose marker merge was acknowledged.
-        self.written_batches: list[tuple[str, tuple[str, ...]]] = []
-        self.marked: set[tuple[str, str]] = set()
+        self.events = EventHook(config.on_event, config.clock)
+        self.jobs = JobQueue(self.events)
+        self.claims = ClaimsLedger(state_dir, config.files, writer_timeout=config.writer_timeout,
+                                   margin=config.claim_margin)
+        self.timers = Timers(self._cast, rng=self.rng, retry_backoff=config.retry_backoff,
+                             recheck_backoff=config.claim_recheck)
+        self.cycle = WriteCycle(lambda: self.writer, lambda: self.workspace_ref, self.events,
+                                writer_timeout=config.writer_timeout)
+        self.quarantined: list[QuarantineEntry] = []
         self._ledgers: dict[str, SessionLedger] = {}
         self._known_sessions: set[str] = set()  # ids whose meta.json session_ref has seen
-        self._job_ids = itertools.count(1)
-        self._submitted_at: dict[int, float] = {}
-        self._exclusive = anyio.Lock()  # see Writer.exclusive
-        self._in_flight = 0
-        self._idle = anyio.Event()
-        self._idle.set()
-        self._jobs_send, self._jobs_receive = anyio.create_memory_object_stream[WriteJob](
-            max_buffer_size=math.inf
-        )
         self._workspace: WorkspaceActor | None = None
         self._sessions: DynamicSupervisor[str] | None = None
         self._watchdog: IdleWatchdog | None = None
-        self._task_group: TaskGroup | None = None
         self.root: ActorRef | None = None
         self.migration: MigrationReport | None = None
         # Set by open_runtime once the tree is up; stable across restarts (refs point at cells).
@@ -228,7 +173,7 @@ class MemoryRuntime:
             return self._sessions
 
         def start_pool() -> Supervisor:
-            start = worker_factory(self, self._jobs_receive)
+            start = worker_factory(self, self.jobs.receive)
             workers = [
                 ChildSpec(f"writer-{i}", start, Restart.PERMANENT)
                 for i in range(config.writer_workers)
@@ -260,6 +205,11 @@ class MemoryRuntime:
             raise RuntimeError("the workspace actor has not started yet")
         return self._workspace.workspace_id
 
+    @property
+    def instance_id(self) -> str:
+        """This runtime's name in the claims it writes (new per ``open_runtime``)."""
+        return self.claims.instance_id
+
     def session_ref(self, session: str) -> ActorRef:
         """The session's actor; it activates on the first message.
 
@@ -278,7 +228,10 @@ class MemoryRuntime:
             raise RuntimeError("the session supervisor has not started yet")
         return self._sessions.child(session)
 
-    # -- what session actors and workers use -------------------------------------------
+    async def _cast(self, session: str, message: object) -> None:
+        await self.session_ref(session).cast(message)
+
+    # -- what the children use (SessionHost, PoolHost, WatchdogHost) --------------------
 
     def ledger(self, session: str) -> SessionLedger:
         ledger = self._ledgers.get(session)
@@ -286,45 +239,12 @@ class MemoryRuntime:
             ledger = self._ledgers[session] = SessionLedger()
         return ledger
 
-    def next_job_id(self) -> int:
-        return next(self._job_ids)
-
-    def render_prompt(self, records: Sequence[SourceRecord]) -> str:
-        return render_prompt(records, ())
-
-    def submit(self, job: WriteJob) -> None:
-        if self._in_flight == 0:
-            self._idle = anyio.Event()
-        self._in_flight += 1
-        self._submitted_at[job.id] = anyio.current_time()
-        if self.config.track_deliveries:
-            self.deliveries.update((job.batch.session_id, n) for n in job.batch.node_ids)
-        self._jobs_send.send_nowait(job)
-
     def emit(self, event: str, **fields: Any) -> None:
         """One structured event (``scriptorium run --log-json`` prints each as a JSON line)."""
-        if self.config.on_event is not None:
-            self.config.on_event({"event": event, "at": self.config.clock(), **fields})
+        self.events.emit(event, **fields)
 
     def record_outcome(self, job: WriteJob, outcome: WriteOutcome) -> None:
-        result = "written" if outcome.failure is None else outcome.failure.value
-        self.outcomes[result] += 1
-        started = self._submitted_at.pop(job.id, None)
-        elapsed = None
-        if started is not None:
-            elapsed = anyio.current_time() - started
-            self.latencies["write_cycle"].append(elapsed)
-        self.emit("job", session=job.batch.session_id, job=job.id, result=result,
-                  nodes=len(job.batch.node_ids), files=list(outcome.changed_files),
-                  seconds=elapsed, error=None if outcome.error is None else str(outcome.error))
-        if self.config.track_deliveries and outcome.failure is None:
-            self.written_batches.append((job.batch.session_id, job.batch.node_ids))
-
-    def record_marks(self, session: str, node_ids: Sequence[str], seconds: float) -> None:
-        """A session actor merged the markers of a finished job, taking ``seconds``."""
-        self.latencies["marker_merge"].append(seconds)
-        if self.config.track_deliveries:
-            self.marked.update((session, node_id) for node_id in node_ids)
+        self.jobs.record_outcome(job, outcome)
 
     def abandon_job(self, job: WriteJob) -> None:
         """``job``'s outcome never reached its session: the session forgets it and plans again.
@@ -337,61 +257,16 @@ class MemoryRuntime:
         if ledger.in_flight is None or ledger.in_flight.id != job.id:
             return
         ledger.in_flight = None
-        self._submitted_at.pop(job.id, None)
-        self.job_done(job)
+        self.jobs.forget(job)
+        self.jobs.done(job)
         self.emit("abandoned", session=session, job=job.id, nodes=len(job.batch.node_ids))
         with contextlib.suppress(Exception):  # a runtime going down has no session to wake
             self.session_ref(session).cast_nowait(Reconsider())
 
-    def job_done(self, job: WriteJob) -> None:
-        self._in_flight -= 1
-        if self._in_flight == 0:
-            self._idle.set()
-
-    def schedule_retry(self, session: str, failures: int) -> None:
-        self._cast_later(session, RetryDue(), self.config.retry_backoff.delay(failures, self.rng))
-
-    def schedule_claim_recheck(self, session: str, attempt: int) -> None:
-        """Another runtime holds the session's claim: ask the session again later."""
-        self._cast_later(session, ClaimRecheck(),
-                         self.config.claim_recheck.delay(attempt, self.rng))
-
-    def _cast_later(self, session: str, message: object, delay: float) -> None:
-        async def later() -> None:
-            await anyio.sleep(delay)
-            with contextlib.suppress(Exception):
-                await self.session_ref(session).cast(message)
-
-        assert self._task_group is not None
-        self._task_group.start_soon(later)
-
-    @property
-    def claim_lease(self) -> float:
-        """How long a claim binds: one write cycle's timeout and a margin."""
-        timeout = self.config.writer_timeout
-        return (timeout if math.isfinite(timeout) else UNBOUNDED_LEASE) + self.config.claim_margin
-
-    def claim_taken(self, session: str) -> None:
-        self._claimed.add(session)
-
-    def claim_released(self, session: str) -> None:
-        self._claimed.discard(session)
-
-    def release_claims(self) -> None:
-        """On exit: release every claim still held, so no other runtime waits out a lease.
-
-        Synchronous (run it in a worker thread). A failure leaves that claim
-        to expire; it is a hint, nothing is lost.
-        """
-        for session in sorted(self._claimed):
-            with contextlib.suppress(OSError, StoreError):
-                release_claim(self.state_dir, session, self.instance_id, self.config.files)
-        self._claimed.clear()
-
     async def quarantine(self, entry: QuarantineEntry) -> None:
         await self.workspace_ref.call(QuarantineBatch(entry), timeout=None)
         self.quarantined.append(entry)
-        self.outcomes["quarantined"] += 1
+        self.jobs.outcomes["quarantined"] += 1
         self.emit("quarantined", session=entry.session, nodes=list(entry.node_ids),
                   error=entry.error)
 
@@ -407,61 +282,23 @@ class MemoryRuntime:
     async def write_cycle(self, batch: Batch) -> WriteOutcome:
         """One batch through archive → writer → commit (SPEC §6.4), as workers and backfill run it.
 
-        A concurrent update (another commit landed first) is retried at once
-        on a fresh snapshot: contention, not failure. A batch that changed
-        nothing but whose every trusted record is archived and already cited
-        counts as written (see docs/decisions.md, "Runtime").
+        See :class:`~memory.runtime._write_cycle.WriteCycle`.
         """
-        steps = _WorkspaceSteps(self.workspace_ref)
-
-        async def archive(batch: Batch) -> object:
-            return await steps.archive((batch,))
-
-        async def commit(batch: Batch, edits: Sequence[TopicEdit], base: str) -> Any:
-            return await steps.commit((batch,), edits, base)
-
-        exclusive = self._exclusive if getattr(self.writer, "exclusive", False) else None
-        async with exclusive or contextlib.nullcontext():
-            for _ in range(1 + CONCURRENT_RETRIES):
-                outcome = await run_write_cycle(
-                    batch, self.writer, snapshot=steps.snapshot, archive=archive, commit=commit,
-                    timeout=self._writer_limit)
-                if not (outcome.failure is FailureKind.REJECTED and outcome.error is not None
-                        and isinstance(outcome.error.__cause__, ConcurrentUpdate)):
-                    break
-            if outcome.failure is FailureKind.EMPTY and (await steps.covered((batch,)))[0]:
-                outcome = replace(outcome, marks=batch.node_ids, failure=None, error=None)
-        return outcome
+        return await self.cycle.write(batch)
 
     @property
     def groups_batches(self) -> bool:
-        """Whether waiting batches are committed together (an exclusive :class:`GroupWriter`)."""
-        return bool(getattr(self.writer, "exclusive", False)) and isinstance(
-            self.writer, GroupWriter)
+        """Whether waiting batches are committed together (an exclusive ``GroupWriter``)."""
+        return self.cycle.groups_batches
 
     async def write_group(self, batches: Sequence[Batch]) -> list[WriteOutcome]:
-        """Several batches as one transaction, each one the group does not cover alone.
+        """Several batches as one transaction; each one the group does not cover, alone.
 
-        See :class:`~memory.writers._writer.GroupWriter`; without one (or for a
-        single batch) this is :meth:`write_cycle` per batch.
+        See :meth:`WriteCycle.group <memory.runtime._write_cycle.WriteCycle.group>`.
         """
-        writer = self.writer
-        if len(batches) < 2 or not self.groups_batches or not isinstance(writer, GroupWriter):
-            return [await self.write_cycle(batch) for batch in batches]
-        steps = _WorkspaceSteps(self.workspace_ref)
-        async with self._exclusive:
-            group = await run_group_cycle(
-                batches, writer, snapshot=steps.snapshot, archive=steps.archive,
-                commit=steps.commit, covered=steps.covered, timeout=self._writer_limit)
-        written = sum(outcome is not None for outcome in group.outcomes)
-        self.emit("group", batches=len(batches), written=written, fallback=group.fallback)
+        grouped = await self.cycle.group(batches)
         return [outcome if outcome is not None else await self.write_cycle(batch)
-                for batch, outcome in zip(batches, group.outcomes, strict=True)]
-
-    @property
-    def _writer_limit(self) -> float | None:
-        timeout = self.config.writer_timeout
-        return None if math.isinf(timeout) else timeout
+                for batch, outcome in zip(batches, grouped, strict=True)]
 
     async def migrate(self, progress: Progress | None = None) -> MigrationReport:
         """SPEC §6.7: position cursors in runtime.json become markers (no-op without cursors)."""
@@ -544,8 +381,7 @@ class MemoryRuntime:
 
     async def drain(self) -> None:
         """Wait until no write job is in flight."""
-        while self._in_flight:
-            await self._idle.wait()
+        await self.jobs.drain()
 
     async def repair_markers(self, session: str) -> list[str]:
         """Set again the session's lost markers now (:mod:`memory.ledger._lost_markers`); the node ids.
@@ -573,36 +409,13 @@ class MemoryRuntime:
                 await self.session_ref(entry.session).cast(RetryDue())
         return released
 
-    def statistics(self) -> dict[str, Any]:
-        return {
-            "in_flight": self._in_flight,
-            "outcomes": dict(self.outcomes),
-            "quarantined": len(self.quarantined),
-            "sessions_active": 0 if self._sessions is None else len(self._sessions.registry),
-        }
-
-
-@dataclass(frozen=True)
-class _WorkspaceSteps:
-    """The write cycle's steps as calls to the workspace actor."""
-
-    workspace: ActorRef
-
-    async def archive(self, batches: Sequence[Batch]) -> object:
-        return await self.workspace.call(ArchiveBatches(tuple(batches)), timeout=None)
-
-    async def snapshot(self) -> WorkspaceSnapshot:
-        view: WorkspaceSnapshot = await self.workspace.call(TakeSnapshot(), timeout=None)
-        return view
-
-    async def commit(self, batches: Sequence[Batch], edits: Sequence[TopicEdit], base: str) -> Any:
-        return await self.workspace.call(
-            CommitEdits(tuple(batches), tuple(edits), base), timeout=None)
-
-    async def covered(self, batches: Sequence[Batch]) -> list[bool]:
-        verdicts: list[bool] = await self.workspace.call(
-            BatchesCovered(tuple(batches)), timeout=None)
-        return verdicts
+    def statistics(self) -> RuntimeStatistics:
+        return RuntimeStatistics(
+            in_flight=self.jobs.in_flight,
+            outcomes=dict(self.jobs.outcomes),
+            quarantined=len(self.quarantined),
+            sessions_active=0 if self._sessions is None else len(self._sessions.registry),
+        )
 
 
 class Sessions:
@@ -690,17 +503,14 @@ async def open_runtime(
             # Retry timers live in their own group: leaving the block cancels them,
             # then the tree stops gracefully in reverse start order.
             body_error: BaseException | None = None
-            async with anyio.create_task_group() as timers:
-                runtime._task_group = timers
+            async with runtime.timers.running():
                 try:
                     yield runtime
                 except BaseException as exc:  # noqa: BLE001 - re-raised below, not in a group
                     body_error = exc
-                finally:
-                    timers.cancel_scope.cancel()
             if body_error is not None:
                 raise body_error
     finally:
         # A claim lives as long as its runtime (a dead process's claims are void by pid).
         with anyio.CancelScope(shield=True):
-            await run_durable(runtime.release_claims)
+            await run_durable(runtime.claims.release_all)

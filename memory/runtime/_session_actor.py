@@ -11,7 +11,7 @@ Rules it keeps:
   the oldest owed records of its branch, so markers fill a branch from its
   oldest end and the owed tail stays contiguous. Across runtimes (two
   processes on one state directory) the same holds through a leased claim
-  in ``<sid>/.claim`` (:mod:`store._claim`): plan a batch, claim it under
+  in ``<sid>/.claim`` (:mod:`memory.runtime._claims`): plan a batch, claim it under
   the session lock, confirm it on the index the claim refreshed, and only
   then submit; a session whose claim another runtime holds waits and looks
   again (``ClaimRecheck``), and a boundary stays open meanwhile.
@@ -35,7 +35,7 @@ Rules it keeps:
 The per-session ledger state (:class:`SessionLedger`) is kept by the
 runtime, not by the incarnation: a passivated or restarted actor finds its
 job in flight, its failure streak and its pending boundary where it left
-them.
+them. What the actor needs from the runtime is :class:`SessionHost`, no more.
 
 Every message of this module is ``actors.Idempotent`` (delivered again
 after a crash): ``Pending`` reads; the others only re-evaluate the ledger
@@ -48,14 +48,15 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import anyio
 
-from actors import ActorError, Idempotent
+from actors import ActorError, ActorRef, Idempotent
 from memory._errors import LedgerError, MissingAuthority, ScriptoriumMemoryError, describe_error
+from memory.ledger._claim import Claim
 from memory.ledger._ledger import (
     NodeRecords,
     first_batch,
@@ -65,14 +66,15 @@ from memory.ledger._ledger import (
 )
 from memory.ledger._lost_markers import lost_markers, stranded_records
 from memory.ledger._records import MARKER_KEY, SourceRecord
+from memory.runtime._claims import SessionClaims
+from memory.runtime._config import RuntimeConfig
+from memory.runtime._jobs import WriteJob
 from memory.runtime._workspace_actor import SourcesInMemory
 from memory.workspace._quarantine import QuarantineEntry, is_quarantined
 from memory.writers._cycle import FailureKind, WriteOutcome
+from memory.writers._prompt import render_prompt
 from memory.writers._writer import Batch
-from store import Claim, SessionActor, StoreError, TipMoved, run_durable
-
-if TYPE_CHECKING:
-    from memory.runtime._runtime import MemoryRuntime
+from store import SessionActor, StoreError, TipMoved, run_durable
 
 __all__ = [
     "SESSION_ERRORS",
@@ -83,14 +85,17 @@ __all__ = [
     "ClaimRecheck",
     "Flush",
     "JobFinished",
+    "JobSink",
     "MemorySessionActor",
     "Pending",
     "Reconsider",
     "RepairMarkers",
     "RetryDue",
+    "RuntimeClaims",
+    "SessionHost",
     "SessionLedger",
+    "SessionTimers",
     "StillOwed",
-    "WriteJob",
 ]
 
 # What stops one session's planning or marking but not the runtime: the disk
@@ -175,13 +180,6 @@ class StillOwed(Idempotent):
 # -- state kept across incarnations ---------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class WriteJob:
-    id: int
-    batch: Batch
-    boundary: bool
-
-
 class BoundaryOutcome(enum.Enum):
     WRITTEN = "written"  # every branch the rules cover is written
     NO_PROGRESS = "no progress"  # a job changed nothing: terminal, not a loop
@@ -260,6 +258,79 @@ class SessionLedger:
     reported_error: str | None = None  # the last error logged as "skipped" (logged once)
 
 
+# -- what the actor needs from its runtime -----------------------------------------
+
+
+class JobSink(Protocol):
+    """The job queue, as a session actor uses it (:class:`~memory.runtime._jobs.JobQueue`)."""
+
+    def submit(self, batch: Batch, *, boundary: bool) -> WriteJob: ...
+
+    def done(self, job: WriteJob) -> None: ...
+
+
+class RuntimeClaims(Protocol):
+    """The runtime's claims (:class:`~memory.runtime._claims.ClaimsLedger`)."""
+
+    @property
+    def instance_id(self) -> str: ...
+
+    @property
+    def lease(self) -> float: ...
+
+    def taken(self, session: str) -> None: ...
+
+    def released(self, session: str) -> None: ...
+
+
+class SessionTimers(Protocol):
+    """Delayed messages to a session actor (:class:`~memory.runtime._timers.Timers`)."""
+
+    def retry(self, session: str, failures: int) -> None:
+        """Send ``RetryDue`` after the retry backoff for ``failures`` consecutive failures."""
+
+    def recheck(self, session: str, attempt: int) -> None:
+        """Send ``ClaimRecheck`` after the recheck backoff for ``attempt``."""
+
+
+class SessionHost(Protocol):
+    """What a :class:`MemorySessionActor` uses of its runtime, and nothing else."""
+
+    @property
+    def config(self) -> RuntimeConfig: ...
+
+    @property
+    def state_dir(self) -> str: ...
+
+    @property
+    def workspace_id(self) -> str: ...
+
+    @property
+    def workspace_ref(self) -> ActorRef: ...
+
+    @property
+    def quarantined(self) -> list[QuarantineEntry]: ...
+
+    @property
+    def jobs(self) -> JobSink: ...
+
+    @property
+    def claims(self) -> RuntimeClaims: ...
+
+    @property
+    def timers(self) -> SessionTimers: ...
+
+    def ledger(self, session: str) -> SessionLedger: ...
+
+    def emit(self, event: str, **fields: Any) -> None: ...
+
+    def watchdog_touch(self, session: str, updated_at: object) -> None: ...
+
+    async def quarantine(self, entry: QuarantineEntry) -> None: ...
+
+    async def record_session_end(self, session: str, updated_at: float) -> None: ...
+
+
 # Plan, claim, confirm: when the batch planned before the claim differs from
 # the one confirmed after it (another runtime wrote meanwhile), claim again,
 # this many times at most before looking again later.
@@ -275,7 +346,7 @@ class MemorySessionActor(SessionActor):
     # A branch that cannot be turned into records is the caller's to hear about.
     expected_errors: ClassVar[tuple[type[Exception], ...]] = (StoreError, LedgerError)
 
-    def __init__(self, runtime: MemoryRuntime, session: str) -> None:
+    def __init__(self, runtime: SessionHost, session: str) -> None:
         super().__init__(
             runtime.state_dir, session, files=runtime.config.files, clock=runtime.config.clock,
             lock_timeout=runtime.config.lock_timeout,
@@ -284,6 +355,15 @@ class MemorySessionActor(SessionActor):
         self.ledger = runtime.ledger(session)
         self.records = NodeRecords(session, counter=runtime.config.counter)
         self._doing = ""  # the planning step under way, for an error's reason
+        self._claims: SessionClaims | None = None
+
+    @property
+    def claims(self) -> SessionClaims:
+        """This session's claim file, decided under the lock of the current incarnation's core."""
+        core = self.core
+        if self._claims is None or self._claims.core is not core:
+            self._claims = SessionClaims(core, self.runtime.config.files)
+        return self._claims
 
     # -- reading what is owed ---------------------------------------------------
 
@@ -291,7 +371,7 @@ class MemorySessionActor(SessionActor):
         """SPEC §6.2 on the branch at ``tip``, minus the jobs in flight (their nodes are owed too).
 
         In flight: this runtime's job, and the batch another runtime's live
-        claim names (read without the lock: a hint, see :mod:`store._claim`).
+        claim names (read without the lock: a hint, see :mod:`memory.ledger._claim`).
 
         Walks back from the tip and stops at the newest own marker, so the cost
         follows the backlog; a branch with no own marker is read whole.
@@ -311,7 +391,7 @@ class MemorySessionActor(SessionActor):
         return owed
 
     def _claim_holder(self) -> Claim | None:
-        return self.core.claim_holder(self.runtime.instance_id, self.runtime.config.clock())
+        return self.claims.holder(self.runtime.claims.instance_id, self.runtime.config.clock())
 
     # -- messages -----------------------------------------------------------------
 
@@ -588,16 +668,16 @@ class MemorySessionActor(SessionActor):
         return found
 
     async def _claim(self, node_ids: tuple[str, ...]) -> bool:
-        runtime = self.runtime
-        taken = await run_durable(self.core.claim_batch, node_ids, runtime.instance_id,
-                                  runtime.config.clock(), runtime.claim_lease)
+        claims = self.runtime.claims
+        taken = await run_durable(self.claims.claim_batch, node_ids, claims.instance_id,
+                                  self.runtime.config.clock(), claims.lease)
         if taken:
-            runtime.claim_taken(self.session)
+            claims.taken(self.session)
         return taken
 
     async def _release_claim(self) -> None:
-        await run_durable(self.core.release_claim, self.runtime.instance_id)
-        self.runtime.claim_released(self.session)
+        await run_durable(self.claims.release, self.runtime.claims.instance_id)
+        self.runtime.claims.released(self.session)
 
     def _recheck_later(self) -> None:
         ledger = self.ledger
@@ -605,16 +685,11 @@ class MemorySessionActor(SessionActor):
             return
         ledger.recheck_pending = True
         ledger.rechecks += 1
-        self.runtime.schedule_claim_recheck(self.session, ledger.rechecks)
+        self.runtime.timers.recheck(self.session, ledger.rechecks)
 
     def _submit(self, records: list[SourceRecord], *, boundary: bool) -> None:
-        job = WriteJob(
-            self.runtime.next_job_id(),
-            Batch(self.session, tuple(records), self.runtime.render_prompt(records)),
-            boundary,
-        )
-        self.ledger.in_flight = job
-        self.runtime.submit(job)
+        batch = Batch(self.session, tuple(records), render_prompt(records, ()))
+        self.ledger.in_flight = self.runtime.jobs.submit(batch, boundary=boundary)
 
     async def _job_finished(self, job_id: int, outcome: WriteOutcome) -> None:
         ledger = self.ledger
@@ -634,7 +709,7 @@ class MemorySessionActor(SessionActor):
                 await self._plan()
             return
         ledger.in_flight = None
-        self.runtime.job_done(job)
+        self.runtime.jobs.done(job)
         with contextlib.suppress(*SESSION_ERRORS):  # a hint: its lease ends it otherwise
             await self._release_claim()
         error = _cycle_reason(outcome)
@@ -653,7 +728,7 @@ class MemorySessionActor(SessionActor):
             return
         await self._finish_boundary(kind, error)
         ledger.retry_pending = True
-        self.runtime.schedule_retry(self.session, ledger.failures)
+        self.runtime.timers.retry(self.session, ledger.failures)
 
     async def _mark(self, job: WriteJob, outcome: WriteOutcome, *, attempts: int) -> bool:
         """Merge the markers of a written job; True once they are durable.
@@ -679,7 +754,7 @@ class MemorySessionActor(SessionActor):
             assert error is not None
             if ledger.unmarked is None:
                 ledger.unmarked = outcome
-                self.runtime.job_done(job)
+                self.runtime.jobs.done(job)
             ledger.failures += 1
             reason = (f"session {self.session!r}: batch {_span(job.batch.node_ids)} is written "
                       f"to memory but its markers could not be saved: {describe_error(error)}; "
@@ -691,15 +766,15 @@ class MemorySessionActor(SessionActor):
             await self._finish_boundary(BoundaryOutcome.ERROR, reason, error)
             if not ledger.retry_pending:
                 ledger.retry_pending = True
-                self.runtime.schedule_retry(self.session, ledger.failures)
+                self.runtime.timers.retry(self.session, ledger.failures)
             return False
         if ledger.unmarked is None:
-            self.runtime.job_done(job)
+            self.runtime.jobs.done(job)
         ledger.unmarked = None
         ledger.in_flight = None
         ledger.last_result, ledger.last_reason, ledger.reported_error = "written", None, None
-        self.runtime.record_marks(self.session, outcome.marks, anyio.current_time() - started)
-        self.runtime.claim_released(self.session)
+        self._marked(outcome.marks, anyio.current_time() - started)
+        self.runtime.claims.released(self.session)
         self._queue_checkpoint()
         ledger.failures = 0
         if ledger.boundary is not None:
@@ -709,7 +784,7 @@ class MemorySessionActor(SessionActor):
     def _mark_and_release(self, marks: dict[str, dict[str, str]]) -> None:
         """One thread hop: the markers first, then the claim (a reader after it sees them)."""
         self.core.merge_node_metadata_batch(marks)
-        self.core.release_claim(self.runtime.instance_id)
+        self.claims.release(self.runtime.claims.instance_id)
 
     async def _quarantine(self, job: WriteJob, error: str) -> None:
         await self._quarantine_batch(job.batch.node_ids, error, self.ledger.failures)
@@ -813,10 +888,16 @@ class MemorySessionActor(SessionActor):
         started = anyio.current_time()
         await run_durable(core.merge_node_metadata_batch,
                           {node: {MARKER_KEY: workspace_id} for node in lost})
-        self.runtime.record_marks(self.session, lost, anyio.current_time() - started)
+        self._marked(lost, anyio.current_time() - started)
         self._queue_checkpoint()
         self.runtime.emit("markers_repaired", session=self.session, nodes=lost)
         return lost
+
+
+    def _marked(self, node_ids: Sequence[str], seconds: float) -> None:
+        """Markers of ``node_ids`` are durable, merged in ``seconds`` (an instrument's event)."""
+        self.runtime.emit("marked", session=self.session, node_ids=list(node_ids),
+                          seconds=seconds)
 
 
 def _span(node_ids: tuple[str, ...]) -> str:
@@ -829,5 +910,5 @@ def _cycle_reason(outcome: WriteOutcome) -> str:
     return outcome.failure.value if outcome.failure is not None else "failed"
 
 
-def session_factory(runtime: MemoryRuntime) -> Callable[[str], MemorySessionActor]:
+def session_factory(runtime: SessionHost) -> Callable[[str], MemorySessionActor]:
     return lambda session: MemorySessionActor(runtime, session)

@@ -23,19 +23,14 @@ from __future__ import annotations
 import math
 import os
 import tomllib
-from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, fields
 
 from memory._errors import SettingsError
-
-if TYPE_CHECKING:
-    from memory.runtime._runtime import RuntimeConfig
 
 __all__ = [
     "SETTINGS_FILE",
     "SettingsError",
     "Timings",
-    "apply_timings",
     "check_lock_timeout",
     "check_seconds",
     "check_threshold",
@@ -103,24 +98,6 @@ def read_settings(state_dir: str | os.PathLike[str]) -> Timings:
     except (FileNotFoundError, NotADirectoryError):
         return Timings()
     return parse_settings(data, path)
-
-
-def apply_timings(config: RuntimeConfig, timings: Timings) -> RuntimeConfig:
-    """``config`` with the values ``timings`` sets (it warns for an unusual threshold)."""
-    policy = config.policy
-    if timings.threshold is not None or timings.idle_after is not None:
-        policy = replace(
-            policy,
-            threshold=timings.threshold if timings.threshold is not None else policy.threshold,
-            idle_after=timings.idle_after if timings.idle_after is not None else policy.idle_after,
-        )
-    return replace(
-        config, policy=policy,
-        session_idle=(timings.session_idle if timings.session_idle is not None
-                      else config.session_idle),
-        watchdog_poll=(timings.watchdog_poll if timings.watchdog_poll is not None
-                       else config.watchdog_poll),
-    )
 
 
 def check_lock_timeout(value: object, where: str) -> float | None:

@@ -27,22 +27,21 @@ import heapq
 import os
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 
-from actors import Actor, ActorError, Idempotent
+from actors import Actor, ActorError, ActorRef, Idempotent
+from memory.runtime._config import RuntimeConfig
 from memory.runtime._session_actor import CheckIdle, RepairMarkers
 from memory.workspace._runtime_state import read_session_end
 from store import Fingerprint, StoreError, list_sessions, run_durable
-
-if TYPE_CHECKING:
-    from memory.runtime._runtime import MemoryRuntime
 
 __all__ = [
     "IdleWatchdog",
     "PollNow",
     "Touched",
+    "WatchdogHost",
     "changed_sessions",
     "idle_sessions",
     "is_idle",
@@ -102,10 +101,25 @@ class PollNow(Idempotent):
     """Scan every session on disk now (tests, ``scriptorium run --once``)."""
 
 
+class WatchdogHost(Protocol):
+    """What the :class:`IdleWatchdog` uses of its runtime, and nothing else."""
+
+    @property
+    def config(self) -> RuntimeConfig: ...
+
+    @property
+    def state_dir(self) -> str: ...
+
+    @property
+    def memory_dir(self) -> str: ...
+
+    def session_ref(self, session: str) -> ActorRef: ...
+
+
 class IdleWatchdog(Actor):
     """See the module docstring."""
 
-    def __init__(self, runtime: MemoryRuntime) -> None:
+    def __init__(self, runtime: WatchdogHost) -> None:
         self.runtime = runtime
         self._deadlines: list[tuple[float, str, float]] = []  # (wall deadline, sid, updated_at)
         self._latest: dict[str, float] = {}

@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 
 import anyio
 
+from memory.ledger._claim import RELEASED
 from memory.ledger._records import MARKER_KEY
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.writers._writer import Batch, GroupWriter, Writer, WriterOutput
-from store import CLAIM_NAME, RELEASED, DurableFiles
+from store import CLAIM_NAME, DurableFiles
 
 __all__ = [
     "EFFECTS",

@@ -33,6 +33,7 @@ from memory._errors import BoundaryError
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
 from memory.ledger._tokens import default_counter
+from memory.runtime._events import EventTally
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory.simulate._agents import Acknowledged, Agent, Mix
 from memory.simulate._faults import (
@@ -131,19 +132,24 @@ class _Totals:
     quarantined: int = 0
     incarnations: int = 0
 
-    def absorb(self, rt: MemoryRuntime, restarts: int) -> None:
-        self.outcomes.update(rt.outcomes)
-        for name, values in rt.latencies.items():
+    def absorb(self, rt: MemoryRuntime, tally: EventTally, restarts: int) -> None:
+        """One incarnation's counts: its statistics, and what its events told ``tally``."""
+        outcomes = rt.statistics().outcomes
+        self.outcomes.update(outcomes)
+        for name, values in tally.latencies.items():
             self.latencies.setdefault(name, []).extend(values)
-        self.written_batches.extend(rt.written_batches)
-        self.marked |= rt.marked
-        self.deliveries += sum(rt.deliveries.values())
+        self.written_batches.extend(tally.written_batches)
+        self.marked |= tally.marked
+        self.deliveries += sum(tally.deliveries.values())
         self.restarts += restarts
-        self.quarantined += rt.outcomes["quarantined"]
+        self.quarantined += outcomes.get("quarantined", 0)
 
 
-def runtime_config(config: SimulationConfig, plan: FaultPlan) -> RuntimeConfig:
-    """The runtime with the compressed clock: idle, polls and backoffs in (fractions of) seconds."""
+def runtime_config(config: SimulationConfig, plan: FaultPlan, tally: EventTally) -> RuntimeConfig:
+    """The runtime with the compressed clock: idle, polls and backoffs in (fractions of) seconds.
+
+    Its events go to ``tally``: the simulator measures through them.
+    """
     return RuntimeConfig(
         policy=WritePolicy(
             threshold=config.threshold,
@@ -159,7 +165,7 @@ def runtime_config(config: SimulationConfig, plan: FaultPlan) -> RuntimeConfig:
         call_timeout=None,
         files=FaultyDisk(plan),
         seed=config.seed,
-        track_deliveries=True,
+        on_event=tally,
     )
 
 
@@ -267,10 +273,11 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
     async with anyio.create_task_group() as background:
         while True:
             rt: MemoryRuntime | None = None
+            tally = EventTally()
             try:
                 async with open_runtime(
                     config.state_dir, FaultyWriter(ExtractiveWriter(), plan),
-                    config=runtime_config(config, plan),
+                    config=runtime_config(config, plan, tally),
                 ) as rt:
                     totals.incarnations += 1
                     workspace_id = rt.workspace_id
@@ -295,13 +302,13 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
                         while not agent_writes:
                             await anyio.sleep(0.05)
                     await _settle(rt, agents, outside, plan, evidence_before, evidence_after)
-                    totals.absorb(rt, await _restarts(rt))
+                    totals.absorb(rt, tally, await _restarts(rt))
                 break
             except BaseException as error:
                 if not _crashed(error):
                     raise
                 if rt is not None:
-                    totals.absorb(rt, 0)
+                    totals.absorb(rt, tally, 0)
     seconds = time.perf_counter() - started
     for sid, node, key in _triples(outside.get("merged")):
         acknowledged.add(sid, node, (key,))
@@ -402,7 +409,8 @@ async def flush_tolerating_injected(rt: MemoryRuntime, session: str, injected: l
 
 
 def _failures(rt: MemoryRuntime) -> int:
-    return sum(count for result, count in rt.outcomes.items() if result != "written")
+    return sum(count for result, count in rt.statistics().outcomes.items()
+               if result != "written")
 
 
 async def _updated_at(rt: MemoryRuntime) -> dict[str, float]:

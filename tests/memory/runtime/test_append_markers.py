@@ -13,9 +13,11 @@ from typing import Any
 
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
+from memory.runtime._events import EventTally
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
 from store import SessionCore
+from tests.memory.runtime.test_runtime import tally
 
 TURNS = [
     ("user", "I prefer green tea in the morning."),
@@ -26,7 +28,7 @@ TURNS = [
 
 
 def config() -> RuntimeConfig:
-    return RuntimeConfig(policy=WritePolicy(threshold=8000), track_deliveries=True)
+    return RuntimeConfig(policy=WritePolicy(threshold=8000), on_event=EventTally())
 
 
 def stored_markers(state: Path, sid: str) -> dict[str, Any]:
@@ -60,7 +62,7 @@ async def test_a_cloned_written_branch_is_owed_and_written_in_the_clone(tmp_path
         assert await rt.flush(clone) is BoundaryOutcome.WRITTEN
         assert await rt.pending(clone) == []
         await rt.drain()
-        assert {node for (sid, node) in rt.deliveries if sid == clone} == set(clone_ids)
+        assert {node for (sid, node) in tally(rt).deliveries if sid == clone} == set(clone_ids)
         workspace = rt.workspace_id
     assert stored_markers(tmp_path, "s1clone") == dict.fromkeys(clone_ids, workspace)
 

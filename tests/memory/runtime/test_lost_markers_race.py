@@ -23,9 +23,11 @@ import anyio
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
 from memory.maintenance._audit import audit, read_audit_inputs
+from memory.runtime._events import EventTally
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
 from store import SessionCore
+from tests.memory.runtime.test_runtime import tally
 
 AGENT = str(Path(__file__).with_name("_unlocked_agent.py"))
 ROUNDS = 30  # two turns and one flush each
@@ -41,7 +43,7 @@ SENTENCES = [
 
 def config() -> RuntimeConfig:
     return RuntimeConfig(policy=WritePolicy(threshold=8000), writer_workers=2,
-                         track_deliveries=True)
+                         on_event=EventTally())
 
 
 def audit_of(state: Path, workspace: str) -> dict[str, Any]:
@@ -86,7 +88,7 @@ async def test_markers_lost_to_an_unlocked_merge_are_all_set_again(tmp_path: Pat
         # A marker dropped on the newest batch left an owed tail: delivered once more.
         assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
         await rt.drain()
-        redelivered = {node for (_, node) in rt.deliveries}
+        redelivered = {node for (_, node) in tally(rt).deliveries}
     assert repaired_at_start == lost
     assert not redelivered & lost  # a lost marker is set, never written again
     after = await anyio.to_thread.run_sync(audit_of, tmp_path, workspace)

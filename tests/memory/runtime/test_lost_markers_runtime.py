@@ -26,7 +26,7 @@ from memory.runtime._session_actor import BoundaryOutcome
 from memory.runtime._workspace_actor import ArchiveBatches
 from memory.writers._writer import Batch
 from store import SessionCore
-from tests.memory.runtime.test_runtime import chain, config
+from tests.memory.runtime.test_runtime import chain, config, tally
 from tests.memory.runtime.test_runtime_failures import virtual_wall_clock
 
 AGENT_KEY = "agent_note"
@@ -125,7 +125,7 @@ async def test_the_runtime_repairs_at_activation_without_writing(tmp_path: Path)
         assert await rt.pending(sid) == []
         assert await rt.pending(sid) == []
         await rt.drain()
-        assert not rt.deliveries  # nothing was handed to a writer
+        assert not tally(rt).deliveries  # nothing was handed to a writer
     after = markers(tmp_path, sid)
     assert after["u1"] == after["a1"] == workspace
     assert [e["nodes"] for e in events if e["event"] == "markers_repaired"] == [["a1", "u1"]]
@@ -152,7 +152,7 @@ async def test_the_watchdog_scan_repairs_a_marker_lost_while_running(tmp_path: P
         await rt.pending(sid)  # behind the repair in the session's mailbox
         assert markers(tmp_path, sid)["a1"] == workspace
         await rt.drain()
-        assert not rt.deliveries
+        assert not tally(rt).deliveries
         assert memory_files(tmp_path) == before
 
 
@@ -215,4 +215,4 @@ async def test_the_watchdogs_own_poll_repairs_within_one_interval(tmp_path: Path
         await rt.pending(sid)
         assert markers(tmp_path, sid)["a1"] == workspace
         await rt.drain()
-        assert not rt.deliveries
+        assert not tally(rt).deliveries

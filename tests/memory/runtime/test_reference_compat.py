@@ -26,9 +26,10 @@ from memory._errors import MissingAuthority, SettingsError
 from memory.cli._cli import _config, main
 from memory.ledger._ledger import ReferenceThresholdWarning, WritePolicy
 from memory.ledger._records import MARKER_KEY
+from memory.runtime._config import apply_timings
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome, Reconsider
-from memory.runtime._settings import Timings, apply_timings, read_settings
+from memory.runtime._settings import Timings, read_settings
 from memory.workspace._archive import read_archive
 from memory.workspace._quarantine import read_quarantine
 from store import SessionCore

@@ -1,7 +1,7 @@
 """The runtime end to end: what reaches memory, what is marked, and only once.
 
-Every test counts deliveries (``track_deliveries``): how many times each
-node was handed to the writer. The ledger's promise (SPEC §1) is that no
+Every test counts deliveries (an :class:`EventTally` on the runtime's events):
+how many times each node was handed to the writer. The ledger's promise (SPEC §1) is that no
 recordable turn of a written branch is omitted and, without a crash, none
 is delivered twice.
 """
@@ -17,6 +17,7 @@ import pytest
 
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
+from memory.runtime._events import EventTally
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
@@ -38,10 +39,19 @@ SENTENCES = [
 
 
 def config(**overrides: Any) -> RuntimeConfig:
+    """The tests' runtime config; its events go to an :class:`EventTally` (and ``on_event``)."""
+    forward = overrides.pop("on_event", None)
     options: dict[str, Any] = {"policy": WritePolicy(threshold=8000), "writer_workers": 2,
-                               "track_deliveries": True}
+                               "on_event": EventTally(forward)}
     options.update(overrides)
     return RuntimeConfig(**options)
+
+
+def tally(rt: MemoryRuntime) -> EventTally:
+    """What the runtime's events counted: the tally its config sends them to."""
+    found = rt.config.on_event
+    assert isinstance(found, EventTally), "a config without an EventTally counts nothing"
+    return found
 
 
 async def chain(rt: MemoryRuntime, sid: str, start: str, ids: list[str]) -> str:
@@ -78,8 +88,8 @@ async def test_the_measured_fork_case_of_spec_1(tmp_path: Path) -> None:
             assert await rt.pending(sid, tip) == []
         await rt.drain()
         expected = set(trunk) | {"s0", "s1"} | {f"l{i}" for i in range(8)}
-        assert {node for (_, node) in rt.deliveries} == expected
-        assert max(rt.deliveries.values()) == 1  # the shared prefix m0..m2 exactly once
+        assert {node for (_, node) in tally(rt).deliveries} == expected
+        assert max(tally(rt).deliveries.values()) == 1  # the shared prefix m0..m2 exactly once
         workspace = rt.workspace_id
     assert markers(tmp_path, sid, workspace) == expected
 
@@ -110,8 +120,8 @@ async def test_forks_retries_rewinds_summaries_and_spawns(tmp_path: Path) -> Non
         for row in await rt.sessions.list_branches(sid):
             owed = await rt.pending(sid, row["head_msg_id"])
             assert sum(r.tokens for r in owed) < 8000
-        assert max(rt.deliveries.values()) == 1
-        delivered = {node for (_, node) in rt.deliveries}
+        assert max(tally(rt).deliveries.values()) == 1
+        delivered = {node for (_, node) in tally(rt).deliveries}
     marked = markers(tmp_path, sid, workspace)
     assert recordable <= marked
     assert marked == delivered
@@ -143,8 +153,8 @@ async def test_two_sessions_write_concurrently_and_each_turn_once(tmp_path: Path
             for sid in sids:
                 tg.start_soon(converse, sid)
         await rt.drain()
-        assert len(rt.deliveries) == 6 * 8
-        assert max(rt.deliveries.values()) == 1
+        assert len(tally(rt).deliveries) == 6 * 8
+        assert max(tally(rt).deliveries.values()) == 1
         workspace = rt.workspace_id
     for sid in sids:
         assert len(markers(tmp_path, sid, workspace)) == 8
@@ -180,7 +190,7 @@ async def test_a_crash_between_install_and_mark_rewrites_one_batch_once(tmp_path
     async with open_runtime(tmp_path, config=config()) as rt:
         assert await rt.flush(sid) is BoundaryOutcome.WRITTEN  # the batch is delivered again...
         await rt.drain()
-        assert set(rt.deliveries) == {(sid, n) for n in ["u1", "a1", "u2", "a2"]}
+        assert set(tally(rt).deliveries) == {(sid, n) for n in ["u1", "a1", "u2", "a2"]}
         workspace = rt.workspace_id
     assert markers(tmp_path, sid, workspace) == {"u1", "a1", "u2", "a2"}  # ...and marked
     # the extractive writer merged the repeated facts: memory is byte-identical
@@ -224,7 +234,7 @@ async def test_an_exclusive_writer_never_redoes_a_batch(tmp_path: Path, exclusiv
     async with open_runtime(tmp_path, writer, config=config(writer_workers=4)) as rt:
         sids = [await rt.sessions.create() for _ in range(8)]
         await flush_all(rt, sids)
-        assert rt.outcomes == {"written": 8}
+        assert rt.statistics().outcomes == {"written": 8}
         for sid in sids:
             assert await rt.pending(sid) == []
     if exclusive:
@@ -260,7 +270,7 @@ async def test_waiting_batches_commit_as_one_group_and_an_uncovered_one_runs_alo
         sids = [await rt.sessions.create() for _ in range(6)]
         rt.writer = writer = LeavesOneOut(sids[3])
         await flush_all(rt, sids)
-        assert rt.outcomes == {"written": 6}
+        assert rt.statistics().outcomes == {"written": 6}
         workspace = rt.workspace_id
     groups = [e for e in events if e["event"] == "group"]
     assert groups and max(g["batches"] for g in groups) > 1
@@ -295,7 +305,7 @@ async def test_a_session_actor_crash_while_marking_merges_again_not_rewrites(
             assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
             await rt.drain()
         assert files.failed == 1  # the actor crashed once, mid-marking
-        assert max(rt.deliveries.values()) == 1  # redelivered report, not a second write
-        assert rt.outcomes == {"written": 1}
+        assert max(tally(rt).deliveries.values()) == 1  # redelivered report, not a second write
+        assert rt.statistics().outcomes == {"written": 1}
         workspace = rt.workspace_id
     assert markers(tmp_path, sid, workspace) == {"u1", "a1", "u2", "a2"}

@@ -21,7 +21,7 @@ from memory.writers._extractive import ExtractiveWriter
 from memory.writers._writer import Batch, WriterOutput
 from store import SessionCore
 from supervisors import Backoff, GetChild, RestartChild, TerminateChild
-from tests.memory.runtime.test_runtime import chain, config
+from tests.memory.runtime.test_runtime import chain, config, tally
 
 EPOCH = 1_800_000_000.0
 
@@ -146,10 +146,10 @@ async def test_the_idle_watchdog_writes_an_idle_session_once(tmp_path: Path) -> 
         with anyio.fail_after(60):
             while sorted(marked(tmp_path, sid)) != ["a1", "u1"]:
                 await anyio.sleep(1)
-        jobs = sum(rt.outcomes.values())
+        jobs = sum(rt.statistics().outcomes.values())
         await anyio.sleep(3 * 300)  # later polls see session-end.json and do nothing
-        assert sum(rt.outcomes.values()) == jobs
-        assert max(rt.deliveries.values()) == 1
+        assert sum(rt.statistics().outcomes.values()) == jobs
+        assert max(tally(rt).deliveries.values()) == 1
 
 
 class HangsOnce:

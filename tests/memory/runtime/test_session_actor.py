@@ -18,15 +18,16 @@ from typing import Any
 import anyio
 import pytest
 
+from memory.ledger._claim import Claim, decode_claim
 from memory.ledger._records import MARKER_KEY
+from memory.runtime._claims import ClaimsLedger, SessionClaims
 from memory.runtime._runtime import MemoryRuntime, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome, BoundaryResult, Flush
 from memory.workspace._edits import WorkspaceSnapshot
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._writer import Batch, WriterOutput
-from store import SessionCore
-from store._claim import CLAIM_NAME, Claim, decode_claim
-from tests.memory.runtime.test_runtime import chain
+from store import CLAIM_NAME, SessionCore
+from tests.memory.runtime.test_runtime import chain, tally
 from tests.memory.runtime.test_runtime_failures import marked, virtual_config
 
 TURNS = ["u1", "a1", "u2", "a2"]
@@ -55,7 +56,7 @@ async def start_flush(rt: MemoryRuntime, sid: str) -> BoundaryResult:
 
 
 def delivered(rt: MemoryRuntime) -> dict[str, int]:
-    return {node: n for (_, node), n in rt.deliveries.items()}
+    return {node: n for (_, node), n in tally(rt).deliveries.items()}
 
 
 async def check_the_second_runtime_waits(tmp_path: Path) -> None:
@@ -150,7 +151,7 @@ async def test_a_runtime_that_exits_releases_its_claims(tmp_path: Path) -> None:
 async def test_the_check_catches_claims_kept_after_exit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(MemoryRuntime, "release_claims", lambda self: None)
+    monkeypatch.setattr(ClaimsLedger, "release_all", lambda self: None)
     with pytest.raises(AssertionError, match="outlived its runtime"):
         await check_exit_releases(tmp_path)
 
@@ -159,16 +160,17 @@ async def check_the_claim_confirms_the_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, catch_up: bool
 ) -> None:
     """Another runtime marks the batch right before this one claims it: nothing is delivered."""
-    claim_batch = SessionCore.claim_batch
+    claim_batch = SessionClaims.claim_batch
 
-    def others_finish_first(core: SessionCore, node_ids: Any, *args: Any) -> bool:
+    def others_finish_first(claims: SessionClaims, node_ids: Any, *args: Any) -> bool:
+        core = claims.core
         other = SessionCore.open(core.state_dir, core.session)  # the other runtime's owner
         other.merge_node_metadata_batch({n: {MARKER_KEY: workspace} for n in node_ids})
         other.close()
         if not catch_up:  # the planted fault: the claim does not bring the index up to date
             monkeypatch.setattr(SessionCore, "_sync_locked", lambda self: None)
         try:
-            return claim_batch(core, node_ids, *args)
+            return claim_batch(claims, node_ids, *args)
         finally:
             monkeypatch.undo()  # only the first claim races (this undoes both patches)
 
@@ -176,7 +178,7 @@ async def check_the_claim_confirms_the_batch(
         workspace = rt.workspace_id
         sid = await rt.sessions.create(title="shared")
         await chain(rt, sid, "ROOT", TURNS)
-        monkeypatch.setattr(SessionCore, "claim_batch", others_finish_first)
+        monkeypatch.setattr(SessionClaims, "claim_batch", others_finish_first)
         assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
         await rt.drain()
         assert delivered(rt) == {}, "a batch marked before the claim was delivered again"

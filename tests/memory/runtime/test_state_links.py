@@ -18,16 +18,18 @@ import pytest
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
 from memory.maintenance._audit import audit, read_audit_inputs
+from memory.runtime._events import EventTally
 from memory.runtime._headless import run_once
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
 from memory.workspace._revision import RevisionCache
 from store import SessionCore, UnsafeLinkError, list_sessions
+from tests.memory.runtime.test_runtime import tally
 
 
 def config() -> RuntimeConfig:
     return RuntimeConfig(policy=WritePolicy(threshold=8000), writer_workers=2,
-                         track_deliveries=True)
+                         on_event=EventTally())
 
 
 async def write_turns(state: Path, sid: str, facts: list[str]) -> dict[str, int]:
@@ -39,7 +41,7 @@ async def write_turns(state: Path, sid: str, facts: list[str]) -> dict[str, int]
             await rt.sessions.append(sid, {"role": "user", "content": fact})
             await rt.sessions.append(sid, {"role": "assistant", "content": "Noted."})
         assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
-        return dict(rt.deliveries)
+        return dict(tally(rt).deliveries)
 
 
 def topic_text(state: Path) -> str:
@@ -125,7 +127,7 @@ async def test_a_session_under_a_second_name_is_refused_and_written_once(
 
     async with open_runtime(state, config=config()) as rt:
         outcomes = await run_once(rt)
-        deliveries = dict(rt.deliveries)
+        deliveries = dict(tally(rt).deliveries)
     assert {session for session, _ in deliveries} == {"a"}  # not once more as "alias"
     assert all(count == 1 for count in deliveries.values())
     assert outcomes["a"].outcome == "written"

@@ -43,11 +43,13 @@ import pytest
 
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY, source_anchor, source_id
+from memory.runtime._events import EventTally
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from memory.workspace._archive import read_archive
 from memory.workspace._topics import parse_topic
 from memory.workspace._workspace_id import read_workspace_id
 from store import SessionCore
+from tests.memory.runtime.test_runtime import tally
 
 REPO = Path(__file__).resolve().parents[3]
 SESSIONS = ["shared-a", "shared-b", "shared-c"]
@@ -68,7 +70,7 @@ SENTENCES = [
 async def _work(state: str, name: str, seed: int, tolerant: bool) -> dict[str, Any]:
     rng = random.Random(seed)
     config = RuntimeConfig(policy=WritePolicy(threshold=8000), writer_workers=2,
-                           track_deliveries=True, seed=seed)
+                           on_event=EventTally(), seed=seed)
     appended: dict[str, list[str]] = {sid: [] for sid in SESSIONS}
     stamped: dict[str, dict[str, list[str]]] = {sid: {} for sid in SESSIONS}
     outcomes: list[str] = []
@@ -111,7 +113,7 @@ async def _work(state: str, name: str, seed: int, tolerant: bool) -> dict[str, A
             for sid in SESSIONS:
                 tg.start_soon(converse, sid)
         await rt.drain()
-        deliveries = {f"{sid}/{node}": n for (sid, node), n in rt.deliveries.items()}
+        deliveries = {f"{sid}/{node}": n for (sid, node), n in tally(rt).deliveries.items()}
     return {"appended": appended, "stamped": stamped, "outcomes": outcomes,
             "deliveries": deliveries, "errors": errors}
 
@@ -130,7 +132,7 @@ def worker_main(argv: list[str]) -> None:
         SessionLock.__enter__ = lambda self: self  # type: ignore[method-assign]
         SessionLock.__exit__ = lambda self, *exc: None  # type: ignore[method-assign]
     if plant == ["ignore-claims"]:
-        from store._claim import Claim
+        from memory.ledger._claim import Claim
 
         Claim.live = lambda self, now, **rules: False  # type: ignore[method-assign]
     report = anyio.run(_work, state, name, int(seed), bool(plant), backend=backend)

@@ -1,4 +1,4 @@
-"""Leased claims (store._claim): the rules, and SessionCore's claim/release under the lock."""
+"""Leased claims: the rules (memory.ledger._claim), and SessionClaims under the session lock."""
 
 from __future__ import annotations
 
@@ -12,17 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store import SessionCore, UnsafeIdError
-from store._claim import (
-    CLAIM_NAME,
-    Claim,
-    ClaimFile,
-    decode_claim,
-    encode_claim,
-    pid_alive,
-    release_claim,
-)
-from store._durable import DurableFiles
+from memory.ledger._claim import Claim, decode_claim, encode_claim
+from memory.runtime._claims import ClaimFile, SessionClaims, pid_alive, release_claim
+from store import CLAIM_NAME, DurableFiles, SessionCore, UnsafeIdError
 from tests.faults import FaultyFiles
 
 HOST = "this-host"
@@ -35,12 +27,16 @@ def dead_pid() -> int:
     return child.pid
 
 
-def session(tmp_path: Path, files: DurableFiles | None = None) -> SessionCore:
+def session(tmp_path: Path, files: DurableFiles | None = None) -> SessionClaims:
     core = SessionCore.create(tmp_path, "s1", files=files)
     for index, node_id in enumerate(["u1", "a1", "u2"]):
         core.append({"id": node_id, "role": ("user", "assistant")[index % 2],
                      "content": f"turn {node_id}"})
-    return core
+    return SessionClaims(core, files if files is not None else DurableFiles())
+
+
+def claims_of(core: SessionCore) -> SessionClaims:
+    return SessionClaims(core, DurableFiles())
 
 
 def claim_on_disk(tmp_path: Path) -> Claim | None:
@@ -104,94 +100,95 @@ def test_pid_alive() -> None:
     assert not pid_alive(dead_pid())
 
 
-# -- SessionCore: claim, release, expiry, dead pid ------------------------------------------
+# -- SessionClaims: claim, release, expiry, dead pid ----------------------------------------
 
 
 def test_another_owner_waits_until_the_claim_is_released(tmp_path: Path) -> None:
-    core = session(tmp_path)
-    assert core.claim_batch(["u1", "a1"], "r-a", now=1000.0, lease=60.0)
-    assert claim_on_disk(tmp_path) == Claim("r-a", os.getpid(), core._claims.host,
+    claims = session(tmp_path)
+    assert claims.claim_batch(["u1", "a1"], "r-a", now=1000.0, lease=60.0)
+    assert claim_on_disk(tmp_path) == Claim("r-a", os.getpid(), claims.file.host,
                                             ("u1", "a1"), 1060.0)
-    assert not core.claim_batch(["u1"], "r-b", now=1001.0, lease=60.0)
+    assert not claims.claim_batch(["u1"], "r-b", now=1001.0, lease=60.0)
     assert claim_on_disk(tmp_path).owner == "r-a"  # type: ignore[union-attr]  # refused: unchanged
-    assert core.claim_batch(["u2"], "r-a", now=1002.0, lease=60.0)  # the owner renews
+    assert claims.claim_batch(["u2"], "r-a", now=1002.0, lease=60.0)  # the owner renews
     assert claim_on_disk(tmp_path).nodes == ("u2",)  # type: ignore[union-attr]
-    assert not core.release_claim("r-b")  # not the holder: left alone
+    assert not claims.release("r-b")  # not the holder: left alone
     assert claim_on_disk(tmp_path) is not None
-    assert core.release_claim("r-a")
+    assert claims.release("r-a")
     assert claim_on_disk(tmp_path) is None
-    assert not core.release_claim("r-a")
-    assert core.claim_batch(["u1"], "r-b", now=1003.0, lease=60.0)
+    assert not claims.release("r-a")
+    assert claims.claim_batch(["u1"], "r-b", now=1003.0, lease=60.0)
 
 
 def test_an_expired_claim_is_void(tmp_path: Path) -> None:
-    core = session(tmp_path)
-    assert core.claim_batch(["u1"], "r-a", now=1000.0, lease=10.0)
-    assert not core.claim_batch(["u1"], "r-b", now=1009.9, lease=10.0)
-    assert core.claim_batch(["u1"], "r-b", now=1010.0, lease=10.0)
+    claims = session(tmp_path)
+    assert claims.claim_batch(["u1"], "r-a", now=1000.0, lease=10.0)
+    assert not claims.claim_batch(["u1"], "r-b", now=1009.9, lease=10.0)
+    assert claims.claim_batch(["u1"], "r-b", now=1010.0, lease=10.0)
     assert claim_on_disk(tmp_path).owner == "r-b"  # type: ignore[union-attr]
 
 
 def test_a_claim_of_a_dead_process_on_this_host_is_void(tmp_path: Path) -> None:
-    core = session(tmp_path)
+    claims = session(tmp_path)
     path = tmp_path / "sessions" / "s1" / CLAIM_NAME
-    for pid, host, blocks in [(dead_pid(), core._claims.host, False),
+    for pid, host, blocks in [(dead_pid(), claims.file.host, False),
                               (dead_pid(), "another-host", True),
-                              (os.getpid(), core._claims.host, True)]:
+                              (os.getpid(), claims.file.host, True)]:
         path.write_bytes(encode_claim(Claim("r-a", pid, host, ("u1",), 1e12)))
-        assert (core.claim_holder("r-b", 1000.0) is not None) is blocks
-        assert core.claim_batch(["u1"], "r-b", now=1000.0, lease=10.0) is not blocks
+        assert (claims.holder("r-b", 1000.0) is not None) is blocks
+        assert claims.claim_batch(["u1"], "r-b", now=1000.0, lease=10.0) is not blocks
 
 
 def test_a_malformed_claim_file_blocks_nobody(tmp_path: Path) -> None:
-    core = session(tmp_path)
+    claims = session(tmp_path)
     (tmp_path / "sessions" / "s1" / CLAIM_NAME).write_bytes(b'{"owner": "r-a", "pi')
-    assert core.claim_holder("r-b", 1000.0) is None
-    assert core.claim_batch(["u1"], "r-b", now=1000.0, lease=10.0)
+    assert claims.holder("r-b", 1000.0) is None
+    assert claims.claim_batch(["u1"], "r-b", now=1000.0, lease=10.0)
 
 
 def test_claim_holder_is_the_hint_other_owners_read(tmp_path: Path) -> None:
-    core = session(tmp_path)
-    other = SessionCore.open(tmp_path, "s1")
-    assert other.claim_holder("r-b", 1000.0) is None
-    assert core.claim_batch(["u1", "a1"], "r-a", now=1000.0, lease=10.0)
-    holder = other.claim_holder("r-b", 1000.0)
+    claims = session(tmp_path)
+    other = claims_of(SessionCore.open(tmp_path, "s1"))
+    assert other.holder("r-b", 1000.0) is None
+    assert claims.claim_batch(["u1", "a1"], "r-a", now=1000.0, lease=10.0)
+    holder = other.holder("r-b", 1000.0)
     assert holder is not None and holder.nodes == ("u1", "a1")
-    assert other.claim_holder("r-a", 1000.0) is None  # one's own claim blocks nothing
-    assert other.claim_holder("r-b", 1010.0) is None  # expired
-    core.release_claim("r-a")
-    assert other.claim_holder("r-b", 1000.0) is None
+    assert other.holder("r-a", 1000.0) is None  # one's own claim blocks nothing
+    assert other.holder("r-b", 1010.0) is None  # expired
+    claims.release("r-a")
+    assert other.holder("r-b", 1000.0) is None
 
 
 def test_a_claim_brings_the_index_up_to_date(tmp_path: Path) -> None:
     """What the caller confirms its batch on: writes made before the claim are in the index."""
-    core = session(tmp_path)
+    claims = session(tmp_path)
+    core = claims.core
     other = SessionCore.open(tmp_path, "s1")
     other.merge_node_metadata_batch({"u1": {"marker": "w-1"}})  # another runtime's markers
     with core.trusting_index():  # reads skip their own freshness check in here
         assert "marker" not in core.node("u1").metadata
-        assert core.claim_batch(["u1"], "r-a", now=1000.0, lease=10.0)
+        assert claims.claim_batch(["u1"], "r-a", now=1000.0, lease=10.0)
         assert core.node("u1").metadata["marker"] == "w-1"
 
 
 def test_claims_never_fsync_and_refuse_bad_input(tmp_path: Path) -> None:
     files = FaultyFiles()
-    core = session(tmp_path, files)
+    claims = session(tmp_path, files)
     files.steps.clear()
-    assert core.claim_batch(["u1"], "r-a", now=1000.0, lease=10.0)
-    assert core.release_claim("r-a")
+    assert claims.claim_batch(["u1"], "r-a", now=1000.0, lease=10.0)
+    assert claims.release("r-a")
     assert files.steps and not [s for s, _ in files.steps if s == "fsync"]
     with pytest.raises(UnsafeIdError):
-        core.claim_batch(["../u1"], "r-a", now=1000.0, lease=10.0)
+        claims.claim_batch(["../u1"], "r-a", now=1000.0, lease=10.0)
     for lease in (0.0, -1.0, math.inf, math.nan):
         with pytest.raises(ValueError):
-            core.claim_batch(["u1"], "r-a", now=1000.0, lease=lease)
+            claims.claim_batch(["u1"], "r-a", now=1000.0, lease=lease)
     assert claim_on_disk(tmp_path) is None
 
 
 def test_release_claim_without_opening_the_session(tmp_path: Path) -> None:
-    core = session(tmp_path)
-    assert core.claim_batch(["u1"], "r-a", now=1000.0, lease=10.0)
+    claims = session(tmp_path)
+    assert claims.claim_batch(["u1"], "r-a", now=1000.0, lease=10.0)
     assert not release_claim(tmp_path, "s1", "r-b", DurableFiles())
     assert release_claim(tmp_path, "s1", "r-a", DurableFiles())
     assert claim_on_disk(tmp_path) is None

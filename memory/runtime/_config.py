@@ -1,0 +1,81 @@
+"""RuntimeConfig: every knob of the memory runtime, with the defaults of SPEC §6-7."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from memory.ledger._ledger import WritePolicy
+from memory.ledger._tokens import TokenCounter, default_counter
+from memory.runtime._settings import Timings, check_lock_timeout
+from store import LOCK_TIMEOUT, DurableFiles
+from supervisors import Backoff
+
+__all__ = ["RuntimeConfig", "apply_timings"]
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Every knob of the runtime, with the defaults of SPEC §6-7.
+
+    ``clock`` is the wall clock (``updated_at``, timestamps, idle rules);
+    timers use anyio's clock, so tests on virtual time pass a wall clock
+    derived from ``anyio.current_time()``. ``on_event`` receives the
+    runtime's structured events (:mod:`memory.runtime._events`): the log of
+    ``scriptorium run``, and the simulator's and the tests' instruments.
+    """
+
+    policy: WritePolicy = field(default_factory=WritePolicy)
+    writer_workers: int = 4
+    writer_timeout: float = 600.0
+    session_idle: float = 1800.0
+    watchdog_poll: float = 300.0
+    passivate_after: float = 300.0
+    max_failures: int = 5
+    retry_backoff: Backoff = field(
+        default_factory=lambda: Backoff(initial=1.0, factor=2.0, maximum=300.0, jitter=0.25)
+    )
+    worker_backoff: Backoff = field(
+        default_factory=lambda: Backoff(initial=0.5, factor=2.0, maximum=30.0, jitter=0.25)
+    )
+    call_timeout: float | None = 120.0
+    # How long a session mutation waits for <sid>/.lock, and a workspace write for
+    # memory/.scriptorium/write.lock, held by another process before it fails
+    # with SessionLockTimeout / WorkspaceLockTimeout (None: forever).
+    lock_timeout: float | None = LOCK_TIMEOUT
+    # Claims between runtimes (docs/decisions.md, "Claims between runtimes"):
+    # a claim's lease is writer_timeout + claim_margin; a session blocked by
+    # another runtime's claim looks again after claim_recheck's delays.
+    claim_margin: float = 60.0
+    claim_recheck: Backoff = field(
+        default_factory=lambda: Backoff(initial=0.05, factor=2.0, maximum=1.0, jitter=0.25)
+    )
+    clock: Callable[[], float] = time.time
+    counter: TokenCounter = field(default_factory=default_counter)
+    files: DurableFiles = field(default_factory=DurableFiles)
+    seed: int | None = None
+    on_event: Callable[[dict[str, Any]], None] | None = None
+
+    def __post_init__(self) -> None:
+        # A NaN or infinite bound would make every lock wait endless.
+        check_lock_timeout(self.lock_timeout, "RuntimeConfig.lock_timeout")
+
+
+def apply_timings(config: RuntimeConfig, timings: Timings) -> RuntimeConfig:
+    """``config`` with the values ``timings`` sets (it warns for an unusual threshold)."""
+    policy = config.policy
+    if timings.threshold is not None or timings.idle_after is not None:
+        policy = replace(
+            policy,
+            threshold=timings.threshold if timings.threshold is not None else policy.threshold,
+            idle_after=timings.idle_after if timings.idle_after is not None else policy.idle_after,
+        )
+    return replace(
+        config, policy=policy,
+        session_idle=(timings.session_idle if timings.session_idle is not None
+                      else config.session_idle),
+        watchdog_poll=(timings.watchdog_poll if timings.watchdog_poll is not None
+                       else config.watchdog_poll),
+    )

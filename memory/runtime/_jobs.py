@@ -1,0 +1,85 @@
+"""The job queue: write jobs from session actors to the writer pool, and how many are in flight.
+
+One queue outlives the workers, so a worker's crash loses no queued job
+(:mod:`memory.runtime._pool`). It counts the jobs in flight (``drain``
+waits for none) and the outcomes by result (``statistics``), and reports
+``submitted`` and ``job`` events (:mod:`memory.runtime._events`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import anyio
+
+from memory.runtime._events import EventHook
+from memory.writers._cycle import WriteOutcome
+from memory.writers._writer import Batch
+
+__all__ = ["JobQueue", "WriteJob"]
+
+
+@dataclass(frozen=True, slots=True)
+class WriteJob:
+    id: int
+    batch: Batch
+    boundary: bool
+
+
+class JobQueue:
+    """See the module docstring. Not thread-safe: the event loop's only."""
+
+    def __init__(self, events: EventHook) -> None:
+        self._events = events
+        self._ids = itertools.count(1)
+        self._submitted_at: dict[int, float] = {}
+        self.in_flight = 0
+        self.outcomes: Counter[str] = Counter()
+        self._idle = anyio.Event()
+        self._idle.set()
+        # receive: the workers' end of the queue (each worker takes a clone)
+        self._send, self.receive = anyio.create_memory_object_stream[WriteJob](
+            max_buffer_size=math.inf)
+
+    def submit(self, batch: Batch, *, boundary: bool) -> WriteJob:
+        """Queue ``batch`` as a new job; it counts as in flight until :meth:`done`."""
+        job = WriteJob(next(self._ids), batch, boundary)
+        if self.in_flight == 0:
+            self._idle = anyio.Event()
+        self.in_flight += 1
+        self._submitted_at[job.id] = anyio.current_time()
+        if self._events.enabled:
+            self._events.emit("submitted", session=batch.session_id, job=job.id,
+                              node_ids=list(batch.node_ids))
+        self._send.send_nowait(job)
+        return job
+
+    def done(self, job: WriteJob) -> None:
+        """``job`` no longer counts for :meth:`drain` (marked, failed, or abandoned)."""
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self._idle.set()
+
+    def forget(self, job: WriteJob) -> None:
+        """``job``'s outcome will never be reported (abandoned): drop its start time."""
+        self._submitted_at.pop(job.id, None)
+
+    def record_outcome(self, job: WriteJob, outcome: WriteOutcome) -> None:
+        """Count a reported outcome and emit its ``job`` event."""
+        result = "written" if outcome.failure is None else outcome.failure.value
+        self.outcomes[result] += 1
+        started = self._submitted_at.pop(job.id, None)
+        elapsed = None if started is None else anyio.current_time() - started
+        self._events.emit(
+            "job", session=job.batch.session_id, job=job.id, result=result,
+            nodes=len(job.batch.node_ids), node_ids=list(job.batch.node_ids),
+            files=list(outcome.changed_files), seconds=elapsed,
+            error=None if outcome.error is None else str(outcome.error))
+
+    async def drain(self) -> None:
+        """Wait until no job is in flight."""
+        while self.in_flight:
+            await self._idle.wait()

@@ -1,0 +1,127 @@
+"""The write cycle as the runtime runs it: one batch, or a group, through the workspace actor.
+
+SPEC §6.4's steps (archive → writer on a snapshot → commit) are
+:mod:`memory.writers._cycle`; this object binds them to the workspace
+actor's messages and adds the runtime's two rules (docs/decisions.md,
+"Runtime"): a concurrent update (another commit landed first) is retried
+at once on a fresh snapshot, as contention, not failure; a batch that
+changed nothing but whose every trusted record is archived and already
+cited counts as written. An exclusive writer (``Writer.exclusive``) runs
+one cycle at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import anyio
+
+from actors import ActorRef
+from memory._errors import ConcurrentUpdate
+from memory.runtime._events import EventHook
+from memory.runtime._workspace_actor import (
+    ArchiveBatches,
+    BatchesCovered,
+    CommitEdits,
+    TakeSnapshot,
+)
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.writers._cycle import FailureKind, WriteOutcome, run_group_cycle, run_write_cycle
+from memory.writers._writer import Batch, GroupWriter, Writer
+
+__all__ = ["CONCURRENT_RETRIES", "WriteCycle"]
+
+CONCURRENT_RETRIES = 8
+
+
+@dataclass(frozen=True)
+class WorkspaceSteps:
+    """The write cycle's steps as calls to the workspace actor."""
+
+    workspace: ActorRef
+
+    async def archive(self, batches: Sequence[Batch]) -> object:
+        return await self.workspace.call(ArchiveBatches(tuple(batches)), timeout=None)
+
+    async def snapshot(self) -> WorkspaceSnapshot:
+        view: WorkspaceSnapshot = await self.workspace.call(TakeSnapshot(), timeout=None)
+        return view
+
+    async def commit(self, batches: Sequence[Batch], edits: Sequence[TopicEdit], base: str) -> Any:
+        return await self.workspace.call(
+            CommitEdits(tuple(batches), tuple(edits), base), timeout=None)
+
+    async def covered(self, batches: Sequence[Batch]) -> list[bool]:
+        verdicts: list[bool] = await self.workspace.call(
+            BatchesCovered(tuple(batches)), timeout=None)
+        return verdicts
+
+
+class WriteCycle:
+    """See the module docstring.
+
+    ``writer`` and ``workspace`` are read at each cycle: the runtime's
+    writer may be replaced while it runs, and the workspace actor's
+    reference is known once the tree is up.
+    """
+
+    def __init__(self, writer: Callable[[], Writer], workspace: Callable[[], ActorRef],
+                 events: EventHook, *, writer_timeout: float) -> None:
+        self._writer = writer
+        self._workspace = workspace
+        self._events = events
+        self._timeout = None if math.isinf(writer_timeout) else writer_timeout
+        self._exclusive = anyio.Lock()  # see Writer.exclusive
+
+    @property
+    def groups_batches(self) -> bool:
+        """Whether waiting batches are committed together (an exclusive :class:`GroupWriter`)."""
+        writer = self._writer()
+        return bool(getattr(writer, "exclusive", False)) and isinstance(writer, GroupWriter)
+
+    async def write(self, batch: Batch) -> WriteOutcome:
+        """One batch through archive → writer → commit (SPEC §6.4)."""
+        writer = self._writer()
+        steps = WorkspaceSteps(self._workspace())
+
+        async def archive(batch: Batch) -> object:
+            return await steps.archive((batch,))
+
+        async def commit(batch: Batch, edits: Sequence[TopicEdit], base: str) -> Any:
+            return await steps.commit((batch,), edits, base)
+
+        exclusive = self._exclusive if getattr(writer, "exclusive", False) else None
+        async with exclusive or contextlib.nullcontext():
+            for _ in range(1 + CONCURRENT_RETRIES):
+                outcome = await run_write_cycle(
+                    batch, writer, snapshot=steps.snapshot, archive=archive, commit=commit,
+                    timeout=self._timeout)
+                if not (outcome.failure is FailureKind.REJECTED and outcome.error is not None
+                        and isinstance(outcome.error.__cause__, ConcurrentUpdate)):
+                    break
+            if outcome.failure is FailureKind.EMPTY and (await steps.covered((batch,)))[0]:
+                outcome = replace(outcome, marks=batch.node_ids, failure=None, error=None)
+        return outcome
+
+    async def group(self, batches: Sequence[Batch]) -> list[WriteOutcome | None]:
+        """Several batches as one transaction; None for each batch the group leaves to a cycle alone.
+
+        See :class:`~memory.writers._writer.GroupWriter`; without one (or for
+        a single batch) every entry is None.
+        """
+        writer = self._writer()
+        if len(batches) < 2 or not self.groups_batches or not isinstance(writer, GroupWriter):
+            return [None] * len(batches)
+        steps = WorkspaceSteps(self._workspace())
+        async with self._exclusive:
+            group = await run_group_cycle(
+                batches, writer, snapshot=steps.snapshot, archive=steps.archive,
+                commit=steps.commit, covered=steps.covered, timeout=self._timeout)
+        written = sum(outcome is not None for outcome in group.outcomes)
+        self._events.emit("group", batches=len(batches), written=written,
+                          fallback=group.fallback)
+        return list(group.outcomes)
