@@ -11,7 +11,6 @@ from actors._actor import Actor as Actor
 from actors._cell import ActorCell as ActorCell
 from actors._cell import ActorState as ActorState
 from actors._cell import ActorStatistics as ActorStatistics
-from actors._cell import DeadLetter as DeadLetter
 from actors._cell import Exit as Exit
 from actors._errors import ActorCrashed as ActorCrashed
 from actors._errors import ActorError as ActorError
@@ -25,6 +24,8 @@ from actors._idempotent import redeliverable as redeliverable
 from actors._introspect import ActorSnapshot as ActorSnapshot
 from actors._introspect import snapshot as snapshot
 from actors._mailbox import Backpressure as Backpressure
+from actors._options import DeadLetter as DeadLetter
+from actors._options import MailboxOptions as MailboxOptions
 from actors._ref import ActorRef as ActorRef
 from actors._registry import CrashHook as CrashHook
 from actors._registry import Registry as Registry
@@ -49,6 +50,7 @@ __all__ = [
     "Exit",
     "Idempotent",
     "MailboxFull",
+    "MailboxOptions",
     "PoisonMessage",
     "Registry",
     "open_actor",

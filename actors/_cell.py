@@ -17,7 +17,7 @@ Contract with whoever runs a cell (``open_actor``, a supervisor, a registry):
   another incarnation, or ``close(crash)`` the cell for good. The message
   being handled stays at the head of the mailbox with its crash count only
   if it is :class:`~actors._idempotent.Idempotent` (redelivered, up to
-  ``poison_threshold``); any other is taken out and its caller gets
+  its options' ``poison_threshold``); any other is taken out and its caller gets
   ``ActorCrashed``, since its effect may already have happened.
 - Only ``Exception`` is caught; cancellation and other ``BaseException``
   always propagate.
@@ -28,7 +28,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -43,9 +42,8 @@ from actors._errors import (
 )
 from actors._idempotent import redeliverable
 from actors._mailbox import Backpressure, Envelope, Inspect, Mailbox, Passivate, ReplySlot, Stop
+from actors._options import MailboxOptions
 from actors._ref import ActorRef
-
-DeadLetter = Callable[[Any, BaseException], None]
 
 # A busy actor whose handler never awaits would otherwise keep the event loop
 # until its mailbox is empty; yielding every few messages keeps it fair.
@@ -94,22 +92,13 @@ class ActorCell:
         factory: Callable[[], Actor],
         *,
         name: str,
-        capacity: int = 1000,
-        policy: Backpressure = Backpressure.WAIT,
-        call_timeout: float | None = 5.0,
-        poison_threshold: int = 3,
-        dead_letter: DeadLetter | None = None,
+        options: MailboxOptions = MailboxOptions(),
         idle_timeout: float | None = None,
     ) -> None:
-        if poison_threshold < 1:
-            raise ValueError(f"poison_threshold must be at least 1, got {poison_threshold}")
         self.name = name
         self.factory = factory
-        self.mailbox = Mailbox(capacity)
-        self.policy = policy
-        self.call_timeout = call_timeout
-        self.poison_threshold = poison_threshold
-        self.dead_letter = dead_letter
+        self.options = options
+        self.mailbox = Mailbox(options.capacity)
         self.idle_timeout = idle_timeout
         self.state = ActorState.IDLE
         self.actor: Actor | None = None
@@ -130,11 +119,11 @@ class ActorCell:
 
     # -- senders -----------------------------------------------------------
 
-    def _refuse(self, policy: Backpressure) -> None:
+    def _refuse(self, backpressure: Backpressure) -> None:
         state = self.state
         if state is ActorState.STOPPED or state is ActorState.STOPPING:
             raise ActorStopped(self.name) from self.cause
-        if state is ActorState.RESTARTING and policy is Backpressure.FAIL_FAST:
+        if state is ActorState.RESTARTING and backpressure is Backpressure.FAIL_FAST:
             raise ActorRestarting(self.name)
 
     def _accept(self, envelope: Envelope) -> None:
@@ -143,21 +132,20 @@ class ActorCell:
             self.state = ActorState.STARTING
             self.on_activate(self)
 
-    def put_nowait(self, envelope: Envelope, policy: Backpressure | None = None) -> None:
-        policy = policy or self.policy
-        self._refuse(policy)
+    def put_nowait(self, envelope: Envelope, backpressure: Backpressure | None = None) -> None:
+        self._refuse(backpressure or self.options.backpressure)
         if self.mailbox.full():
             raise MailboxFull(self.name, self.mailbox.capacity)
         self._accept(envelope)
 
-    async def put(self, envelope: Envelope, policy: Backpressure | None = None) -> None:
-        policy = policy or self.policy
+    async def put(self, envelope: Envelope, backpressure: Backpressure | None = None) -> None:
+        backpressure = backpressure or self.options.backpressure
         while True:
-            self._refuse(policy)
+            self._refuse(backpressure)
             if not self.mailbox.full():
                 self._accept(envelope)
                 return
-            if policy is Backpressure.FAIL_FAST:
+            if backpressure is Backpressure.FAIL_FAST:
                 raise MailboxFull(self.name, self.mailbox.capacity)
             await self.mailbox.wait_for_space()
 
@@ -348,7 +336,7 @@ class ActorCell:
         envelope.crashes += 1
         error: Exception
         if redeliverable(envelope.message):
-            if envelope.crashes < self.poison_threshold:
+            if envelope.crashes < self.options.poison_threshold:
                 return  # stays at the head, redelivered to the next incarnation
             error = PoisonMessage(self.name, envelope.message, envelope.crashes)
         else:
@@ -358,8 +346,9 @@ class ActorCell:
         self.dead_letters += 1
         if envelope.slot is not None:
             envelope.slot.fail(_with_cause(error, exc))
-        if self.dead_letter is not None:
-            self.dead_letter(envelope.message, exc)
+        dead_letter = self.options.dead_letter
+        if dead_letter is not None:
+            dead_letter(envelope.message, exc)
 
     def _fail_queued(self, cause: BaseException | None) -> None:
         ordinary = self.mailbox.ordinary

@@ -72,7 +72,7 @@ class ActorRestarting(ActorError):
         self.name = name
         super().__init__(
             f"actor {name!r} is restarting after a crash; retry later, or send with "
-            "policy=Backpressure.WAIT to queue the message until it is back"
+            "backpressure=Backpressure.WAIT to queue the message until it is back"
         )
 
 
@@ -84,7 +84,7 @@ class MailboxFull(ActorError):
         self.capacity = capacity
         super().__init__(
             f"mailbox of actor {name!r} is full ({capacity} messages); shed the load, retry "
-            "later, or send with policy=Backpressure.WAIT to wait for space"
+            "later, or send with backpressure=Backpressure.WAIT to wait for space"
         )
 
 

@@ -101,9 +101,7 @@ class Mailbox:
 
     __slots__ = ("_space", "_wakeup", "capacity", "control", "ordinary")
 
-    def __init__(self, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError(f"mailbox capacity must be at least 1, got {capacity}")
+    def __init__(self, capacity: int) -> None:  # validated by MailboxOptions
         self.ordinary: deque[Envelope] = deque()
         self.control: deque[object] = deque()
         self.capacity = capacity

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class _Default(enum.Enum):
-    TIMEOUT = "the actor's call_timeout"
+    TIMEOUT = "the actor's MailboxOptions.call_timeout"
 
 
 DEFAULT = _Default.TIMEOUT
@@ -33,10 +33,10 @@ DEFAULT = _Default.TIMEOUT
 class ActorRef:
     """Send to an actor: ``call`` (request/reply), ``cast`` (fire and forget), control.
 
-    ``timeout`` defaults to the actor's ``call_timeout``; ``None`` waits
+    ``timeout`` defaults to the actor's ``MailboxOptions.call_timeout``; ``None`` waits
     forever. ``deadline`` is an absolute ``anyio.current_time()``; the call
-    gives up at whichever of the two comes first. ``policy`` overrides the
-    actor's backpressure policy for one send.
+    gives up at whichever of the two comes first. ``backpressure`` overrides
+    the actor's ``MailboxOptions.backpressure`` for one send.
     """
 
     __slots__ = ("_cell", "_resolve")
@@ -63,7 +63,7 @@ class ActorRef:
         *,
         timeout: float | None | _Default = DEFAULT,
         deadline: float | None = None,
-        policy: Backpressure | None = None,
+        backpressure: Backpressure | None = None,
     ) -> Any:
         """Send ``message`` and wait for the reply of ``handle``.
 
@@ -73,12 +73,12 @@ class ActorRef:
         """
         cell = self.cell
         if timeout is DEFAULT:
-            timeout = cell.call_timeout
+            timeout = cell.options.call_timeout
         slot = ReplySlot()
         envelope = Envelope(message, slot)
         if timeout is None and deadline is None:
             try:
-                await cell.put(envelope, policy)
+                await cell.put(envelope, backpressure)
                 await slot.event.wait()
             finally:
                 slot.abandoned = not slot.done
@@ -89,7 +89,7 @@ class ActorRef:
                 limit = min(limit, deadline)
             with anyio.CancelScope(deadline=limit) as scope:
                 try:
-                    await cell.put(envelope, policy)
+                    await cell.put(envelope, backpressure)
                     await slot.event.wait()
                 finally:
                     slot.abandoned = not slot.done
@@ -99,9 +99,9 @@ class ActorRef:
             raise slot.error
         return slot.value
 
-    async def cast(self, message: Any, *, policy: Backpressure | None = None) -> None:
+    async def cast(self, message: Any, *, backpressure: Backpressure | None = None) -> None:
         """Queue ``message`` without waiting for it to be handled."""
-        await self.cell.put(Envelope(message, None), policy)
+        await self.cell.put(Envelope(message, None), backpressure)
 
     def cast_nowait(self, message: Any) -> None:
         """Queue ``message`` now, or raise ``MailboxFull`` instead of waiting for space.
@@ -114,7 +114,7 @@ class ActorRef:
         """The actor's ``inspect()`` snapshot, taken between two messages (control lane)."""
         cell = self.cell
         if timeout is DEFAULT:
-            timeout = cell.call_timeout
+            timeout = cell.options.call_timeout
         slot = ReplySlot()
         with anyio.move_on_after(timeout) as scope:
             try:

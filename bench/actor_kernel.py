@@ -47,8 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _harness import FLOOR, Row, Summary, ainterleaved, markdown_table, percentile, ratio_row
 from _harness import value_row as target_row
 
-from actors import Actor, ActorCell, ActorRef, open_actor
-from supervisors import Backoff, ChildSpec, GetChild, Supervisor
+from actors import Actor, ActorCell, ActorRef, MailboxOptions, open_actor
+from supervisors import Backoff, ChildSpec, GetChild, Intensity, Supervisor
 
 
 @dataclass(frozen=True)
@@ -358,8 +358,8 @@ async def floor_crash(crashes: int) -> list[float]:
 
 async def actor_crash(crashes: int) -> list[float]:
     Crasher.restarted = []
-    spec = ChildSpec("crasher", Crasher, poison_threshold=1)
-    supervisor = Supervisor([spec], max_restarts=10**9, within=1.0, backoff=Backoff.none())
+    spec = ChildSpec("crasher", Crasher, options=MailboxOptions(poison_threshold=1))
+    supervisor = Supervisor([spec], intensity=Intensity(10**9, 1.0), backoff=Backoff.none())
     async with open_actor(supervisor, name="bench") as root:
         child: ActorRef = await root.call(GetChild("crasher"))
         for _ in range(crashes):

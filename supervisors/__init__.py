@@ -15,7 +15,8 @@ from supervisors._errors import ChildNotFound as ChildNotFound
 from supervisors._errors import DuplicateChild as DuplicateChild
 from supervisors._errors import RestartIntensityExceeded as RestartIntensityExceeded
 from supervisors._errors import SupervisorError as SupervisorError
-from supervisors._intensity import RestartIntensity as RestartIntensity
+from supervisors._intensity import Intensity as Intensity
+from supervisors._intensity import RestartHistory as RestartHistory
 from supervisors._spec import ChildSpec as ChildSpec
 from supervisors._spec import Restart as Restart
 from supervisors._spec import Strategy as Strategy
@@ -43,9 +44,10 @@ __all__ = [
     "DynamicSupervisor",
     "DynamicSupervisorStatistics",
     "GetChild",
+    "Intensity",
     "Restart",
     "RestartChild",
-    "RestartIntensity",
+    "RestartHistory",
     "RestartIntensityExceeded",
     "StartChild",
     "Strategy",

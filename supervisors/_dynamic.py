@@ -23,10 +23,10 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-from actors import Actor, ActorCell, ActorRef, ActorState, Backpressure, DeadLetter, Registry
+from actors import Actor, ActorCell, ActorRef, ActorState, MailboxOptions, Registry
 from supervisors._backoff import Backoff, BackoffStreak
 from supervisors._errors import RestartIntensityExceeded
-from supervisors._intensity import RestartIntensity
+from supervisors._intensity import Intensity, RestartHistory
 from supervisors._spec import Restart
 
 K = TypeVar("K", bound=Hashable)
@@ -58,7 +58,7 @@ class _GaveUp:
 
 @dataclass
 class _KeyHistory:
-    intensity: RestartIntensity
+    restarts: RestartHistory = field(default_factory=RestartHistory)
     backoff: BackoffStreak = field(default_factory=BackoffStreak)
 
 
@@ -71,16 +71,11 @@ class DynamicSupervisor(Actor, Generic[K]):
         *,
         restart: Restart = Restart.TRANSIENT,
         idle_timeout: float | None = 300.0,
-        max_restarts: int = 5,
-        within: float = 10.0,
+        intensity: Intensity = Intensity(),
         escalate: bool = False,
-        backoff: Backoff | None = None,
+        backoff: Backoff = Backoff(),
         shutdown_timeout: float | None = 5.0,
-        capacity: int = 1000,
-        policy: Backpressure = Backpressure.WAIT,
-        call_timeout: float | None = 5.0,
-        poison_threshold: int = 3,
-        dead_letter: DeadLetter | None = None,
+        options: MailboxOptions = MailboxOptions(),
         on_give_up: Callable[[K, Exception], None] | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -92,22 +87,16 @@ class DynamicSupervisor(Actor, Generic[K]):
         self.factory = factory
         self.restart = restart
         self.idle_timeout = idle_timeout
-        self.intensity = RestartIntensity(max_restarts, within)
+        self.intensity = intensity
         self.escalate = escalate
-        self.backoff = backoff if backoff is not None else Backoff()
+        self.backoff = backoff
         self.shutdown_timeout = shutdown_timeout
-        self.options: dict[str, Any] = {
-            "capacity": capacity,
-            "policy": policy,
-            "call_timeout": call_timeout,
-            "poison_threshold": poison_threshold,
-            "dead_letter": dead_letter,
-        }
+        self.options = options  # the mailbox of every keyed child
         self.on_give_up = on_give_up
         self.rng = rng or random.Random()
         self._registry: Registry[K] | None = None
         self._history: dict[K, _KeyHistory] = {}
-        self._shared = _KeyHistory(self.intensity)
+        self._shared = _KeyHistory()
         self.restarts = 0
         self.given_up: list[Hashable] = []
 
@@ -132,7 +121,7 @@ class DynamicSupervisor(Actor, Generic[K]):
                 on_forget=self._forget,
                 name=self.ref.name,
                 idle_timeout=self.idle_timeout,
-                **self.options,
+                options=self.options,
             )
             try:
                 yield
@@ -195,12 +184,10 @@ class DynamicSupervisor(Actor, Generic[K]):
         if self.escalate:
             history = self._shared
         else:
-            history = self._history.get(key) or self._history.setdefault(
-                key, _KeyHistory(self.intensity.fresh())
-            )
-        if not history.intensity.allows(now):
+            history = self._history.get(key) or self._history.setdefault(key, _KeyHistory())
+        if not history.restarts.allows(self.intensity, now):
             self.ref.cell.post_system(_GaveUp(key, crash))
             return None
-        history.intensity.record(now)
+        history.restarts.record(self.intensity, now)
         self.restarts += 1
         return history.backoff.next_delay(self.backoff, now, self.rng)

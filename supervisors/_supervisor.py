@@ -15,7 +15,7 @@ Contract:
   ``shutdown_timeout`` and then cancelled.
 - A child exit arrives as a runtime message on the control lane; the
   strategy and restart type decide what restarts. Restarts are counted
-  against the restart intensity (``RestartIntensity``); beyond it the
+  against the restart intensity (``Intensity``); beyond it the
   supervisor stops its children and crashes with ``RestartIntensityExceeded``
   (the last child crash in ``__cause__``).
 - A restart after a backoff delay is scheduled on a timer task, so the
@@ -37,10 +37,10 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from actors import Actor, ActorCell, ActorRef, ActorState, DeadLetter
+from actors import Actor, ActorCell, ActorRef, ActorState, MailboxOptions
 from supervisors._backoff import Backoff, BackoffStreak
 from supervisors._errors import ChildNotFound, DuplicateChild, RestartIntensityExceeded
-from supervisors._intensity import RestartIntensity
+from supervisors._intensity import Intensity, RestartHistory
 from supervisors._spec import ChildSpec, Restart, Strategy
 
 # -- management messages (send with ``await supervisor_ref.call(...)``) --------
@@ -165,19 +165,17 @@ class Supervisor(Actor):
         children: Sequence[ChildSpec] = (),
         *,
         strategy: Strategy = Strategy.ONE_FOR_ONE,
-        max_restarts: int = 5,
-        within: float = 10.0,
-        backoff: Backoff | None = None,
-        poison_threshold: int = 3,
-        dead_letter: DeadLetter | None = None,
+        intensity: Intensity = Intensity(),
+        backoff: Backoff = Backoff(),
+        options: MailboxOptions = MailboxOptions(),
         rng: random.Random | None = None,
     ) -> None:
         self.specs = list(children)
         self.strategy = strategy
-        self.intensity = RestartIntensity(max_restarts, within)
-        self.backoff = backoff if backoff is not None else Backoff()
-        self.poison_threshold = poison_threshold
-        self.dead_letter = dead_letter
+        self.intensity = intensity
+        self.history = RestartHistory()
+        self.backoff = backoff
+        self.options = options  # the mailbox of a child whose spec names none
         self.rng = rng or random.Random()
         self._children: dict[str, _Child] = {}
         self._tg: TaskGroup | None = None
@@ -287,11 +285,7 @@ class Supervisor(Actor):
         cell = ActorCell(
             spec.start,
             name=f"{self.ref.name}/{spec.id}",
-            capacity=spec.capacity,
-            policy=spec.policy,
-            call_timeout=spec.call_timeout,
-            poison_threshold=spec.poison_threshold or self.poison_threshold,
-            dead_letter=spec.dead_letter or self.dead_letter,
+            options=spec.options if spec.options is not None else self.options,
         )
         child = self._children[spec.id] = _Child(spec, cell)
         await self._start(child)
@@ -307,15 +301,7 @@ class Supervisor(Actor):
         assert self._tg is not None
         if child.cell.closed:  # terminated for good earlier: a fresh cell, same id
             old = child.cell
-            child.cell = ActorCell(
-                old.factory,
-                name=old.name,
-                capacity=old.mailbox.capacity,
-                policy=old.policy,
-                call_timeout=old.call_timeout,
-                poison_threshold=old.poison_threshold,
-                dead_letter=old.dead_letter,
-            )
+            child.cell = ActorCell(old.factory, name=old.name, options=old.options)
         child.running = True
         child.done = anyio.Event()
         await self._tg.start(self._run, child, child.generation)
@@ -383,12 +369,12 @@ class Supervisor(Actor):
                 del self._children[child.spec.id]
             return
         now = anyio.current_time()
-        if not self.intensity.allows(now):
+        if not self.history.allows(self.intensity, now):
             raise RestartIntensityExceeded(
                 self.ref.name, exited.id, self.intensity.max_restarts, self.intensity.within
             ) from exited.crash
-        self.intensity.record(now)
-        self._recent = self.intensity.recent(now)
+        self.history.record(self.intensity, now)
+        self._recent = self.history.recent(self.intensity, now)
         group = self._group(child)
         # Stop the rest of the group, latest started first; temporary siblings go for good.
         for sibling in reversed(group):

@@ -33,7 +33,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from actors import ActorError, ActorRef, open_actor
+from actors import ActorError, ActorRef, MailboxOptions, open_actor
 from memory._errors import BoundaryError, ConcurrentUpdate
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY, SourceRecord
@@ -106,6 +106,7 @@ from supervisors import (
     ChildSpec,
     DynamicSupervisor,
     GetChild,
+    Intensity,
     Restart,
     Strategy,
     Supervisor,
@@ -222,8 +223,8 @@ class MemoryRuntime:
         def start_sessions() -> DynamicSupervisor[str]:
             self._sessions = DynamicSupervisor(
                 session_factory(self), restart=Restart.TRANSIENT,
-                idle_timeout=config.passivate_after, call_timeout=config.call_timeout,
-                capacity=10_000,
+                idle_timeout=config.passivate_after,
+                options=MailboxOptions(capacity=10_000, call_timeout=config.call_timeout),
             )
             return self._sessions
 
@@ -235,7 +236,7 @@ class MemoryRuntime:
             ]
             return Supervisor(
                 workers, strategy=Strategy.ONE_FOR_ONE,
-                max_restarts=5 * config.writer_workers, within=10.0,
+                intensity=Intensity(5 * config.writer_workers, 10.0),
                 backoff=config.worker_backoff, rng=self.rng,
             )
 
@@ -245,11 +246,12 @@ class MemoryRuntime:
 
         return Supervisor(
             [
-                ChildSpec("workspace", start_workspace, Restart.PERMANENT, call_timeout=None,
-                          capacity=100_000),
+                ChildSpec("workspace", start_workspace, Restart.PERMANENT,
+                          options=MailboxOptions(capacity=100_000, call_timeout=None)),
                 ChildSpec("sessions", start_sessions, Restart.PERMANENT),
                 ChildSpec("writers", start_pool, Restart.PERMANENT),
-                ChildSpec("watchdog", start_watchdog, Restart.PERMANENT, capacity=100_000),
+                ChildSpec("watchdog", start_watchdog, Restart.PERMANENT,
+                          options=MailboxOptions(capacity=100_000)),
             ],
             strategy=Strategy.ONE_FOR_ONE, rng=self.rng,
         )
@@ -680,7 +682,8 @@ async def open_runtime(
     files = runtime.config.files
     await run_durable(files.make_dirs, os.path.join(state, "sessions"))
     try:
-        async with open_actor(runtime.root_supervisor(), name="runtime", call_timeout=None) as root:
+        async with open_actor(runtime.root_supervisor(), name="runtime",
+                              options=MailboxOptions(call_timeout=None)) as root:
             runtime.root = root
             runtime.workspace_ref = await root.call(GetChild("workspace"))
             runtime.watchdog_ref = await root.call(GetChild("watchdog"))

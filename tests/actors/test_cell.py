@@ -22,6 +22,7 @@ from actors import (
     ActorStopped,
     Backpressure,
     Idempotent,
+    MailboxOptions,
     PoisonMessage,
     open_actor,
     redeliverable,
@@ -177,8 +178,8 @@ async def test_a_call_that_crashed_the_actor_is_not_redelivered_and_its_caller_g
 ) -> None:
     journal = Journal()
     dead: list[tuple[Any, BaseException]] = []
-    cell = ActorCell(lambda: Worker(journal), name="w",
-                     dead_letter=lambda message, exc: dead.append((message, exc)))
+    cell = ActorCell(lambda: Worker(journal), name="w", options=MailboxOptions(
+        dead_letter=lambda message, exc: dead.append((message, exc))))
     crashes: list[Exception] = []
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_restarting, cell, crashes)
@@ -198,8 +199,8 @@ async def test_a_call_that_crashed_the_actor_is_not_redelivered_and_its_caller_g
 async def test_a_cast_that_crashed_the_actor_is_dropped_to_the_dead_letters() -> None:
     journal = Journal()
     dead: list[tuple[Any, BaseException]] = []
-    cell = ActorCell(lambda: Worker(journal), name="w",
-                     dead_letter=lambda message, exc: dead.append((message, exc)))
+    cell = ActorCell(lambda: Worker(journal), name="w", options=MailboxOptions(
+        dead_letter=lambda message, exc: dead.append((message, exc))))
     crashes: list[Exception] = []
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_restarting, cell, crashes)
@@ -247,8 +248,9 @@ async def test_poison_message_goes_to_dead_letters_and_processing_continues() ->
     cell = ActorCell(
         lambda: Worker(journal),
         name="w",
-        poison_threshold=3,
-        dead_letter=lambda message, exc: dead.append((message, exc)),
+        options=MailboxOptions(
+            poison_threshold=3, dead_letter=lambda message, exc: dead.append((message, exc))
+        ),
     )
     crashes: list[Exception] = []
     poison = Retryable("crash", "always")
@@ -280,7 +282,8 @@ async def test_poison_message_goes_to_dead_letters_and_processing_continues() ->
 
 async def test_between_incarnations_fail_fast_raises_and_wait_queues() -> None:
     journal = Journal()
-    cell = ActorCell(lambda: Worker(journal), name="w", policy=Backpressure.FAIL_FAST)
+    cell = ActorCell(lambda: Worker(journal), name="w",
+                     options=MailboxOptions(backpressure=Backpressure.FAIL_FAST))
 
     async def run_once() -> None:
         with pytest.raises(RuntimeError, match="once"):
@@ -294,7 +297,7 @@ async def test_between_incarnations_fail_fast_raises_and_wait_queues() -> None:
         await cell.ref.cast("x")
     with pytest.raises(ActorRestarting):
         cell.ref.cast_nowait("x")
-    await cell.ref.cast("queued", policy=Backpressure.WAIT)
+    await cell.ref.cast("queued", backpressure=Backpressure.WAIT)
     assert cell.statistics().mailbox_depth == 2  # the crashed message and "queued"
     cell.close(None)
 

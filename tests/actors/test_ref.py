@@ -7,7 +7,16 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import Actor, ActorStopped, Backpressure, CallTimeout, MailboxFull, _ref, open_actor
+from actors import (
+    Actor,
+    ActorStopped,
+    Backpressure,
+    CallTimeout,
+    MailboxFull,
+    MailboxOptions,
+    _ref,
+    open_actor,
+)
 from actors._mailbox import ReplySlot
 
 
@@ -87,7 +96,7 @@ async def test_a_call_whose_caller_gave_up_is_skipped() -> None:
 
 @pytest.mark.virtual_time
 async def test_deadline_is_absolute_and_wins_over_a_longer_timeout() -> None:
-    async with open_actor(Gated(), name="g", call_timeout=None) as ref:
+    async with open_actor(Gated(), name="g", options=MailboxOptions(call_timeout=None)) as ref:
         start = anyio.current_time()
         with pytest.raises(CallTimeout) as raised:
             await ref.call(("wait", anyio.Event()), timeout=100.0, deadline=start + 3.0)
@@ -97,7 +106,7 @@ async def test_deadline_is_absolute_and_wins_over_a_longer_timeout() -> None:
 
 @pytest.mark.virtual_time
 async def test_default_timeout_comes_from_the_actor() -> None:
-    async with open_actor(Gated(), name="g", call_timeout=7.0) as ref:
+    async with open_actor(Gated(), name="g", options=MailboxOptions(call_timeout=7.0)) as ref:
         start = anyio.current_time()
         with pytest.raises(CallTimeout):
             await ref.call(("wait", anyio.Event()))
@@ -120,13 +129,13 @@ async def test_a_cancelled_caller_never_receives_its_reply() -> None:
 async def test_fail_fast_on_a_full_mailbox_and_wait_for_space() -> None:
     gate = anyio.Event()
     actor = Gated()
-    async with open_actor(actor, name="g", capacity=2) as ref:
+    async with open_actor(actor, name="g", options=MailboxOptions(capacity=2)) as ref:
         await ref.cast(("wait", gate))  # being handled: still at the mailbox head
         await ref.cast("q1")
         with pytest.raises(MailboxFull, match="full \\(2 messages\\)"):
             ref.cast_nowait("no room")
         with pytest.raises(MailboxFull):
-            await ref.cast("no room", policy=Backpressure.FAIL_FAST)
+            await ref.cast("no room", backpressure=Backpressure.FAIL_FAST)
         record: list[str] = []
 
         async def blocked_sender() -> None:
@@ -147,7 +156,7 @@ async def test_control_lane_overtakes_a_full_mailbox() -> None:
     gate = anyio.Event()
     actor = Gated()
     snapshots: list[object] = []
-    async with open_actor(actor, name="g", capacity=3) as ref:
+    async with open_actor(actor, name="g", options=MailboxOptions(capacity=3)) as ref:
         await ref.cast(("wait", gate))
         await ref.cast("q1")
         await ref.cast("q2")

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import ActorCrashed, open_actor, redeliverable
+from actors import ActorCrashed, MailboxOptions, open_actor, redeliverable
 from store import SessionCore, StoreError, UnsafeIdError
 from store._actor import (
     Append,
@@ -135,7 +135,8 @@ async def test_lost_marker_race_removed_by_the_actor(tmp_path: Path) -> None:
     acknowledged: list[tuple[str, str]] = []
     operations = 0
     rng = random.Random(7)
-    async with open_actor(SessionActor(tmp_path, "s1", files=NoSyncFiles()), capacity=64) as ref:
+    async with open_actor(SessionActor(tmp_path, "s1", files=NoSyncFiles()),
+                          options=MailboxOptions(capacity=64)) as ref:
         ids: list[str] = []
         previous = "ROOT"
         for i in range(12):

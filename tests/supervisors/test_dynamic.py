@@ -16,6 +16,7 @@ from actors import (
     ActorRef,
     ActorStopped,
     Idempotent,
+    MailboxOptions,
     open_actor,
     snapshot,
 )
@@ -23,6 +24,7 @@ from supervisors import (
     ActivateChild,
     Backoff,
     DynamicSupervisor,
+    Intensity,
     Restart,
     RestartIntensityExceeded,
 )
@@ -69,10 +71,10 @@ async def test_a_session_that_keeps_crashing_is_stopped_alone() -> None:
     given_up: list[tuple[str, Exception]] = []
     sup_actor: DynamicSupervisor[str] = DynamicSupervisor(
         probes(starts),
-        max_restarts=3,
-        within=10.0,
+        intensity=Intensity(3, 10.0),
         backoff=Backoff.none(),
-        poison_threshold=100,  # the crashing message stays at the head: a crash loop
+        # the crashing message stays at the head: a crash loop
+        options=MailboxOptions(poison_threshold=100),
         on_give_up=lambda key, exc: given_up.append((key, exc)),
     )
     async with open_actor(sup_actor, name="sessions") as sup:
@@ -96,7 +98,8 @@ async def test_a_session_that_keeps_crashing_is_stopped_alone() -> None:
 async def test_a_queued_call_to_a_stopped_session_learns_the_cause() -> None:
     starts: Counter[str] = Counter()
     sup_actor: DynamicSupervisor[str] = DynamicSupervisor(
-        probes(starts), max_restarts=0, backoff=Backoff.none(), poison_threshold=100
+        probes(starts), intensity=Intensity(0), backoff=Backoff.none(),
+        options=MailboxOptions(poison_threshold=100),
     )
     async with open_actor(sup_actor, name="sessions") as sup:
         bad = await activate(sup, "bad")
@@ -125,7 +128,8 @@ async def test_a_queued_call_to_a_stopped_session_learns_the_cause() -> None:
 async def test_escalate_gives_otp_behaviour() -> None:
     starts: Counter[str] = Counter()
     sup_actor: DynamicSupervisor[str] = DynamicSupervisor(
-        probes(starts), max_restarts=2, escalate=True, backoff=Backoff.none(), poison_threshold=1
+        probes(starts), intensity=Intensity(2), escalate=True, backoff=Backoff.none(),
+        options=MailboxOptions(poison_threshold=1),
     )
     with pytest.raises(RestartIntensityExceeded) as raised:
         async with open_actor(sup_actor, name="sessions") as sup:
@@ -183,7 +187,7 @@ async def test_idle_sessions_passivate_and_show_in_the_tree() -> None:
 async def test_temporary_sessions_are_never_restarted() -> None:
     starts: Counter[str] = Counter()
     sup_actor: DynamicSupervisor[str] = DynamicSupervisor(
-        probes(starts), restart=Restart.TEMPORARY, poison_threshold=100
+        probes(starts), restart=Restart.TEMPORARY, options=MailboxOptions(poison_threshold=100)
     )
     async with open_actor(sup_actor, name="sessions") as sup:
         ref = await activate(sup, "t")

@@ -25,11 +25,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from actors import Actor, ActorRef, ActorState, open_actor
+from actors import Actor, ActorRef, ActorState, MailboxOptions, open_actor
 from supervisors import (
     Backoff,
     ChildSpec,
     GetChild,
+    Intensity,
     Restart,
     RestartChild,
     RestartIntensityExceeded,
@@ -41,6 +42,7 @@ from supervisors import (
 )
 
 MAX_RESTARTS = 4
+ONE_CRASH = MailboxOptions(poison_threshold=1)  # one injected crash is one restart
 
 
 @dataclass
@@ -140,14 +142,13 @@ class SupervisionMachine(RuleBasedStateMachine):
         restart = {f"c{i}": kind for i, kind in enumerate(kinds)}
         self.model = OtpModel(strategy, dict(restart))
         specs = [
-            ChildSpec(cid, self._factory(cid), kind, poison_threshold=1)
+            ChildSpec(cid, self._factory(cid), kind, options=ONE_CRASH)
             for cid, kind in restart.items()
         ]
         supervisor = Supervisor(
             specs,
             strategy=strategy,
-            max_restarts=MAX_RESTARTS,
-            within=1e9,
+            intensity=Intensity(MAX_RESTARTS, 1e9),
             backoff=Backoff.none(),
         )
         future, self.root = self.portal.start_task(self._run_tree, supervisor)
@@ -193,7 +194,7 @@ class SupervisionMachine(RuleBasedStateMachine):
                 case "restart":
                     await self.root.call(RestartChild(child))
                 case Restart() as kind:
-                    spec = ChildSpec(child, self._factory(child), kind, poison_threshold=1)
+                    spec = ChildSpec(child, self._factory(child), kind, options=ONE_CRASH)
                     await self.root.call(StartChild(spec))
             await anyio.wait_all_tasks_blocked()
 

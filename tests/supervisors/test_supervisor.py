@@ -10,13 +10,23 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import Actor, ActorCrashed, ActorRef, ActorState, Idempotent, open_actor, snapshot
+from actors import (
+    Actor,
+    ActorCrashed,
+    ActorRef,
+    ActorState,
+    Idempotent,
+    MailboxOptions,
+    open_actor,
+    snapshot,
+)
 from supervisors import (
     Backoff,
     ChildSpec,
     DeleteChild,
     DuplicateChild,
     GetChild,
+    Intensity,
     Restart,
     RestartChild,
     RestartIntensityExceeded,
@@ -63,11 +73,12 @@ class Probe(Actor):
             await anyio.sleep_forever()
 
 
-def spec(name: str, journal: Journal, restart: Restart = Restart.PERMANENT, **kw: Any) -> ChildSpec:
+def spec(name: str, journal: Journal, restart: Restart = Restart.PERMANENT,
+         poison_threshold: int = 1, **kw: Any) -> ChildSpec:
     # poison_threshold=1: a crashing message is set aside at once, so one
     # injected crash is exactly one restart.
-    kw.setdefault("poison_threshold", 1)
-    return ChildSpec(name, lambda: Probe(name, journal), restart, **kw)
+    options = MailboxOptions(poison_threshold=poison_threshold)
+    return ChildSpec(name, lambda: Probe(name, journal), restart, options=options, **kw)
 
 
 async def child(sup: ActorRef, name: str) -> ActorRef:
@@ -138,7 +149,7 @@ async def test_restart_types_permanent_transient_temporary() -> None:
 @pytest.mark.virtual_time
 async def test_beyond_the_intensity_the_tree_stops_in_reverse_order_and_fails_upward() -> None:
     journal = Journal()
-    sup_actor = Supervisor(three(journal), max_restarts=5, within=10.0, backoff=Backoff.none())
+    sup_actor = Supervisor(three(journal), intensity=Intensity(5, 10.0), backoff=Backoff.none())
     with pytest.raises(RestartIntensityExceeded, match="'sup' gave up: child 'b'") as raised:
         async with open_actor(sup_actor, name="sup") as sup:
             for _ in range(5):
@@ -155,7 +166,7 @@ async def test_beyond_the_intensity_the_tree_stops_in_reverse_order_and_fails_up
 @pytest.mark.virtual_time
 async def test_crashes_spread_wider_than_the_window_never_escalate() -> None:
     journal = Journal()
-    sup_actor = Supervisor(three(journal), max_restarts=2, within=10.0, backoff=Backoff.none())
+    sup_actor = Supervisor(three(journal), intensity=Intensity(2, 10.0), backoff=Backoff.none())
     async with open_actor(sup_actor, name="sup") as sup:
         for _ in range(6):
             await crash(sup, "a")
@@ -168,7 +179,7 @@ async def test_backoff_delays_restarts_without_blocking_the_supervisor() -> None
     journal = Journal()
     policy = Backoff(initial=1.0, factor=2.0, maximum=60.0, jitter=0.0, reset_after=100.0)
     sup_actor = Supervisor(
-        [spec("a", journal)], max_restarts=10, within=1000.0, backoff=policy, rng=random.Random(0)
+        [spec("a", journal)], intensity=Intensity(10, 1000.0), backoff=policy, rng=random.Random(0)
     )
     restart_times: list[float] = []
     async with open_actor(sup_actor, name="sup") as sup:
@@ -224,7 +235,7 @@ async def test_a_child_supervisor_that_gives_up_is_a_crashed_child_of_its_parent
     journal = Journal()
 
     def inner() -> Supervisor:
-        return Supervisor([spec("leaf", journal)], max_restarts=1, backoff=Backoff.none())
+        return Supervisor([spec("leaf", journal)], intensity=Intensity(1), backoff=Backoff.none())
 
     outer = Supervisor([ChildSpec("inner", inner)], backoff=Backoff.none())
     async with open_actor(outer, name="root") as root:
@@ -270,8 +281,9 @@ async def test_poison_messages_reach_the_supervisors_dead_letter_hook() -> None:
     sup_actor = Supervisor(
         [probe_spec],
         backoff=Backoff.none(),
-        poison_threshold=3,
-        dead_letter=lambda message, exc: dead.append((message, exc)),
+        options=MailboxOptions(
+            poison_threshold=3, dead_letter=lambda message, exc: dead.append((message, exc))
+        ),
     )
     async with open_actor(sup_actor, name="sup") as sup:
         a = await child(sup, "a")
