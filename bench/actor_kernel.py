@@ -47,7 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _harness import FLOOR, Row, Summary, ainterleaved, markdown_table, percentile, ratio_row
 from _harness import value_row as target_row
 
-from actors import Actor, ActorCell, ActorRef, MailboxOptions, open_actor
+from actors import Actor, ActorRef, MailboxOptions, open_actor
+from actors.lowlevel import ActorCell
 from supervisors import Backoff, ChildSpec, GetChild, Intensity, Supervisor
 
 

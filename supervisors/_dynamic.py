@@ -23,7 +23,8 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-from actors import Actor, ActorCell, ActorRef, ActorState, MailboxOptions, Registry
+from actors import Actor, ActorRef, MailboxOptions, Registry
+from actors.lowlevel import ActorCell, ActorState
 from supervisors._backoff import Backoff, BackoffStreak
 from supervisors._errors import RestartIntensityExceeded
 from supervisors._intensity import Intensity, RestartHistory

@@ -37,7 +37,8 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from actors import Actor, ActorCell, ActorRef, ActorState, MailboxOptions
+from actors import Actor, ActorRef, MailboxOptions
+from actors.lowlevel import ActorCell, ActorState
 from supervisors._backoff import Backoff, BackoffStreak
 from supervisors._errors import ChildNotFound, DuplicateChild, RestartIntensityExceeded
 from supervisors._intensity import Intensity, RestartHistory

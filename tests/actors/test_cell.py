@@ -15,10 +15,8 @@ import pytest
 
 from actors import (
     Actor,
-    ActorCell,
     ActorCrashed,
     ActorRestarting,
-    ActorState,
     ActorStopped,
     Backpressure,
     Idempotent,
@@ -27,6 +25,7 @@ from actors import (
     open_actor,
     redeliverable,
 )
+from actors.lowlevel import ActorCell, ActorState
 
 
 class BadInput(ValueError):

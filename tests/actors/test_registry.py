@@ -10,8 +10,9 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import Actor, ActorState, ActorStopped, open_registry, snapshot
+from actors import Actor, ActorStopped, open_registry, snapshot
 from actors._mailbox import Mailbox
+from actors.lowlevel import ActorState
 
 
 @dataclass

@@ -25,7 +25,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from actors import Actor, ActorRef, ActorState, MailboxOptions, open_actor
+from actors import Actor, ActorRef, MailboxOptions, open_actor
+from actors.lowlevel import ActorState
 from supervisors import (
     Backoff,
     ChildSpec,

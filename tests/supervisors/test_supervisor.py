@@ -14,12 +14,12 @@ from actors import (
     Actor,
     ActorCrashed,
     ActorRef,
-    ActorState,
     Idempotent,
     MailboxOptions,
     open_actor,
     snapshot,
 )
+from actors.lowlevel import ActorState
 from supervisors import (
     Backoff,
     ChildSpec,
