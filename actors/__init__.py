@@ -30,6 +30,7 @@ from actors._options import MailboxOptions as MailboxOptions
 from actors._ref import ActorRef as ActorRef
 from actors._registry import Registry as Registry
 from actors._registry import open_registry as open_registry
+from actors._request import Request as Request
 from actors._run import open_actor as open_actor
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "MailboxOptions",
     "PoisonMessage",
     "Registry",
+    "Request",
     "open_actor",
     "open_registry",
     "redeliverable",

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import anyio
 
 from actors._errors import CallTimeout
 from actors._mailbox import Backpressure, Envelope, ReplySlot
+from actors._request import Request
 
 if TYPE_CHECKING:
     from actors._cell import ActorCell, ActorStatistics
@@ -28,6 +29,7 @@ class _Default(enum.Enum):
 
 
 DEFAULT = _Default.TIMEOUT
+R = TypeVar("R")
 
 
 class ActorRef:
@@ -57,15 +59,38 @@ class ActorRef:
             cell = self._cell = self._resolve()
         return cell
 
+    @overload
     async def call(
         self,
-        message: Any,
+        message: Request[R],
         *,
         timeout: float | None | _Default = DEFAULT,
         deadline: float | None = None,
         backpressure: Backpressure | None = None,
-    ) -> Any:
+    ) -> R: ...
+
+    @overload
+    async def call(
+        self,
+        message: object,
+        *,
+        timeout: float | None | _Default = DEFAULT,
+        deadline: float | None = None,
+        backpressure: Backpressure | None = None,
+    ) -> object: ...
+
+    async def call(
+        self,
+        message: object,
+        *,
+        timeout: float | None | _Default = DEFAULT,
+        deadline: float | None = None,
+        backpressure: Backpressure | None = None,
+    ) -> object:
         """Send ``message`` and wait for the reply of ``handle``.
+
+        A :class:`~actors.Request` ``[R]`` returns an ``R``; any other message
+        returns ``object`` (the reply type is unknown to the type checker).
 
         Raises what ``handle`` raised if its type is in ``expected_errors``;
         ``CallTimeout``, ``ActorStopped``, ``ActorCrashed``, ``PoisonMessage``,

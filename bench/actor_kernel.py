@@ -49,7 +49,7 @@ from _harness import value_row as target_row
 
 from actors import Actor, ActorRef, MailboxOptions, open_actor
 from actors.lowlevel import ActorCell
-from supervisors import Backoff, ChildSpec, GetChild, Intensity, Supervisor
+from supervisors import Backoff, ChildSpec, Intensity, Supervisor, get_child
 
 
 @dataclass(frozen=True)
@@ -362,7 +362,7 @@ async def actor_crash(crashes: int) -> list[float]:
     spec = ChildSpec("crasher", Crasher, options=MailboxOptions(poison_threshold=1))
     supervisor = Supervisor([spec], intensity=Intensity(10**9, 1.0), backoff=Backoff.none())
     async with open_actor(supervisor, name="bench") as root:
-        child: ActorRef = await root.call(GetChild("crasher"))
+        child: ActorRef = await get_child(root, "crasher")
         for _ in range(crashes):
             await child.cast("crash")
             await child.call("ping")

@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-from actors import Actor, ActorRef, MailboxOptions, Registry
+from actors import Actor, ActorRef, MailboxOptions, Registry, Request
 from actors.lowlevel import ActorCell, ActorState
 from supervisors._backoff import Backoff, BackoffStreak
 from supervisors._errors import RestartIntensityExceeded
@@ -33,11 +33,14 @@ from supervisors._spec import Restart
 K = TypeVar("K", bound=Hashable)
 
 
-@dataclass(frozen=True)
-class ActivateChild:
-    """Get the child for a key, activating it now; replies with its ``ActorRef``."""
-
+@dataclass(frozen=True, slots=True)
+class _ActivateChild(Request[ActorRef]):
     key: Hashable
+
+
+async def activate_child(supervisor: ActorRef, key: Hashable) -> ActorRef:
+    """The reference of the keyed child for ``key``, its actor started now, not on first send."""
+    return await supervisor.call(_ActivateChild(key))
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,7 @@ class DynamicSupervisor(Actor, Generic[K]):
 
     async def handle(self, message: Any) -> Any:
         match message:
-            case ActivateChild(key):
+            case _ActivateChild(key):
                 return self.registry.activate(key)  # type: ignore[arg-type]
             case _GaveUp(key, crash):
                 if self.escalate:
@@ -153,7 +156,7 @@ class DynamicSupervisor(Actor, Generic[K]):
             case _:
                 raise TypeError(
                     f"dynamic supervisor {self.ref.name!r} got {message!r}; send "
-                    "ActivateChild(key), or talk to a child through child(key)"
+                    "activate_child(ref, key), or talk to a child through child(key)"
                 )
 
     def inspect(self) -> object:

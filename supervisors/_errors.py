@@ -42,7 +42,7 @@ class ChildNotFound(SupervisorError, LookupError):
         self.supervisor = supervisor
         self.child = child
         super().__init__(
-            f"supervisor {supervisor!r} has no child {child!r}; list them with WhichChildren()"
+            f"supervisor {supervisor!r} has no child {child!r}; list them with which_children(supervisor)"
         )
 
 

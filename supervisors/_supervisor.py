@@ -37,54 +37,83 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from actors import Actor, ActorRef, MailboxOptions
+from actors import Actor, ActorRef, MailboxOptions, Request
 from actors.lowlevel import ActorCell, ActorState
 from supervisors._backoff import Backoff, BackoffStreak
 from supervisors._errors import ChildNotFound, DuplicateChild, RestartIntensityExceeded
 from supervisors._intensity import Intensity, RestartHistory
 from supervisors._spec import ChildSpec, Restart, Strategy
 
-# -- management messages (send with ``await supervisor_ref.call(...)``) --------
+# -- management (functions over private request messages) ----------------------
 
 
-@dataclass(frozen=True)
-class StartChild:
-    """Add and start a child; replies with its ``ActorRef``."""
-
+@dataclass(frozen=True, slots=True)
+class _StartChild(Request[ActorRef]):
     spec: ChildSpec
 
 
-@dataclass(frozen=True)
-class TerminateChild:
-    """Stop a child (orderly, within its shutdown timeout); its spec is kept."""
-
+@dataclass(frozen=True, slots=True)
+class _TerminateChild(Request[None]):
     id: str
 
 
-@dataclass(frozen=True)
-class RestartChild:
-    """Start again a child that was terminated or exited without restart."""
-
+@dataclass(frozen=True, slots=True)
+class _RestartChild(Request[ActorRef]):
     id: str
 
 
-@dataclass(frozen=True)
-class DeleteChild:
-    """Forget the spec of a stopped child."""
-
+@dataclass(frozen=True, slots=True)
+class _DeleteChild(Request[None]):
     id: str
 
 
-@dataclass(frozen=True)
-class WhichChildren:
-    """Replies with a ``ChildInfo`` per child, in start order."""
+@dataclass(frozen=True, slots=True)
+class _WhichChildren(Request["list[ChildInfo]"]):
+    pass
 
 
-@dataclass(frozen=True)
-class GetChild:
-    """Replies with the ``ActorRef`` of one child."""
-
+@dataclass(frozen=True, slots=True)
+class _GetChild(Request[ActorRef]):
     id: str
+
+
+async def start_child(supervisor: ActorRef, spec: ChildSpec) -> ActorRef:
+    """Add a child and start it; its reference, once its ``on_start`` has returned.
+
+    Raises ``DuplicateChild`` if the id is taken.
+    """
+    return await supervisor.call(_StartChild(spec))
+
+
+async def terminate_child(supervisor: ActorRef, child_id: str) -> None:
+    """Stop a child (orderly, within its shutdown timeout); its spec is kept (OTP).
+
+    A temporary child is forgotten. Raises ``ChildNotFound``.
+    """
+    await supervisor.call(_TerminateChild(child_id))
+
+
+async def restart_child(supervisor: ActorRef, child_id: str) -> ActorRef:
+    """Start again a child that was terminated or exited without restart; its reference.
+
+    A child that is running is left as it is. Raises ``ChildNotFound``.
+    """
+    return await supervisor.call(_RestartChild(child_id))
+
+
+async def delete_child(supervisor: ActorRef, child_id: str) -> None:
+    """Stop a child if it runs, and forget its spec. Raises ``ChildNotFound``."""
+    await supervisor.call(_DeleteChild(child_id))
+
+
+async def which_children(supervisor: ActorRef) -> list[ChildInfo]:
+    """One ``ChildInfo`` per child, in start order."""
+    return await supervisor.call(_WhichChildren())
+
+
+async def get_child(supervisor: ActorRef, child_id: str) -> ActorRef:
+    """The reference of one child. Raises ``ChildNotFound``."""
+    return await supervisor.call(_GetChild(child_id))
 
 
 @dataclass(frozen=True)
@@ -227,33 +256,33 @@ class Supervisor(Actor):
                     child = self._children.get(child_id)
                     if child is not None and child.generation == generation and not child.running:
                         await self._start(child)
-            case StartChild(spec):
+            case _StartChild(spec):
                 return (await self._add(spec)).cell.ref
-            case TerminateChild(child_id):
+            case _TerminateChild(child_id):
                 child = self._child(child_id)
                 await self._stop(child)
                 if child.spec.restart is Restart.TEMPORARY:
                     self._remove(child)
-            case RestartChild(child_id):
+            case _RestartChild(child_id):
                 child = self._child(child_id)
                 if not child.running:
                     await self._start(child)
                 return child.cell.ref
-            case DeleteChild(child_id):
+            case _DeleteChild(child_id):
                 child = self._child(child_id)
                 await self._stop(child)
                 self._remove(child)
-            case WhichChildren():
+            case _WhichChildren():
                 return [
                     ChildInfo(c.spec.id, c.cell.ref, c.cell.state, c.spec.restart)
                     for c in self._children.values()
                 ]
-            case GetChild(child_id):
+            case _GetChild(child_id):
                 return self._child(child_id).cell.ref
             case _:
                 raise TypeError(
-                    f"supervisor {self.ref.name!r} got {message!r}; send StartChild, "
-                    "TerminateChild, RestartChild, DeleteChild, WhichChildren or GetChild"
+                    f"supervisor {self.ref.name!r} got {message!r}; manage it with start_child, "
+                    "terminate_child, restart_child, delete_child, which_children or get_child"
                 )
         return None
 

@@ -28,12 +28,12 @@ import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
 
-from actors import ActorError, ActorRef, MailboxOptions, open_actor
+from actors import ActorError, ActorRef, MailboxOptions, Request, open_actor
 from memory._errors import BoundaryError, ConcurrentUpdate
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY, SourceRecord
@@ -105,16 +105,17 @@ from supervisors import (
     Backoff,
     ChildSpec,
     DynamicSupervisor,
-    GetChild,
     Intensity,
     Restart,
     Strategy,
     Supervisor,
+    get_child,
 )
 
 __all__ = ["CONCURRENT_RETRIES", "MemoryRuntime", "RuntimeConfig", "Sessions", "open_runtime"]
 
 CONCURRENT_RETRIES = 8
+R = TypeVar("R")
 # A claim's lease when the writer has no timeout: a holder on another host
 # that died blocks its sessions at most this long.
 UNBOUNDED_LEASE = 24 * 3600.0
@@ -619,7 +620,7 @@ class Sessions:
             rt.state_dir, session_id, title=title, files=rt.config.files, clock=rt.config.clock))
         return core.session
 
-    async def _call(self, session: str, message: object) -> Any:
+    async def _call(self, session: str, message: Request[R]) -> R:
         return await self._rt.session_ref(session).call(message, timeout=self._rt.config.call_timeout)
 
     async def append(self, session: str, message: Mapping[str, Any]) -> dict[str, Any]:
@@ -685,8 +686,8 @@ async def open_runtime(
         async with open_actor(runtime.root_supervisor(), name="runtime",
                               options=MailboxOptions(call_timeout=None)) as root:
             runtime.root = root
-            runtime.workspace_ref = await root.call(GetChild("workspace"))
-            runtime.watchdog_ref = await root.call(GetChild("watchdog"))
+            runtime.workspace_ref = await get_child(root, "workspace")
+            runtime.watchdog_ref = await get_child(root, "watchdog")
             runtime.quarantined = list(await runtime.workspace_ref.call(ReadQuarantine(), timeout=None))
             # SPEC §6.7: before anything computes what a branch owes.
             runtime.migration = await runtime.migrate()

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
-from actors import ActorError, Idempotent
+from actors import ActorError, Idempotent, Request
 from memory._errors import LedgerError, MissingAuthority, ScriptoriumMemoryError, describe_error
 from memory.ledger._ledger import (
     NodeRecords,
@@ -103,14 +103,14 @@ SESSION_ERRORS = (StoreError, OSError, ScriptoriumMemoryError)
 
 
 @dataclass(frozen=True, slots=True)
-class Pending(Idempotent):
+class Pending(Idempotent, Request[list[SourceRecord]]):
     """The owed records of the branch ending at ``tip`` (default: head), minus those in flight."""
 
     tip: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class Flush(Idempotent):
+class Flush(Idempotent, Request["BoundaryResult"]):
     """Start a session boundary now; replies with a :class:`BoundaryResult` to await."""
 
 
@@ -123,7 +123,7 @@ class CheckIdle(Idempotent):
 
 
 @dataclass(frozen=True, slots=True)
-class JobFinished(Idempotent):
+class JobFinished(Idempotent, Request[None]):
     job_id: int
     outcome: WriteOutcome
 
@@ -134,7 +134,7 @@ class RetryDue(Idempotent):
 
 
 @dataclass(frozen=True, slots=True)
-class Reconsider(Idempotent):
+class Reconsider(Idempotent, Request["str | None"]):
     """Something outside changed (another process appended): evaluate the trigger again."""
 
 
@@ -144,7 +144,7 @@ class ClaimRecheck(Idempotent):
 
 
 @dataclass(frozen=True, slots=True)
-class RepairMarkers(Idempotent):
+class RepairMarkers(Idempotent, Request[list[str]]):
     """Find this session's lost markers and set them again; replies with the node ids marked.
 
     Sent by the actor to itself on every activation, and by the idle
@@ -161,7 +161,7 @@ class RepairMarkers(Idempotent):
 
 
 @dataclass(frozen=True, slots=True)
-class StillOwed(Idempotent):
+class StillOwed(Idempotent, Request[list[tuple[str, list[str]]]]):
     """Per tip the rules cover, the node ids still owed (jobs in flight included).
 
     ``boundary``: the tips a session boundary covers (the head branch, and

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from actors import Actor, ActorError, Idempotent
+from actors import Actor, ActorError, Idempotent, Request
 from memory.runtime._session_actor import CheckIdle, RepairMarkers
 from memory.workspace._runtime_state import read_session_end
 from store import Fingerprint, StoreError, list_sessions, run_durable
@@ -98,7 +98,7 @@ class Touched(Idempotent):
 
 
 @dataclass(frozen=True, slots=True)
-class PollNow(Idempotent):
+class PollNow(Idempotent, Request[int]):
     """Scan every session on disk now (tests, ``scriptorium run --once``)."""
 
 

@@ -38,12 +38,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from actors import Actor, Idempotent
+from actors import Actor, Idempotent, Request
 from memory._errors import InstallUnfinished, ScriptoriumMemoryError, WorkspaceLockTimeout
 from memory.ledger._lost_markers import written_to_memory
 from memory.workspace._archive import AppendResult
 from memory.workspace._archive_cache import ArchiveCache
-from memory.workspace._edits import TopicEdit
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.workspace._quarantine import QuarantineEntry, read_quarantine, write_quarantine
 from memory.workspace._runtime_state import (
     RuntimeState,
@@ -76,19 +76,19 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class ArchiveBatches(Idempotent):
+class ArchiveBatches(Idempotent, Request[list[AppendResult]]):
     """Archive the records of every batch, in one thread hop."""
 
     batches: tuple[Batch, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class TakeSnapshot(Idempotent):
+class TakeSnapshot(Idempotent, Request[WorkspaceSnapshot]):
     pass
 
 
 @dataclass(frozen=True, slots=True)
-class CommitEdits(Idempotent):
+class CommitEdits(Idempotent, Request[list[dict[str, Any]]]):
     """Commit ``edits`` made for ``batches`` (one, or a group) against ``base_revision``."""
 
     batches: tuple[Batch, ...]
@@ -97,19 +97,19 @@ class CommitEdits(Idempotent):
 
 
 @dataclass(frozen=True, slots=True)
-class BatchesCovered(Idempotent):
+class BatchesCovered(Idempotent, Request[list[bool]]):
     """Per batch: is every trusted record of it archived and already cited by a topic?"""
 
     batches: tuple[Batch, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class CitedSources(Idempotent):
+class CitedSources(Idempotent, Request[frozenset[str]]):
     """The ``<sid>#source-<16hex>`` keys every topic cites now (for backfill)."""
 
 
 @dataclass(frozen=True, slots=True)
-class SourcesInMemory(Idempotent):
+class SourcesInMemory(Idempotent, Request[tuple[frozenset[str], frozenset[str]]]):
     """Of ``sources`` (source ids): ``(archived, cited)``, the ones in the v2 archive and those
     a topic cites (for lost-marker repair, :mod:`memory.ledger._lost_markers`)."""
 
@@ -117,35 +117,35 @@ class SourcesInMemory(Idempotent):
 
 
 @dataclass(frozen=True, slots=True)
-class RecordSessionEnd(Idempotent):
+class RecordSessionEnd(Idempotent, Request[None]):
     session: str
     updated_at: float
 
 
 @dataclass(frozen=True, slots=True)
-class QuarantineBatch(Idempotent):
+class QuarantineBatch(Idempotent, Request[None]):
     entry: QuarantineEntry
 
 
 @dataclass(frozen=True, slots=True)
-class ReleaseQuarantine:
+class ReleaseQuarantine(Request[list[QuarantineEntry]]):
     """Release every quarantined batch of ``session`` (all sessions if None)."""
 
     session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class ReadQuarantine(Idempotent):
+class ReadQuarantine(Idempotent, Request[list[QuarantineEntry]]):
     pass
 
 
 @dataclass(frozen=True, slots=True)
-class ReadRuntimeState(Idempotent):
+class ReadRuntimeState(Idempotent, Request[RuntimeState]):
     pass
 
 
 @dataclass(frozen=True, slots=True)
-class ReplaceRuntimeState(Idempotent):
+class ReplaceRuntimeState(Idempotent, Request[None]):
     state: RuntimeState
 
 

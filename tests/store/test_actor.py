@@ -33,7 +33,7 @@ from store._actor import (
     TipMoved,
 )
 from store._format import decode_node
-from supervisors import Backoff, ChildSpec, GetChild, Supervisor
+from supervisors import Backoff, ChildSpec, Supervisor, get_child
 from tests.store.test_race import NoSyncFiles
 
 
@@ -213,7 +213,7 @@ class CrashAfterAppend(SessionActor):
 async def _under_a_supervisor(state: Path, seen: list[TipMoved], message: Any) -> Any:
     spec = ChildSpec("s1", lambda: CrashAfterAppend(state, "s1", seen))
     async with open_actor(Supervisor([spec], backoff=Backoff.none()), name="sup") as sup:
-        ref = await sup.call(GetChild("s1"))
+        ref = await get_child(sup, "s1")
         try:
             return await ref.call(message)
         finally:

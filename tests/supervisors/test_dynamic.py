@@ -21,12 +21,12 @@ from actors import (
     snapshot,
 )
 from supervisors import (
-    ActivateChild,
     Backoff,
     DynamicSupervisor,
     Intensity,
     Restart,
     RestartIntensityExceeded,
+    activate_child,
 )
 
 
@@ -61,7 +61,7 @@ def probes(starts: Counter[str]) -> Callable[[str], Actor]:
 
 
 async def activate(sup: ActorRef, key: str) -> ActorRef:
-    ref: ActorRef = await sup.call(ActivateChild(key))
+    ref: ActorRef = await activate_child(sup, key)
     return ref
 
 

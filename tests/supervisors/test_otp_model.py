@@ -30,16 +30,16 @@ from actors.lowlevel import ActorState
 from supervisors import (
     Backoff,
     ChildSpec,
-    GetChild,
     Intensity,
     Restart,
-    RestartChild,
     RestartIntensityExceeded,
-    StartChild,
     Strategy,
     Supervisor,
-    TerminateChild,
-    WhichChildren,
+    get_child,
+    restart_child,
+    start_child,
+    terminate_child,
+    which_children,
 )
 
 MAX_RESTARTS = 4
@@ -185,18 +185,18 @@ class SupervisionMachine(RuleBasedStateMachine):
             assert self.root is not None
             match action:
                 case "crash":
-                    ref = await self.root.call(GetChild(child))
+                    ref = await get_child(self.root, child)
                     await ref.cast("crash")
                 case "stop":
-                    ref = await self.root.call(GetChild(child))
+                    ref = await get_child(self.root, child)
                     await ref.stop()
                 case "terminate":
-                    await self.root.call(TerminateChild(child))
+                    await terminate_child(self.root, child)
                 case "restart":
-                    await self.root.call(RestartChild(child))
+                    await restart_child(self.root, child)
                 case Restart() as kind:
                     spec = ChildSpec(child, self._factory(child), kind, options=ONE_CRASH)
-                    await self.root.call(StartChild(spec))
+                    await start_child(self.root, spec)
             await anyio.wait_all_tasks_blocked()
 
         self.portal.call(run)
@@ -248,7 +248,7 @@ class SupervisionMachine(RuleBasedStateMachine):
             assert isinstance(self.gave_up.__cause__, RuntimeError | type(None))
             return
         assert self.root is not None
-        infos = self.portal.call(self.root.call, WhichChildren())
+        infos = self.portal.call(which_children, self.root)
         assert [i.id for i in infos] == list(self.m.alive)
         running = {i.id: i.state is ActorState.RUNNING for i in infos}
         assert running == self.m.alive

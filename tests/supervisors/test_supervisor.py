@@ -23,19 +23,19 @@ from actors.lowlevel import ActorState
 from supervisors import (
     Backoff,
     ChildSpec,
-    DeleteChild,
     DuplicateChild,
-    GetChild,
     Intensity,
     Restart,
-    RestartChild,
     RestartIntensityExceeded,
-    StartChild,
     Strategy,
     Supervisor,
     SupervisorStatistics,
-    TerminateChild,
-    WhichChildren,
+    delete_child,
+    get_child,
+    restart_child,
+    start_child,
+    terminate_child,
+    which_children,
 )
 
 
@@ -82,7 +82,7 @@ def spec(name: str, journal: Journal, restart: Restart = Restart.PERMANENT,
 
 
 async def child(sup: ActorRef, name: str) -> ActorRef:
-    ref: ActorRef = await sup.call(GetChild(name))
+    ref: ActorRef = await get_child(sup, name)
     return ref
 
 
@@ -137,12 +137,12 @@ async def test_restart_types_permanent_transient_temporary() -> None:
             await refs[n].cast("crash")
         await anyio.wait_all_tasks_blocked()
         assert journal.starts == {"p": 2, "t": 2, "x": 1}
-        assert [info.id for info in await sup.call(WhichChildren())] == ["p", "t"]
+        assert [info.id for info in await which_children(sup)] == ["p", "t"]
         for n in "pt":
             await refs[n].stop()  # a normal exit
         await anyio.wait_all_tasks_blocked()
         assert journal.starts == {"p": 3, "t": 2, "x": 1}
-        states = {i.id: i.state for i in await sup.call(WhichChildren())}
+        states = {i.id: i.state for i in await which_children(sup)}
         assert states == {"p": ActorState.RUNNING, "t": ActorState.STOPPED}
 
 
@@ -189,7 +189,7 @@ async def test_backoff_delays_restarts_without_blocking_the_supervisor() -> None
             starts = journal.starts["a"]
             await a.cast("crash")
             # The supervisor answers while the restart waits out its backoff.
-            infos = await sup.call(WhichChildren())
+            infos = await which_children(sup)
             assert infos[0].state in (ActorState.RUNNING, ActorState.RESTARTING)
             while journal.starts["a"] == starts:
                 await anyio.sleep(0.01)
@@ -255,19 +255,19 @@ async def test_a_child_supervisor_that_gives_up_is_a_crashed_child_of_its_parent
 async def test_management_calls_and_their_typed_errors() -> None:
     journal = Journal()
     async with open_actor(Supervisor([spec("a", journal)]), name="sup") as sup:
-        b = await sup.call(StartChild(spec("b", journal)))
+        b = await start_child(sup, spec("b", journal))
         assert await b.call("hi") == ("b", "hi")
         with pytest.raises(DuplicateChild, match="already has a child 'b'"):
-            await sup.call(StartChild(spec("b", journal)))
-        await sup.call(TerminateChild("b"))
+            await start_child(sup, spec("b", journal))
+        await terminate_child(sup, "b")
         assert b.statistics().state is ActorState.STOPPED
-        await sup.call(RestartChild("b"))
+        await restart_child(sup, "b")
         assert await b.call("again") == ("b", "again")  # the same reference
-        await sup.call(TerminateChild("b"))
-        await sup.call(DeleteChild("b"))
-        assert [i.id for i in await sup.call(WhichChildren())] == ["a"]
+        await terminate_child(sup, "b")
+        await delete_child(sup, "b")
+        assert [i.id for i in await which_children(sup)] == ["a"]
         with pytest.raises(LookupError, match="has no child 'b'"):
-            await sup.call(GetChild("b"))
+            await get_child(sup, "b")
         assert sup.statistics().crashes == 0  # bad calls never crash the supervisor
         stats = await sup.inspect()
         assert isinstance(stats, SupervisorStatistics)
