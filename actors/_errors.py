@@ -13,12 +13,14 @@ The tree::
     ├── ActorCrashed        it crashed on your message and will not retry it (cause: the crash);
     │                       the effect may or may not have happened
     ├── ActorRestarting     fail-fast send while it is between incarnations
-    ├── MailboxFull         fail-fast send to a full mailbox
+    ├── MailboxFull         (also an anyio.WouldBlock) cast_nowait or fail-fast send, mailbox full
     ├── PoisonMessage       your message crashed it N times in a row (cause: the last crash)
-    └── CallTimeout         (also a TimeoutError) no reply within the timeout or deadline
+    └── CallTimeout         (also a TimeoutError) no reply within the call's own timeout= or deadline=
 """
 
 from __future__ import annotations
+
+import anyio
 
 
 class ActorError(Exception):
@@ -76,15 +78,19 @@ class ActorRestarting(ActorError):
         )
 
 
-class MailboxFull(ActorError):
-    """A fail-fast send found the actor's mailbox at capacity (the actor is overloaded)."""
+class MailboxFull(ActorError, anyio.WouldBlock):
+    """A send that may not wait found the actor's mailbox at capacity (it is overloaded).
+
+    Raised by ``cast_nowait`` and by ``Backpressure.FAIL_FAST`` sends; an
+    ``anyio.WouldBlock`` too, like trio's ``*_nowait`` errors.
+    """
 
     def __init__(self, name: str, capacity: int) -> None:
         self.name = name
         self.capacity = capacity
         super().__init__(
             f"mailbox of actor {name!r} is full ({capacity} messages); shed the load, retry "
-            "later, or send with backpressure=Backpressure.WAIT to wait for space"
+            "later, or await cast/call with backpressure=Backpressure.WAIT to wait for space"
         )
 
 

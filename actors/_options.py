@@ -30,7 +30,6 @@ class MailboxOptions:
     - ``capacity``: ordinary messages queued at most (the control lane is not bounded).
     - ``backpressure``: what a send does when the mailbox is full or the actor is
       restarting (``Backpressure.WAIT`` or ``FAIL_FAST``); one send may override it.
-    - ``call_timeout``: seconds a ``call`` waits by default; ``None`` waits forever.
     - ``poison_threshold``: crashes in a row on one idempotent message before it is
       set aside as poison.
     - ``dead_letter``: called with each message a crash set aside, and the crash.
@@ -38,7 +37,6 @@ class MailboxOptions:
 
     capacity: int = 1000
     backpressure: Backpressure = Backpressure.WAIT
-    call_timeout: float | None = 5.0
     poison_threshold: int = 3
     dead_letter: DeadLetter | None = None
 
@@ -54,11 +52,6 @@ class MailboxOptions:
             raise TypeError(
                 f"backpressure must be Backpressure.WAIT or Backpressure.FAIL_FAST, got "
                 f"{self.backpressure!r}"
-            )
-        if self.call_timeout is not None and not self.call_timeout > 0:
-            raise ValueError(
-                f"call_timeout must be a positive number of seconds or None (wait), got "
-                f"{self.call_timeout!r}"
             )
         if isinstance(self.poison_threshold, bool) or not isinstance(self.poison_threshold, int):
             raise TypeError(

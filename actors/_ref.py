@@ -10,11 +10,11 @@ activation for that key.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import anyio
+import anyio.lowlevel
 
 from actors._errors import CallTimeout
 from actors._mailbox import Backpressure, Envelope, ReplySlot
@@ -24,21 +24,18 @@ if TYPE_CHECKING:
     from actors._cell import ActorCell, ActorStatistics
 
 
-class _Default(enum.Enum):
-    TIMEOUT = "the actor's MailboxOptions.call_timeout"
-
-
-DEFAULT = _Default.TIMEOUT
 R = TypeVar("R")
 
 
 class ActorRef:
     """Send to an actor: ``call`` (request/reply), ``cast`` (fire and forget), control.
 
-    ``timeout`` defaults to the actor's ``MailboxOptions.call_timeout``; ``None`` waits
-    forever. ``deadline`` is an absolute ``anyio.current_time()``; the call
-    gives up at whichever of the two comes first. ``backpressure`` overrides
-    the actor's ``MailboxOptions.backpressure`` for one send.
+    As in trio, nothing times out by default: a ``call`` waits for its reply
+    until it comes or the caller's cancel scope (``anyio.fail_after``) ends
+    it. ``timeout`` (seconds) or ``deadline`` (an absolute
+    ``anyio.current_time()``) bound one call and raise ``CallTimeout``, which
+    names the actor; with both, whichever comes first. ``backpressure``
+    overrides the actor's ``MailboxOptions.backpressure`` for one send.
     """
 
     __slots__ = ("_cell", "_resolve")
@@ -64,7 +61,7 @@ class ActorRef:
         self,
         message: Request[R],
         *,
-        timeout: float | None | _Default = DEFAULT,
+        timeout: float | None = None,
         deadline: float | None = None,
         backpressure: Backpressure | None = None,
     ) -> R: ...
@@ -74,7 +71,7 @@ class ActorRef:
         self,
         message: object,
         *,
-        timeout: float | None | _Default = DEFAULT,
+        timeout: float | None = None,
         deadline: float | None = None,
         backpressure: Backpressure | None = None,
     ) -> object: ...
@@ -83,7 +80,7 @@ class ActorRef:
         self,
         message: object,
         *,
-        timeout: float | None | _Default = DEFAULT,
+        timeout: float | None = None,
         deadline: float | None = None,
         backpressure: Backpressure | None = None,
     ) -> object:
@@ -97,8 +94,6 @@ class ActorRef:
         ``MailboxFull`` or ``ActorRestarting`` otherwise.
         """
         cell = self.cell
-        if timeout is DEFAULT:
-            timeout = cell.options.call_timeout
         slot = ReplySlot()
         envelope = Envelope(message, slot)
         if timeout is None and deadline is None:
@@ -125,21 +120,30 @@ class ActorRef:
         return slot.value
 
     async def cast(self, message: Any, *, backpressure: Backpressure | None = None) -> None:
-        """Queue ``message`` without waiting for it to be handled."""
+        """Queue ``message`` without waiting for it to be handled.
+
+        A checkpoint, as in trio: it yields to other tasks even when the
+        mailbox has room, and if the caller is cancelled on entry the message
+        is not sent. It waits only for space (``Backpressure.WAIT``).
+        """
+        await anyio.lowlevel.checkpoint()
         await self.cell.put(Envelope(message, None), backpressure)
 
     def cast_nowait(self, message: Any) -> None:
         """Queue ``message`` now, or raise ``MailboxFull`` instead of waiting for space.
 
-        Also raises ``ActorStopped``, and ``ActorRestarting`` under ``FAIL_FAST``.
+        Never yields (not a checkpoint). ``MailboxFull`` is also an
+        ``anyio.WouldBlock``, the error trio's ``*_nowait`` calls raise. Also
+        raises ``ActorStopped``, and ``ActorRestarting`` under ``FAIL_FAST``.
         """
         self.cell.put_nowait(Envelope(message, None))
 
-    async def inspect(self, *, timeout: float | None | _Default = DEFAULT) -> object:
-        """The actor's ``inspect()`` snapshot, taken between two messages (control lane)."""
+    async def inspect(self, *, timeout: float | None = None) -> object:
+        """The actor's ``inspect()`` snapshot, taken between two messages (control lane).
+
+        Waits for the running handler to finish; ``timeout`` bounds the wait.
+        """
         cell = self.cell
-        if timeout is DEFAULT:
-            timeout = cell.options.call_timeout
         slot = ReplySlot()
         with anyio.move_on_after(timeout) as scope:
             try:

@@ -152,7 +152,7 @@ class WriterWorker(Actor):
         self.runtime.record_outcome(job, outcome)
         ref = self.runtime.session_ref(job.batch.session_id)
         with anyio.CancelScope(shield=True):
-            await ref.call(JobFinished(job.id, outcome), timeout=None)
+            await ref.call(JobFinished(job.id, outcome))
 
 
 def worker_factory(

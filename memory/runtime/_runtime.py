@@ -225,7 +225,7 @@ class MemoryRuntime:
             self._sessions = DynamicSupervisor(
                 session_factory(self), restart=Restart.TRANSIENT,
                 idle_timeout=config.passivate_after,
-                options=MailboxOptions(capacity=10_000, call_timeout=config.call_timeout),
+                options=MailboxOptions(capacity=10_000),
             )
             return self._sessions
 
@@ -248,7 +248,7 @@ class MemoryRuntime:
         return Supervisor(
             [
                 ChildSpec("workspace", start_workspace, Restart.PERMANENT,
-                          options=MailboxOptions(capacity=100_000, call_timeout=None)),
+                          options=MailboxOptions(capacity=100_000)),
                 ChildSpec("sessions", start_sessions, Restart.PERMANENT),
                 ChildSpec("writers", start_pool, Restart.PERMANENT),
                 ChildSpec("watchdog", start_watchdog, Restart.PERMANENT,
@@ -392,14 +392,14 @@ class MemoryRuntime:
         self._claimed.clear()
 
     async def quarantine(self, entry: QuarantineEntry) -> None:
-        await self.workspace_ref.call(QuarantineBatch(entry), timeout=None)
+        await self.workspace_ref.call(QuarantineBatch(entry))
         self.quarantined.append(entry)
         self.outcomes["quarantined"] += 1
         self.emit("quarantined", session=entry.session, nodes=list(entry.node_ids),
                   error=entry.error)
 
     async def record_session_end(self, session: str, updated_at: float) -> None:
-        await self.workspace_ref.call(RecordSessionEnd(session, updated_at), timeout=None)
+        await self.workspace_ref.call(RecordSessionEnd(session, updated_at))
         self.emit("session_end", session=session, updated_at=updated_at)
 
     def watchdog_touch(self, session: str, updated_at: object) -> None:
@@ -471,11 +471,11 @@ class MemoryRuntime:
         workspace = self.workspace_ref
 
         async def read_state() -> RuntimeState:
-            state: RuntimeState = await workspace.call(ReadRuntimeState(), timeout=None)
+            state: RuntimeState = await workspace.call(ReadRuntimeState())
             return state
 
         async def write_state(state: RuntimeState) -> object:
-            return await workspace.call(ReplaceRuntimeState(state), timeout=None)
+            return await workspace.call(ReplaceRuntimeState(state))
 
         async def mark(session: str, node_ids: Sequence[str]) -> object:
             return await self.sessions.merge_node_metadata_batch(
@@ -491,10 +491,10 @@ class MemoryRuntime:
     async def backfill(self, progress: Progress | None = None) -> BackfillReport:
         """SPEC §6.8: write every trusted archived source no topic cites yet (markers ignored)."""
         workspace = self.workspace_ref
-        cited: frozenset[str] = await workspace.call(CitedSources(), timeout=None)
+        cited: frozenset[str] = await workspace.call(CitedSources())
 
         async def revision() -> str:
-            view: WorkspaceSnapshot = await workspace.call(TakeSnapshot(), timeout=None)
+            view: WorkspaceSnapshot = await workspace.call(TakeSnapshot())
             return view.revision
 
         return await backfill(
@@ -562,12 +562,12 @@ class MemoryRuntime:
 
     async def poll_idle(self) -> int:
         """Run the idle watchdog's disk scan now; returns how many sessions it asked."""
-        found: int = await self.watchdog_ref.call(PollNow(), timeout=None)
+        found: int = await self.watchdog_ref.call(PollNow())
         return found
 
     async def release(self, session: str | None = None) -> list[QuarantineEntry]:
         released: list[QuarantineEntry] = await self.workspace_ref.call(
-            ReleaseQuarantine(session), timeout=None)
+            ReleaseQuarantine(session))
         gone = {(e.session, e.node_ids) for e in released}
         self.quarantined = [e for e in self.quarantined if (e.session, e.node_ids) not in gone]
         for entry in released:
@@ -592,19 +592,19 @@ class _WorkspaceSteps:
     workspace: ActorRef
 
     async def archive(self, batches: Sequence[Batch]) -> object:
-        return await self.workspace.call(ArchiveBatches(tuple(batches)), timeout=None)
+        return await self.workspace.call(ArchiveBatches(tuple(batches)))
 
     async def snapshot(self) -> WorkspaceSnapshot:
-        view: WorkspaceSnapshot = await self.workspace.call(TakeSnapshot(), timeout=None)
+        view: WorkspaceSnapshot = await self.workspace.call(TakeSnapshot())
         return view
 
     async def commit(self, batches: Sequence[Batch], edits: Sequence[TopicEdit], base: str) -> Any:
         return await self.workspace.call(
-            CommitEdits(tuple(batches), tuple(edits), base), timeout=None)
+            CommitEdits(tuple(batches), tuple(edits), base))
 
     async def covered(self, batches: Sequence[Batch]) -> list[bool]:
         verdicts: list[bool] = await self.workspace.call(
-            BatchesCovered(tuple(batches)), timeout=None)
+            BatchesCovered(tuple(batches)))
         return verdicts
 
 
@@ -683,12 +683,11 @@ async def open_runtime(
     files = runtime.config.files
     await run_durable(files.make_dirs, os.path.join(state, "sessions"))
     try:
-        async with open_actor(runtime.root_supervisor(), name="runtime",
-                              options=MailboxOptions(call_timeout=None)) as root:
+        async with open_actor(runtime.root_supervisor(), name="runtime") as root:
             runtime.root = root
             runtime.workspace_ref = await get_child(root, "workspace")
             runtime.watchdog_ref = await get_child(root, "watchdog")
-            runtime.quarantined = list(await runtime.workspace_ref.call(ReadQuarantine(), timeout=None))
+            runtime.quarantined = list(await runtime.workspace_ref.call(ReadQuarantine()))
             # SPEC §6.7: before anything computes what a branch owes.
             runtime.migration = await runtime.migrate()
             # Retry timers live in their own group: leaving the block cancels them,

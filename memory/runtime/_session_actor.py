@@ -805,7 +805,7 @@ class MemorySessionActor(SessionActor):
         if not candidates:
             return []
         archived, cited = await self.runtime.workspace_ref.call(
-            SourcesInMemory(tuple(candidates)), timeout=None)
+            SourcesInMemory(tuple(candidates)))
         lost = sorted({node for b in branches
                        for node in lost_markers(b, workspace_id, archived, cited)})
         if not lost:

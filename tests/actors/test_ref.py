@@ -96,7 +96,7 @@ async def test_a_call_whose_caller_gave_up_is_skipped() -> None:
 
 @pytest.mark.virtual_time
 async def test_deadline_is_absolute_and_wins_over_a_longer_timeout() -> None:
-    async with open_actor(Gated(), name="g", options=MailboxOptions(call_timeout=None)) as ref:
+    async with open_actor(Gated(), name="g") as ref:
         start = anyio.current_time()
         with pytest.raises(CallTimeout) as raised:
             await ref.call(("wait", anyio.Event()), timeout=100.0, deadline=start + 3.0)
@@ -104,13 +104,59 @@ async def test_deadline_is_absolute_and_wins_over_a_longer_timeout() -> None:
         assert isinstance(raised.value, TimeoutError)
 
 
+class Slow(Actor):
+    """Replies after sleeping the number of seconds it is sent."""
+
+    async def handle(self, message: Any) -> Any:
+        await anyio.sleep(message)
+        return message
+
+
 @pytest.mark.virtual_time
-async def test_default_timeout_comes_from_the_actor() -> None:
-    async with open_actor(Gated(), name="g", options=MailboxOptions(call_timeout=7.0)) as ref:
+async def test_a_call_has_no_default_timeout_it_waits_for_the_reply() -> None:
+    async with open_actor(Slow(), name="slow") as ref:
         start = anyio.current_time()
-        with pytest.raises(CallTimeout):
-            await ref.call(("wait", anyio.Event()))
-        assert anyio.current_time() - start == pytest.approx(7.0, abs=0.01)
+        assert await ref.call(3600.0) == 3600.0  # an hour: far past any old default
+        assert anyio.current_time() - start == pytest.approx(3600.0, abs=0.01)
+        assert await ref.inspect() is None  # nor does inspect
+
+
+@pytest.mark.virtual_time
+async def test_a_caller_bounds_a_call_with_its_own_cancel_scope() -> None:
+    async with open_actor(Slow(), name="slow") as ref:
+        start = anyio.current_time()
+        with pytest.raises(TimeoutError):
+            with anyio.fail_after(2.0):
+                await ref.call(10.0)
+        assert anyio.current_time() - start == pytest.approx(2.0, abs=0.01)
+        assert await ref.call(0.0) == 0.0  # the late reply went nowhere
+        assert ref.statistics().dropped_replies == 1
+
+
+async def test_cast_is_a_checkpoint_even_with_room_in_the_mailbox() -> None:
+    actor = Gated()
+    async with open_actor(actor, name="g") as ref:
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await ref.cast("cancelled before it was sent")
+        assert scope.cancelled_caught  # a cancel point: nothing was sent
+        handled_while_casting: list[int] = []
+        for i in range(50):  # never blocks: capacity 1000
+            await ref.cast(i)
+            handled_while_casting.append(len(actor.seen))
+        assert handled_while_casting[-1] > 0  # a schedule point: the actor ran meanwhile
+        assert await ref.call("last") == "last"
+    assert "cancelled before it was sent" not in actor.seen
+
+
+async def test_cast_nowait_on_a_full_mailbox_raises_would_block() -> None:
+    gate = anyio.Event()
+    async with open_actor(Gated(), name="g", options=MailboxOptions(capacity=1)) as ref:
+        await ref.cast(("wait", gate))
+        with pytest.raises(anyio.WouldBlock) as raised:
+            ref.cast_nowait("no room")
+        assert isinstance(raised.value, MailboxFull)
+        gate.set()
 
 
 async def test_a_cancelled_caller_never_receives_its_reply() -> None:
