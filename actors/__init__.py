@@ -12,6 +12,8 @@ outlives incarnations; the runner interface, exported by `lowlevel`), `_ref`
 """
 
 from actors._actor import Actor as Actor
+from actors._actor import StopKind as StopKind
+from actors._actor import StopReason as StopReason
 from actors._cell import ActorStatistics as ActorStatistics
 from actors._errors import ActorCrashed as ActorCrashed
 from actors._errors import ActorError as ActorError
@@ -20,6 +22,7 @@ from actors._errors import ActorStopped as ActorStopped
 from actors._errors import CallTimeout as CallTimeout
 from actors._errors import MailboxFull as MailboxFull
 from actors._errors import PoisonMessage as PoisonMessage
+from actors._errors import UnhandledMessage as UnhandledMessage
 from actors._idempotent import Idempotent as Idempotent
 from actors._idempotent import redeliverable as redeliverable
 from actors._introspect import ActorSnapshot as ActorSnapshot
@@ -51,6 +54,9 @@ __all__ = [
     "PoisonMessage",
     "Registry",
     "Request",
+    "StopKind",
+    "StopReason",
+    "UnhandledMessage",
     "open_actor",
     "open_registry",
     "redeliverable",

@@ -26,24 +26,28 @@ Contract with whoever runs a cell (``open_actor``, a supervisor, a registry):
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
 import anyio.lowlevel
 
-from actors._actor import Actor
+from actors._actor import PASSIVATION, STOP, Actor, StopReason
 from actors._errors import (
     ActorCrashed,
     ActorRestarting,
     ActorStopped,
     MailboxFull,
     PoisonMessage,
+    UnhandledMessage,
 )
 from actors._idempotent import redeliverable
 from actors._mailbox import Backpressure, Envelope, Inspect, Mailbox, Passivate, ReplySlot, Stop
 from actors._options import MailboxOptions
 from actors._ref import ActorRef
+
+_log = logging.getLogger("actors")
 
 # A busy actor whose handler never awaits would otherwise keep the event loop
 # until its mailbox is empty; yielding every few messages keeps it fair.
@@ -81,7 +85,7 @@ class ActorStatistics:
     crashes: int
     dropped_expired: int  # calls skipped because their caller gave up before dequeue
     dropped_replies: int  # replies that arrived after their caller gave up
-    dead_letters: int  # set aside by a crash: poison, or not idempotent
+    dead_letters: int  # set aside: by a crash (poison, not idempotent), or a cast nobody handles
 
 
 class ActorCell:
@@ -222,10 +226,10 @@ class ActorCell:
             outcome = await self._loop(actor)
         except Exception as exc:
             self._note_crash(exc)
-            await actor.on_stop(exc)
+            await actor.on_stop(StopReason.crashed(exc))
             raise
         try:
-            await actor.on_stop(None)
+            await actor.on_stop(STOP if outcome is Exit.STOPPED else PASSIVATION)
         except Exception as exc:
             self._note_crash(exc)
             raise
@@ -272,7 +276,8 @@ class ActorCell:
         ordinary = mailbox.ordinary
         control = mailbox.control
         handle = actor.handle
-        expected = actor.expected_errors
+        # An unknown message is the sender's mistake, never a crash.
+        expected: tuple[type[Exception], ...] = (UnhandledMessage, *actor.expected_errors)
         idle_timeout = self.idle_timeout
         batch = 0
         while True:
@@ -303,7 +308,10 @@ class ActorCell:
                     reply = await handle(envelope.message)
                 except expected as exc:
                     reply = None
-                    if slot is not None and not slot.fail(exc):
+                    if slot is None:
+                        if isinstance(exc, UnhandledMessage):
+                            self._set_aside(envelope.message, exc)  # a cast nobody handles
+                    elif not slot.fail(exc):
                         self.dropped_replies += 1
                         slot = None
                 self._current = None
@@ -349,6 +357,15 @@ class ActorCell:
         dead_letter = self.options.dead_letter
         if dead_letter is not None:
             dead_letter(envelope.message, exc)
+
+    def _set_aside(self, message: object, error: BaseException) -> None:
+        """A message nobody will handle: to the dead-letter callback, else a log line."""
+        self.dead_letters += 1
+        dead_letter = self.options.dead_letter
+        if dead_letter is not None:
+            dead_letter(message, error)
+        else:
+            _log.warning("%s", error)
 
     def _fail_queued(self, cause: BaseException | None) -> None:
         ordinary = self.mailbox.ordinary

@@ -15,6 +15,7 @@ The tree::
     ├── ActorRestarting     fail-fast send while it is between incarnations
     ├── MailboxFull         (also an anyio.WouldBlock) cast_nowait or fail-fast send, mailbox full
     ├── PoisonMessage       your message crashed it N times in a row (cause: the last crash)
+    ├── UnhandledMessage    it has no handler for your message's type (it keeps running)
     └── CallTimeout         (also a TimeoutError) no reply within the call's own timeout= or deadline=
 """
 
@@ -108,6 +109,25 @@ class PoisonMessage(ActorError):
         super().__init__(
             f"{_short(message)} crashed actor {name!r} {crashes} times in a row and was handed "
             "to the dead-letter callback; fix the message or the handler, do not resend it as is"
+        )
+
+
+class UnhandledMessage(ActorError):
+    """The actor does not handle messages of this type; nothing happened.
+
+    An actor's ``handle`` raises it for a message it has no case for (the
+    base ``Actor.handle`` does for every message). It is never a crash: the
+    kernel hands it to a ``call``'s caller, and sets a ``cast`` aside to the
+    dead letters (the ``MailboxOptions.dead_letter`` callback, else a log line).
+    """
+
+    def __init__(self, name: str, message: object, hint: str = "") -> None:
+        self.name = name
+        self.message = message
+        self.message_type = type(message).__name__
+        super().__init__(
+            f"actor {name!r} does not handle {self.message_type} messages ({_short(message)}); "
+            + (hint or "send one of the messages its handle() matches, or add a case for this one")
         )
 
 

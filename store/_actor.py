@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from actors import Actor, ActorError, Idempotent, Request
+from actors import Actor, ActorError, Idempotent, Request, StopReason, UnhandledMessage
 
 from ._durable import DurableFiles, run_durable
 from ._errors import StoreError
@@ -224,8 +224,8 @@ class SessionActor(Actor):
             lambda: SessionCore.open(self.state_dir, self.session, **options)
         )
 
-    async def on_stop(self, reason: BaseException | None) -> None:
-        if self._core is not None and reason is None:
+    async def on_stop(self, reason: StopReason) -> None:
+        if self._core is not None and reason.crash is None:
             await run_durable(self._core.close)
 
     def inspect(self) -> object:
@@ -300,7 +300,7 @@ class SessionActor(Actor):
                 self._retire_queued = False
                 await run_durable(core.retire_journals)
                 return None
-        raise TypeError(f"session actor {self.session!r} got an unknown message {message!r}")
+        raise UnhandledMessage(self.ref.name, message)
 
     async def tip_moved(self, event: TipMoved) -> None:
         """Called after every append, inside the actor; subclasses react here."""

@@ -23,7 +23,15 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-from actors import Actor, ActorRef, MailboxOptions, Registry, Request
+from actors import (
+    Actor,
+    ActorRef,
+    MailboxOptions,
+    Registry,
+    Request,
+    StopReason,
+    UnhandledMessage,
+)
 from actors.lowlevel import ActorCell, ActorState
 from supervisors._backoff import Backoff, BackoffStreak
 from supervisors._errors import RestartIntensityExceeded
@@ -137,7 +145,7 @@ class DynamicSupervisor(Actor, Generic[K]):
         if crash is not None:
             raise crash
 
-    async def on_stop(self, reason: BaseException | None) -> None:
+    async def on_stop(self, reason: StopReason) -> None:
         await self.registry.shutdown(self.shutdown_timeout)
 
     async def handle(self, message: Any) -> Any:
@@ -154,9 +162,9 @@ class DynamicSupervisor(Actor, Generic[K]):
                     self.on_give_up(key, crash)  # type: ignore[arg-type]
                 return None
             case _:
-                raise TypeError(
-                    f"dynamic supervisor {self.ref.name!r} got {message!r}; send "
-                    "activate_child(ref, key), or talk to a child through child(key)"
+                raise UnhandledMessage(
+                    self.ref.name, message, "use activate_child(ref, key), or talk to a "
+                    "keyed child through its own reference, child(key)"
                 )
 
     def inspect(self) -> object:

@@ -37,7 +37,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from actors import Actor, ActorRef, MailboxOptions, Request
+from actors import Actor, ActorRef, MailboxOptions, Request, StopReason, UnhandledMessage
 from actors.lowlevel import ActorCell, ActorState
 from supervisors._backoff import Backoff, BackoffStreak
 from supervisors._errors import ChildNotFound, DuplicateChild, RestartIntensityExceeded
@@ -188,7 +188,7 @@ class _Child:
 class Supervisor(Actor):
     """A static supervisor (OTP ``supervisor``); see the module doc."""
 
-    expected_errors = (ChildNotFound, DuplicateChild, TypeError)
+    expected_errors = (ChildNotFound, DuplicateChild)
 
     def __init__(
         self,
@@ -235,7 +235,7 @@ class Supervisor(Actor):
         for spec in self.specs:
             await self._add(spec)
 
-    async def on_stop(self, reason: BaseException | None) -> None:
+    async def on_stop(self, reason: StopReason) -> None:
         for child in reversed(list(self._children.values())):
             await self._stop(child)
             if not child.cell.closed:
@@ -280,8 +280,8 @@ class Supervisor(Actor):
             case _GetChild(child_id):
                 return self._child(child_id).cell.ref
             case _:
-                raise TypeError(
-                    f"supervisor {self.ref.name!r} got {message!r}; manage it with start_child, "
+                raise UnhandledMessage(
+                    self.ref.name, message, "manage a supervisor with start_child, "
                     "terminate_child, restart_child, delete_child, which_children or get_child"
                 )
         return None

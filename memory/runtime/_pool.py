@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from actors import Actor
+from actors import Actor, UnhandledMessage
 from memory._errors import WriteCycleError
 from memory.runtime._session_actor import JobFinished, WriteJob
 from memory.writers._cycle import FailureKind, WriteOutcome
@@ -104,7 +104,8 @@ class WriterWorker(Actor):
         return {"current": [job.id for job in self.current], "done": self.done}
 
     async def handle(self, message: Any) -> Any:
-        raise TypeError(f"a writer worker takes jobs from the queue, not messages ({message!r})")
+        raise UnhandledMessage(self.ref.name, message,
+                               "a writer worker takes jobs from the queue, not messages")
 
     async def run_jobs(self, jobs: list[WriteJob]) -> None:
         """Write ``jobs`` (one, or a group), report every outcome, then crash if a writer failed.

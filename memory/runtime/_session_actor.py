@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
-from actors import ActorError, Idempotent, Request
+from actors import ActorError, Idempotent, Request, StopReason
 from memory._errors import LedgerError, MissingAuthority, ScriptoriumMemoryError, describe_error
 from memory.ledger._ledger import (
     NodeRecords,
@@ -375,13 +375,13 @@ class MemorySessionActor(SessionActor):
         if event.head_moved or self.ledger.boundary is not None:
             await self._plan()
 
-    async def on_stop(self, reason: BaseException | None) -> None:
-        if reason is not None:  # a crash: whoever waits on the boundary hears it now
+    async def on_stop(self, reason: StopReason) -> None:
+        if (crash := reason.crash) is not None:  # whoever waits on the boundary hears it now
             with contextlib.suppress(Exception):
                 await self._finish_boundary(
                     BoundaryOutcome.ERROR,
-                    f"session {self.session!r}: its actor crashed ({describe_error(reason)}); "
-                    "it restarts and the turns stay owed", reason)
+                    f"session {self.session!r}: its actor crashed ({describe_error(crash)}); "
+                    "it restarts and the turns stay owed", crash)
         await super().on_stop(reason)
 
     # -- the planner --------------------------------------------------------------

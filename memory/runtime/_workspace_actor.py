@@ -38,7 +38,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from actors import Actor, Idempotent, Request
+from actors import Actor, Idempotent, Request, UnhandledMessage
 from memory._errors import InstallUnfinished, ScriptoriumMemoryError, WorkspaceLockTimeout
 from memory.ledger._lost_markers import written_to_memory
 from memory.workspace._archive import AppendResult
@@ -243,7 +243,7 @@ class WorkspaceActor(Actor):
                 return await run_durable(read_runtime_state, self.memory_dir)
             case ReplaceRuntimeState(state):
                 return await run_durable(self._replace_runtime_state, state)
-        raise TypeError(f"the workspace actor got an unknown message {message!r}")
+        raise UnhandledMessage(self.ref.name, message)
 
     # -- the synchronous bodies, each one thread hop --------------------------------
 

@@ -22,6 +22,8 @@ from actors import (
     Idempotent,
     MailboxOptions,
     PoisonMessage,
+    StopKind,
+    StopReason,
     open_actor,
     redeliverable,
 )
@@ -38,7 +40,7 @@ class Journal:
 
     handled: list[Any] = field(default_factory=list)
     started: int = 0
-    stopped: list[BaseException | None] = field(default_factory=list)
+    stopped: list[StopReason] = field(default_factory=list)
     crash_once: set[Any] = field(default_factory=set)
 
 
@@ -88,7 +90,7 @@ class Worker(Actor):
         self.journal.handled.append(message)
         return ("ok", message)
 
-    async def on_stop(self, reason: BaseException | None) -> None:
+    async def on_stop(self, reason: StopReason) -> None:
         self.journal.stopped.append(reason)
 
 
@@ -114,7 +116,7 @@ async def test_call_replies_and_casts_keep_their_order() -> None:
         ref.cast_nowait(5)
         assert await ref.call("last") == ("ok", "last")
     assert journal.handled == [0, 1, 2, 3, 4, 5, "last"]
-    assert journal.stopped == [None]
+    assert journal.stopped == [StopReason(StopKind.STOP)]
     assert ref.statistics().state is ActorState.STOPPED
 
 
@@ -153,7 +155,7 @@ async def test_crash_is_raised_out_of_open_actor_and_callers_learn_why() -> None
     assert outcomes["crashed"].__cause__ is crash
     assert isinstance(outcomes["queued"], ActorStopped)
     assert outcomes["queued"].__cause__ is crash
-    assert journal.stopped == [crash]  # on_stop saw the crash
+    assert journal.stopped == [StopReason(StopKind.CRASH, crash)]  # on_stop saw the crash
     with pytest.raises(ActorStopped) as late:
         await ref.call("too late")
     assert late.value.__cause__ is crash
@@ -326,7 +328,7 @@ async def test_stop_finishes_the_current_message_and_fails_queued_calls() -> Non
             await ref.cast("after stop")
     assert journal.handled == [("gate", gate)]
     assert len(failures) == 2 and all(f.__cause__ is None for f in failures)
-    assert journal.stopped == [None]
+    assert journal.stopped == [StopReason(StopKind.STOP)]
 
 
 async def test_cancellation_is_never_caught_by_the_loop() -> None:

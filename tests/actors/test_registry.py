@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import Actor, ActorStopped, open_registry, snapshot
+from actors import Actor, ActorStopped, StopReason, open_registry, snapshot
 from actors._mailbox import Mailbox
 from actors.lowlevel import ActorState
 
@@ -45,7 +45,7 @@ class Session(Actor):
         self.liveness.handled.append((self.key, message))
         return (self.key, message, self.count)
 
-    async def on_stop(self, reason: BaseException | None) -> None:
+    async def on_stop(self, reason: StopReason) -> None:
         self.liveness.stopping.set()
         if self.liveness.stop_gate is not None:
             await self.liveness.stop_gate.wait()  # a slow passivation

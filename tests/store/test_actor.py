@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import ActorCrashed, MailboxOptions, open_actor, redeliverable
+from actors import ActorCrashed, MailboxOptions, UnhandledMessage, open_actor, redeliverable
 from store import SessionCore, StoreError, UnsafeIdError
 from store._actor import (
     Append,
@@ -77,6 +77,8 @@ async def test_bad_input_is_a_typed_error_and_the_actor_keeps_running(tmp_path: 
             await ref.call(Append({"id": "../evil", "role": "user", "content": "x"}))
         with pytest.raises(StoreError):
             await ref.call(MergeMetadata({"missing": {"k": 1}}))
+        with pytest.raises(UnhandledMessage, match="does not handle str messages"):
+            await ref.call("not a session message")  # refused, never a crash
         await ref.call(Append({"id": "u1", "role": "user", "content": "still here"}))
         assert ref.statistics().crashes == 0
     assert list(_node_files(tmp_path, "s1")) == ["u1"]

@@ -16,6 +16,7 @@ from actors import (
     ActorRef,
     Idempotent,
     MailboxOptions,
+    StopReason,
     open_actor,
     snapshot,
 )
@@ -67,7 +68,7 @@ class Probe(Actor):
             raise RuntimeError(f"{self.name} crashed")
         return (self.name, message)
 
-    async def on_stop(self, reason: BaseException | None) -> None:
+    async def on_stop(self, reason: StopReason) -> None:
         self.journal.events.append(("stop", self.name))
         if self.name in self.journal.hang_on_stop:
             await anyio.sleep_forever()
