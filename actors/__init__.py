@@ -15,14 +15,14 @@ from actors._actor import Actor as Actor
 from actors._actor import StopKind as StopKind
 from actors._actor import StopReason as StopReason
 from actors._cell import ActorStatistics as ActorStatistics
-from actors._errors import ActorCrashed as ActorCrashed
+from actors._errors import ActorCrashedError as ActorCrashedError
 from actors._errors import ActorError as ActorError
-from actors._errors import ActorRestarting as ActorRestarting
-from actors._errors import ActorStopped as ActorStopped
-from actors._errors import CallTimeout as CallTimeout
+from actors._errors import ActorRestartingError as ActorRestartingError
+from actors._errors import ActorStoppedError as ActorStoppedError
+from actors._errors import CallTimeoutError as CallTimeoutError
 from actors._errors import MailboxFull as MailboxFull
-from actors._errors import PoisonMessage as PoisonMessage
-from actors._errors import UnhandledMessage as UnhandledMessage
+from actors._errors import PoisonMessageError as PoisonMessageError
+from actors._errors import UnhandledMessageError as UnhandledMessageError
 from actors._idempotent import Idempotent as Idempotent
 from actors._idempotent import redeliverable as redeliverable
 from actors._introspect import ActorSnapshot as ActorSnapshot
@@ -38,25 +38,25 @@ from actors._run import open_actor as open_actor
 
 __all__ = [
     "Actor",
-    "ActorCrashed",
+    "ActorCrashedError",
     "ActorError",
     "ActorRef",
-    "ActorRestarting",
+    "ActorRestartingError",
     "ActorSnapshot",
     "ActorStatistics",
-    "ActorStopped",
+    "ActorStoppedError",
     "Backpressure",
-    "CallTimeout",
+    "CallTimeoutError",
     "DeadLetter",
     "Idempotent",
     "MailboxFull",
     "MailboxOptions",
-    "PoisonMessage",
+    "PoisonMessageError",
     "Registry",
     "Request",
     "StopKind",
     "StopReason",
-    "UnhandledMessage",
+    "UnhandledMessageError",
     "open_actor",
     "open_registry",
     "redeliverable",

@@ -10,7 +10,7 @@ Errors follow "let it crash": an exception whose type is listed in
 the caller's task while the actor keeps running; any other ``Exception``
 crashes the incarnation, and the supervisor decides what happens next. The
 message that crashed it is delivered to the next incarnation only if it is
-``actors.Idempotent``; otherwise its caller gets ``ActorCrashed``.
+``actors.Idempotent``; otherwise its caller gets ``ActorCrashedError``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from actors._errors import UnhandledMessage
+from actors._errors import UnhandledMessageError
 
 if TYPE_CHECKING:
     from actors._ref import ActorRef
@@ -60,7 +60,7 @@ class Actor:
       an exception here is a crash.
     - ``async handle(message) -> reply``: one message at a time; the return
       value is the reply of a ``call`` (ignored for a ``cast``). For a message
-      it has no case for, raise ``UnhandledMessage(self.ref.name, message)``
+      it has no case for, raise ``UnhandledMessageError(self.ref.name, message)``
       (what the base class does): the caller gets it, the actor keeps running.
     - ``async on_stop(reason)``: runs when the incarnation ends; ``reason`` is
       a ``StopReason``: ``STOP``, ``PASSIVATION``, or ``CRASH`` with the exception.
@@ -88,7 +88,7 @@ class Actor:
         return None
 
     async def handle(self, message: Any) -> Any:
-        raise UnhandledMessage(self.ref.name, message)
+        raise UnhandledMessageError(self.ref.name, message)
 
     async def on_stop(self, reason: StopReason) -> None:
         return None

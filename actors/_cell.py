@@ -18,7 +18,7 @@ Contract with whoever runs a cell (``open_actor``, a supervisor, a registry):
   being handled stays at the head of the mailbox with its crash count only
   if it is :class:`~actors._idempotent.Idempotent` (redelivered, up to
   its options' ``poison_threshold``); any other is taken out and its caller gets
-  ``ActorCrashed``, since its effect may already have happened.
+  ``ActorCrashedError``, since its effect may already have happened.
 - Only ``Exception`` is caught; cancellation and other ``BaseException``
   always propagate.
 """
@@ -35,12 +35,12 @@ import anyio.lowlevel
 
 from actors._actor import PASSIVATION, STOP, Actor, StopReason
 from actors._errors import (
-    ActorCrashed,
-    ActorRestarting,
-    ActorStopped,
+    ActorCrashedError,
+    ActorRestartingError,
+    ActorStoppedError,
     MailboxFull,
-    PoisonMessage,
-    UnhandledMessage,
+    PoisonMessageError,
+    UnhandledMessageError,
 )
 from actors._idempotent import redeliverable
 from actors._mailbox import Backpressure, Envelope, Inspect, Mailbox, Passivate, ReplySlot, Stop
@@ -126,9 +126,9 @@ class ActorCell:
     def _refuse(self, backpressure: Backpressure) -> None:
         state = self.state
         if state is ActorState.STOPPED or state is ActorState.STOPPING:
-            raise ActorStopped(self.name) from self.cause
+            raise ActorStoppedError(self.name) from self.cause
         if state is ActorState.RESTARTING and backpressure is Backpressure.FAIL_FAST:
-            raise ActorRestarting(self.name)
+            raise ActorRestartingError(self.name)
 
     def _accept(self, envelope: Envelope) -> None:
         self.mailbox.put(envelope)
@@ -192,7 +192,7 @@ class ActorCell:
         supervisor can start its children one after the other, as OTP does.
         """
         if self.closed:
-            raise ActorStopped(self.name) from self.cause
+            raise ActorStoppedError(self.name) from self.cause
         self.state = ActorState.STARTING
         self.incarnations += 1
         try:
@@ -251,7 +251,7 @@ class ActorCell:
         while self.mailbox.control:
             item = self.mailbox.control.popleft()
             if isinstance(item, Inspect):
-                item.slot.fail(_with_cause(ActorStopped(self.name), cause))
+                item.slot.fail(_with_cause(ActorStoppedError(self.name), cause))
         self._wake_stop_waiters()
 
     def statistics(self) -> ActorStatistics:
@@ -277,7 +277,7 @@ class ActorCell:
         control = mailbox.control
         handle = actor.handle
         # An unknown message is the sender's mistake, never a crash.
-        expected: tuple[type[Exception], ...] = (UnhandledMessage, *actor.expected_errors)
+        expected: tuple[type[Exception], ...] = (UnhandledMessageError, *actor.expected_errors)
         idle_timeout = self.idle_timeout
         batch = 0
         while True:
@@ -309,7 +309,7 @@ class ActorCell:
                 except expected as exc:
                     reply = None
                     if slot is None:
-                        if isinstance(exc, UnhandledMessage):
+                        if isinstance(exc, UnhandledMessageError):
                             self._set_aside(envelope.message, exc)  # a cast nobody handles
                     elif not slot.fail(exc):
                         self.dropped_replies += 1
@@ -346,10 +346,10 @@ class ActorCell:
         if redeliverable(envelope.message):
             if envelope.crashes < self.options.poison_threshold:
                 return  # stays at the head, redelivered to the next incarnation
-            error = PoisonMessage(self.name, envelope.message, envelope.crashes)
+            error = PoisonMessageError(self.name, envelope.message, envelope.crashes)
         else:
             # Its effect may have happened before the crash: never repeat it.
-            error = ActorCrashed(self.name, envelope.message, redeliverable=False)
+            error = ActorCrashedError(self.name, envelope.message, redeliverable=False)
         self.mailbox.pop_head()
         self.dead_letters += 1
         if envelope.slot is not None:
@@ -376,9 +376,9 @@ class ActorCell:
                 continue
             error: Exception
             if envelope.crashes and cause is not None:
-                error = ActorCrashed(self.name, envelope.message)
+                error = ActorCrashedError(self.name, envelope.message)
             else:
-                error = ActorStopped(self.name)
+                error = ActorStoppedError(self.name)
             slot.fail(_with_cause(error, cause))
         self.mailbox.release_senders()
 

@@ -9,14 +9,14 @@ crash is never reduced to a message string.
 The tree::
 
     ActorError
-    ├── ActorStopped        you sent to an actor that is stopped (cause: its crash, if any)
-    ├── ActorCrashed        it crashed on your message and will not retry it (cause: the crash);
-    │                       the effect may or may not have happened
-    ├── ActorRestarting     fail-fast send while it is between incarnations
-    ├── MailboxFull         (also an anyio.WouldBlock) cast_nowait or fail-fast send, mailbox full
-    ├── PoisonMessage       your message crashed it N times in a row (cause: the last crash)
-    ├── UnhandledMessage    it has no handler for your message's type (it keeps running)
-    └── CallTimeout         (also a TimeoutError) no reply within the call's own timeout= or deadline=
+    ├── ActorStoppedError      you sent to an actor that is stopped (cause: its crash, if any)
+    ├── ActorCrashedError      it crashed on your message and will not retry it (cause: the crash);
+    │                          the effect may or may not have happened
+    ├── ActorRestartingError   fail-fast send while it is between incarnations
+    ├── MailboxFull            (also an anyio.WouldBlock) cast_nowait or fail-fast send, mailbox full
+    ├── PoisonMessageError     your message crashed it N times in a row (cause: the last crash)
+    ├── UnhandledMessageError  it has no handler for your message's type (it keeps running)
+    └── CallTimeoutError       (also a TimeoutError) no reply within the call's own timeout= or deadline=
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class ActorError(Exception):
     """Root of every error raised by the actor kernel."""
 
 
-class ActorStopped(ActorError):
+class ActorStoppedError(ActorError):
     """You sent to, or were waiting on, an actor that has stopped.
 
     If it stopped because it crashed, that crash is ``__cause__``.
@@ -42,7 +42,7 @@ class ActorStopped(ActorError):
         )
 
 
-class ActorCrashed(ActorError):
+class ActorCrashedError(ActorError):
     """The actor crashed while handling your message and will not retry it.
 
     Either the message is not :class:`~actors.Idempotent` (``redeliverable``
@@ -68,7 +68,7 @@ class ActorCrashed(ActorError):
         )
 
 
-class ActorRestarting(ActorError):
+class ActorRestartingError(ActorError):
     """A fail-fast send reached an actor between two incarnations."""
 
     def __init__(self, name: str) -> None:
@@ -95,7 +95,7 @@ class MailboxFull(ActorError, anyio.WouldBlock):
         )
 
 
-class PoisonMessage(ActorError):
+class PoisonMessageError(ActorError):
     """Your message crashed the actor several times in a row and was set aside.
 
     It went to the dead-letter callback instead of crashing the actor again;
@@ -112,7 +112,7 @@ class PoisonMessage(ActorError):
         )
 
 
-class UnhandledMessage(ActorError):
+class UnhandledMessageError(ActorError):
     """The actor does not handle messages of this type; nothing happened.
 
     An actor's ``handle`` raises it for a message it has no case for (the
@@ -131,7 +131,7 @@ class UnhandledMessage(ActorError):
         )
 
 
-class CallTimeout(ActorError, TimeoutError):
+class CallTimeoutError(ActorError, TimeoutError):
     """No reply arrived before the call's timeout or deadline; any late reply is dropped."""
 
     def __init__(self, name: str, message: object, waited: float) -> None:

@@ -26,7 +26,7 @@ class Backpressure(enum.Enum):
     """What a send does when the mailbox is full or the actor is restarting."""
 
     WAIT = "wait"  # wait for space; sends during a restart are queued
-    FAIL_FAST = "fail_fast"  # raise MailboxFull / ActorRestarting at once
+    FAIL_FAST = "fail_fast"  # raise MailboxFull / ActorRestartingError at once
 
 
 class ReplySlot:

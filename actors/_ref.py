@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import anyio
 import anyio.lowlevel
 
-from actors._errors import CallTimeout
+from actors._errors import CallTimeoutError
 from actors._mailbox import Backpressure, Envelope, ReplySlot
 from actors._request import Request
 
@@ -33,7 +33,7 @@ class ActorRef:
     As in trio, nothing times out by default: a ``call`` waits for its reply
     until it comes or the caller's cancel scope (``anyio.fail_after``) ends
     it. ``timeout`` (seconds) or ``deadline`` (an absolute
-    ``anyio.current_time()``) bound one call and raise ``CallTimeout``, which
+    ``anyio.current_time()``) bound one call and raise ``CallTimeoutError``, which
     names the actor; with both, whichever comes first. ``backpressure``
     overrides the actor's ``MailboxOptions.backpressure`` for one send.
     """
@@ -90,8 +90,8 @@ class ActorRef:
         returns ``object`` (the reply type is unknown to the type checker).
 
         Raises what ``handle`` raised if its type is in ``expected_errors``;
-        ``CallTimeout``, ``ActorStopped``, ``ActorCrashed``, ``PoisonMessage``,
-        ``MailboxFull`` or ``ActorRestarting`` otherwise.
+        ``CallTimeoutError``, ``ActorStoppedError``, ``ActorCrashedError``, ``PoisonMessageError``,
+        ``MailboxFull`` or ``ActorRestartingError`` otherwise.
         """
         cell = self.cell
         slot = ReplySlot()
@@ -114,7 +114,7 @@ class ActorRef:
                 finally:
                     slot.abandoned = not slot.done
             if scope.cancelled_caught and not slot.done:
-                raise CallTimeout(cell.name, message, limit - now)
+                raise CallTimeoutError(cell.name, message, limit - now)
         if slot.error is not None:
             raise slot.error
         return slot.value
@@ -134,7 +134,7 @@ class ActorRef:
 
         Never yields (not a checkpoint). ``MailboxFull`` is also an
         ``anyio.WouldBlock``, the error trio's ``*_nowait`` calls raise. Also
-        raises ``ActorStopped``, and ``ActorRestarting`` under ``FAIL_FAST``.
+        raises ``ActorStoppedError``, and ``ActorRestartingError`` under ``FAIL_FAST``.
         """
         self.cell.put_nowait(Envelope(message, None))
 
@@ -152,7 +152,7 @@ class ActorRef:
             finally:
                 slot.abandoned = not slot.done
         if scope.cancelled_caught and not slot.done:
-            raise CallTimeout(cell.name, "inspect()", timeout or 0.0)
+            raise CallTimeoutError(cell.name, "inspect()", timeout or 0.0)
         if slot.error is not None:
             raise slot.error
         return slot.value

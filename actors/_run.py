@@ -40,7 +40,7 @@ async def open_actor(
     On a normal exit of the block the actor is stopped gracefully (it
     finishes its current message and runs ``on_stop``) within
     ``shutdown_timeout`` seconds, then cancelled. If the actor crashes, the
-    block is cancelled, callers get ``ActorCrashed``/``ActorStopped`` and the
+    block is cancelled, callers get ``ActorCrashedError``/``ActorStoppedError`` and the
     original exception is raised out of the ``async with``.
     """
     factory = as_factory(actor)

@@ -32,7 +32,7 @@ carries its own id (appends are idempotent by client id,
 :meth:`~store._session.SessionCore.append_turn`). An append without an id,
 ``RewindTo`` (a second one refuses: the turn is no longer on the head
 chain), ``SpawnBranch`` and ``InsertSummary`` (fresh ids) are not: their
-caller gets ``ActorCrashed`` and the effect may have happened.
+caller gets ``ActorCrashedError`` and the effect may have happened.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from actors import Actor, ActorError, Idempotent, Request, StopReason, UnhandledMessage
+from actors import Actor, ActorError, Idempotent, Request, StopReason, UnhandledMessageError
 
 from ._durable import DurableFiles, run_durable
 from ._errors import StoreError
@@ -300,7 +300,7 @@ class SessionActor(Actor):
                 self._retire_queued = False
                 await run_durable(core.retire_journals)
                 return None
-        raise UnhandledMessage(self.ref.name, message)
+        raise UnhandledMessageError(self.ref.name, message)
 
     async def tip_moved(self, event: TipMoved) -> None:
         """Called after every append, inside the actor; subclasses react here."""

@@ -11,9 +11,9 @@ from supervisors._backoff import BackoffStreak as BackoffStreak
 from supervisors._dynamic import DynamicSupervisor as DynamicSupervisor
 from supervisors._dynamic import DynamicSupervisorStatistics as DynamicSupervisorStatistics
 from supervisors._dynamic import activate_child as activate_child
-from supervisors._errors import ChildNotFound as ChildNotFound
-from supervisors._errors import DuplicateChild as DuplicateChild
-from supervisors._errors import RestartIntensityExceeded as RestartIntensityExceeded
+from supervisors._errors import ChildNotFoundError as ChildNotFoundError
+from supervisors._errors import DuplicateChildError as DuplicateChildError
+from supervisors._errors import RestartIntensityExceededError as RestartIntensityExceededError
 from supervisors._errors import SupervisorError as SupervisorError
 from supervisors._intensity import Intensity as Intensity
 from supervisors._intensity import RestartHistory as RestartHistory
@@ -35,16 +35,16 @@ __all__ = [
     "Backoff",
     "BackoffStreak",
     "ChildInfo",
-    "ChildNotFound",
+    "ChildNotFoundError",
     "ChildSpec",
     "ChildStatistics",
-    "DuplicateChild",
+    "DuplicateChildError",
     "DynamicSupervisor",
     "DynamicSupervisorStatistics",
     "Intensity",
     "Restart",
     "RestartHistory",
-    "RestartIntensityExceeded",
+    "RestartIntensityExceededError",
     "Strategy",
     "Supervisor",
     "SupervisorError",

@@ -6,8 +6,8 @@ the dynamic supervisor owns a registry of keyed actors (see
 passivates it when idle; the supervisor decides what a crash means.
 
 Restart intensity is applied **per child** by default: a session that
-keeps crashing is stopped and reported (its callers get ``ActorCrashed`` /
-``ActorStopped`` with the crash as ``__cause__``) while the thousands of
+keeps crashing is stopped and reported (its callers get ``ActorCrashedError`` /
+``ActorStoppedError`` with the crash as ``__cause__``) while the thousands of
 other sessions are unaffected. The next message for that key starts a fresh
 activation. ``escalate=True`` gives OTP's behaviour instead: one intensity
 for all children, and exceeding it crashes the supervisor.
@@ -30,11 +30,11 @@ from actors import (
     Registry,
     Request,
     StopReason,
-    UnhandledMessage,
+    UnhandledMessageError,
 )
 from actors.lowlevel import ActorCell, ActorState
 from supervisors._backoff import Backoff, BackoffStreak
-from supervisors._errors import RestartIntensityExceeded
+from supervisors._errors import RestartIntensityExceededError
 from supervisors._intensity import Intensity, RestartHistory
 from supervisors._spec import Restart
 
@@ -154,7 +154,7 @@ class DynamicSupervisor(Actor, Generic[K]):
                 return self.registry.activate(key)  # type: ignore[arg-type]
             case _GaveUp(key, crash):
                 if self.escalate:
-                    raise RestartIntensityExceeded(
+                    raise RestartIntensityExceededError(
                         self.ref.name, str(key), self.intensity.max_restarts, self.intensity.within
                     ) from crash
                 self.given_up.append(key)
@@ -162,7 +162,7 @@ class DynamicSupervisor(Actor, Generic[K]):
                     self.on_give_up(key, crash)  # type: ignore[arg-type]
                 return None
             case _:
-                raise UnhandledMessage(
+                raise UnhandledMessageError(
                     self.ref.name, message, "use activate_child(ref, key), or talk to a "
                     "keyed child through its own reference, child(key)"
                 )

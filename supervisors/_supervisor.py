@@ -16,14 +16,14 @@ Contract:
 - A child exit arrives as a runtime message on the control lane; the
   strategy and restart type decide what restarts. Restarts are counted
   against the restart intensity (``Intensity``); beyond it the
-  supervisor stops its children and crashes with ``RestartIntensityExceeded``
+  supervisor stops its children and crashes with ``RestartIntensityExceededError``
   (the last child crash in ``__cause__``).
 - A restart after a backoff delay is scheduled on a timer task, so the
   supervisor keeps serving its mailbox meanwhile; the child's cell is
-  ``RESTARTING`` (sends queue, or fail fast with ``ActorRestarting``).
+  ``RESTARTING`` (sends queue, or fail fast with ``ActorRestartingError``).
 - A child's cell (mailbox, references) survives its restarts. If the
   supervisor itself is restarted, its new incarnation starts new cells:
-  references to the old children then raise ``ActorStopped``.
+  references to the old children then raise ``ActorStoppedError``.
 """
 
 from __future__ import annotations
@@ -37,10 +37,14 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from actors import Actor, ActorRef, MailboxOptions, Request, StopReason, UnhandledMessage
+from actors import Actor, ActorRef, MailboxOptions, Request, StopReason, UnhandledMessageError
 from actors.lowlevel import ActorCell, ActorState
 from supervisors._backoff import Backoff, BackoffStreak
-from supervisors._errors import ChildNotFound, DuplicateChild, RestartIntensityExceeded
+from supervisors._errors import (
+    ChildNotFoundError,
+    DuplicateChildError,
+    RestartIntensityExceededError,
+)
 from supervisors._intensity import Intensity, RestartHistory
 from supervisors._spec import ChildSpec, Restart, Strategy
 
@@ -80,7 +84,7 @@ class _GetChild(Request[ActorRef]):
 async def start_child(supervisor: ActorRef, spec: ChildSpec) -> ActorRef:
     """Add a child and start it; its reference, once its ``on_start`` has returned.
 
-    Raises ``DuplicateChild`` if the id is taken.
+    Raises ``DuplicateChildError`` if the id is taken.
     """
     return await supervisor.call(_StartChild(spec))
 
@@ -88,7 +92,7 @@ async def start_child(supervisor: ActorRef, spec: ChildSpec) -> ActorRef:
 async def terminate_child(supervisor: ActorRef, child_id: str) -> None:
     """Stop a child (orderly, within its shutdown timeout); its spec is kept (OTP).
 
-    A temporary child is forgotten. Raises ``ChildNotFound``.
+    A temporary child is forgotten. Raises ``ChildNotFoundError``.
     """
     await supervisor.call(_TerminateChild(child_id))
 
@@ -96,13 +100,13 @@ async def terminate_child(supervisor: ActorRef, child_id: str) -> None:
 async def restart_child(supervisor: ActorRef, child_id: str) -> ActorRef:
     """Start again a child that was terminated or exited without restart; its reference.
 
-    A child that is running is left as it is. Raises ``ChildNotFound``.
+    A child that is running is left as it is. Raises ``ChildNotFoundError``.
     """
     return await supervisor.call(_RestartChild(child_id))
 
 
 async def delete_child(supervisor: ActorRef, child_id: str) -> None:
-    """Stop a child if it runs, and forget its spec. Raises ``ChildNotFound``."""
+    """Stop a child if it runs, and forget its spec. Raises ``ChildNotFoundError``."""
     await supervisor.call(_DeleteChild(child_id))
 
 
@@ -112,7 +116,7 @@ async def which_children(supervisor: ActorRef) -> list[ChildInfo]:
 
 
 async def get_child(supervisor: ActorRef, child_id: str) -> ActorRef:
-    """The reference of one child. Raises ``ChildNotFound``."""
+    """The reference of one child. Raises ``ChildNotFoundError``."""
     return await supervisor.call(_GetChild(child_id))
 
 
@@ -188,7 +192,7 @@ class _Child:
 class Supervisor(Actor):
     """A static supervisor (OTP ``supervisor``); see the module doc."""
 
-    expected_errors = (ChildNotFound, DuplicateChild)
+    expected_errors = (ChildNotFoundError, DuplicateChildError)
 
     def __init__(
         self,
@@ -280,7 +284,7 @@ class Supervisor(Actor):
             case _GetChild(child_id):
                 return self._child(child_id).cell.ref
             case _:
-                raise UnhandledMessage(
+                raise UnhandledMessageError(
                     self.ref.name, message, "manage a supervisor with start_child, "
                     "terminate_child, restart_child, delete_child, which_children or get_child"
                 )
@@ -306,12 +310,12 @@ class Supervisor(Actor):
     def _child(self, child_id: str) -> _Child:
         child = self._children.get(child_id)
         if child is None:
-            raise ChildNotFound(self.ref.name, child_id)
+            raise ChildNotFoundError(self.ref.name, child_id)
         return child
 
     async def _add(self, spec: ChildSpec) -> _Child:
         if spec.id in self._children:
-            raise DuplicateChild(self.ref.name, spec.id)
+            raise DuplicateChildError(self.ref.name, spec.id)
         cell = ActorCell(
             spec.start,
             name=f"{self.ref.name}/{spec.id}",
@@ -400,7 +404,7 @@ class Supervisor(Actor):
             return
         now = anyio.current_time()
         if not self.history.allows(self.intensity, now):
-            raise RestartIntensityExceeded(
+            raise RestartIntensityExceededError(
                 self.ref.name, exited.id, self.intensity.max_restarts, self.intensity.within
             ) from exited.crash
         self.history.record(self.intensity, now)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from actors import Actor, UnhandledMessage
+from actors import Actor, UnhandledMessageError
 from memory._errors import WriteCycleError
 from memory.runtime._session_actor import JobFinished, WriteJob
 from memory.writers._cycle import FailureKind, WriteOutcome
@@ -42,12 +42,12 @@ from memory.writers._cycle import FailureKind, WriteOutcome
 if TYPE_CHECKING:
     from memory.runtime._runtime import MemoryRuntime
 
-__all__ = ["GROUP_LIMIT", "WriterCrashed", "WriterWorker"]
+__all__ = ["GROUP_LIMIT", "WriterCrashedError", "WriterWorker"]
 
 GROUP_LIMIT = 32  # batches per group commit; bounds one commit's size and latency
 
 
-class WriterCrashed(Exception):
+class WriterCrashedError(Exception):
     """The writer raised or hung on a job; the worker restarts (cause in ``__cause__``)."""
 
     def __init__(self, job: WriteJob, kind: FailureKind) -> None:
@@ -104,7 +104,7 @@ class WriterWorker(Actor):
         return {"current": [job.id for job in self.current], "done": self.done}
 
     async def handle(self, message: Any) -> Any:
-        raise UnhandledMessage(self.ref.name, message,
+        raise UnhandledMessageError(self.ref.name, message,
                                "a writer worker takes jobs from the queue, not messages")
 
     async def run_jobs(self, jobs: list[WriteJob]) -> None:
@@ -129,7 +129,7 @@ class WriterWorker(Actor):
                         job.batch.session_id, job.batch.node_ids, repr(exc)))
                     for job in jobs
                 ]
-            crash: WriterCrashed | None = None
+            crash: WriterCrashedError | None = None
             for job, outcome in zip(jobs, outcomes, strict=True):
                 # Each report is shielded so it is never torn; a cancelled
                 # worker must not start the next one (its runtime is going).
@@ -138,7 +138,7 @@ class WriterWorker(Actor):
                 unreported.remove(job)
                 self.done += 1
                 if outcome.failure in (FailureKind.WRITER, FailureKind.TIMEOUT) and crash is None:
-                    crash = WriterCrashed(job, outcome.failure)
+                    crash = WriterCrashedError(job, outcome.failure)
                     crash.__cause__ = outcome.error
         finally:
             self.current = ()

@@ -34,7 +34,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from actors import ActorError, ActorRef, MailboxOptions, Request, open_actor
-from memory._errors import BoundaryError, ConcurrentUpdate
+from memory._errors import BoundaryError, ConcurrentUpdateError
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY, SourceRecord
 from memory.ledger._tokens import TokenCounter, default_counter
@@ -146,7 +146,7 @@ class RuntimeConfig:
     call_timeout: float | None = 120.0
     # How long a session mutation waits for <sid>/.lock, and a workspace write for
     # memory/.scriptorium/write.lock, held by another process before it fails
-    # with SessionLockTimeout / WorkspaceLockTimeout (None: forever).
+    # with SessionLockTimeoutError / WorkspaceLockTimeoutError (None: forever).
     lock_timeout: float | None = LOCK_TIMEOUT
     # Claims between runtimes (docs/decisions.md, "Claims between runtimes"):
     # a claim's lease is writer_timeout + claim_margin; a session blocked by
@@ -430,7 +430,7 @@ class MemoryRuntime:
                     batch, self.writer, snapshot=steps.snapshot, archive=archive, commit=commit,
                     timeout=self._writer_limit)
                 if not (outcome.failure is FailureKind.REJECTED and outcome.error is not None
-                        and isinstance(outcome.error.__cause__, ConcurrentUpdate)):
+                        and isinstance(outcome.error.__cause__, ConcurrentUpdateError)):
                     break
             if outcome.failure is FailureKind.EMPTY and (await steps.covered((batch,)))[0]:
                 outcome = replace(outcome, marks=batch.node_ids, failure=None, error=None)

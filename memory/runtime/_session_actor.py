@@ -55,7 +55,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 
 from actors import ActorError, Idempotent, Request, StopReason
-from memory._errors import LedgerError, MissingAuthority, ScriptoriumMemoryError, describe_error
+from memory._errors import (
+    LedgerError,
+    MissingAuthorityError,
+    ScriptoriumMemoryError,
+    describe_error,
+)
 from memory.ledger._ledger import (
     NodeRecords,
     first_batch,
@@ -744,7 +749,7 @@ class MemorySessionActor(SessionActor):
         updated_at = self.core.meta().get("updated_at")
         updated = updated_at if isinstance(updated_at, (int, float)) else None
         if is_quarantined(self.runtime.quarantined, self.session, updated) is None:
-            node = error.node if isinstance(error, MissingAuthority) else None
+            node = error.node if isinstance(error, MissingAuthorityError) else None
             await self.runtime.quarantine(QuarantineEntry(
                 session=self.session, node_ids=(node,) if node is not None else (),
                 error=str(error), failures=0, at=self.runtime.config.clock(),

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from actors import Actor, ActorError, Idempotent, Request, UnhandledMessage
+from actors import Actor, ActorError, Idempotent, Request, UnhandledMessageError
 from memory.runtime._session_actor import CheckIdle, RepairMarkers
 from memory.workspace._runtime_state import read_session_end
 from store import Fingerprint, StoreError, list_sessions, run_durable
@@ -138,7 +138,7 @@ class IdleWatchdog(Actor):
                 return None
             case PollNow():
                 return await self._poll()
-        raise UnhandledMessage(self.ref.name, message)
+        raise UnhandledMessageError(self.ref.name, message)
 
     async def _timer(self) -> None:
         """Sleep until the next deadline or poll, whichever is first, then act."""

@@ -1,7 +1,7 @@
 """The message loop: replies, expected errors, crashes, redelivery, poison, stop.
 
 Redelivery is opt-in: only an ``Idempotent`` message is delivered again
-after it crashed the actor; any other reaches its caller as ``ActorCrashed``
+after it crashed the actor; any other reaches its caller as ``ActorCrashedError``
 (a cast goes to the dead-letter callback), never a second time.
 """
 
@@ -15,13 +15,13 @@ import pytest
 
 from actors import (
     Actor,
-    ActorCrashed,
-    ActorRestarting,
-    ActorStopped,
+    ActorCrashedError,
+    ActorRestartingError,
+    ActorStoppedError,
     Backpressure,
     Idempotent,
     MailboxOptions,
-    PoisonMessage,
+    PoisonMessageError,
     StopKind,
     StopReason,
     open_actor,
@@ -151,12 +151,12 @@ async def test_crash_is_raised_out_of_open_actor_and_callers_learn_why() -> None
                 await anyio.wait_all_tasks_blocked()
                 gate.set()
     crash = raised.value
-    assert isinstance(outcomes["crashed"], ActorCrashed)
+    assert isinstance(outcomes["crashed"], ActorCrashedError)
     assert outcomes["crashed"].__cause__ is crash
-    assert isinstance(outcomes["queued"], ActorStopped)
+    assert isinstance(outcomes["queued"], ActorStoppedError)
     assert outcomes["queued"].__cause__ is crash
     assert journal.stopped == [StopReason(StopKind.CRASH, crash)]  # on_stop saw the crash
-    with pytest.raises(ActorStopped) as late:
+    with pytest.raises(ActorStoppedError) as late:
         await ref.call("too late")
     assert late.value.__cause__ is crash
 
@@ -184,7 +184,7 @@ async def test_a_call_that_crashed_the_actor_is_not_redelivered_and_its_caller_g
     crashes: list[Exception] = []
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_restarting, cell, crashes)
-        with pytest.raises(ActorCrashed, match="not idempotent") as raised:
+        with pytest.raises(ActorCrashedError, match="not idempotent") as raised:
             await cell.ref.call(("crash-once", "after the effect"))
         assert await cell.ref.call("next") == ("ok", "next")  # restarted, still serving
         await cell.ref.stop()
@@ -222,7 +222,7 @@ async def test_idempotence_can_depend_on_the_message_content() -> None:
         tg.start_soon(run_restarting, cell, crashes)
         assert await cell.ref.call(RetryableIf("crash-once", "safe", True)) == (
             "ok", ("crash-once", "safe"))
-        with pytest.raises(ActorCrashed) as raised:
+        with pytest.raises(ActorCrashedError) as raised:
             await cell.ref.call(RetryableIf("crash-once", "unsafe", False))
         await cell.ref.stop()
     assert isinstance(raised.value.__cause__, RuntimeError)
@@ -264,7 +264,7 @@ async def test_poison_message_goes_to_dead_letters_and_processing_continues() ->
             async def call_poison() -> None:
                 try:
                     await cell.ref.call(poison)
-                except PoisonMessage as exc:
+                except PoisonMessageError as exc:
                     poisoned.append(exc)
 
             callers.start_soon(call_poison)
@@ -294,9 +294,9 @@ async def test_between_incarnations_fail_fast_raises_and_wait_queues() -> None:
         tg.start_soon(run_once)
         await cell.ref.cast(Retryable("crash", "once"))
     assert cell.state is ActorState.RESTARTING
-    with pytest.raises(ActorRestarting):
+    with pytest.raises(ActorRestartingError):
         await cell.ref.cast("x")
-    with pytest.raises(ActorRestarting):
+    with pytest.raises(ActorRestartingError):
         cell.ref.cast_nowait("x")
     await cell.ref.cast("queued", backpressure=Backpressure.WAIT)
     assert cell.statistics().mailbox_depth == 2  # the crashed message and "queued"
@@ -312,7 +312,7 @@ async def test_stop_finishes_the_current_message_and_fails_queued_calls() -> Non
         async def call(message: Any) -> None:
             try:
                 await ref.call(message)
-            except ActorStopped as exc:
+            except ActorStoppedError as exc:
                 failures.append(exc)
 
         async with anyio.create_task_group() as tg:
@@ -324,7 +324,7 @@ async def test_stop_finishes_the_current_message_and_fails_queued_calls() -> Non
             tg.start_soon(ref.stop)
             await anyio.wait_all_tasks_blocked()
             gate.set()
-        with pytest.raises(ActorStopped):
+        with pytest.raises(ActorStoppedError):
             await ref.cast("after stop")
     assert journal.handled == [("gate", gate)]
     assert len(failures) == 2 and all(f.__cause__ is None for f in failures)

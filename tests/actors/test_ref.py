@@ -9,9 +9,9 @@ import pytest
 
 from actors import (
     Actor,
-    ActorStopped,
+    ActorStoppedError,
     Backpressure,
-    CallTimeout,
+    CallTimeoutError,
     MailboxFull,
     MailboxOptions,
     _ref,
@@ -40,7 +40,7 @@ async def late_reply_scenario() -> tuple[Any, int]:
     """A call times out; its reply arrives later; what does the next call get?"""
     gate = anyio.Event()
     async with open_actor(Gated(), name="g") as ref:
-        with pytest.raises(CallTimeout, match="'g' did not reply"):
+        with pytest.raises(CallTimeoutError, match="'g' did not reply"):
             await ref.call(("wait", gate), timeout=1.0)
         gate.set()
         second = await ref.call("second", timeout=1.0)
@@ -86,7 +86,7 @@ async def test_a_call_whose_caller_gave_up_is_skipped() -> None:
     actor = Gated()
     async with open_actor(actor, name="g") as ref:
         await ref.cast(("wait", gate))
-        with pytest.raises(CallTimeout):
+        with pytest.raises(CallTimeoutError):
             await ref.call("abandoned", timeout=2.0)
         gate.set()
         assert await ref.call("next") == "next"
@@ -98,7 +98,7 @@ async def test_a_call_whose_caller_gave_up_is_skipped() -> None:
 async def test_deadline_is_absolute_and_wins_over_a_longer_timeout() -> None:
     async with open_actor(Gated(), name="g") as ref:
         start = anyio.current_time()
-        with pytest.raises(CallTimeout) as raised:
+        with pytest.raises(CallTimeoutError) as raised:
             await ref.call(("wait", anyio.Event()), timeout=100.0, deadline=start + 3.0)
         assert anyio.current_time() - start == pytest.approx(3.0, abs=0.01)
         assert isinstance(raised.value, TimeoutError)
@@ -235,13 +235,13 @@ async def test_inspect_waits_for_the_running_handler_within_its_timeout() -> Non
     async with open_actor(Gated(), name="g") as ref:
         await ref.cast(("wait", anyio.Event()))
         await anyio.wait_all_tasks_blocked()
-        with pytest.raises(CallTimeout, match="did not reply to 'inspect\\(\\)' within 2 s"):
+        with pytest.raises(CallTimeoutError, match="did not reply to 'inspect\\(\\)' within 2 s"):
             await ref.inspect(timeout=2.0)
 
 
 async def test_inspect_and_stop_of_a_stopped_actor() -> None:
     async with open_actor(Gated(), name="g") as ref:
         await ref.stop()
-        with pytest.raises(ActorStopped, match="'g' is stopped"):
+        with pytest.raises(ActorStoppedError, match="'g' is stopped"):
             await ref.inspect()
         await ref.stop()  # idempotent

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import Actor, ActorStopped, StopReason, open_registry, snapshot
+from actors import Actor, ActorStoppedError, StopReason, open_registry, snapshot
 from actors._mailbox import Mailbox
 from actors.lowlevel import ActorState
 
@@ -188,7 +188,7 @@ async def test_a_closed_registry_fails_its_callers_and_refuses_new_keys_at_once(
         assert await ref.call("hello") == ("a", "hello", 1)
         with anyio.fail_after(5):
             registry.close()
-            with pytest.raises(ActorStopped):
+            with pytest.raises(ActorStoppedError):
                 await ref.call("late")
             with pytest.raises(RuntimeError, match="shut down"):
                 registry.ref("b")

@@ -14,7 +14,7 @@ from actors import (
     MailboxOptions,
     StopKind,
     StopReason,
-    UnhandledMessage,
+    UnhandledMessageError,
     open_actor,
     open_registry,
 )
@@ -40,7 +40,7 @@ class Pinger(Actor):
             case Ping():
                 return "pong"
             case _:
-                raise UnhandledMessage(self.ref.name, message)
+                raise UnhandledMessageError(self.ref.name, message)
 
     async def on_stop(self, reason: StopReason) -> None:
         self.reasons.append(reason)
@@ -53,7 +53,7 @@ class Mute(Actor):
 async def test_a_caller_gets_a_typed_error_naming_the_actor_and_the_type() -> None:
     for actor in (Pinger(), Mute()):
         async with open_actor(actor, name="p") as ref:
-            with pytest.raises(UnhandledMessage, match="'p' does not handle Unknown messages") as e:
+            with pytest.raises(UnhandledMessageError, match="'p' does not handle Unknown messages") as e:
                 await ref.call(Unknown())
             assert (e.value.name, e.value.message_type) == ("p", "Unknown")
             stats = ref.statistics()
@@ -70,7 +70,7 @@ async def test_an_unhandled_cast_goes_to_the_dead_letters_not_a_crash() -> None:
         assert await ref.call(Ping()) == "pong"
         stats = ref.statistics()
     assert [m for m, _ in dead] == [Unknown("cast")]
-    assert isinstance(dead[0][1], UnhandledMessage)
+    assert isinstance(dead[0][1], UnhandledMessageError)
     assert (stats.crashes, stats.incarnations, stats.dead_letters) == (0, 1, 1)
 
 
@@ -87,13 +87,13 @@ async def test_without_a_dead_letter_callback_an_unhandled_cast_is_logged(
 async def test_supervisors_refuse_an_unknown_message_and_keep_running() -> None:
     tree = Supervisor([ChildSpec("p", Pinger)])
     async with open_actor(tree, name="sup") as sup:
-        with pytest.raises(UnhandledMessage, match="start_child"):
+        with pytest.raises(UnhandledMessageError, match="start_child"):
             await sup.call(Unknown())
         assert await (await get_child(sup, "p")).call(Ping()) == "pong"
         assert sup.statistics().crashes == 0
     sessions: DynamicSupervisor[str] = DynamicSupervisor(lambda key: Pinger())
     async with open_actor(sessions, name="dyn") as dyn:
-        with pytest.raises(UnhandledMessage, match="activate_child"):
+        with pytest.raises(UnhandledMessageError, match="activate_child"):
             await dyn.call(Unknown())
         assert dyn.statistics().crashes == 0
 

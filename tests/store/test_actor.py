@@ -16,7 +16,13 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import ActorCrashed, MailboxOptions, UnhandledMessage, open_actor, redeliverable
+from actors import (
+    ActorCrashedError,
+    MailboxOptions,
+    UnhandledMessageError,
+    open_actor,
+    redeliverable,
+)
 from store import SessionCore, StoreError, UnsafeIdError
 from store._actor import (
     Append,
@@ -77,7 +83,7 @@ async def test_bad_input_is_a_typed_error_and_the_actor_keeps_running(tmp_path: 
             await ref.call(Append({"id": "../evil", "role": "user", "content": "x"}))
         with pytest.raises(StoreError):
             await ref.call(MergeMetadata({"missing": {"k": 1}}))
-        with pytest.raises(UnhandledMessage, match="does not handle str messages"):
+        with pytest.raises(UnhandledMessageError, match="does not handle str messages"):
             await ref.call("not a session message")  # refused, never a crash
         await ref.call(Append({"id": "u1", "role": "user", "content": "still here"}))
         assert ref.statistics().crashes == 0
@@ -239,7 +245,7 @@ async def test_an_append_without_an_id_is_not_redelivered_and_its_caller_learns_
 ) -> None:
     _new_session(tmp_path)
     seen: list[TipMoved] = []
-    with pytest.raises(ActorCrashed, match="not idempotent") as raised:
+    with pytest.raises(ActorCrashedError, match="not idempotent") as raised:
         await _under_a_supervisor(
             tmp_path, seen, Append({"role": "user", "content": "I prefer tea."}))
     assert isinstance(raised.value.__cause__, OSError)

@@ -12,9 +12,9 @@ import pytest
 
 from actors import (
     Actor,
-    ActorCrashed,
+    ActorCrashedError,
     ActorRef,
-    ActorStopped,
+    ActorStoppedError,
     Idempotent,
     MailboxOptions,
     open_actor,
@@ -25,7 +25,7 @@ from supervisors import (
     DynamicSupervisor,
     Intensity,
     Restart,
-    RestartIntensityExceeded,
+    RestartIntensityExceededError,
     activate_child,
 )
 
@@ -80,7 +80,7 @@ async def test_a_session_that_keeps_crashing_is_stopped_alone() -> None:
     async with open_actor(sup_actor, name="sessions") as sup:
         good = await activate(sup, "good")
         bad = await activate(sup, "bad")
-        with pytest.raises(ActorCrashed) as crashed:
+        with pytest.raises(ActorCrashedError) as crashed:
             await bad.call(CRASH)
         assert str(crashed.value.__cause__) == "session bad crashed"
         assert starts["bad"] == 4  # first activation + 3 restarts, then it was stopped
@@ -119,8 +119,8 @@ async def test_a_queued_call_to_a_stopped_session_learns_the_cause() -> None:
             tg.start_soon(call, "queued")
             await anyio.wait_all_tasks_blocked()
             gate.set()
-        assert type(outcomes["crash"]) is ActorCrashed
-        assert type(outcomes["queued"]) is ActorStopped
+        assert type(outcomes["crash"]) is ActorCrashedError
+        assert type(outcomes["queued"]) is ActorStoppedError
         assert all(str(o.__cause__) == "session bad crashed" for o in outcomes.values())
 
 
@@ -131,7 +131,7 @@ async def test_escalate_gives_otp_behaviour() -> None:
         probes(starts), intensity=Intensity(2), escalate=True, backoff=Backoff.none(),
         options=MailboxOptions(poison_threshold=1),
     )
-    with pytest.raises(RestartIntensityExceeded) as raised:
+    with pytest.raises(RestartIntensityExceededError) as raised:
         async with open_actor(sup_actor, name="sessions") as sup:
             for key in ("a", "b", "c"):
                 await (await activate(sup, key)).cast("crash")
@@ -191,7 +191,7 @@ async def test_temporary_sessions_are_never_restarted() -> None:
     )
     async with open_actor(sup_actor, name="sessions") as sup:
         ref = await activate(sup, "t")
-        with pytest.raises(ActorCrashed):
+        with pytest.raises(ActorCrashedError):
             await ref.call("crash")
         assert starts["t"] == 1
     with pytest.raises(ValueError, match="Restart.TRANSIENT"):

@@ -32,7 +32,7 @@ from supervisors import (
     ChildSpec,
     Intensity,
     Restart,
-    RestartIntensityExceeded,
+    RestartIntensityExceededError,
     Strategy,
     Supervisor,
     get_child,
@@ -164,7 +164,7 @@ class SupervisionMachine(RuleBasedStateMachine):
             async with open_actor(supervisor, name="root") as root:
                 task_status.started(root)
                 await anyio.sleep_forever()
-        except RestartIntensityExceeded as exc:
+        except RestartIntensityExceededError as exc:
             self.gave_up = exc
 
     def teardown(self) -> None:
@@ -244,7 +244,7 @@ class SupervisionMachine(RuleBasedStateMachine):
             return
         assert (self.gave_up is not None) == self.m.gave_up
         if self.m.gave_up:
-            assert isinstance(self.gave_up, RestartIntensityExceeded)
+            assert isinstance(self.gave_up, RestartIntensityExceededError)
             assert isinstance(self.gave_up.__cause__, RuntimeError | type(None))
             return
         assert self.root is not None

@@ -12,7 +12,7 @@ import pytest
 
 from actors import (
     Actor,
-    ActorCrashed,
+    ActorCrashedError,
     ActorRef,
     Idempotent,
     MailboxOptions,
@@ -24,10 +24,10 @@ from actors.lowlevel import ActorState
 from supervisors import (
     Backoff,
     ChildSpec,
-    DuplicateChild,
+    DuplicateChildError,
     Intensity,
     Restart,
-    RestartIntensityExceeded,
+    RestartIntensityExceededError,
     Strategy,
     Supervisor,
     SupervisorStatistics,
@@ -151,7 +151,7 @@ async def test_restart_types_permanent_transient_temporary() -> None:
 async def test_beyond_the_intensity_the_tree_stops_in_reverse_order_and_fails_upward() -> None:
     journal = Journal()
     sup_actor = Supervisor(three(journal), intensity=Intensity(5, 10.0), backoff=Backoff.none())
-    with pytest.raises(RestartIntensityExceeded, match="'sup' gave up: child 'b'") as raised:
+    with pytest.raises(RestartIntensityExceededError, match="'sup' gave up: child 'b'") as raised:
         async with open_actor(sup_actor, name="sup") as sup:
             for _ in range(5):
                 await crash(sup, "b")
@@ -258,7 +258,7 @@ async def test_management_calls_and_their_typed_errors() -> None:
     async with open_actor(Supervisor([spec("a", journal)]), name="sup") as sup:
         b = await start_child(sup, spec("b", journal))
         assert await b.call("hi") == ("b", "hi")
-        with pytest.raises(DuplicateChild, match="already has a child 'b'"):
+        with pytest.raises(DuplicateChildError, match="already has a child 'b'"):
             await start_child(sup, spec("b", journal))
         await terminate_child(sup, "b")
         assert b.statistics().state is ActorState.STOPPED
@@ -301,6 +301,6 @@ async def test_a_temporary_childs_caller_gets_the_crash() -> None:
     specs = [spec("x", journal, Restart.TEMPORARY, poison_threshold=3)]
     async with open_actor(Supervisor(specs), name="sup") as sup:
         x = await child(sup, "x")
-        with pytest.raises(ActorCrashed) as raised:
+        with pytest.raises(ActorCrashedError) as raised:
             await x.call("crash")
         assert str(raised.value.__cause__) == "x crashed"
