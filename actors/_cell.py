@@ -321,10 +321,16 @@ class ActorCell:
                     self.dropped_replies += 1
                 batch += 1
                 if batch >= _FAIRNESS_BATCH:
-                    batch = 0
+                    batch = 1
                     await anyio.lowlevel.checkpoint()
                 continue
-            batch = 0
+            if batch:
+                # Drained: yield once before sleeping. A sender that casts in a loop
+                # (each cast a checkpoint) has usually queued the next message by
+                # then, which saves a wakeup Event per message.
+                batch = 0
+                await anyio.lowlevel.checkpoint()
+                continue
             if idle_timeout is None:
                 await mailbox.wait_for_message()
             else:
