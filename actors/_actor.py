@@ -10,17 +10,45 @@ Errors follow "let it crash": an exception whose type is listed in
 the caller's task while the actor keeps running; any other ``Exception``
 crashes the incarnation, and the supervisor decides what happens next. The
 message that crashed it is delivered to the next incarnation only if it is
-``actors.Idempotent``; otherwise its caller gets ``ActorCrashed``.
+``actors.Idempotent``; otherwise its caller gets ``ActorCrashedError``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from actors._errors import UnhandledMessageError
 
 if TYPE_CHECKING:
     from actors._ref import ActorRef
+
+
+class StopKind(enum.Enum):
+    """Why an incarnation ended, as ``on_stop`` learns it."""
+
+    STOP = "stop"  # a stop was asked: ref.stop(), its supervisor, a shutdown
+    PASSIVATION = "passivation"  # idle with an empty mailbox (keyed actors); it may come back
+    CRASH = "crash"  # on_start or handle raised; ``StopReason.crash`` is the exception
+
+
+@dataclass(frozen=True, slots=True)
+class StopReason:
+    """What ``on_stop`` receives: the kind of ending, and the crash for ``CRASH``."""
+
+    kind: StopKind
+    crash: Exception | None = None
+
+    @classmethod
+    def crashed(cls, crash: Exception) -> StopReason:
+        return cls(StopKind.CRASH, crash)
+
+
+STOP = StopReason(StopKind.STOP)
+PASSIVATION = StopReason(StopKind.PASSIVATION)
 
 
 class Actor:
@@ -31,9 +59,11 @@ class Actor:
     - ``async on_start()``: runs before the first message of an incarnation;
       an exception here is a crash.
     - ``async handle(message) -> reply``: one message at a time; the return
-      value is the reply of a ``call`` (ignored for a ``cast``).
-    - ``async on_stop(reason)``: runs when the incarnation ends: ``reason`` is
-      ``None`` for a stop or a passivation, the exception for a crash.
+      value is the reply of a ``call`` (ignored for a ``cast``). For a message
+      it has no case for, raise ``UnhandledMessageError(self.ref.name, message)``
+      (what the base class does): the caller gets it, the actor keeps running.
+    - ``async on_stop(reason)``: runs when the incarnation ends; ``reason`` is
+      a ``StopReason``: ``STOP``, ``PASSIVATION``, or ``CRASH`` with the exception.
     - ``inspect() -> object``: a domain snapshot, served on the control lane.
     - ``lifespan()``: an async context manager around the whole incarnation,
       for actors that own tasks (supervisors open their task group here).
@@ -58,11 +88,9 @@ class Actor:
         return None
 
     async def handle(self, message: Any) -> Any:
-        raise NotImplementedError(
-            f"{type(self).__name__} must implement 'async def handle(self, message)'"
-        )
+        raise UnhandledMessageError(self.ref.name, message)
 
-    async def on_stop(self, reason: BaseException | None) -> None:
+    async def on_stop(self, reason: StopReason) -> None:
         return None
 
     def inspect(self) -> object:

@@ -17,8 +17,8 @@ Contract with whoever runs a cell (``open_actor``, a supervisor, a registry):
   another incarnation, or ``close(crash)`` the cell for good. The message
   being handled stays at the head of the mailbox with its crash count only
   if it is :class:`~actors._idempotent.Idempotent` (redelivered, up to
-  ``poison_threshold``); any other is taken out and its caller gets
-  ``ActorCrashed``, since its effect may already have happened.
+  its options' ``poison_threshold``); any other is taken out and its caller gets
+  ``ActorCrashedError``, since its effect may already have happened.
 - Only ``Exception`` is caught; cancellation and other ``BaseException``
   always propagate.
 """
@@ -26,26 +26,28 @@ Contract with whoever runs a cell (``open_actor``, a supervisor, a registry):
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 import anyio.lowlevel
 
-from actors._actor import Actor
+from actors._actor import PASSIVATION, STOP, Actor, StopReason
 from actors._errors import (
-    ActorCrashed,
-    ActorRestarting,
-    ActorStopped,
+    ActorCrashedError,
+    ActorRestartingError,
+    ActorStoppedError,
     MailboxFull,
-    PoisonMessage,
+    PoisonMessageError,
+    UnhandledMessageError,
 )
 from actors._idempotent import redeliverable
 from actors._mailbox import Backpressure, Envelope, Inspect, Mailbox, Passivate, ReplySlot, Stop
+from actors._options import MailboxOptions
 from actors._ref import ActorRef
 
-DeadLetter = Callable[[Any, BaseException], None]
+_log = logging.getLogger("actors")
 
 # A busy actor whose handler never awaits would otherwise keep the event loop
 # until its mailbox is empty; yielding every few messages keeps it fair.
@@ -83,7 +85,7 @@ class ActorStatistics:
     crashes: int
     dropped_expired: int  # calls skipped because their caller gave up before dequeue
     dropped_replies: int  # replies that arrived after their caller gave up
-    dead_letters: int  # set aside by a crash: poison, or not idempotent
+    dead_letters: int  # set aside: by a crash (poison, not idempotent), or a cast nobody handles
 
 
 class ActorCell:
@@ -94,22 +96,13 @@ class ActorCell:
         factory: Callable[[], Actor],
         *,
         name: str,
-        capacity: int = 1000,
-        policy: Backpressure = Backpressure.WAIT,
-        call_timeout: float | None = 5.0,
-        poison_threshold: int = 3,
-        dead_letter: DeadLetter | None = None,
+        options: MailboxOptions = MailboxOptions(),
         idle_timeout: float | None = None,
     ) -> None:
-        if poison_threshold < 1:
-            raise ValueError(f"poison_threshold must be at least 1, got {poison_threshold}")
         self.name = name
         self.factory = factory
-        self.mailbox = Mailbox(capacity)
-        self.policy = policy
-        self.call_timeout = call_timeout
-        self.poison_threshold = poison_threshold
-        self.dead_letter = dead_letter
+        self.options = options
+        self.mailbox = Mailbox(options.capacity)
         self.idle_timeout = idle_timeout
         self.state = ActorState.IDLE
         self.actor: Actor | None = None
@@ -130,12 +123,12 @@ class ActorCell:
 
     # -- senders -----------------------------------------------------------
 
-    def _refuse(self, policy: Backpressure) -> None:
+    def _refuse(self, backpressure: Backpressure) -> None:
         state = self.state
         if state is ActorState.STOPPED or state is ActorState.STOPPING:
-            raise ActorStopped(self.name) from self.cause
-        if state is ActorState.RESTARTING and policy is Backpressure.FAIL_FAST:
-            raise ActorRestarting(self.name)
+            raise ActorStoppedError(self.name) from self.cause
+        if state is ActorState.RESTARTING and backpressure is Backpressure.FAIL_FAST:
+            raise ActorRestartingError(self.name)
 
     def _accept(self, envelope: Envelope) -> None:
         self.mailbox.put(envelope)
@@ -143,21 +136,20 @@ class ActorCell:
             self.state = ActorState.STARTING
             self.on_activate(self)
 
-    def put_nowait(self, envelope: Envelope, policy: Backpressure | None = None) -> None:
-        policy = policy or self.policy
-        self._refuse(policy)
+    def put_nowait(self, envelope: Envelope, backpressure: Backpressure | None = None) -> None:
+        self._refuse(backpressure or self.options.backpressure)
         if self.mailbox.full():
             raise MailboxFull(self.name, self.mailbox.capacity)
         self._accept(envelope)
 
-    async def put(self, envelope: Envelope, policy: Backpressure | None = None) -> None:
-        policy = policy or self.policy
+    async def put(self, envelope: Envelope, backpressure: Backpressure | None = None) -> None:
+        backpressure = backpressure or self.options.backpressure
         while True:
-            self._refuse(policy)
+            self._refuse(backpressure)
             if not self.mailbox.full():
                 self._accept(envelope)
                 return
-            if policy is Backpressure.FAIL_FAST:
+            if backpressure is Backpressure.FAIL_FAST:
                 raise MailboxFull(self.name, self.mailbox.capacity)
             await self.mailbox.wait_for_space()
 
@@ -200,7 +192,7 @@ class ActorCell:
         supervisor can start its children one after the other, as OTP does.
         """
         if self.closed:
-            raise ActorStopped(self.name) from self.cause
+            raise ActorStoppedError(self.name) from self.cause
         self.state = ActorState.STARTING
         self.incarnations += 1
         try:
@@ -234,10 +226,10 @@ class ActorCell:
             outcome = await self._loop(actor)
         except Exception as exc:
             self._note_crash(exc)
-            await actor.on_stop(exc)
+            await actor.on_stop(StopReason.crashed(exc))
             raise
         try:
-            await actor.on_stop(None)
+            await actor.on_stop(STOP if outcome is Exit.STOPPED else PASSIVATION)
         except Exception as exc:
             self._note_crash(exc)
             raise
@@ -259,7 +251,7 @@ class ActorCell:
         while self.mailbox.control:
             item = self.mailbox.control.popleft()
             if isinstance(item, Inspect):
-                item.slot.fail(_with_cause(ActorStopped(self.name), cause))
+                item.slot.fail(_with_cause(ActorStoppedError(self.name), cause))
         self._wake_stop_waiters()
 
     def statistics(self) -> ActorStatistics:
@@ -284,7 +276,8 @@ class ActorCell:
         ordinary = mailbox.ordinary
         control = mailbox.control
         handle = actor.handle
-        expected = actor.expected_errors
+        # An unknown message is the sender's mistake, never a crash.
+        expected: tuple[type[Exception], ...] = (UnhandledMessageError, *actor.expected_errors)
         idle_timeout = self.idle_timeout
         batch = 0
         while True:
@@ -315,7 +308,10 @@ class ActorCell:
                     reply = await handle(envelope.message)
                 except expected as exc:
                     reply = None
-                    if slot is not None and not slot.fail(exc):
+                    if slot is None:
+                        if isinstance(exc, UnhandledMessageError):
+                            self._set_aside(envelope.message, exc)  # a cast nobody handles
+                    elif not slot.fail(exc):
                         self.dropped_replies += 1
                         slot = None
                 self._current = None
@@ -325,10 +321,16 @@ class ActorCell:
                     self.dropped_replies += 1
                 batch += 1
                 if batch >= _FAIRNESS_BATCH:
-                    batch = 0
+                    batch = 1
                     await anyio.lowlevel.checkpoint()
                 continue
-            batch = 0
+            if batch:
+                # Drained: yield once before sleeping. A sender that casts in a loop
+                # (each cast a checkpoint) has usually queued the next message by
+                # then, which saves a wakeup Event per message.
+                batch = 0
+                await anyio.lowlevel.checkpoint()
+                continue
             if idle_timeout is None:
                 await mailbox.wait_for_message()
             else:
@@ -348,18 +350,28 @@ class ActorCell:
         envelope.crashes += 1
         error: Exception
         if redeliverable(envelope.message):
-            if envelope.crashes < self.poison_threshold:
+            if envelope.crashes < self.options.poison_threshold:
                 return  # stays at the head, redelivered to the next incarnation
-            error = PoisonMessage(self.name, envelope.message, envelope.crashes)
+            error = PoisonMessageError(self.name, envelope.message, envelope.crashes)
         else:
             # Its effect may have happened before the crash: never repeat it.
-            error = ActorCrashed(self.name, envelope.message, redeliverable=False)
+            error = ActorCrashedError(self.name, envelope.message, redeliverable=False)
         self.mailbox.pop_head()
         self.dead_letters += 1
         if envelope.slot is not None:
             envelope.slot.fail(_with_cause(error, exc))
-        if self.dead_letter is not None:
-            self.dead_letter(envelope.message, exc)
+        dead_letter = self.options.dead_letter
+        if dead_letter is not None:
+            dead_letter(envelope.message, exc)
+
+    def _set_aside(self, message: object, error: BaseException) -> None:
+        """A message nobody will handle: to the dead-letter callback, else a log line."""
+        self.dead_letters += 1
+        dead_letter = self.options.dead_letter
+        if dead_letter is not None:
+            dead_letter(message, error)
+        else:
+            _log.warning("%s", error)
 
     def _fail_queued(self, cause: BaseException | None) -> None:
         ordinary = self.mailbox.ordinary
@@ -370,9 +382,9 @@ class ActorCell:
                 continue
             error: Exception
             if envelope.crashes and cause is not None:
-                error = ActorCrashed(self.name, envelope.message)
+                error = ActorCrashedError(self.name, envelope.message)
             else:
-                error = ActorStopped(self.name)
+                error = ActorStoppedError(self.name)
             slot.fail(_with_cause(error, cause))
         self.mailbox.release_senders()
 

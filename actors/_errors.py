@@ -9,23 +9,26 @@ crash is never reduced to a message string.
 The tree::
 
     ActorError
-    ├── ActorStopped        you sent to an actor that is stopped (cause: its crash, if any)
-    ├── ActorCrashed        it crashed on your message and will not retry it (cause: the crash);
-    │                       the effect may or may not have happened
-    ├── ActorRestarting     fail-fast send while it is between incarnations
-    ├── MailboxFull         fail-fast send to a full mailbox
-    ├── PoisonMessage       your message crashed it N times in a row (cause: the last crash)
-    └── CallTimeout         (also a TimeoutError) no reply within the timeout or deadline
+    ├── ActorStoppedError      you sent to an actor that is stopped (cause: its crash, if any)
+    ├── ActorCrashedError      it crashed on your message and will not retry it (cause: the crash);
+    │                          the effect may or may not have happened
+    ├── ActorRestartingError   fail-fast send while it is between incarnations
+    ├── MailboxFull            (also an anyio.WouldBlock) cast_nowait or fail-fast send, mailbox full
+    ├── PoisonMessageError     your message crashed it N times in a row (cause: the last crash)
+    ├── UnhandledMessageError  it has no handler for your message's type (it keeps running)
+    └── CallTimeoutError       (also a TimeoutError) no reply within the call's own timeout= or deadline=
 """
 
 from __future__ import annotations
+
+import anyio
 
 
 class ActorError(Exception):
     """Root of every error raised by the actor kernel."""
 
 
-class ActorStopped(ActorError):
+class ActorStoppedError(ActorError):
     """You sent to, or were waiting on, an actor that has stopped.
 
     If it stopped because it crashed, that crash is ``__cause__``.
@@ -39,7 +42,7 @@ class ActorStopped(ActorError):
         )
 
 
-class ActorCrashed(ActorError):
+class ActorCrashedError(ActorError):
     """The actor crashed while handling your message and will not retry it.
 
     Either the message is not :class:`~actors.Idempotent` (``redeliverable``
@@ -65,30 +68,34 @@ class ActorCrashed(ActorError):
         )
 
 
-class ActorRestarting(ActorError):
+class ActorRestartingError(ActorError):
     """A fail-fast send reached an actor between two incarnations."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         super().__init__(
             f"actor {name!r} is restarting after a crash; retry later, or send with "
-            "policy=Backpressure.WAIT to queue the message until it is back"
+            "backpressure=Backpressure.WAIT to queue the message until it is back"
         )
 
 
-class MailboxFull(ActorError):
-    """A fail-fast send found the actor's mailbox at capacity (the actor is overloaded)."""
+class MailboxFull(ActorError, anyio.WouldBlock):
+    """A send that may not wait found the actor's mailbox at capacity (it is overloaded).
+
+    Raised by ``cast_nowait`` and by ``Backpressure.FAIL_FAST`` sends; an
+    ``anyio.WouldBlock`` too, like trio's ``*_nowait`` errors.
+    """
 
     def __init__(self, name: str, capacity: int) -> None:
         self.name = name
         self.capacity = capacity
         super().__init__(
             f"mailbox of actor {name!r} is full ({capacity} messages); shed the load, retry "
-            "later, or send with policy=Backpressure.WAIT to wait for space"
+            "later, or await cast/call with backpressure=Backpressure.WAIT to wait for space"
         )
 
 
-class PoisonMessage(ActorError):
+class PoisonMessageError(ActorError):
     """Your message crashed the actor several times in a row and was set aside.
 
     It went to the dead-letter callback instead of crashing the actor again;
@@ -105,7 +112,26 @@ class PoisonMessage(ActorError):
         )
 
 
-class CallTimeout(ActorError, TimeoutError):
+class UnhandledMessageError(ActorError):
+    """The actor does not handle messages of this type; nothing happened.
+
+    An actor's ``handle`` raises it for a message it has no case for (the
+    base ``Actor.handle`` does for every message). It is never a crash: the
+    kernel hands it to a ``call``'s caller, and sets a ``cast`` aside to the
+    dead letters (the ``MailboxOptions.dead_letter`` callback, else a log line).
+    """
+
+    def __init__(self, name: str, message: object, hint: str = "") -> None:
+        self.name = name
+        self.message = message
+        self.message_type = type(message).__name__
+        super().__init__(
+            f"actor {name!r} does not handle {self.message_type} messages ({_short(message)}); "
+            + (hint or "send one of the messages its handle() matches, or add a case for this one")
+        )
+
+
+class CallTimeoutError(ActorError, TimeoutError):
     """No reply arrived before the call's timeout or deadline; any late reply is dropped."""
 
     def __init__(self, name: str, message: object, waited: float) -> None:

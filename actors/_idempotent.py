@@ -11,9 +11,9 @@ Contract:
 - A message whose class derives from :class:`Idempotent` (and whose
   :attr:`Idempotent.idempotent` is true) stays at the head of the mailbox
   when it crashes the actor and is delivered to the next incarnation, up to
-  the cell's ``poison_threshold``; then its caller gets ``PoisonMessage``.
+  the cell's ``poison_threshold``; then its caller gets ``PoisonMessageError``.
 - Any other message is taken out of the mailbox by the crash and never
-  delivered again: its caller gets ``ActorCrashed`` (the crash in
+  delivered again: its caller gets ``ActorCrashedError`` (the crash in
   ``__cause__``), a cast is dropped, and either goes to the dead-letter
   callback, as OTP and Akka do. Its effect may or may not have happened.
 

@@ -26,7 +26,7 @@ class Backpressure(enum.Enum):
     """What a send does when the mailbox is full or the actor is restarting."""
 
     WAIT = "wait"  # wait for space; sends during a restart are queued
-    FAIL_FAST = "fail_fast"  # raise MailboxFull / ActorRestarting at once
+    FAIL_FAST = "fail_fast"  # raise MailboxFull / ActorRestartingError at once
 
 
 class ReplySlot:
@@ -101,9 +101,7 @@ class Mailbox:
 
     __slots__ = ("_space", "_wakeup", "capacity", "control", "ordinary")
 
-    def __init__(self, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError(f"mailbox capacity must be at least 1, got {capacity}")
+    def __init__(self, capacity: int) -> None:  # validated by MailboxOptions
         self.ordinary: deque[Envelope] = deque()
         self.control: deque[object] = deque()
         self.capacity = capacity

@@ -10,33 +10,32 @@ activation for that key.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import anyio
+import anyio.lowlevel
 
-from actors._errors import CallTimeout
+from actors._errors import CallTimeoutError
 from actors._mailbox import Backpressure, Envelope, ReplySlot
+from actors._request import Request
 
 if TYPE_CHECKING:
     from actors._cell import ActorCell, ActorStatistics
 
 
-class _Default(enum.Enum):
-    TIMEOUT = "the actor's call_timeout"
-
-
-DEFAULT = _Default.TIMEOUT
+R = TypeVar("R")
 
 
 class ActorRef:
     """Send to an actor: ``call`` (request/reply), ``cast`` (fire and forget), control.
 
-    ``timeout`` defaults to the actor's ``call_timeout``; ``None`` waits
-    forever. ``deadline`` is an absolute ``anyio.current_time()``; the call
-    gives up at whichever of the two comes first. ``policy`` overrides the
-    actor's backpressure policy for one send.
+    As in trio, nothing times out by default: a ``call`` waits for its reply
+    until it comes or the caller's cancel scope (``anyio.fail_after``) ends
+    it. ``timeout`` (seconds) or ``deadline`` (an absolute
+    ``anyio.current_time()``) bound one call and raise ``CallTimeoutError``, which
+    names the actor; with both, whichever comes first. ``backpressure``
+    overrides the actor's ``MailboxOptions.backpressure`` for one send.
     """
 
     __slots__ = ("_cell", "_resolve")
@@ -57,28 +56,49 @@ class ActorRef:
             cell = self._cell = self._resolve()
         return cell
 
+    @overload
     async def call(
         self,
-        message: Any,
+        message: Request[R],
         *,
-        timeout: float | None | _Default = DEFAULT,
+        timeout: float | None = None,
         deadline: float | None = None,
-        policy: Backpressure | None = None,
-    ) -> Any:
+        backpressure: Backpressure | None = None,
+    ) -> R: ...
+
+    @overload
+    async def call(
+        self,
+        message: object,
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        backpressure: Backpressure | None = None,
+    ) -> object: ...
+
+    async def call(
+        self,
+        message: object,
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        backpressure: Backpressure | None = None,
+    ) -> object:
         """Send ``message`` and wait for the reply of ``handle``.
 
+        A :class:`~actors.Request` ``[R]`` returns an ``R``; any other message
+        returns ``object`` (the reply type is unknown to the type checker).
+
         Raises what ``handle`` raised if its type is in ``expected_errors``;
-        ``CallTimeout``, ``ActorStopped``, ``ActorCrashed``, ``PoisonMessage``,
-        ``MailboxFull`` or ``ActorRestarting`` otherwise.
+        ``CallTimeoutError``, ``ActorStoppedError``, ``ActorCrashedError``, ``PoisonMessageError``,
+        ``MailboxFull`` or ``ActorRestartingError`` otherwise.
         """
         cell = self.cell
-        if timeout is DEFAULT:
-            timeout = cell.call_timeout
         slot = ReplySlot()
         envelope = Envelope(message, slot)
         if timeout is None and deadline is None:
             try:
-                await cell.put(envelope, policy)
+                await cell.put(envelope, backpressure)
                 await slot.event.wait()
             finally:
                 slot.abandoned = not slot.done
@@ -89,32 +109,41 @@ class ActorRef:
                 limit = min(limit, deadline)
             with anyio.CancelScope(deadline=limit) as scope:
                 try:
-                    await cell.put(envelope, policy)
+                    await cell.put(envelope, backpressure)
                     await slot.event.wait()
                 finally:
                     slot.abandoned = not slot.done
             if scope.cancelled_caught and not slot.done:
-                raise CallTimeout(cell.name, message, limit - now)
+                raise CallTimeoutError(cell.name, message, limit - now)
         if slot.error is not None:
             raise slot.error
         return slot.value
 
-    async def cast(self, message: Any, *, policy: Backpressure | None = None) -> None:
-        """Queue ``message`` without waiting for it to be handled."""
-        await self.cell.put(Envelope(message, None), policy)
+    async def cast(self, message: Any, *, backpressure: Backpressure | None = None) -> None:
+        """Queue ``message`` without waiting for it to be handled.
+
+        A checkpoint, as in trio: it yields to other tasks even when the
+        mailbox has room, and if the caller is cancelled on entry the message
+        is not sent. It waits only for space (``Backpressure.WAIT``).
+        """
+        await anyio.lowlevel.checkpoint()
+        await self.cell.put(Envelope(message, None), backpressure)
 
     def cast_nowait(self, message: Any) -> None:
         """Queue ``message`` now, or raise ``MailboxFull`` instead of waiting for space.
 
-        Also raises ``ActorStopped``, and ``ActorRestarting`` under ``FAIL_FAST``.
+        Never yields (not a checkpoint). ``MailboxFull`` is also an
+        ``anyio.WouldBlock``, the error trio's ``*_nowait`` calls raise. Also
+        raises ``ActorStoppedError``, and ``ActorRestartingError`` under ``FAIL_FAST``.
         """
         self.cell.put_nowait(Envelope(message, None))
 
-    async def inspect(self, *, timeout: float | None | _Default = DEFAULT) -> object:
-        """The actor's ``inspect()`` snapshot, taken between two messages (control lane)."""
+    async def inspect(self, *, timeout: float | None = None) -> object:
+        """The actor's ``inspect()`` snapshot, taken between two messages (control lane).
+
+        Waits for the running handler to finish; ``timeout`` bounds the wait.
+        """
         cell = self.cell
-        if timeout is DEFAULT:
-            timeout = cell.call_timeout
         slot = ReplySlot()
         with anyio.move_on_after(timeout) as scope:
             try:
@@ -123,7 +152,7 @@ class ActorRef:
             finally:
                 slot.abandoned = not slot.done
         if scope.cancelled_caught and not slot.done:
-            raise CallTimeout(cell.name, "inspect()", timeout or 0.0)
+            raise CallTimeoutError(cell.name, "inspect()", timeout or 0.0)
         if slot.error is not None:
             raise slot.error
         return slot.value

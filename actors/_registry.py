@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
 
 from actors._actor import Actor
-from actors._cell import ActorCell, ActorState, DeadLetter, Exit
-from actors._mailbox import Backpressure
+from actors._cell import ActorCell, ActorState, Exit
+from actors._options import MailboxOptions
 from actors._ref import ActorRef
 
 K = TypeVar("K", bound=Hashable)
@@ -59,11 +59,7 @@ class Registry(Generic[K]):
         on_crash: CrashHook[K],
         name: str = "registry",
         idle_timeout: float | None = 300.0,
-        capacity: int = 1000,
-        policy: Backpressure = Backpressure.WAIT,
-        call_timeout: float | None = 5.0,
-        poison_threshold: int = 3,
-        dead_letter: DeadLetter | None = None,
+        options: MailboxOptions = MailboxOptions(),
         on_forget: Callable[[K], None] | None = None,
     ) -> None:
         self.name = name
@@ -71,14 +67,8 @@ class Registry(Generic[K]):
         self._task_group = task_group
         self._on_crash = on_crash
         self._on_forget = on_forget
-        self._options: dict[str, Any] = {
-            "idle_timeout": idle_timeout,
-            "capacity": capacity,
-            "policy": policy,
-            "call_timeout": call_timeout,
-            "poison_threshold": poison_threshold,
-            "dead_letter": dead_letter,
-        }
+        self.idle_timeout = idle_timeout
+        self.options = options
         self._cells: dict[K, ActorCell] = {}
         self._closed = False
         self.activations = 0
@@ -97,7 +87,12 @@ class Registry(Generic[K]):
                     f"registry {self.name!r} is shut down; no new actor for key {key!r}"
                 )
             factory = self._factory
-            cell = ActorCell(lambda: factory(key), name=f"{self.name}[{key}]", **self._options)
+            cell = ActorCell(
+                lambda: factory(key),
+                name=f"{self.name}[{key}]",
+                options=self.options,
+                idle_timeout=self.idle_timeout,
+            )
             cell.ref = ActorRef(cell, lambda: self.cell(key))
             cell.on_activate = lambda activated: self._activate(key, activated)
             self._cells[key] = cell
@@ -188,11 +183,7 @@ async def open_registry(
     *,
     name: str = "registry",
     idle_timeout: float | None = 300.0,
-    capacity: int = 1000,
-    policy: Backpressure = Backpressure.WAIT,
-    call_timeout: float | None = 5.0,
-    poison_threshold: int = 3,
-    dead_letter: DeadLetter | None = None,
+    options: MailboxOptions = MailboxOptions(),
     shutdown_timeout: float | None = 5.0,
 ) -> AsyncIterator[Registry[K]]:
     """A registry of keyed actors without a supervisor, scoped like a nursery.
@@ -217,11 +208,7 @@ async def open_registry(
             on_crash=on_crash,
             name=name,
             idle_timeout=idle_timeout,
-            capacity=capacity,
-            policy=policy,
-            call_timeout=call_timeout,
-            poison_threshold=poison_threshold,
-            dead_letter=dead_letter,
+            options=options,
         )
         try:
             yield registry

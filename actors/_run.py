@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator, Callable
 import anyio
 
 from actors._actor import Actor
-from actors._cell import ActorCell, ActorState, DeadLetter
-from actors._mailbox import Backpressure
+from actors._cell import ActorCell, ActorState
+from actors._options import MailboxOptions
 from actors._ref import ActorRef
 
 
@@ -32,11 +32,7 @@ async def open_actor(
     actor: Actor | Callable[[], Actor],
     *,
     name: str | None = None,
-    capacity: int = 1000,
-    policy: Backpressure = Backpressure.WAIT,
-    call_timeout: float | None = 5.0,
-    poison_threshold: int = 3,
-    dead_letter: DeadLetter | None = None,
+    options: MailboxOptions = MailboxOptions(),
     shutdown_timeout: float | None = 5.0,
 ) -> AsyncIterator[ActorRef]:
     """Start ``actor`` (an instance or a zero-argument factory) for the block's duration.
@@ -44,18 +40,14 @@ async def open_actor(
     On a normal exit of the block the actor is stopped gracefully (it
     finishes its current message and runs ``on_stop``) within
     ``shutdown_timeout`` seconds, then cancelled. If the actor crashes, the
-    block is cancelled, callers get ``ActorCrashed``/``ActorStopped`` and the
+    block is cancelled, callers get ``ActorCrashedError``/``ActorStoppedError`` and the
     original exception is raised out of the ``async with``.
     """
     factory = as_factory(actor)
     cell = ActorCell(
         factory,
         name=name or (type(actor).__name__ if isinstance(actor, Actor) else "actor"),
-        capacity=capacity,
-        policy=policy,
-        call_timeout=call_timeout,
-        poison_threshold=poison_threshold,
-        dead_letter=dead_letter,
+        options=options,
     )
     crash: Exception | None = None
     body_error: BaseException | None = None

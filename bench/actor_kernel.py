@@ -15,6 +15,8 @@ rounds as the figure, after a warm-up round, over at least five rounds
 - call: a request/reply ping-pong through a deque + wakeup Event, a reply
   Event per request, no timeout;
 - cast: a bounded deque (the mailbox's capacity) drained by one consumer;
+  and the same with its sender yielding before each put, since ``cast`` is
+  a checkpoint (trio's rule): the floor of the work ``cast`` is asked to do;
 - spawn: a bare task that runs a start hook and then waits;
 - idle memory: the same bare task, its bytes;
 - crash to restarted: a task that raises, is caught at its top, tells its
@@ -41,14 +43,16 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
+import anyio.lowlevel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _harness import FLOOR, Row, Summary, ainterleaved, markdown_table, percentile, ratio_row
 from _harness import value_row as target_row
 
-from actors import Actor, ActorCell, ActorRef, open_actor
-from supervisors import Backoff, ChildSpec, GetChild, Supervisor
+from actors import Actor, ActorRef, MailboxOptions, open_actor
+from actors.lowlevel import ActorCell
+from supervisors import Backoff, ChildSpec, Intensity, Supervisor, get_child
 
 
 @dataclass(frozen=True)
@@ -216,8 +220,11 @@ async def actor_call(callers: int, calls: int) -> list[float]:
 # -- cast throughput ---------------------------------------------------------
 
 
-async def floor_cast(casts: int) -> float:
-    """Messages per second through a bounded deque + Event, drained by one consumer."""
+async def floor_cast(casts: int, checkpoint: bool = False) -> float:
+    """Messages per second through a bounded deque + Event, drained by one consumer.
+
+    ``checkpoint``: the sender yields before each put, as ``cast`` does (trio's rule).
+    """
     inbox = Inbox(CAPACITY)
     done = anyio.Event()
 
@@ -232,6 +239,8 @@ async def floor_cast(casts: int) -> float:
         tg.start_soon(consumer)
         began = time.perf_counter()
         for i in range(casts):
+            if checkpoint:
+                await anyio.lowlevel.checkpoint()
             await inbox.put_waiting(i)
         await done.wait()
         elapsed = time.perf_counter() - began
@@ -358,10 +367,10 @@ async def floor_crash(crashes: int) -> list[float]:
 
 async def actor_crash(crashes: int) -> list[float]:
     Crasher.restarted = []
-    spec = ChildSpec("crasher", Crasher, poison_threshold=1)
-    supervisor = Supervisor([spec], max_restarts=10**9, within=1.0, backoff=Backoff.none())
+    spec = ChildSpec("crasher", Crasher, options=MailboxOptions(poison_threshold=1))
+    supervisor = Supervisor([spec], intensity=Intensity(10**9, 1.0), backoff=Backoff.none())
     async with open_actor(supervisor, name="bench") as root:
-        child: ActorRef = await root.call(GetChild("crasher"))
+        child: ActorRef = await get_child(root, "crasher")
         for _ in range(crashes):
             await child.cast("crash")
             await child.call("ping")
@@ -411,6 +420,13 @@ async def measure(sizes: Sizes) -> list[Row]:
     rows.append(target_row("cast throughput", cast["actor"], "msg/s", op=">=", bound=100_000,
                            against=cast["floor"], kind=FLOOR,
                            what=f"bounded deque ({CAPACITY}) + Event, one consumer"))
+    # cast is a checkpoint (trio's rule): the same floor, its sender yielding per send.
+    yielding = await ainterleaved(
+        {"actor": lambda: actor_cast(sizes.casts),
+         "floor": lambda: floor_cast(sizes.casts, checkpoint=True)}, rounds=rounds)
+    rows.append(ratio_row("cast throughput, floor yielding per send", yielding["actor"],
+                          "msg/s", yielding["floor"], kind=FLOOR,
+                          what=f"bounded deque ({CAPACITY}) + Event, a checkpoint per send"))
 
     spawn = await ainterleaved({"actor": lambda: actor_spawn(sizes.spawns),
                                 "floor": lambda: floor_spawn(sizes.spawns)}, rounds=rounds)

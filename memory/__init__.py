@@ -9,12 +9,12 @@ command); ``_errors`` is the package's one errors module.
 """
 
 from memory._errors import ArchiveError as ArchiveError
-from memory._errors import ConcurrentUpdate as ConcurrentUpdate
-from memory._errors import IncompleteArchive as IncompleteArchive
+from memory._errors import ConcurrentUpdateError as ConcurrentUpdateError
+from memory._errors import IncompleteArchiveError as IncompleteArchiveError
 from memory._errors import ScriptoriumMemoryError as ScriptoriumMemoryError
 from memory._errors import TopicError as TopicError
 from memory._errors import TransactionError as TransactionError
-from memory._errors import WorkspaceLockTimeout as WorkspaceLockTimeout
+from memory._errors import WorkspaceLockTimeoutError as WorkspaceLockTimeoutError
 from memory._errors import WriteCycleError as WriteCycleError
 from memory.ledger import MARKER_KEY as MARKER_KEY
 from memory.ledger import SourceMeta as SourceMeta
@@ -42,10 +42,10 @@ __all__ = [
     "Batch",
     "BoundaryOutcome",
     "CommittedWrite",
-    "ConcurrentUpdate",
+    "ConcurrentUpdateError",
     "ExtractiveWriter",
     "FailureKind",
-    "IncompleteArchive",
+    "IncompleteArchiveError",
     "MemoryRuntime",
     "RuntimeConfig",
     "ScriptoriumMemoryError",
@@ -54,7 +54,7 @@ __all__ = [
     "TopicEdit",
     "TopicError",
     "TransactionError",
-    "WorkspaceLockTimeout",
+    "WorkspaceLockTimeoutError",
     "WorkspaceSnapshot",
     "WriteCycleError",
     "WriteOutcome",

@@ -2,28 +2,28 @@
 
     ScriptoriumMemoryError                 root: catch this to catch them all
     ├── ArchiveError                       a source archive cannot be read or appended to
-    │   ├── IncompleteArchive              appending after a scan that stopped early (SPEC §5)
-    │   ├── UnframeableRecord              a record the v2 frame grammar cannot hold
-    │   └── CorruptWorkspaceId             .scriptorium/workspace-id exists but is not w-XXXXXXXX
+    │   ├── IncompleteArchiveError         appending after a scan that stopped early (SPEC §5)
+    │   ├── UnframeableRecordError         a record the v2 frame grammar cannot hold
+    │   └── CorruptWorkspaceIdError        .scriptorium/workspace-id exists but is not w-XXXXXXXX
     ├── TopicError                         a topic file fails the strict grammar
     ├── TransactionError                   a commit was refused as a whole
-    │   ├── ConcurrentUpdate               workspace_revision moved since the base (retryable)
-    │   ├── EditRejected                   one edit broke a rule; recorded in the audit, never raised out
-    │   ├── InstallJournalCorrupt          the install journal cannot be read; recovery stopped
-    │   └── WorkspaceLockTimeout           another process held write.lock past the bound
-    ├── InstallUnfinished                  finishing an interrupted install failed (a full disk; retryable)
+    │   ├── ConcurrentUpdateError          workspace_revision moved since the base (retryable)
+    │   ├── EditRejectedError              one edit broke a rule; recorded in the audit, never raised out
+    │   ├── InstallJournalCorruptError     the install journal cannot be read; recovery stopped
+    │   └── WorkspaceLockTimeoutError      another process held write.lock past the bound
+    ├── InstallUnfinishedError             finishing an interrupted install failed (a full disk; retryable)
     ├── WriteCycleError                    one batch's write cycle failed; nothing was marked
-    │   ├── ArchiveStepFailed              archiving the batch's evidence raised
-    │   ├── WriterFailed                   the writer raised
-    │   ├── WriterTimedOut                 the writer ran past its timeout
-    │   ├── CommitRejected                 the transaction refused the edits as a whole
-    │   └── NothingChanged                 the cycle ended with no changed topic file
+    │   ├── ArchiveStepFailedError         archiving the batch's evidence raised
+    │   ├── WriterFailedError              the writer raised
+    │   ├── WriterTimedOutError            the writer ran past its timeout
+    │   ├── CommitRejectedError            the transaction refused the edits as a whole
+    │   └── NothingChangedError            the cycle ended with no changed topic file
     ├── SettingsError                      a timing or threshold that cannot be used (scriptorium.toml, flags)
     ├── LedgerError                        a branch cannot be turned into records
-    │   ├── UnidentifiedMessage            a recordable message has no id (SPEC §6.1)
-    │   ├── UncitableId                    a turn whose session or node id a source handle cannot carry
-    │   ├── MissingAuthority               a turn stamped authority_schema lacks its authority (SPEC §6.1)
-    │   └── InvalidThreshold               a batch threshold that is no positive integer
+    │   ├── UnidentifiedMessageError       a recordable message has no id (SPEC §6.1)
+    │   ├── UncitableIdError               a turn whose session or node id a source handle cannot carry
+    │   ├── MissingAuthorityError          a turn stamped authority_schema lacks its authority (SPEC §6.1)
+    │   └── InvalidThresholdError          a batch threshold that is no positive integer
     └── BoundaryError                      a session boundary stopped on an error (``rt.flush``)
 
 Messages name the session, node or file (relative to the state directory)
@@ -38,30 +38,30 @@ from actors import ActorError
 
 __all__ = [
     "ArchiveError",
-    "ArchiveStepFailed",
+    "ArchiveStepFailedError",
     "BoundaryError",
-    "CommitRejected",
-    "ConcurrentUpdate",
-    "CorruptWorkspaceId",
-    "EditRejected",
-    "IncompleteArchive",
-    "InstallJournalCorrupt",
-    "InstallUnfinished",
-    "InvalidThreshold",
+    "CommitRejectedError",
+    "ConcurrentUpdateError",
+    "CorruptWorkspaceIdError",
+    "EditRejectedError",
+    "IncompleteArchiveError",
+    "InstallJournalCorruptError",
+    "InstallUnfinishedError",
+    "InvalidThresholdError",
     "LedgerError",
-    "MissingAuthority",
-    "NothingChanged",
+    "MissingAuthorityError",
+    "NothingChangedError",
     "ScriptoriumMemoryError",
     "SettingsError",
     "TopicError",
     "TransactionError",
-    "UncitableId",
-    "UnframeableRecord",
-    "UnidentifiedMessage",
-    "WorkspaceLockTimeout",
+    "UncitableIdError",
+    "UnframeableRecordError",
+    "UnidentifiedMessageError",
+    "WorkspaceLockTimeoutError",
     "WriteCycleError",
-    "WriterFailed",
-    "WriterTimedOut",
+    "WriterFailedError",
+    "WriterTimedOutError",
     "describe_error",
 ]
 
@@ -77,7 +77,7 @@ class ArchiveError(ScriptoriumMemoryError):
     """A source archive cannot be read or appended to."""
 
 
-class IncompleteArchive(ArchiveError):
+class IncompleteArchiveError(ArchiveError):
     """The archive's scan stopped before its end; evidence is never written after garbage."""
 
     def __init__(self, path: str, reason: str, valid_frames: int) -> None:
@@ -91,7 +91,7 @@ class IncompleteArchive(ArchiveError):
         )
 
 
-class UnframeableRecord(ArchiveError):
+class UnframeableRecordError(ArchiveError):
     """A record that the v2 frame grammar cannot hold; archiving it would corrupt the file."""
 
     def __init__(self, source: str, reason: str) -> None:
@@ -103,7 +103,7 @@ class UnframeableRecord(ArchiveError):
         )
 
 
-class CorruptWorkspaceId(ArchiveError):
+class CorruptWorkspaceIdError(ArchiveError):
     """``.scriptorium/workspace-id`` holds something other than ``w-`` + 8 lowercase hex.
 
     Never replaced automatically: every marker in every session names this id,
@@ -141,7 +141,7 @@ class TransactionError(ScriptoriumMemoryError):
     """A commit was refused as a whole; the workspace is unchanged."""
 
 
-class ConcurrentUpdate(TransactionError):
+class ConcurrentUpdateError(TransactionError):
     """``workspace_revision`` changed since the edits' base; retry on a fresh snapshot."""
 
     def __init__(self, base: str, current: str) -> None:
@@ -153,7 +153,7 @@ class ConcurrentUpdate(TransactionError):
         )
 
 
-class EditRejected(TransactionError):
+class EditRejectedError(TransactionError):
     """One edit broke a transaction rule; the transaction records it and drops the edit."""
 
     def __init__(self, path: str, reason: str) -> None:
@@ -162,7 +162,7 @@ class EditRejected(TransactionError):
         super().__init__(f"edit of {path} rejected: {reason}")
 
 
-class InstallJournalCorrupt(TransactionError):
+class InstallJournalCorruptError(TransactionError):
     """The install journal exists but cannot be read, so recovery cannot finish the install."""
 
     def __init__(self, path: str, detail: str) -> None:
@@ -173,7 +173,7 @@ class InstallJournalCorrupt(TransactionError):
         )
 
 
-class InstallUnfinished(ScriptoriumMemoryError):
+class InstallUnfinishedError(ScriptoriumMemoryError):
     """An interrupted install could not be finished (ENOSPC, EROFS...); memory is not served.
 
     The workspace actor keeps running and answers every request that reads
@@ -193,7 +193,7 @@ class InstallUnfinished(ScriptoriumMemoryError):
         )
 
 
-class WorkspaceLockTimeout(TransactionError):
+class WorkspaceLockTimeoutError(TransactionError):
     """Another process held the workspace lock longer than the bound: stuck, or the bound is too short."""
 
     def __init__(self, path: str, waited: float, holder: int | None) -> None:
@@ -225,23 +225,23 @@ class WriteCycleError(ScriptoriumMemoryError):
         )
 
 
-class ArchiveStepFailed(WriteCycleError):
+class ArchiveStepFailedError(WriteCycleError):
     """Archiving the batch's evidence raised (the original is ``__cause__``)."""
 
 
-class WriterFailed(WriteCycleError):
+class WriterFailedError(WriteCycleError):
     """The writer raised (the original is ``__cause__``)."""
 
 
-class WriterTimedOut(WriteCycleError):
+class WriterTimedOutError(WriteCycleError):
     """The writer did not return within the cycle's timeout."""
 
 
-class CommitRejected(WriteCycleError):
+class CommitRejectedError(WriteCycleError):
     """The transaction refused the edits as a whole (the original is ``__cause__``)."""
 
 
-class NothingChanged(WriteCycleError):
+class NothingChangedError(WriteCycleError):
     """The cycle installed nothing: no ``ok`` commit named a topic file."""
 
 
@@ -267,7 +267,7 @@ class LedgerError(ScriptoriumMemoryError):
     """A branch cannot be turned into records."""
 
 
-class UnidentifiedMessage(LedgerError):
+class UnidentifiedMessageError(LedgerError):
     """A message that would be recorded has no id, so it could never be marked (SPEC §6.1)."""
 
     def __init__(self, session_id: str, position: int) -> None:
@@ -279,7 +279,7 @@ class UnidentifiedMessage(LedgerError):
         )
 
 
-class UncitableId(LedgerError):
+class UncitableIdError(LedgerError):
     """A turn on disk whose session or node id memory cannot cite (the id rule, store._ids).
 
     The reference agent may have written such ids before scriptorium refused
@@ -296,7 +296,7 @@ class UncitableId(LedgerError):
         )
 
 
-class MissingAuthority(LedgerError):
+class MissingAuthorityError(LedgerError):
     """A turn stamped with ``authority_schema`` lacks complete speaker authority (SPEC §6.1).
 
     Such a turn was written by a build that always stamps authority, so the
@@ -314,7 +314,7 @@ class MissingAuthority(LedgerError):
         )
 
 
-class InvalidThreshold(LedgerError, ValueError):
+class InvalidThresholdError(LedgerError, ValueError):
     """A batch threshold that is no positive number of tokens (SPEC §6.3).
 
     One outside the reference agent's 8,000 / 16,000 / 32,000 is allowed,

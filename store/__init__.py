@@ -38,7 +38,7 @@ from ._errors import NodeNotFoundError as NodeNotFoundError
 from ._errors import OversizedContentError as OversizedContentError
 from ._errors import ReservedMetadataKeyError as ReservedMetadataKeyError
 from ._errors import SessionExistsError as SessionExistsError
-from ._errors import SessionLockTimeout as SessionLockTimeout
+from ._errors import SessionLockTimeoutError as SessionLockTimeoutError
 from ._errors import SessionNotFoundError as SessionNotFoundError
 from ._errors import StoreError as StoreError
 from ._errors import SummaryHeadError as SummaryHeadError
@@ -106,7 +106,7 @@ __all__ = [
     "SessionCore",
     "SessionExistsError",
     "SessionLock",
-    "SessionLockTimeout",
+    "SessionLockTimeoutError",
     "SessionNotFoundError",
     "SetHead",
     "SpawnBranch",

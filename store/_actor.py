@@ -32,7 +32,7 @@ carries its own id (appends are idempotent by client id,
 :meth:`~store._session.SessionCore.append_turn`). An append without an id,
 ``RewindTo`` (a second one refuses: the turn is no longer on the head
 chain), ``SpawnBranch`` and ``InsertSummary`` (fresh ids) are not: their
-caller gets ``ActorCrashed`` and the effect may have happened.
+caller gets ``ActorCrashedError`` and the effect may have happened.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from actors import Actor, ActorError, Idempotent
+from actors import Actor, ActorError, Idempotent, Request, StopReason, UnhandledMessageError
 
 from ._durable import DurableFiles, run_durable
 from ._errors import StoreError
@@ -73,7 +73,7 @@ CHECKPOINT_AFTER = 32
 
 
 @dataclass(frozen=True, slots=True)
-class Append(Idempotent):
+class Append(Idempotent, Request[dict[str, Any]]):
     """Append one turn (a message dict); replies with its message view.
 
     Redelivered after a crash only if the message carries its own ``id``: a
@@ -88,36 +88,36 @@ class Append(Idempotent):
 
 
 @dataclass(frozen=True, slots=True)
-class GetBranch(Idempotent):
+class GetBranch(Idempotent, Request[list[dict[str, Any]]]):
     """Message dicts root→tip of the branch ending at ``tip`` (default: head)."""
 
     tip: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class ListBranches(Idempotent):
+class ListBranches(Idempotent, Request[list[dict[str, Any]]]):
     """The list_branches rows of SPEC §4."""
 
 
 @dataclass(frozen=True, slots=True)
-class GetMeta(Idempotent):
+class GetMeta(Idempotent, Request[dict[str, Any]]):
     """A copy of meta.json as the actor knows it."""
 
 
 @dataclass(frozen=True, slots=True)
-class SetHead(Idempotent):
+class SetHead(Idempotent, Request[None]):
     node_id: str
 
 
 @dataclass(frozen=True, slots=True)
-class RewindTo:
+class RewindTo(Request[list[str]]):
     """Stamp ``rewound`` back to ``user_turn``; replies with the stamped ids."""
 
     user_turn: str
 
 
 @dataclass(frozen=True, slots=True)
-class SpawnBranch:
+class SpawnBranch(Request[dict[str, Any]]):
     caller_node: str
     source: str
     prompt: str
@@ -125,13 +125,13 @@ class SpawnBranch:
 
 
 @dataclass(frozen=True, slots=True)
-class InsertSummary:
+class InsertSummary(Request[dict[str, Any]]):
     covers_ids: tuple[str, ...]
     text: str
 
 
 @dataclass(frozen=True, slots=True)
-class MergeMetadata(Idempotent):
+class MergeMetadata(Idempotent, Request[list[str]]):
     """``merge_node_metadata_batch``: replies with the ids whose file changed.
 
     Idempotent (fixed values): a redelivery names only what it changed itself.
@@ -224,8 +224,8 @@ class SessionActor(Actor):
             lambda: SessionCore.open(self.state_dir, self.session, **options)
         )
 
-    async def on_stop(self, reason: BaseException | None) -> None:
-        if self._core is not None and reason is None:
+    async def on_stop(self, reason: StopReason) -> None:
+        if self._core is not None and reason.crash is None:
             await run_durable(self._core.close)
 
     def inspect(self) -> object:
@@ -300,7 +300,7 @@ class SessionActor(Actor):
                 self._retire_queued = False
                 await run_durable(core.retire_journals)
                 return None
-        raise TypeError(f"session actor {self.session!r} got an unknown message {message!r}")
+        raise UnhandledMessageError(self.ref.name, message)
 
     async def tip_moved(self, event: TipMoved) -> None:
         """Called after every append, inside the actor; subclasses react here."""

@@ -11,29 +11,29 @@ reads the same.
 ::
 
     StoreError
-    ├── InvalidRequestError            the caller asked for something the rules forbid
-    │   ├── UnsafeIdError              an id or name that could escape its directory, or not be cited
-    │   ├── InvalidNodeError           a field of a node or message is wrong
+    ├── InvalidRequestError                  the caller asked for something the rules forbid
+    │   ├── UnsafeIdError                    an id or name that could escape its directory, or not be cited
+    │   ├── InvalidNodeError                 a field of a node or message is wrong
     │   │   ├── ReservedMetadataKeyError
-    │   │   └── UnencodableValueError  lone surrogates, NaN, ints beyond 64 bits, too deep
+    │   │   └── UnencodableValueError        lone surrogates, NaN, ints beyond 64 bits, too deep
     │   ├── OversizedContentError
     │   ├── DuplicateNodeError
-    │   │   └── AppendConflictError    an append repeats a client id with a different turn
-    │   ├── AppendInvariantError       a top-level turn without an existing predecessor
+    │   │   └── AppendConflictError          an append repeats a client id with a different turn
+    │   ├── AppendInvariantError             a top-level turn without an existing predecessor
     │   ├── NodeNotFoundError
-    │   ├── SummaryHeadError           a summary may never be head
+    │   ├── SummaryHeadError                 a summary may never be head
     │   └── SessionExistsError
     ├── SessionNotFoundError
-    │   └── MetaMissingError           history/ without meta.json: turns nobody can see
-    ├── UnsafeLinkError                a symbolic link the state directory rule refuses
-    ├── CorruptFileError               a file on disk cannot be decoded (``path`` names it)
-    │   ├── NodeFileError              a node file; skipped and reported, never rewritten
-    │   ├── MetaFileError              meta.json
-    │   │   └── HeadFieldError         its head_id is not null and names no node
-    │   └── JournalFileError           a checksummed journal record that names no file of ours
-    ├── BrokenChainError               a predecessor chain that does not reach its root
+    │   └── MetaMissingError                 history/ without meta.json: turns nobody can see
+    ├── UnsafeLinkError                      a symbolic link the state directory rule refuses
+    ├── CorruptFileError                     a file on disk cannot be decoded (``path`` names it)
+    │   ├── NodeFileError                    a node file; skipped and reported, never rewritten
+    │   ├── MetaFileError                    meta.json
+    │   │   └── HeadFieldError               its head_id is not null and names no node
+    │   └── JournalFileError                 a checksummed journal record that names no file of ours
+    ├── BrokenChainError                     a predecessor chain that does not reach its root
     │   └── ChainCycleError
-    └── SessionLockTimeout             another process held ``<sid>/.lock`` past the bound
+    └── SessionLockTimeoutError              another process held ``<sid>/.lock`` past the bound
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ __all__ = [
     "OversizedContentError",
     "ReservedMetadataKeyError",
     "SessionExistsError",
-    "SessionLockTimeout",
+    "SessionLockTimeoutError",
     "SessionNotFoundError",
     "StoreError",
     "SummaryHeadError",
@@ -275,7 +275,7 @@ class ChainCycleError(BrokenChainError):
         )
 
 
-class SessionLockTimeout(StoreError):
+class SessionLockTimeoutError(StoreError):
     """Another owner held the session lock longer than the bound: stuck, or the bound is too short."""
 
     def __init__(self, session: str, path: str, waited: float, holder: int | None) -> None:

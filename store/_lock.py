@@ -15,7 +15,7 @@ data, so nothing but :class:`~store._durable.DurableFiles` ever writes.
 A holder that is stuck (a stopped process, a debugger, a hung NFS client)
 must not hang every owner behind it: the lock is taken with ``LOCK_NB`` and
 polled until ``timeout`` seconds have passed, then
-:class:`~store._errors.SessionLockTimeout` names the session, the lock file
+:class:`~store._errors.SessionLockTimeoutError` names the session, the lock file
 and, when ``/proc/locks`` tells, the holder's pid. The poll sleeps through
 the event loop when it runs in an anyio worker thread (``run_durable``), so
 the wait follows the loop's clock (virtual time in tests) and a cancelled
@@ -35,7 +35,7 @@ import anyio
 import anyio.from_thread
 
 from ._durable import FILE_MODE
-from ._errors import SessionLockTimeout
+from ._errors import SessionLockTimeoutError
 
 __all__ = ["LOCK_NAME", "LOCK_TIMEOUT", "SessionLock", "lock_holder", "wait_for_flock"]
 
@@ -136,8 +136,8 @@ class SessionLock:
         self._depth += 1
         return self
 
-    def _timed_out(self, waited: float, holder: int | None) -> SessionLockTimeout:
-        return SessionLockTimeout(self._session, f"sessions/{self._session}/{LOCK_NAME}",
+    def _timed_out(self, waited: float, holder: int | None) -> SessionLockTimeoutError:
+        return SessionLockTimeoutError(self._session, f"sessions/{self._session}/{LOCK_NAME}",
                                   waited, holder)
 
     def __exit__(

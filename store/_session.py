@@ -203,7 +203,7 @@ class SessionCore:
         """Open an existing session: clean crash leftovers, replay journals, load the index.
 
         Every mutation waits at most ``lock_timeout`` seconds for ``<sid>/.lock``
-        (``SessionLockTimeout``; None waits forever).
+        (``SessionLockTimeoutError``; None waits forever).
         """
         core = cls(state_dir, session, files=files, clock=clock, max_node_bytes=max_node_bytes,
                    lock_timeout=lock_timeout)

@@ -6,8 +6,8 @@ the dynamic supervisor owns a registry of keyed actors (see
 passivates it when idle; the supervisor decides what a crash means.
 
 Restart intensity is applied **per child** by default: a session that
-keeps crashing is stopped and reported (its callers get ``ActorCrashed`` /
-``ActorStopped`` with the crash as ``__cause__``) while the thousands of
+keeps crashing is stopped and reported (its callers get ``ActorCrashedError`` /
+``ActorStoppedError`` with the crash as ``__cause__``) while the thousands of
 other sessions are unaffected. The next message for that key starts a fresh
 activation. ``escalate=True`` gives OTP's behaviour instead: one intensity
 for all children, and exceeding it crashes the supervisor.
@@ -23,20 +23,32 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-from actors import Actor, ActorCell, ActorRef, ActorState, Backpressure, DeadLetter, Registry
+from actors import (
+    Actor,
+    ActorRef,
+    MailboxOptions,
+    Registry,
+    Request,
+    StopReason,
+    UnhandledMessageError,
+)
+from actors.lowlevel import ActorCell, ActorState
 from supervisors._backoff import Backoff, BackoffStreak
-from supervisors._errors import RestartIntensityExceeded
-from supervisors._intensity import RestartIntensity
+from supervisors._errors import RestartIntensityExceededError
+from supervisors._intensity import Intensity, RestartHistory
 from supervisors._spec import Restart
 
 K = TypeVar("K", bound=Hashable)
 
 
-@dataclass(frozen=True)
-class ActivateChild:
-    """Get the child for a key, activating it now; replies with its ``ActorRef``."""
-
+@dataclass(frozen=True, slots=True)
+class _ActivateChild(Request[ActorRef]):
     key: Hashable
+
+
+async def activate_child(supervisor: ActorRef, key: Hashable) -> ActorRef:
+    """The reference of the keyed child for ``key``, its actor started now, not on first send."""
+    return await supervisor.call(_ActivateChild(key))
 
 
 @dataclass(frozen=True)
@@ -58,7 +70,7 @@ class _GaveUp:
 
 @dataclass
 class _KeyHistory:
-    intensity: RestartIntensity
+    restarts: RestartHistory = field(default_factory=RestartHistory)
     backoff: BackoffStreak = field(default_factory=BackoffStreak)
 
 
@@ -71,16 +83,11 @@ class DynamicSupervisor(Actor, Generic[K]):
         *,
         restart: Restart = Restart.TRANSIENT,
         idle_timeout: float | None = 300.0,
-        max_restarts: int = 5,
-        within: float = 10.0,
+        intensity: Intensity = Intensity(),
         escalate: bool = False,
-        backoff: Backoff | None = None,
+        backoff: Backoff = Backoff(),
         shutdown_timeout: float | None = 5.0,
-        capacity: int = 1000,
-        policy: Backpressure = Backpressure.WAIT,
-        call_timeout: float | None = 5.0,
-        poison_threshold: int = 3,
-        dead_letter: DeadLetter | None = None,
+        options: MailboxOptions = MailboxOptions(),
         on_give_up: Callable[[K, Exception], None] | None = None,
         rng: random.Random | None = None,
     ) -> None:
@@ -92,22 +99,16 @@ class DynamicSupervisor(Actor, Generic[K]):
         self.factory = factory
         self.restart = restart
         self.idle_timeout = idle_timeout
-        self.intensity = RestartIntensity(max_restarts, within)
+        self.intensity = intensity
         self.escalate = escalate
-        self.backoff = backoff if backoff is not None else Backoff()
+        self.backoff = backoff
         self.shutdown_timeout = shutdown_timeout
-        self.options: dict[str, Any] = {
-            "capacity": capacity,
-            "policy": policy,
-            "call_timeout": call_timeout,
-            "poison_threshold": poison_threshold,
-            "dead_letter": dead_letter,
-        }
+        self.options = options  # the mailbox of every keyed child
         self.on_give_up = on_give_up
         self.rng = rng or random.Random()
         self._registry: Registry[K] | None = None
         self._history: dict[K, _KeyHistory] = {}
-        self._shared = _KeyHistory(self.intensity)
+        self._shared = _KeyHistory()
         self.restarts = 0
         self.given_up: list[Hashable] = []
 
@@ -132,7 +133,7 @@ class DynamicSupervisor(Actor, Generic[K]):
                 on_forget=self._forget,
                 name=self.ref.name,
                 idle_timeout=self.idle_timeout,
-                **self.options,
+                options=self.options,
             )
             try:
                 yield
@@ -144,16 +145,16 @@ class DynamicSupervisor(Actor, Generic[K]):
         if crash is not None:
             raise crash
 
-    async def on_stop(self, reason: BaseException | None) -> None:
+    async def on_stop(self, reason: StopReason) -> None:
         await self.registry.shutdown(self.shutdown_timeout)
 
     async def handle(self, message: Any) -> Any:
         match message:
-            case ActivateChild(key):
+            case _ActivateChild(key):
                 return self.registry.activate(key)  # type: ignore[arg-type]
             case _GaveUp(key, crash):
                 if self.escalate:
-                    raise RestartIntensityExceeded(
+                    raise RestartIntensityExceededError(
                         self.ref.name, str(key), self.intensity.max_restarts, self.intensity.within
                     ) from crash
                 self.given_up.append(key)
@@ -161,9 +162,9 @@ class DynamicSupervisor(Actor, Generic[K]):
                     self.on_give_up(key, crash)  # type: ignore[arg-type]
                 return None
             case _:
-                raise TypeError(
-                    f"dynamic supervisor {self.ref.name!r} got {message!r}; send "
-                    "ActivateChild(key), or talk to a child through child(key)"
+                raise UnhandledMessageError(
+                    self.ref.name, message, "use activate_child(ref, key), or talk to a "
+                    "keyed child through its own reference, child(key)"
                 )
 
     def inspect(self) -> object:
@@ -195,12 +196,10 @@ class DynamicSupervisor(Actor, Generic[K]):
         if self.escalate:
             history = self._shared
         else:
-            history = self._history.get(key) or self._history.setdefault(
-                key, _KeyHistory(self.intensity.fresh())
-            )
-        if not history.intensity.allows(now):
+            history = self._history.get(key) or self._history.setdefault(key, _KeyHistory())
+        if not history.restarts.allows(self.intensity, now):
             self.ref.cell.post_system(_GaveUp(key, crash))
             return None
-        history.intensity.record(now)
+        history.restarts.record(self.intensity, now)
         self.restarts += 1
         return history.backoff.next_delay(self.backoff, now, self.rng)

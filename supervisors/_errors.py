@@ -7,9 +7,9 @@ got wrong.
 The tree::
 
     SupervisorError
-    ├── RestartIntensityExceeded   too many restarts in the window (cause: the last child crash)
-    ├── ChildNotFound              no child with that id (management call)
-    └── DuplicateChild             a child with that id already exists (start_child)
+    ├── RestartIntensityExceededError  too many restarts in the window (cause: the last child crash)
+    ├── ChildNotFoundError             no child with that id (management call)
+    └── DuplicateChildError            a child with that id already exists (start_child)
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class SupervisorError(Exception):
     """Root of every error raised by the supervisors package."""
 
 
-class RestartIntensityExceeded(SupervisorError):
+class RestartIntensityExceededError(SupervisorError):
     """More restarts than allowed inside the window; the supervisor gave up.
 
     It stopped its children in reverse start order and exits with this
@@ -37,16 +37,16 @@ class RestartIntensityExceeded(SupervisorError):
         )
 
 
-class ChildNotFound(SupervisorError, LookupError):
+class ChildNotFoundError(SupervisorError, LookupError):
     def __init__(self, supervisor: str, child: object) -> None:
         self.supervisor = supervisor
         self.child = child
         super().__init__(
-            f"supervisor {supervisor!r} has no child {child!r}; list them with WhichChildren()"
+            f"supervisor {supervisor!r} has no child {child!r}; list them with which_children(supervisor)"
         )
 
 
-class DuplicateChild(SupervisorError):
+class DuplicateChildError(SupervisorError):
     def __init__(self, supervisor: str, child: object) -> None:
         self.supervisor = supervisor
         self.child = child

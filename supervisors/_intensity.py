@@ -6,6 +6,10 @@ hiding the fault and burning the machine. OTP's rule: if more than
 stops its children and fails upward, letting a higher level (with a wider
 view) decide. Default: 5 restarts in 10 s (SPEC §7).
 
+Two parts, as ``Backoff``/``BackoffStreak``: ``Intensity`` is the frozen
+policy, validated once; ``RestartHistory`` is one child's (or one
+supervisor's) mutable record of restart times, judged against a policy.
+
 A pure rule: no clock, no I/O; the caller passes ``now``. ``allows`` checks
 without changing anything; ``record`` changes.
 """
@@ -16,39 +20,47 @@ from collections import deque
 from dataclasses import dataclass, field
 
 
-@dataclass
-class RestartIntensity:
+@dataclass(frozen=True)
+class Intensity:
+    """At most ``max_restarts`` restarts inside any window of ``within`` seconds."""
+
     max_restarts: int = 5
     within: float = 10.0
-    _times: deque[float] = field(default_factory=deque, repr=False)
 
     def __post_init__(self) -> None:
-        if self.max_restarts < 0 or self.within <= 0:
+        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int):
+            raise TypeError(f"max_restarts must be a whole number, got {self.max_restarts!r}")
+        if self.max_restarts < 0 or not self.within > 0:
             raise ValueError(
-                f"restart intensity needs max_restarts >= 0 and within > 0, got "
-                f"{self.max_restarts} in {self.within} s"
+                f"restart intensity needs max_restarts >= 0 and within > 0 seconds, got "
+                f"{self.max_restarts} in {self.within} s; Intensity(0, ...) never restarts"
             )
 
-    def recent(self, now: float) -> int:
-        """Restarts inside the window that ends at ``now``."""
+
+@dataclass
+class RestartHistory:
+    """The restart times of one child (or of a whole supervisor), oldest first."""
+
+    times: deque[float] = field(default_factory=deque, repr=False)
+
+    def recent(self, policy: Intensity, now: float) -> int:
+        """Restarts inside the window of ``policy`` that ends at ``now``."""
         # Times are recorded in order and pruned on record, so only a few
         # leading ones can have left the window since: O(1) in practice.
         stale = 0
-        for t in self._times:
-            if now - t < self.within:
+        for t in self.times:
+            if now - t < policy.within:
                 break
             stale += 1
-        return len(self._times) - stale
+        return len(self.times) - stale
 
-    def allows(self, now: float) -> bool:
-        """Whether one more restart at ``now`` stays within the limit."""
-        return self.recent(now) + 1 <= self.max_restarts
+    def allows(self, policy: Intensity, now: float) -> bool:
+        """Whether one more restart at ``now`` stays within ``policy``."""
+        return self.recent(policy, now) + 1 <= policy.max_restarts
 
-    def record(self, now: float) -> None:
-        self._times.append(now)
-        while self._times and now - self._times[0] >= self.within:
-            self._times.popleft()
-
-    def fresh(self) -> RestartIntensity:
-        """The same limits with an empty history (for one more child)."""
-        return RestartIntensity(self.max_restarts, self.within)
+    def record(self, policy: Intensity, now: float) -> None:
+        """Count a restart at ``now``; forget the ones outside ``policy``'s window."""
+        times = self.times
+        times.append(now)
+        while times and now - times[0] >= policy.within:
+            times.popleft()

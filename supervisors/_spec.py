@@ -12,7 +12,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from actors import Actor, Backpressure, DeadLetter
+from actors import Actor, MailboxOptions
 
 
 class Restart(enum.Enum):
@@ -37,15 +37,12 @@ class Strategy(enum.Enum):
 class ChildSpec:
     """One child: its id, its factory (an Actor or a Supervisor) and its policies.
 
-    ``dead_letter`` and ``poison_threshold`` default to the supervisor's.
+    ``options`` is the child's mailbox; ``None`` takes the supervisor's
+    ``options`` (the default for all its children).
     """
 
     id: str
     start: Callable[[], Actor]
     restart: Restart = Restart.PERMANENT
     shutdown_timeout: float | None = 5.0
-    capacity: int = 1000
-    policy: Backpressure = Backpressure.WAIT
-    call_timeout: float | None = 5.0
-    poison_threshold: int | None = None
-    dead_letter: DeadLetter | None = None
+    options: MailboxOptions | None = None

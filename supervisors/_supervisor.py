@@ -15,15 +15,15 @@ Contract:
   ``shutdown_timeout`` and then cancelled.
 - A child exit arrives as a runtime message on the control lane; the
   strategy and restart type decide what restarts. Restarts are counted
-  against the restart intensity (``RestartIntensity``); beyond it the
-  supervisor stops its children and crashes with ``RestartIntensityExceeded``
+  against the restart intensity (``Intensity``); beyond it the
+  supervisor stops its children and crashes with ``RestartIntensityExceededError``
   (the last child crash in ``__cause__``).
 - A restart after a backoff delay is scheduled on a timer task, so the
   supervisor keeps serving its mailbox meanwhile; the child's cell is
-  ``RESTARTING`` (sends queue, or fail fast with ``ActorRestarting``).
+  ``RESTARTING`` (sends queue, or fail fast with ``ActorRestartingError``).
 - A child's cell (mailbox, references) survives its restarts. If the
   supervisor itself is restarted, its new incarnation starts new cells:
-  references to the old children then raise ``ActorStopped``.
+  references to the old children then raise ``ActorStoppedError``.
 """
 
 from __future__ import annotations
@@ -37,53 +37,87 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from actors import Actor, ActorCell, ActorRef, ActorState, DeadLetter
+from actors import Actor, ActorRef, MailboxOptions, Request, StopReason, UnhandledMessageError
+from actors.lowlevel import ActorCell, ActorState
 from supervisors._backoff import Backoff, BackoffStreak
-from supervisors._errors import ChildNotFound, DuplicateChild, RestartIntensityExceeded
-from supervisors._intensity import RestartIntensity
+from supervisors._errors import (
+    ChildNotFoundError,
+    DuplicateChildError,
+    RestartIntensityExceededError,
+)
+from supervisors._intensity import Intensity, RestartHistory
 from supervisors._spec import ChildSpec, Restart, Strategy
 
-# -- management messages (send with ``await supervisor_ref.call(...)``) --------
+# -- management (functions over private request messages) ----------------------
 
 
-@dataclass(frozen=True)
-class StartChild:
-    """Add and start a child; replies with its ``ActorRef``."""
-
+@dataclass(frozen=True, slots=True)
+class _StartChild(Request[ActorRef]):
     spec: ChildSpec
 
 
-@dataclass(frozen=True)
-class TerminateChild:
-    """Stop a child (orderly, within its shutdown timeout); its spec is kept."""
-
+@dataclass(frozen=True, slots=True)
+class _TerminateChild(Request[None]):
     id: str
 
 
-@dataclass(frozen=True)
-class RestartChild:
-    """Start again a child that was terminated or exited without restart."""
-
+@dataclass(frozen=True, slots=True)
+class _RestartChild(Request[ActorRef]):
     id: str
 
 
-@dataclass(frozen=True)
-class DeleteChild:
-    """Forget the spec of a stopped child."""
-
+@dataclass(frozen=True, slots=True)
+class _DeleteChild(Request[None]):
     id: str
 
 
-@dataclass(frozen=True)
-class WhichChildren:
-    """Replies with a ``ChildInfo`` per child, in start order."""
+@dataclass(frozen=True, slots=True)
+class _WhichChildren(Request["list[ChildInfo]"]):
+    pass
 
 
-@dataclass(frozen=True)
-class GetChild:
-    """Replies with the ``ActorRef`` of one child."""
-
+@dataclass(frozen=True, slots=True)
+class _GetChild(Request[ActorRef]):
     id: str
+
+
+async def start_child(supervisor: ActorRef, spec: ChildSpec) -> ActorRef:
+    """Add a child and start it; its reference, once its ``on_start`` has returned.
+
+    Raises ``DuplicateChildError`` if the id is taken.
+    """
+    return await supervisor.call(_StartChild(spec))
+
+
+async def terminate_child(supervisor: ActorRef, child_id: str) -> None:
+    """Stop a child (orderly, within its shutdown timeout); its spec is kept (OTP).
+
+    A temporary child is forgotten. Raises ``ChildNotFoundError``.
+    """
+    await supervisor.call(_TerminateChild(child_id))
+
+
+async def restart_child(supervisor: ActorRef, child_id: str) -> ActorRef:
+    """Start again a child that was terminated or exited without restart; its reference.
+
+    A child that is running is left as it is. Raises ``ChildNotFoundError``.
+    """
+    return await supervisor.call(_RestartChild(child_id))
+
+
+async def delete_child(supervisor: ActorRef, child_id: str) -> None:
+    """Stop a child if it runs, and forget its spec. Raises ``ChildNotFoundError``."""
+    await supervisor.call(_DeleteChild(child_id))
+
+
+async def which_children(supervisor: ActorRef) -> list[ChildInfo]:
+    """One ``ChildInfo`` per child, in start order."""
+    return await supervisor.call(_WhichChildren())
+
+
+async def get_child(supervisor: ActorRef, child_id: str) -> ActorRef:
+    """The reference of one child. Raises ``ChildNotFoundError``."""
+    return await supervisor.call(_GetChild(child_id))
 
 
 @dataclass(frozen=True)
@@ -158,26 +192,24 @@ class _Child:
 class Supervisor(Actor):
     """A static supervisor (OTP ``supervisor``); see the module doc."""
 
-    expected_errors = (ChildNotFound, DuplicateChild, TypeError)
+    expected_errors = (ChildNotFoundError, DuplicateChildError)
 
     def __init__(
         self,
         children: Sequence[ChildSpec] = (),
         *,
         strategy: Strategy = Strategy.ONE_FOR_ONE,
-        max_restarts: int = 5,
-        within: float = 10.0,
-        backoff: Backoff | None = None,
-        poison_threshold: int = 3,
-        dead_letter: DeadLetter | None = None,
+        intensity: Intensity = Intensity(),
+        backoff: Backoff = Backoff(),
+        options: MailboxOptions = MailboxOptions(),
         rng: random.Random | None = None,
     ) -> None:
         self.specs = list(children)
         self.strategy = strategy
-        self.intensity = RestartIntensity(max_restarts, within)
-        self.backoff = backoff if backoff is not None else Backoff()
-        self.poison_threshold = poison_threshold
-        self.dead_letter = dead_letter
+        self.intensity = intensity
+        self.history = RestartHistory()
+        self.backoff = backoff
+        self.options = options  # the mailbox of a child whose spec names none
         self.rng = rng or random.Random()
         self._children: dict[str, _Child] = {}
         self._tg: TaskGroup | None = None
@@ -207,7 +239,7 @@ class Supervisor(Actor):
         for spec in self.specs:
             await self._add(spec)
 
-    async def on_stop(self, reason: BaseException | None) -> None:
+    async def on_stop(self, reason: StopReason) -> None:
         for child in reversed(list(self._children.values())):
             await self._stop(child)
             if not child.cell.closed:
@@ -228,33 +260,33 @@ class Supervisor(Actor):
                     child = self._children.get(child_id)
                     if child is not None and child.generation == generation and not child.running:
                         await self._start(child)
-            case StartChild(spec):
+            case _StartChild(spec):
                 return (await self._add(spec)).cell.ref
-            case TerminateChild(child_id):
+            case _TerminateChild(child_id):
                 child = self._child(child_id)
                 await self._stop(child)
                 if child.spec.restart is Restart.TEMPORARY:
                     self._remove(child)
-            case RestartChild(child_id):
+            case _RestartChild(child_id):
                 child = self._child(child_id)
                 if not child.running:
                     await self._start(child)
                 return child.cell.ref
-            case DeleteChild(child_id):
+            case _DeleteChild(child_id):
                 child = self._child(child_id)
                 await self._stop(child)
                 self._remove(child)
-            case WhichChildren():
+            case _WhichChildren():
                 return [
                     ChildInfo(c.spec.id, c.cell.ref, c.cell.state, c.spec.restart)
                     for c in self._children.values()
                 ]
-            case GetChild(child_id):
+            case _GetChild(child_id):
                 return self._child(child_id).cell.ref
             case _:
-                raise TypeError(
-                    f"supervisor {self.ref.name!r} got {message!r}; send StartChild, "
-                    "TerminateChild, RestartChild, DeleteChild, WhichChildren or GetChild"
+                raise UnhandledMessageError(
+                    self.ref.name, message, "manage a supervisor with start_child, "
+                    "terminate_child, restart_child, delete_child, which_children or get_child"
                 )
         return None
 
@@ -278,20 +310,16 @@ class Supervisor(Actor):
     def _child(self, child_id: str) -> _Child:
         child = self._children.get(child_id)
         if child is None:
-            raise ChildNotFound(self.ref.name, child_id)
+            raise ChildNotFoundError(self.ref.name, child_id)
         return child
 
     async def _add(self, spec: ChildSpec) -> _Child:
         if spec.id in self._children:
-            raise DuplicateChild(self.ref.name, spec.id)
+            raise DuplicateChildError(self.ref.name, spec.id)
         cell = ActorCell(
             spec.start,
             name=f"{self.ref.name}/{spec.id}",
-            capacity=spec.capacity,
-            policy=spec.policy,
-            call_timeout=spec.call_timeout,
-            poison_threshold=spec.poison_threshold or self.poison_threshold,
-            dead_letter=spec.dead_letter or self.dead_letter,
+            options=spec.options if spec.options is not None else self.options,
         )
         child = self._children[spec.id] = _Child(spec, cell)
         await self._start(child)
@@ -307,15 +335,7 @@ class Supervisor(Actor):
         assert self._tg is not None
         if child.cell.closed:  # terminated for good earlier: a fresh cell, same id
             old = child.cell
-            child.cell = ActorCell(
-                old.factory,
-                name=old.name,
-                capacity=old.mailbox.capacity,
-                policy=old.policy,
-                call_timeout=old.call_timeout,
-                poison_threshold=old.poison_threshold,
-                dead_letter=old.dead_letter,
-            )
+            child.cell = ActorCell(old.factory, name=old.name, options=old.options)
         child.running = True
         child.done = anyio.Event()
         await self._tg.start(self._run, child, child.generation)
@@ -383,12 +403,12 @@ class Supervisor(Actor):
                 del self._children[child.spec.id]
             return
         now = anyio.current_time()
-        if not self.intensity.allows(now):
-            raise RestartIntensityExceeded(
+        if not self.history.allows(self.intensity, now):
+            raise RestartIntensityExceededError(
                 self.ref.name, exited.id, self.intensity.max_restarts, self.intensity.within
             ) from exited.crash
-        self.intensity.record(now)
-        self._recent = self.intensity.recent(now)
+        self.history.record(self.intensity, now)
+        self._recent = self.history.recent(self.intensity, now)
         group = self._group(child)
         # Stop the rest of the group, latest started first; temporary siblings go for good.
         for sibling in reversed(group):

@@ -1,8 +1,8 @@
 """How the command line reports a failure: one line naming the file and the cause, an exit code.
 
 An error inside the runtime reaches the command wrapped by the kernel: the
-call to a crashed actor raises ``ActorStopped`` or ``PoisonMessage``, a
-supervisor that gave up raises ``RestartIntensityExceeded``, a task group
+call to a crashed actor raises ``ActorStoppedError`` or ``PoisonMessageError``, a
+supervisor that gave up raises ``RestartIntensityExceededError``, a task group
 an ``ExceptionGroup``; the real cause (a full disk, a corrupt
 ``workspace-id``) sits in ``__cause__`` or inside the group. A person needs
 that cause and the file, not the wrapper: :func:`root_cause` unwraps,
@@ -39,7 +39,7 @@ from typing import Any
 import click
 
 from actors import ActorError
-from memory._errors import InvalidThreshold, ScriptoriumMemoryError, SettingsError
+from memory._errors import InvalidThresholdError, ScriptoriumMemoryError, SettingsError
 from store import InvalidRequestError, SessionNotFoundError, StoreError
 from supervisors import SupervisorError
 
@@ -51,7 +51,7 @@ __all__ = [
     "EXIT_USAGE",
     "CliError",
     "ReportingGroup",
-    "StateNotFound",
+    "StateNotFoundError",
     "check_state_dir",
     "describe",
     "remember_state",
@@ -77,7 +77,7 @@ _ADVICE = {
 }
 
 
-class StateNotFound(Exception):
+class StateNotFoundError(Exception):
     """``--state`` names a directory that does not exist or holds no scriptorium state."""
 
     def __init__(self, path: str, reason: str) -> None:
@@ -123,11 +123,11 @@ def describe(exc: BaseException, state_dir: str | None = None) -> tuple[str, int
     cause = root_cause(exc)
     if isinstance(cause, CliError):
         return cause.message, cause.exit_code
-    if isinstance(cause, StateNotFound):
+    if isinstance(cause, StateNotFoundError):
         return _line(str(cause)), EXIT_USAGE
     if isinstance(cause, SettingsError):  # names the flag or the file (an absolute path)
         return _line(str(cause)), EXIT_USAGE
-    if isinstance(cause, (InvalidRequestError, SessionNotFoundError, InvalidThreshold)):
+    if isinstance(cause, (InvalidRequestError, SessionNotFoundError, InvalidThresholdError)):
         return _line(_in_state(str(cause), state_dir)), EXIT_USAGE
     if isinstance(cause, OSError):
         return _line(_os_error(cause)), EXIT_FAILURE
@@ -169,12 +169,12 @@ def remember_state(ctx: click.Context, state_dir: str) -> None:
 
 
 def check_state_dir(state_dir: str) -> None:
-    """Raise :class:`StateNotFound` unless ``state_dir`` holds ``sessions/`` or ``memory/``."""
+    """Raise :class:`StateNotFoundError` unless ``state_dir`` holds ``sessions/`` or ``memory/``."""
     if not os.path.isdir(state_dir):
         reason = "is not a directory" if os.path.exists(state_dir) else "does not exist"
-        raise StateNotFound(state_dir, reason)
+        raise StateNotFoundError(state_dir, reason)
     if not any(os.path.isdir(os.path.join(state_dir, part)) for part in ("sessions", "memory")):
-        raise StateNotFound(state_dir, "is not a scriptorium state directory (no sessions/ "
+        raise StateNotFoundError(state_dir, "is not a scriptorium state directory (no sessions/ "
                                        "or memory/ in it)")
 
 

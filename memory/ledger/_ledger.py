@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from memory._errors import (
-    InvalidThreshold,
+    InvalidThresholdError,
     LedgerError,
-    MissingAuthority,
-    UncitableId,
-    UnidentifiedMessage,
+    MissingAuthorityError,
+    UncitableIdError,
+    UnidentifiedMessageError,
 )
 from memory.ledger._records import MARKER_KEY, SourceMeta, SourceRecord, normalize_label
 from memory.ledger._tokens import TokenCounter, estimate_tokens
@@ -211,9 +211,9 @@ def records_from_branch(
 
     Kept: role ``user`` or ``assistant``, not a runtime turn, non-empty
     text, and a speaker whose tier may append to memory. Raises
-    :class:`UnidentifiedMessage` for a kept message without an id (it could
+    :class:`UnidentifiedMessageError` for a kept message without an id (it could
     never be marked, so it would be owed forever) and
-    :class:`MissingAuthority` for a turn stamped ``authority_schema``
+    :class:`MissingAuthorityError` for a turn stamped ``authority_schema``
     without complete authority.
     """
     records: list[SourceRecord] = []
@@ -247,9 +247,9 @@ def record_of(
         return None  # a speaker without memory.source.append: never a record
     if authority is None and "authority_schema" in message:
         node = message_id if isinstance(message_id, str) and message_id else f"#{position}"
-        raise MissingAuthority(session_id, node, _missing_authority(message))
+        raise MissingAuthorityError(session_id, node, _missing_authority(message))
     if not isinstance(message_id, str) or not message_id:
-        raise UnidentifiedMessage(session_id, position)
+        raise UnidentifiedMessageError(session_id, position)
     display = _text_field(message, "speaker_display")
     ident = _text_field(message, "speaker_id")
     marker = message.get(MARKER_KEY)
@@ -379,7 +379,7 @@ class WritePolicy:
     def __post_init__(self) -> None:
         threshold: object = self.threshold
         if isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 1:
-            raise InvalidThreshold(self.threshold, ALLOWED_THRESHOLDS)
+            raise InvalidThresholdError(self.threshold, ALLOWED_THRESHOLDS)
         # Outside 8,000 / 16,000 / 32,000: allowed, but the reference agent refuses it.
         warn_threshold(self.threshold, stacklevel=3)
         if not self.idle_after > 0:
@@ -415,13 +415,13 @@ def should_write_at_boundary(
     return owed_tokens(owed) >= policy.threshold
 
 
-def uncitable(session_id: str, records: Iterable[SourceRecord]) -> UncitableId | None:
+def uncitable(session_id: str, records: Iterable[SourceRecord]) -> UncitableIdError | None:
     """The first id in a batch that a source handle cannot carry, or None (see store._ids)."""
     reason = citable_id_problem(session_id)
     if reason is not None:
-        return UncitableId(session_id, None, reason)
+        return UncitableIdError(session_id, None, reason)
     for record in records:
         reason = citable_id_problem(record.message_id)
         if reason is not None:
-            return UncitableId(session_id, record.message_id, reason)
+            return UncitableIdError(session_id, record.message_id, reason)
     return None

@@ -56,7 +56,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory._errors import InstallJournalCorrupt, LedgerError, TopicError
+from memory._errors import InstallJournalCorruptError, LedgerError, TopicError
 from memory.ledger._ledger import records_from_branch
 from memory.ledger._lost_markers import lost_markers
 from memory.ledger._records import MARKER_KEY, source_anchor, source_id
@@ -452,7 +452,7 @@ def _interrupted_install(memory_dir: str) -> list[dict[str, Any]]:
     journal = f"memory/{JOURNAL}"
     try:
         files = read_install_journal(memory_dir)
-    except InstallJournalCorrupt as error:
+    except InstallJournalCorruptError as error:
         return [{"journal": journal, "error": str(error)}]
     if files is None:
         return []

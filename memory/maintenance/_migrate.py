@@ -185,7 +185,7 @@ def safe_prefix(
     Pure. ``branch`` is a real DAG path (message dicts, root to tip); tool
     nodes, runtime turns and empty turns are not records, so they neither
     count nor break the prefix. Stops at the first record that is not a
-    candidate. Raises :class:`UnidentifiedMessage` like the ledger does.
+    candidate. Raises :class:`UnidentifiedMessageError` like the ledger does.
     """
     prefix: list[str] = []
     for record in records_from_branch(session_id, branch, counter=_no_tokens):

@@ -43,7 +43,7 @@ class RuntimeConfig:
     call_timeout: float | None = 120.0
     # How long a session mutation waits for <sid>/.lock, and a workspace write for
     # memory/.scriptorium/write.lock, held by another process before it fails
-    # with SessionLockTimeout / WorkspaceLockTimeout (None: forever).
+    # with SessionLockTimeoutError / WorkspaceLockTimeoutError (None: forever).
     lock_timeout: float | None = LOCK_TIMEOUT
     # Claims between runtimes (docs/decisions.md, "Claims between runtimes"):
     # a claim's lease is writer_timeout + claim_margin; a session blocked by

@@ -35,14 +35,14 @@ from typing import Any, Protocol
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from actors import Actor, ActorRef
+from actors import Actor, ActorRef, UnhandledMessageError
 from memory._errors import WriteCycleError
 from memory.runtime._jobs import WriteJob
 from memory.runtime._session_actor import JobFinished
 from memory.writers._cycle import FailureKind, WriteOutcome
 from memory.writers._writer import Batch
 
-__all__ = ["GROUP_LIMIT", "PoolHost", "WriterCrashed", "WriterWorker"]
+__all__ = ["GROUP_LIMIT", "PoolHost", "WriterCrashedError", "WriterWorker"]
 
 GROUP_LIMIT = 32  # batches per group commit; bounds one commit's size and latency
 
@@ -67,7 +67,7 @@ class PoolHost(Protocol):
         """The session's actor, to report to."""
 
 
-class WriterCrashed(Exception):
+class WriterCrashedError(Exception):
     """The writer raised or hung on a job; the worker restarts (cause in ``__cause__``)."""
 
     def __init__(self, job: WriteJob, kind: FailureKind) -> None:
@@ -124,7 +124,8 @@ class WriterWorker(Actor):
         return {"current": [job.id for job in self.current], "done": self.done}
 
     async def handle(self, message: Any) -> Any:
-        raise TypeError(f"a writer worker takes jobs from the queue, not messages ({message!r})")
+        raise UnhandledMessageError(self.ref.name, message,
+                               "a writer worker takes jobs from the queue, not messages")
 
     async def run_jobs(self, jobs: list[WriteJob]) -> None:
         """Write ``jobs`` (one, or a group), report every outcome, then crash if a writer failed.
@@ -148,7 +149,7 @@ class WriterWorker(Actor):
                         job.batch.session_id, job.batch.node_ids, repr(exc)))
                     for job in jobs
                 ]
-            crash: WriterCrashed | None = None
+            crash: WriterCrashedError | None = None
             for job, outcome in zip(jobs, outcomes, strict=True):
                 # Each report is shielded so it is never torn; a cancelled
                 # worker must not start the next one (its runtime is going).
@@ -157,7 +158,7 @@ class WriterWorker(Actor):
                 unreported.remove(job)
                 self.done += 1
                 if outcome.failure in (FailureKind.WRITER, FailureKind.TIMEOUT) and crash is None:
-                    crash = WriterCrashed(job, outcome.failure)
+                    crash = WriterCrashedError(job, outcome.failure)
                     crash.__cause__ = outcome.error
         finally:
             self.current = ()
@@ -172,7 +173,7 @@ class WriterWorker(Actor):
         self.runtime.record_outcome(job, outcome)
         ref = self.runtime.session_ref(job.batch.session_id)
         with anyio.CancelScope(shield=True):
-            await ref.call(JobFinished(job.id, outcome), timeout=None)
+            await ref.call(JobFinished(job.id, outcome))
 
 
 def worker_factory(

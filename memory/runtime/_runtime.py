@@ -28,11 +28,11 @@ import os
 import random
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
-from actors import ActorError, ActorRef, open_actor
+from actors import ActorError, ActorRef, MailboxOptions, Request, open_actor
 from memory._errors import BoundaryError
 from memory.ledger._records import MARKER_KEY, SourceRecord
 from memory.maintenance._backfill import BackfillReport, backfill
@@ -97,10 +97,11 @@ from store import (
 from supervisors import (
     ChildSpec,
     DynamicSupervisor,
-    GetChild,
+    Intensity,
     Restart,
     Strategy,
     Supervisor,
+    get_child,
 )
 
 __all__ = [
@@ -111,6 +112,8 @@ __all__ = [
     "Sessions",
     "open_runtime",
 ]
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -167,8 +170,8 @@ class MemoryRuntime:
         def start_sessions() -> DynamicSupervisor[str]:
             self._sessions = DynamicSupervisor(
                 session_factory(self), restart=Restart.TRANSIENT,
-                idle_timeout=config.passivate_after, call_timeout=config.call_timeout,
-                capacity=10_000,
+                idle_timeout=config.passivate_after,
+                options=MailboxOptions(capacity=10_000),
             )
             return self._sessions
 
@@ -180,7 +183,7 @@ class MemoryRuntime:
             ]
             return Supervisor(
                 workers, strategy=Strategy.ONE_FOR_ONE,
-                max_restarts=5 * config.writer_workers, within=10.0,
+                intensity=Intensity(5 * config.writer_workers, 10.0),
                 backoff=config.worker_backoff, rng=self.rng,
             )
 
@@ -190,11 +193,12 @@ class MemoryRuntime:
 
         return Supervisor(
             [
-                ChildSpec("workspace", start_workspace, Restart.PERMANENT, call_timeout=None,
-                          capacity=100_000),
+                ChildSpec("workspace", start_workspace, Restart.PERMANENT,
+                          options=MailboxOptions(capacity=100_000)),
                 ChildSpec("sessions", start_sessions, Restart.PERMANENT),
                 ChildSpec("writers", start_pool, Restart.PERMANENT),
-                ChildSpec("watchdog", start_watchdog, Restart.PERMANENT, capacity=100_000),
+                ChildSpec("watchdog", start_watchdog, Restart.PERMANENT,
+                          options=MailboxOptions(capacity=100_000)),
             ],
             strategy=Strategy.ONE_FOR_ONE, rng=self.rng,
         )
@@ -264,14 +268,14 @@ class MemoryRuntime:
             self.session_ref(session).cast_nowait(Reconsider())
 
     async def quarantine(self, entry: QuarantineEntry) -> None:
-        await self.workspace_ref.call(QuarantineBatch(entry), timeout=None)
+        await self.workspace_ref.call(QuarantineBatch(entry))
         self.quarantined.append(entry)
         self.jobs.outcomes["quarantined"] += 1
         self.emit("quarantined", session=entry.session, nodes=list(entry.node_ids),
                   error=entry.error)
 
     async def record_session_end(self, session: str, updated_at: float) -> None:
-        await self.workspace_ref.call(RecordSessionEnd(session, updated_at), timeout=None)
+        await self.workspace_ref.call(RecordSessionEnd(session, updated_at))
         self.emit("session_end", session=session, updated_at=updated_at)
 
     def watchdog_touch(self, session: str, updated_at: object) -> None:
@@ -305,11 +309,11 @@ class MemoryRuntime:
         workspace = self.workspace_ref
 
         async def read_state() -> RuntimeState:
-            state: RuntimeState = await workspace.call(ReadRuntimeState(), timeout=None)
+            state: RuntimeState = await workspace.call(ReadRuntimeState())
             return state
 
         async def write_state(state: RuntimeState) -> object:
-            return await workspace.call(ReplaceRuntimeState(state), timeout=None)
+            return await workspace.call(ReplaceRuntimeState(state))
 
         async def mark(session: str, node_ids: Sequence[str]) -> object:
             return await self.sessions.merge_node_metadata_batch(
@@ -325,10 +329,10 @@ class MemoryRuntime:
     async def backfill(self, progress: Progress | None = None) -> BackfillReport:
         """SPEC §6.8: write every trusted archived source no topic cites yet (markers ignored)."""
         workspace = self.workspace_ref
-        cited: frozenset[str] = await workspace.call(CitedSources(), timeout=None)
+        cited: frozenset[str] = await workspace.call(CitedSources())
 
         async def revision() -> str:
-            view: WorkspaceSnapshot = await workspace.call(TakeSnapshot(), timeout=None)
+            view: WorkspaceSnapshot = await workspace.call(TakeSnapshot())
             return view.revision
 
         return await backfill(
@@ -395,12 +399,12 @@ class MemoryRuntime:
 
     async def poll_idle(self) -> int:
         """Run the idle watchdog's disk scan now; returns how many sessions it asked."""
-        found: int = await self.watchdog_ref.call(PollNow(), timeout=None)
+        found: int = await self.watchdog_ref.call(PollNow())
         return found
 
     async def release(self, session: str | None = None) -> list[QuarantineEntry]:
         released: list[QuarantineEntry] = await self.workspace_ref.call(
-            ReleaseQuarantine(session), timeout=None)
+            ReleaseQuarantine(session))
         gone = {(e.session, e.node_ids) for e in released}
         self.quarantined = [e for e in self.quarantined if (e.session, e.node_ids) not in gone]
         for entry in released:
@@ -430,7 +434,7 @@ class Sessions:
             rt.state_dir, session_id, title=title, files=rt.config.files, clock=rt.config.clock))
         return core.session
 
-    async def _call(self, session: str, message: object) -> Any:
+    async def _call(self, session: str, message: Request[R]) -> R:
         return await self._rt.session_ref(session).call(message, timeout=self._rt.config.call_timeout)
 
     async def append(self, session: str, message: Mapping[str, Any]) -> dict[str, Any]:
@@ -493,11 +497,11 @@ async def open_runtime(
     files = runtime.config.files
     await run_durable(files.make_dirs, os.path.join(state, "sessions"))
     try:
-        async with open_actor(runtime.root_supervisor(), name="runtime", call_timeout=None) as root:
+        async with open_actor(runtime.root_supervisor(), name="runtime") as root:
             runtime.root = root
-            runtime.workspace_ref = await root.call(GetChild("workspace"))
-            runtime.watchdog_ref = await root.call(GetChild("watchdog"))
-            runtime.quarantined = list(await runtime.workspace_ref.call(ReadQuarantine(), timeout=None))
+            runtime.workspace_ref = await get_child(root, "workspace")
+            runtime.watchdog_ref = await get_child(root, "watchdog")
+            runtime.quarantined = list(await runtime.workspace_ref.call(ReadQuarantine()))
             # SPEC §6.7: before anything computes what a branch owes.
             runtime.migration = await runtime.migrate()
             # Retry timers live in their own group: leaving the block cancels them,

@@ -54,8 +54,13 @@ from typing import Any, ClassVar, Protocol
 
 import anyio
 
-from actors import ActorError, ActorRef, Idempotent
-from memory._errors import LedgerError, MissingAuthority, ScriptoriumMemoryError, describe_error
+from actors import ActorError, ActorRef, Idempotent, Request, StopReason
+from memory._errors import (
+    LedgerError,
+    MissingAuthorityError,
+    ScriptoriumMemoryError,
+    describe_error,
+)
 from memory.ledger._claim import Claim
 from memory.ledger._ledger import (
     NodeRecords,
@@ -108,14 +113,14 @@ SESSION_ERRORS = (StoreError, OSError, ScriptoriumMemoryError)
 
 
 @dataclass(frozen=True, slots=True)
-class Pending(Idempotent):
+class Pending(Idempotent, Request[list[SourceRecord]]):
     """The owed records of the branch ending at ``tip`` (default: head), minus those in flight."""
 
     tip: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class Flush(Idempotent):
+class Flush(Idempotent, Request["BoundaryResult"]):
     """Start a session boundary now; replies with a :class:`BoundaryResult` to await."""
 
 
@@ -128,7 +133,7 @@ class CheckIdle(Idempotent):
 
 
 @dataclass(frozen=True, slots=True)
-class JobFinished(Idempotent):
+class JobFinished(Idempotent, Request[None]):
     job_id: int
     outcome: WriteOutcome
 
@@ -139,7 +144,7 @@ class RetryDue(Idempotent):
 
 
 @dataclass(frozen=True, slots=True)
-class Reconsider(Idempotent):
+class Reconsider(Idempotent, Request["str | None"]):
     """Something outside changed (another process appended): evaluate the trigger again."""
 
 
@@ -149,7 +154,7 @@ class ClaimRecheck(Idempotent):
 
 
 @dataclass(frozen=True, slots=True)
-class RepairMarkers(Idempotent):
+class RepairMarkers(Idempotent, Request[list[str]]):
     """Find this session's lost markers and set them again; replies with the node ids marked.
 
     Sent by the actor to itself on every activation, and by the idle
@@ -166,7 +171,7 @@ class RepairMarkers(Idempotent):
 
 
 @dataclass(frozen=True, slots=True)
-class StillOwed(Idempotent):
+class StillOwed(Idempotent, Request[list[tuple[str, list[str]]]]):
     """Per tip the rules cover, the node ids still owed (jobs in flight included).
 
     ``boundary``: the tips a session boundary covers (the head branch, and
@@ -455,13 +460,13 @@ class MemorySessionActor(SessionActor):
         if event.head_moved or self.ledger.boundary is not None:
             await self._plan()
 
-    async def on_stop(self, reason: BaseException | None) -> None:
-        if reason is not None:  # a crash: whoever waits on the boundary hears it now
+    async def on_stop(self, reason: StopReason) -> None:
+        if (crash := reason.crash) is not None:  # whoever waits on the boundary hears it now
             with contextlib.suppress(Exception):
                 await self._finish_boundary(
                     BoundaryOutcome.ERROR,
-                    f"session {self.session!r}: its actor crashed ({describe_error(reason)}); "
-                    "it restarts and the turns stay owed", reason)
+                    f"session {self.session!r}: its actor crashed ({describe_error(crash)}); "
+                    "it restarts and the turns stay owed", crash)
         await super().on_stop(reason)
 
     # -- the planner --------------------------------------------------------------
@@ -819,7 +824,7 @@ class MemorySessionActor(SessionActor):
         updated_at = self.core.meta().get("updated_at")
         updated = updated_at if isinstance(updated_at, (int, float)) else None
         if is_quarantined(self.runtime.quarantined, self.session, updated) is None:
-            node = error.node if isinstance(error, MissingAuthority) else None
+            node = error.node if isinstance(error, MissingAuthorityError) else None
             await self.runtime.quarantine(QuarantineEntry(
                 session=self.session, node_ids=(node,) if node is not None else (),
                 error=str(error), failures=0, at=self.runtime.config.clock(),
@@ -880,7 +885,7 @@ class MemorySessionActor(SessionActor):
         if not candidates:
             return []
         archived, cited = await self.runtime.workspace_ref.call(
-            SourcesInMemory(tuple(candidates)), timeout=None)
+            SourcesInMemory(tuple(candidates)))
         lost = sorted({node for b in branches
                        for node in lost_markers(b, workspace_id, archived, cited)})
         if not lost:

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from actors import Actor, ActorError, ActorRef, Idempotent
+from actors import Actor, ActorError, ActorRef, Idempotent, Request, UnhandledMessageError
 from memory.runtime._config import RuntimeConfig
 from memory.runtime._session_actor import CheckIdle, RepairMarkers
 from memory.workspace._runtime_state import read_session_end
@@ -97,7 +97,7 @@ class Touched(Idempotent):
 
 
 @dataclass(frozen=True, slots=True)
-class PollNow(Idempotent):
+class PollNow(Idempotent, Request[int]):
     """Scan every session on disk now (tests, ``scriptorium run --once``)."""
 
 
@@ -152,7 +152,7 @@ class IdleWatchdog(Actor):
                 return None
             case PollNow():
                 return await self._poll()
-        raise TypeError(f"the idle watchdog got an unknown message {message!r}")
+        raise UnhandledMessageError(self.ref.name, message)
 
     async def _timer(self) -> None:
         """Sleep until the next deadline or poll, whichever is first, then act."""

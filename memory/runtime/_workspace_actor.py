@@ -10,12 +10,12 @@ Writers do **not** run here: a model writer may take minutes, and the
 workspace must keep archiving other sessions' evidence meanwhile. A writer
 works on a :class:`~memory.workspace._edits.WorkspaceSnapshot` and its edits come
 back as one ``Commit``, checked against the snapshot's revision
-(``ConcurrentUpdate`` when another commit landed first; the caller retries).
+(``ConcurrentUpdateError`` when another commit landed first; the caller retries).
 
 On start it finishes or rolls back an install a crash interrupted
 (``Transactions.recover``) before it serves anything. If that fails (a
 full disk), it still starts: every request that reads or writes topics
-tries the install again and, while it fails, gets ``InstallUnfinished``
+tries the install again and, while it fails, gets ``InstallUnfinishedError``
 naming the file and the error, instead of a crash loop that would stop
 the whole runtime.
 
@@ -23,10 +23,10 @@ Redelivery after a crash (``actors.Idempotent``): every message but
 ``ReleaseQuarantine`` is delivered again to the next incarnation. Reads are
 safe; an archive append skips frames already present; a commit is a
 compare-and-set on its base revision (a second delivery after the first
-installed is refused with ``ConcurrentUpdate``, and the batch is then found
+installed is refused with ``ConcurrentUpdateError``, and the batch is then found
 cited); the session-end and runtime-state writes set fixed values; a
 quarantine entry already recorded is not added again. A second release
-would report nothing released, so its caller gets ``ActorCrashed`` instead.
+would report nothing released, so its caller gets ``ActorCrashedError`` instead.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from actors import Actor, Idempotent
-from memory._errors import InstallUnfinished, ScriptoriumMemoryError, WorkspaceLockTimeout
+from actors import Actor, Idempotent, Request, UnhandledMessageError
+from memory._errors import InstallUnfinishedError, ScriptoriumMemoryError, WorkspaceLockTimeoutError
 from memory.ledger._lost_markers import written_to_memory
 from memory.workspace._archive import AppendResult
 from memory.workspace._archive_cache import ArchiveCache
-from memory.workspace._edits import TopicEdit
+from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.workspace._quarantine import QuarantineEntry, read_quarantine, write_quarantine
 from memory.workspace._runtime_state import (
     RuntimeState,
@@ -76,19 +76,19 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class ArchiveBatches(Idempotent):
+class ArchiveBatches(Idempotent, Request[list[AppendResult]]):
     """Archive the records of every batch, in one thread hop."""
 
     batches: tuple[Batch, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class TakeSnapshot(Idempotent):
+class TakeSnapshot(Idempotent, Request[WorkspaceSnapshot]):
     pass
 
 
 @dataclass(frozen=True, slots=True)
-class CommitEdits(Idempotent):
+class CommitEdits(Idempotent, Request[list[dict[str, Any]]]):
     """Commit ``edits`` made for ``batches`` (one, or a group) against ``base_revision``."""
 
     batches: tuple[Batch, ...]
@@ -97,19 +97,19 @@ class CommitEdits(Idempotent):
 
 
 @dataclass(frozen=True, slots=True)
-class BatchesCovered(Idempotent):
+class BatchesCovered(Idempotent, Request[list[bool]]):
     """Per batch: is every trusted record of it archived and already cited by a topic?"""
 
     batches: tuple[Batch, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class CitedSources(Idempotent):
+class CitedSources(Idempotent, Request[frozenset[str]]):
     """The ``<sid>#source-<16hex>`` keys every topic cites now (for backfill)."""
 
 
 @dataclass(frozen=True, slots=True)
-class SourcesInMemory(Idempotent):
+class SourcesInMemory(Idempotent, Request[tuple[frozenset[str], frozenset[str]]]):
     """Of ``sources`` (source ids): ``(archived, cited)``, the ones in the v2 archive and those
     a topic cites (for lost-marker repair, :mod:`memory.ledger._lost_markers`)."""
 
@@ -117,35 +117,35 @@ class SourcesInMemory(Idempotent):
 
 
 @dataclass(frozen=True, slots=True)
-class RecordSessionEnd(Idempotent):
+class RecordSessionEnd(Idempotent, Request[None]):
     session: str
     updated_at: float
 
 
 @dataclass(frozen=True, slots=True)
-class QuarantineBatch(Idempotent):
+class QuarantineBatch(Idempotent, Request[None]):
     entry: QuarantineEntry
 
 
 @dataclass(frozen=True, slots=True)
-class ReleaseQuarantine:
+class ReleaseQuarantine(Request[list[QuarantineEntry]]):
     """Release every quarantined batch of ``session`` (all sessions if None)."""
 
     session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class ReadQuarantine(Idempotent):
+class ReadQuarantine(Idempotent, Request[list[QuarantineEntry]]):
     pass
 
 
 @dataclass(frozen=True, slots=True)
-class ReadRuntimeState(Idempotent):
+class ReadRuntimeState(Idempotent, Request[RuntimeState]):
     pass
 
 
 @dataclass(frozen=True, slots=True)
-class ReplaceRuntimeState(Idempotent):
+class ReplaceRuntimeState(Idempotent, Request[None]):
     state: RuntimeState
 
 
@@ -173,7 +173,7 @@ class WorkspaceActor(Actor):
         self.workspace_id = ""
         self.archives = ArchiveCache(memory_dir, self.files)
         self._transactions: Transactions | None = None
-        self._unfinished: InstallUnfinished | None = None  # recovery at start failed
+        self._unfinished: InstallUnfinishedError | None = None  # recovery at start failed
         self.commits = 0
 
     async def on_start(self) -> None:
@@ -186,23 +186,23 @@ class WorkspaceActor(Actor):
             )
             try:
                 transactions.recover()
-            except WorkspaceLockTimeout:
+            except WorkspaceLockTimeoutError:
                 # Another process holds write.lock: start anyway, so that each
                 # write reports the held lock instead of the start hanging on it;
                 # every commit first recovers under the lock.
                 pass
             except OSError as error:  # a crash loop would kill the runtime: refuse, retry
-                self._unfinished = InstallUnfinished(os.path.join("memory", JOURNAL), error)
+                self._unfinished = InstallUnfinishedError(os.path.join("memory", JOURNAL), error)
             return transactions
 
         self._transactions = await run_durable(start)
 
     def _finish_install(self) -> None:
-        """Recovery again, for a request that needs the topics; InstallUnfinished if it fails."""
+        """Recovery again, for a request that needs the topics; InstallUnfinishedError if it fails."""
         try:
             self.transactions.recover()
         except OSError as error:
-            raise InstallUnfinished(os.path.join("memory", JOURNAL), error) from error
+            raise InstallUnfinishedError(os.path.join("memory", JOURNAL), error) from error
         self._unfinished = None
 
     @property
@@ -243,7 +243,7 @@ class WorkspaceActor(Actor):
                 return await run_durable(read_runtime_state, self.memory_dir)
             case ReplaceRuntimeState(state):
                 return await run_durable(self._replace_runtime_state, state)
-        raise TypeError(f"the workspace actor got an unknown message {message!r}")
+        raise UnhandledMessageError(self.ref.name, message)
 
     # -- the synchronous bodies, each one thread hop --------------------------------
 

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 from actors import ActorRef
-from memory._errors import ConcurrentUpdate
+from memory._errors import ConcurrentUpdateError
 from memory.runtime._events import EventHook
 from memory.runtime._workspace_actor import (
     ArchiveBatches,
@@ -45,19 +45,19 @@ class WorkspaceSteps:
     workspace: ActorRef
 
     async def archive(self, batches: Sequence[Batch]) -> object:
-        return await self.workspace.call(ArchiveBatches(tuple(batches)), timeout=None)
+        return await self.workspace.call(ArchiveBatches(tuple(batches)))
 
     async def snapshot(self) -> WorkspaceSnapshot:
-        view: WorkspaceSnapshot = await self.workspace.call(TakeSnapshot(), timeout=None)
+        view: WorkspaceSnapshot = await self.workspace.call(TakeSnapshot())
         return view
 
     async def commit(self, batches: Sequence[Batch], edits: Sequence[TopicEdit], base: str) -> Any:
         return await self.workspace.call(
-            CommitEdits(tuple(batches), tuple(edits), base), timeout=None)
+            CommitEdits(tuple(batches), tuple(edits), base))
 
     async def covered(self, batches: Sequence[Batch]) -> list[bool]:
         verdicts: list[bool] = await self.workspace.call(
-            BatchesCovered(tuple(batches)), timeout=None)
+            BatchesCovered(tuple(batches)))
         return verdicts
 
 
@@ -101,7 +101,7 @@ class WriteCycle:
                     batch, writer, snapshot=steps.snapshot, archive=archive, commit=commit,
                     timeout=self._timeout)
                 if not (outcome.failure is FailureKind.REJECTED and outcome.error is not None
-                        and isinstance(outcome.error.__cause__, ConcurrentUpdate)):
+                        and isinstance(outcome.error.__cause__, ConcurrentUpdateError)):
                     break
             if outcome.failure is FailureKind.EMPTY and (await steps.covered((batch,)))[0]:
                 outcome = replace(outcome, marks=batch.node_ids, failure=None, error=None)

@@ -19,7 +19,7 @@ An agent also survives its session actor crashing under a call (the
 carries the agent's own id, so the kernel delivers it again and a repeat
 returns the turn already there; if the call still fails, the agent sends
 the same message again (same id: never a second copy). A call that is not
-idempotent (a rewind, a spawn, a summary) fails with ``ActorCrashed`` and
+idempotent (a rewind, a spawn, a summary) fails with ``ActorCrashedError`` and
 may or may not have happened: the agent re-reads its branch and goes on,
 never repeating it. Each turn carries :data:`SIM_TURN`, the identity the
 oracle's "no turn appended twice" counts.
@@ -35,7 +35,7 @@ from typing import Any
 
 import anyio
 
-from actors import ActorCrashed, ActorError
+from actors import ActorCrashedError, ActorError
 from memory.runtime._runtime import MemoryRuntime
 from store import StoreError
 
@@ -168,14 +168,14 @@ class Agent:
                 self.refused += 1
                 await self.resync(rt)
             except ActorError as error:
-                if isinstance(error, ActorCrashed) and not error.redeliverable:
+                if isinstance(error, ActorCrashedError) and not error.redeliverable:
                     # A rewind, spawn or summary crashed its actor and was not delivered
                     # again: it may or may not have happened. Re-read, never repeat it.
                     self.crashed += 1
                     await self.resync(rt)
                     continue
                 # The message crashed its actor more often than redelivery allows
-                # (PoisonMessage) or the supervisor gave the session up: counted and
+                # (PoisonMessageError) or the supervisor gave the session up: counted and
                 # reported; the oracle still judges the files.
                 self.errors += 1
                 if self.errors > 3:

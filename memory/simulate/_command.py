@@ -140,18 +140,18 @@ class _Status:
 BASELINES = Path(__file__).resolve().parents[2] / "bench" / "baselines"
 
 
-class BaselinesMissing(click.ClickException):
+class BaselinesMissingError(click.ClickException):
     """``--compare`` outside a source checkout: a usage error, said in one line."""
 
     exit_code = 2
 
 
 def load_baselines(folder: Path | None = None) -> ModuleType:
-    """The baselines package at ``folder`` (default :data:`BASELINES`), or :class:`BaselinesMissing`."""
+    """The baselines package at ``folder`` (default :data:`BASELINES`), or :class:`BaselinesMissingError`."""
     folder = BASELINES if folder is None else folder
     init = folder / "__init__.py"
     if not init.is_file():
-        raise BaselinesMissing(
+        raise BaselinesMissingError(
             f"--compare runs the baselines in {folder}, which only a source checkout has "
             "(they are benchmark code, not installed); run from a checkout or drop --compare")
     spec = importlib.util.spec_from_file_location(

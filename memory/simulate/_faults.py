@@ -207,7 +207,7 @@ class FaultyDisk(DurableFiles):
       finished job triggers (issue 10's ENOSPC on the claim).
       The session actor crashes and its supervisor restarts it; an idempotent
       message is delivered again, any other fails its caller with
-      ``ActorCrashed``, and the agents cope (:mod:`memory.simulate._agents`).
+      ``ActorCrashedError``, and the agents cope (:mod:`memory.simulate._agents`).
     - ``crash-before-mark``: :class:`SimulatedCrash` when a session journal
       record that sets markers is about to be written, i.e. after the batch
       was installed in memory and before it is marked; the whole runtime dies

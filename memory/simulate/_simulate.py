@@ -46,7 +46,7 @@ from memory.simulate._faults import (
 from memory.simulate._oracle import Evidence, Verdict, check_invariants, outside_evidence
 from memory.writers._extractive import ExtractiveWriter
 from store import list_sessions, run_durable, state_path
-from supervisors import Backoff, GetChild
+from supervisors import Backoff, get_child
 
 __all__ = [
     "SETTLE_ROUNDS",
@@ -175,7 +175,7 @@ async def _restarts(rt: MemoryRuntime) -> int:
         return 0
     total = 0
     for name in ("writers", "sessions"):
-        child = await rt.root.call(GetChild(name))
+        child = await get_child(rt.root, name)
         total += int(getattr(await child.inspect(), "restarts", 0))
     return total + int(getattr(await rt.root.inspect(), "restarts", 0))
 

@@ -25,7 +25,7 @@ Appending rewrites the whole file atomically through :class:`DurableFiles`
 (temp, fsync, rename, dir fsync; see docs/decisions.md for why not
 ``O_APPEND``). Frames whose source id is already present are skipped, so
 archiving the same batch twice leaves the file byte-identical, and a file
-whose scan was incomplete is never appended to (:class:`IncompleteArchive`).
+whose scan was incomplete is never appended to (:class:`IncompleteArchiveError`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from urllib.parse import quote, unquote_to_bytes
 
-from memory._errors import IncompleteArchive, UnframeableRecord
+from memory._errors import IncompleteArchiveError, UnframeableRecordError
 from memory.ledger._records import SourceMeta, SourceRecord, normalize_label, source_anchor
 from store import DurableFiles
 
@@ -163,14 +163,14 @@ def format_timestamp(timestamp: float, tz: tzinfo | None = None) -> str:
 def _check_source(record: SourceRecord, session_id: str | None = None) -> str:
     source = record.source_id
     if session_id is not None and record.session_id != session_id:
-        raise UnframeableRecord(
+        raise UnframeableRecordError(
             source,
             f"it belongs to session {record.session_id!r}, not to the archive of {session_id!r}",
         )
     if not record.session_id or "/" in record.session_id or not record.message_id:
-        raise UnframeableRecord(source, "session and node ids must be non-empty, sid without '/'")
+        raise UnframeableRecordError(source, "session and node ids must be non-empty, sid without '/'")
     if not _safe_source_id(source):
-        raise UnframeableRecord(source, "the source id holds a control character or one of []<>")
+        raise UnframeableRecordError(source, "the source id holds a control character or one of []<>")
     return source
 
 
@@ -183,11 +183,11 @@ def render_frame(record: SourceRecord, *, tz: tzinfo | None = None) -> str:
     source = _check_source(record)
     label = normalize_label(record.speaker)
     if not label:
-        raise UnframeableRecord(source, "the speaker label is empty")
+        raise UnframeableRecordError(source, "the speaker label is empty")
     try:
         when = format_timestamp(record.timestamp, tz)
     except (OverflowError, OSError, ValueError):  # NaN, or beyond datetime's years
-        raise UnframeableRecord(source, f"timestamp {record.timestamp!r} is not a time") from None
+        raise UnframeableRecordError(source, f"timestamp {record.timestamp!r} is not a time") from None
     body = f"[{when}] {label}: {record.content}"
     lines = [f'<a id="{source_anchor(source)}"></a>', f"<!-- source-id:{source} -->"]
     if record.speaker_id is not None:
@@ -362,8 +362,8 @@ def plan_append(
 
     Pure. Records already archived (or repeated in ``records``) are skipped;
     nothing to add returns ``existing`` unchanged. Raises
-    :class:`IncompleteArchive` if ``existing`` does not scan completely and
-    :class:`UnframeableRecord` for a record the grammar cannot hold, before
+    :class:`IncompleteArchiveError` if ``existing`` does not scan completely and
+    :class:`UnframeableRecordError` for a record the grammar cannot hold, before
     anything is decided. ``scan`` is ``parse_archive(existing, session_id)``
     when the caller already has it (:class:`~memory.workspace._archive_cache.ArchiveCache`).
     """
@@ -371,7 +371,7 @@ def plan_append(
         scan = parse_archive(existing, session_id)
     if not scan.complete:
         # Messages name paths relative to the state directory (<state>/memory/...).
-        raise IncompleteArchive(
+        raise IncompleteArchiveError(
             f"memory/{archive_relpath(session_id)}",
             f"{scan.stop_reason} at line {scan.stop_line}",
             len(scan.frames),
@@ -387,7 +387,7 @@ def plan_append(
         try:
             frames.append(render_frame(record, tz=tz).encode("utf-8"))
         except UnicodeEncodeError:
-            raise UnframeableRecord(
+            raise UnframeableRecordError(
                 source, "its text is not valid Unicode (lone surrogate)"
             ) from None
         fresh.add(source)

@@ -179,7 +179,7 @@ class ArchiveCache:
 
         Same contract: already-present frames are skipped (nothing written
         if all are), an incomplete archive is refused with
-        :class:`IncompleteArchive`, the file is replaced atomically.
+        :class:`IncompleteArchiveError`, the file is replaced atomically.
         """
         existing, stamp = self._read(session_id)
         entry = self._lookup(session_id, stamp)

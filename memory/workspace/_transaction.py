@@ -22,7 +22,7 @@ Install protocol, under ``.scriptorium/write.lock`` (``fcntl.flock``, so it
 holds across processes and threads; waited for at most ``lock_timeout``):
 
 1. finish any earlier install (recovery, below);
-2. check ``workspace_revision`` equals the base, else :class:`ConcurrentUpdate`;
+2. check ``workspace_revision`` equals the base, else :class:`ConcurrentUpdateError`;
 3. create missing topic directories (empty directories change nothing);
 4. write ``.scriptorium/install.journal`` durably (temp, fsync, rename, dir
    fsync): the path and the full new text (or ``null`` for a deletion) of
@@ -57,11 +57,11 @@ from typing import Any
 import orjson
 
 from memory._errors import (
-    ConcurrentUpdate,
-    EditRejected,
-    InstallJournalCorrupt,
+    ConcurrentUpdateError,
+    EditRejectedError,
+    InstallJournalCorruptError,
     TopicError,
-    WorkspaceLockTimeout,
+    WorkspaceLockTimeoutError,
 )
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.workspace._revision import RevisionCache
@@ -204,14 +204,14 @@ def _is_topic_file(relative: str) -> bool:
 
 
 def check_topic_path(path: str) -> None:
-    """Raise :class:`EditRejected` unless ``path`` is a plain ``topics/**.md`` path."""
+    """Raise :class:`EditRejectedError` unless ``path`` is a plain ``topics/**.md`` path."""
     parts = path.split("/")
     if (
         len(parts) < 2 or parts[0] != "topics" or not path.endswith(".md")
         or any(not part or part in (".", "..") or part.startswith(".") for part in parts)
         or any(bad in path for bad in ("\\", "\0", "\n", "\r"))
     ):
-        raise EditRejected(path, "edits may only write topics/**/<name>.md (relative, no '..')")
+        raise EditRejectedError(path, "edits may only write topics/**/<name>.md (relative, no '..')")
 
 
 @contextmanager
@@ -224,7 +224,7 @@ def workspace_lock(
     behind it: the lock is waited for at most ``timeout`` seconds (None:
     forever), by the session lock's poll (:func:`store.wait_for_flock`, on
     the event loop's clock from a worker thread), then
-    :class:`~memory._errors.WorkspaceLockTimeout` names the lock file and,
+    :class:`~memory._errors.WorkspaceLockTimeoutError` names the lock file and,
     when ``/proc/locks`` tells, the holder's pid. Nothing was changed then.
     """
     # The lock file carries no data, so opening it read-only is enough for
@@ -234,7 +234,7 @@ def workspace_lock(
     fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
     try:
         wait_for_flock(fd, timeout,
-                       lambda waited, holder: WorkspaceLockTimeout(path, waited, holder))
+                       lambda waited, holder: WorkspaceLockTimeoutError(path, waited, holder))
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
@@ -284,7 +284,7 @@ class Transactions:
         """The revision and topic paths now, for a writer.
 
         ``read`` reads the file when called; if it changed after the snapshot,
-        the commit's revision check refuses the edits (``ConcurrentUpdate``).
+        the commit's revision check refuses the edits (``ConcurrentUpdateError``).
         """
         revision = self.revisions.revision()
         paths = tuple(path for path, _ in self.revisions.last_scan if _is_topic_file(path))
@@ -310,7 +310,7 @@ class Transactions:
         """Finish (or discard) an interrupted install; True if a journal was replayed.
 
         Run once at start: it also sweeps temp files a crash left behind.
-        Raises :class:`~memory._errors.WorkspaceLockTimeout` if another process
+        Raises :class:`~memory._errors.WorkspaceLockTimeoutError` if another process
         holds the lock past the bound; the caller may start anyway, since the
         first commit recovers (and sweeps) under the lock before installing.
         """
@@ -356,7 +356,7 @@ class Transactions:
     ) -> CommitResult:
         """Validate, normalise and install ``edits`` made against ``base_revision``.
 
-        Raises :class:`ConcurrentUpdate` if memory moved since the base (nothing
+        Raises :class:`ConcurrentUpdateError` if memory moved since the base (nothing
         is installed). Rejected edits are reported in the audit, not raised.
         """
         with workspace_lock(self.memory_dir, self.files, timeout=self.lock_timeout):
@@ -366,7 +366,7 @@ class Transactions:
             self._swept = True
             current = self.revisions.revision()
             if current != base_revision:
-                raise ConcurrentUpdate(base_revision, current)
+                raise ConcurrentUpdateError(base_revision, current)
             facts = self._index.refresh(self.revisions.last_scan, self.revisions.last_linked)
             audit, accepted = self._validate(edits, facts, frozenset(batch_sources))
             changes = self._changes(accepted)
@@ -411,11 +411,11 @@ class Transactions:
             edit = edits[index]
             try:
                 if last_edit[edit.path] != index:
-                    raise EditRejected(edit.path, "superseded by a later edit of the same file")
+                    raise EditRejectedError(edit.path, "superseded by a later edit of the same file")
                 accepted[index] = self._normalise(
                     edit, facts, existing_ids, used_ids, used_labels, cited, batch_sources,
                 )
-            except (EditRejected, TopicError) as error:
+            except (EditRejectedError, TopicError) as error:
                 errors[index] = error.reason
 
         # Cross-file rules, repeated until no more edits fall out.
@@ -469,14 +469,14 @@ class Transactions:
         self._check_place(edit.path)
         base = facts.get(edit.path)
         if base is not None and base.error is not None:
-            raise EditRejected(
+            raise EditRejectedError(
                 edit.path, f"the file on disk fails the strict parse ({base.error.reason})",
             )
         if edit.text is not None:
             try:
                 edit.text.encode("utf-8")
             except UnicodeEncodeError:
-                raise EditRejected(
+                raise EditRejectedError(
                     edit.path, "text cannot be stored as UTF-8 (lone surrogate)",
                 ) from None
         if edit.text is None:
@@ -490,16 +490,16 @@ class Transactions:
         for handle in sorted(normalised.handles):
             trusted = self.archived(handle)
             if trusted is None:
-                raise EditRejected(edit.path, f"cites {handle}, which is not archived")
+                raise EditRejectedError(edit.path, f"cites {handle}, which is not archived")
             if not trusted:
-                raise EditRejected(edit.path, f"cites {handle}, which is pending (not trusted)")
+                raise EditRejectedError(edit.path, f"cites {handle}, which is pending (not trusted)")
             if handle not in batch_sources and handle_key(handle) not in cited:
-                raise EditRejected(
+                raise EditRejectedError(
                     edit.path, f"cites {handle}, which is neither in this batch nor cited before",
                 )
         unknown = sorted(normalised.linked - cited)
         if unknown:
-            raise EditRejected(
+            raise EditRejectedError(
                 edit.path,
                 f"links to {unknown[0]}, which no topic cited before; cite its raw handle",
             )
@@ -511,12 +511,12 @@ class Transactions:
         for depth in range(1, len(parts)):
             parent = os.path.join(self.memory_dir, *parts[:depth])
             if os.path.exists(parent) and not os.path.isdir(parent):
-                raise EditRejected(path, f"{'/'.join(parts[:depth])} is a file, not a directory")
+                raise EditRejectedError(path, f"{'/'.join(parts[:depth])} is a file, not a directory")
         target = os.path.join(self.memory_dir, path)
         if os.path.islink(target):
-            raise EditRejected(path, LINKED_TOPIC)
+            raise EditRejectedError(path, LINKED_TOPIC)
         if os.path.isdir(target):
-            raise EditRejected(path, "a directory has that name")
+            raise EditRejectedError(path, "a directory has that name")
 
     def _changes(self, accepted: dict[int, NormalisedTopic]) -> list[tuple[str, str | None]]:
         changes: list[tuple[str, str | None]] = []
@@ -559,7 +559,7 @@ def read_install_journal(memory_dir: str) -> list[str] | None:
     A journal left in ``.scriptorium/`` means a crash (a full disk, a kill)
     came after the commit point: every new text is durable in it, some
     topic files are new and some still old until the next recovery replays
-    it. Raises :class:`InstallJournalCorrupt` if it cannot be read.
+    it. Raises :class:`InstallJournalCorruptError` if it cannot be read.
     """
     try:
         with open(os.path.join(memory_dir, JOURNAL), "rb") as handle:
@@ -584,6 +584,6 @@ def _decode_journal(raw: bytes) -> list[tuple[str, str | None]]:
                 raise ValueError("malformed entry")
             check_topic_path(path)
             changes.append((path, text))
-    except (ValueError, KeyError, TypeError, EditRejected) as error:
-        raise InstallJournalCorrupt(JOURNAL, str(error)) from error
+    except (ValueError, KeyError, TypeError, EditRejectedError) as error:
+        raise InstallJournalCorruptError(JOURNAL, str(error)) from error
     return changes

@@ -12,7 +12,7 @@ How: each contender writes its own candidate under a private temp name and
 hard-links it into place with :meth:`DurableFiles.create_exclusive`; the link
 fails for everyone but the first, and the losers read the winner's file, which
 is complete the moment it is visible. The file is never rewritten afterwards:
-a corrupt file raises :class:`CorruptWorkspaceId` instead of being replaced.
+a corrupt file raises :class:`CorruptWorkspaceIdError` instead of being replaced.
 
 Format (as written by the reference agent): ``w-`` + 8 lowercase hex + LF.
 """
@@ -24,7 +24,7 @@ import re
 import secrets
 import time
 
-from memory._errors import CorruptWorkspaceId
+from memory._errors import CorruptWorkspaceIdError
 from store import DurableFiles
 
 __all__ = [
@@ -63,7 +63,7 @@ def parse_workspace_id(data: bytes) -> str | None:
 def read_workspace_id(memory_dir: str) -> str | None:
     """The existing id, or None if the file does not exist yet.
 
-    Raises :class:`CorruptWorkspaceId` if it exists and holds anything else.
+    Raises :class:`CorruptWorkspaceIdError` if it exists and holds anything else.
     """
     path = os.path.join(memory_dir, WORKSPACE_ID_PATH)
     data = _read(path)
@@ -76,7 +76,7 @@ def read_workspace_id(memory_dir: str) -> str | None:
         data = _read(path) or b""
     value = parse_workspace_id(data)
     if value is None:
-        raise CorruptWorkspaceId(_STATE_RELATIVE, data)
+        raise CorruptWorkspaceIdError(_STATE_RELATIVE, data)
     return value
 
 
@@ -97,7 +97,7 @@ def load_or_create_workspace_id(memory_dir: str, files: DurableFiles) -> str:
         return candidate
     winner = read_workspace_id(memory_dir)
     if winner is None:  # the winner's file vanished between its link and our read
-        raise CorruptWorkspaceId(_STATE_RELATIVE, b"")
+        raise CorruptWorkspaceIdError(_STATE_RELATIVE, b"")
     return winner
 
 

@@ -40,14 +40,14 @@ from typing import Any
 import anyio
 
 from memory._errors import (
-    ArchiveStepFailed,
-    CommitRejected,
-    ConcurrentUpdate,
-    NothingChanged,
+    ArchiveStepFailedError,
+    CommitRejectedError,
+    ConcurrentUpdateError,
+    NothingChangedError,
     TransactionError,
     WriteCycleError,
-    WriterFailed,
-    WriterTimedOut,
+    WriterFailedError,
+    WriterTimedOutError,
     describe_error,
 )
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
@@ -138,7 +138,7 @@ async def run_write_cycle(
         await archive(batch)
     except Exception as exc:  # noqa: BLE001 (every failure is an outcome; nothing marked)
         return _failed(
-            FailureKind.ARCHIVE, ArchiveStepFailed(sid, ids, f"archiving raised {describe_error(exc)}"), exc
+            FailureKind.ARCHIVE, ArchiveStepFailedError(sid, ids, f"archiving raised {describe_error(exc)}"), exc
         )
     try:
         view = await snapshot()
@@ -154,11 +154,11 @@ async def run_write_cycle(
             output = await writer.write(batch, view)
     except Exception as exc:  # noqa: BLE001 (a writer may raise anything)
         return _failed(
-            FailureKind.WRITER, WriterFailed(sid, ids, f"the writer raised {exc!r}"), exc
+            FailureKind.WRITER, WriterFailedError(sid, ids, f"the writer raised {exc!r}"), exc
         )
     if scope.cancelled_caught:
         return _failed(
-            FailureKind.TIMEOUT, WriterTimedOut(sid, ids, f"the writer ran past {timeout} s")
+            FailureKind.TIMEOUT, WriterTimedOutError(sid, ids, f"the writer ran past {timeout} s")
         )
     if isinstance(output, CommittedWrite):
         audit: tuple[Mapping[str, Any], ...] = tuple(output.audit)
@@ -168,7 +168,7 @@ async def run_write_cycle(
         if edits is None:
             return _failed(
                 FailureKind.WRITER,
-                WriterFailed(
+                WriterFailedError(
                     sid,
                     ids,
                     f"the writer returned {type(output).__name__}, "
@@ -177,14 +177,14 @@ async def run_write_cycle(
             )
         if not edits:
             return _failed(
-                FailureKind.EMPTY, NothingChanged(sid, ids, "the writer proposed no edit")
+                FailureKind.EMPTY, NothingChangedError(sid, ids, "the writer proposed no edit")
             )
         try:
             audit = tuple(await commit(batch, edits, view.revision))
         except Exception as exc:  # noqa: BLE001 (every failure is an outcome; nothing marked)
-            rejected = CommitRejected(sid, ids, f"the commit was refused: {describe_error(exc)}")
+            rejected = CommitRejectedError(sid, ids, f"the commit was refused: {describe_error(exc)}")
             # A refusal other than a concurrent update will refuse the same edits again.
-            rejected.retryable = isinstance(exc, ConcurrentUpdate) or not isinstance(
+            rejected.retryable = isinstance(exc, ConcurrentUpdateError) or not isinstance(
                 exc, TransactionError
             )
             return _failed(FailureKind.REJECTED, rejected, exc)
@@ -193,7 +193,7 @@ async def run_write_cycle(
         errors = sum(1 for entry in audit if entry.get("status") == "error")
         return _failed(
             FailureKind.EMPTY,
-            NothingChanged(sid, ids, f"no topic file changed ({errors} edit(s) rejected)"),
+            NothingChangedError(sid, ids, f"no topic file changed ({errors} edit(s) rejected)"),
             audit=audit,
         )
     return WriteOutcome(ids, files, audit)

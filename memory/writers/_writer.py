@@ -56,7 +56,7 @@ class Writer(Protocol):
     model, no network): the runtime then runs snapshot → write → commit for
     one batch at a time, so workers never redo a writer run because another
     commit landed first. A slow writer (a model) leaves it unset and the
-    runtime commits optimistically, retrying on ``ConcurrentUpdate``.
+    runtime commits optimistically, retrying on ``ConcurrentUpdateError``.
     """
 
     async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput: ...

@@ -1,7 +1,7 @@
 """The message loop: replies, expected errors, crashes, redelivery, poison, stop.
 
 Redelivery is opt-in: only an ``Idempotent`` message is delivered again
-after it crashed the actor; any other reaches its caller as ``ActorCrashed``
+after it crashed the actor; any other reaches its caller as ``ActorCrashedError``
 (a cast goes to the dead-letter callback), never a second time.
 """
 
@@ -15,17 +15,19 @@ import pytest
 
 from actors import (
     Actor,
-    ActorCell,
-    ActorCrashed,
-    ActorRestarting,
-    ActorState,
-    ActorStopped,
+    ActorCrashedError,
+    ActorRestartingError,
+    ActorStoppedError,
     Backpressure,
     Idempotent,
-    PoisonMessage,
+    MailboxOptions,
+    PoisonMessageError,
+    StopKind,
+    StopReason,
     open_actor,
     redeliverable,
 )
+from actors.lowlevel import ActorCell, ActorState
 
 
 class BadInput(ValueError):
@@ -38,7 +40,7 @@ class Journal:
 
     handled: list[Any] = field(default_factory=list)
     started: int = 0
-    stopped: list[BaseException | None] = field(default_factory=list)
+    stopped: list[StopReason] = field(default_factory=list)
     crash_once: set[Any] = field(default_factory=set)
 
 
@@ -88,7 +90,7 @@ class Worker(Actor):
         self.journal.handled.append(message)
         return ("ok", message)
 
-    async def on_stop(self, reason: BaseException | None) -> None:
+    async def on_stop(self, reason: StopReason) -> None:
         self.journal.stopped.append(reason)
 
 
@@ -114,7 +116,7 @@ async def test_call_replies_and_casts_keep_their_order() -> None:
         ref.cast_nowait(5)
         assert await ref.call("last") == ("ok", "last")
     assert journal.handled == [0, 1, 2, 3, 4, 5, "last"]
-    assert journal.stopped == [None]
+    assert journal.stopped == [StopReason(StopKind.STOP)]
     assert ref.statistics().state is ActorState.STOPPED
 
 
@@ -149,12 +151,12 @@ async def test_crash_is_raised_out_of_open_actor_and_callers_learn_why() -> None
                 await anyio.wait_all_tasks_blocked()
                 gate.set()
     crash = raised.value
-    assert isinstance(outcomes["crashed"], ActorCrashed)
+    assert isinstance(outcomes["crashed"], ActorCrashedError)
     assert outcomes["crashed"].__cause__ is crash
-    assert isinstance(outcomes["queued"], ActorStopped)
+    assert isinstance(outcomes["queued"], ActorStoppedError)
     assert outcomes["queued"].__cause__ is crash
-    assert journal.stopped == [crash]  # on_stop saw the crash
-    with pytest.raises(ActorStopped) as late:
+    assert journal.stopped == [StopReason(StopKind.CRASH, crash)]  # on_stop saw the crash
+    with pytest.raises(ActorStoppedError) as late:
         await ref.call("too late")
     assert late.value.__cause__ is crash
 
@@ -177,12 +179,12 @@ async def test_a_call_that_crashed_the_actor_is_not_redelivered_and_its_caller_g
 ) -> None:
     journal = Journal()
     dead: list[tuple[Any, BaseException]] = []
-    cell = ActorCell(lambda: Worker(journal), name="w",
-                     dead_letter=lambda message, exc: dead.append((message, exc)))
+    cell = ActorCell(lambda: Worker(journal), name="w", options=MailboxOptions(
+        dead_letter=lambda message, exc: dead.append((message, exc))))
     crashes: list[Exception] = []
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_restarting, cell, crashes)
-        with pytest.raises(ActorCrashed, match="not idempotent") as raised:
+        with pytest.raises(ActorCrashedError, match="not idempotent") as raised:
             await cell.ref.call(("crash-once", "after the effect"))
         assert await cell.ref.call("next") == ("ok", "next")  # restarted, still serving
         await cell.ref.stop()
@@ -198,8 +200,8 @@ async def test_a_call_that_crashed_the_actor_is_not_redelivered_and_its_caller_g
 async def test_a_cast_that_crashed_the_actor_is_dropped_to_the_dead_letters() -> None:
     journal = Journal()
     dead: list[tuple[Any, BaseException]] = []
-    cell = ActorCell(lambda: Worker(journal), name="w",
-                     dead_letter=lambda message, exc: dead.append((message, exc)))
+    cell = ActorCell(lambda: Worker(journal), name="w", options=MailboxOptions(
+        dead_letter=lambda message, exc: dead.append((message, exc))))
     crashes: list[Exception] = []
     async with anyio.create_task_group() as tg:
         tg.start_soon(run_restarting, cell, crashes)
@@ -220,7 +222,7 @@ async def test_idempotence_can_depend_on_the_message_content() -> None:
         tg.start_soon(run_restarting, cell, crashes)
         assert await cell.ref.call(RetryableIf("crash-once", "safe", True)) == (
             "ok", ("crash-once", "safe"))
-        with pytest.raises(ActorCrashed) as raised:
+        with pytest.raises(ActorCrashedError) as raised:
             await cell.ref.call(RetryableIf("crash-once", "unsafe", False))
         await cell.ref.stop()
     assert isinstance(raised.value.__cause__, RuntimeError)
@@ -247,8 +249,9 @@ async def test_poison_message_goes_to_dead_letters_and_processing_continues() ->
     cell = ActorCell(
         lambda: Worker(journal),
         name="w",
-        poison_threshold=3,
-        dead_letter=lambda message, exc: dead.append((message, exc)),
+        options=MailboxOptions(
+            poison_threshold=3, dead_letter=lambda message, exc: dead.append((message, exc))
+        ),
     )
     crashes: list[Exception] = []
     poison = Retryable("crash", "always")
@@ -261,7 +264,7 @@ async def test_poison_message_goes_to_dead_letters_and_processing_continues() ->
             async def call_poison() -> None:
                 try:
                     await cell.ref.call(poison)
-                except PoisonMessage as exc:
+                except PoisonMessageError as exc:
                     poisoned.append(exc)
 
             callers.start_soon(call_poison)
@@ -280,7 +283,8 @@ async def test_poison_message_goes_to_dead_letters_and_processing_continues() ->
 
 async def test_between_incarnations_fail_fast_raises_and_wait_queues() -> None:
     journal = Journal()
-    cell = ActorCell(lambda: Worker(journal), name="w", policy=Backpressure.FAIL_FAST)
+    cell = ActorCell(lambda: Worker(journal), name="w",
+                     options=MailboxOptions(backpressure=Backpressure.FAIL_FAST))
 
     async def run_once() -> None:
         with pytest.raises(RuntimeError, match="once"):
@@ -290,11 +294,11 @@ async def test_between_incarnations_fail_fast_raises_and_wait_queues() -> None:
         tg.start_soon(run_once)
         await cell.ref.cast(Retryable("crash", "once"))
     assert cell.state is ActorState.RESTARTING
-    with pytest.raises(ActorRestarting):
+    with pytest.raises(ActorRestartingError):
         await cell.ref.cast("x")
-    with pytest.raises(ActorRestarting):
+    with pytest.raises(ActorRestartingError):
         cell.ref.cast_nowait("x")
-    await cell.ref.cast("queued", policy=Backpressure.WAIT)
+    await cell.ref.cast("queued", backpressure=Backpressure.WAIT)
     assert cell.statistics().mailbox_depth == 2  # the crashed message and "queued"
     cell.close(None)
 
@@ -308,7 +312,7 @@ async def test_stop_finishes_the_current_message_and_fails_queued_calls() -> Non
         async def call(message: Any) -> None:
             try:
                 await ref.call(message)
-            except ActorStopped as exc:
+            except ActorStoppedError as exc:
                 failures.append(exc)
 
         async with anyio.create_task_group() as tg:
@@ -320,11 +324,11 @@ async def test_stop_finishes_the_current_message_and_fails_queued_calls() -> Non
             tg.start_soon(ref.stop)
             await anyio.wait_all_tasks_blocked()
             gate.set()
-        with pytest.raises(ActorStopped):
+        with pytest.raises(ActorStoppedError):
             await ref.cast("after stop")
     assert journal.handled == [("gate", gate)]
     assert len(failures) == 2 and all(f.__cause__ is None for f in failures)
-    assert journal.stopped == [None]
+    assert journal.stopped == [StopReason(StopKind.STOP)]
 
 
 async def test_cancellation_is_never_caught_by_the_loop() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import Actor, open_actor
+from actors import Actor, StopReason, open_actor
 
 
 class TearsDownSlowly(Actor):
@@ -24,7 +24,7 @@ class TearsDownSlowly(Actor):
     async def handle(self, message: Any) -> Any:
         raise OSError(28, "No space left on device", "memory/topics/core.md")
 
-    async def on_stop(self, reason: BaseException | None) -> None:
+    async def on_stop(self, reason: StopReason) -> None:
         self.stopping.set()
         if self.body_failed is not None:  # still stopping children when the body fails
             await self.body_failed.wait()

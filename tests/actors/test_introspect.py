@@ -7,7 +7,8 @@ from typing import Any
 
 import anyio
 
-from actors import Actor, ActorCell, ActorState, open_actor, snapshot
+from actors import Actor, open_actor, snapshot
+from actors.lowlevel import ActorCell, ActorState
 
 
 class Leaf(Actor):

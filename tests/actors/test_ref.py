@@ -7,7 +7,16 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import Actor, ActorStopped, Backpressure, CallTimeout, MailboxFull, _ref, open_actor
+from actors import (
+    Actor,
+    ActorStoppedError,
+    Backpressure,
+    CallTimeoutError,
+    MailboxFull,
+    MailboxOptions,
+    _ref,
+    open_actor,
+)
 from actors._mailbox import ReplySlot
 
 
@@ -31,7 +40,7 @@ async def late_reply_scenario() -> tuple[Any, int]:
     """A call times out; its reply arrives later; what does the next call get?"""
     gate = anyio.Event()
     async with open_actor(Gated(), name="g") as ref:
-        with pytest.raises(CallTimeout, match="'g' did not reply"):
+        with pytest.raises(CallTimeoutError, match="'g' did not reply"):
             await ref.call(("wait", gate), timeout=1.0)
         gate.set()
         second = await ref.call("second", timeout=1.0)
@@ -77,7 +86,7 @@ async def test_a_call_whose_caller_gave_up_is_skipped() -> None:
     actor = Gated()
     async with open_actor(actor, name="g") as ref:
         await ref.cast(("wait", gate))
-        with pytest.raises(CallTimeout):
+        with pytest.raises(CallTimeoutError):
             await ref.call("abandoned", timeout=2.0)
         gate.set()
         assert await ref.call("next") == "next"
@@ -87,21 +96,67 @@ async def test_a_call_whose_caller_gave_up_is_skipped() -> None:
 
 @pytest.mark.virtual_time
 async def test_deadline_is_absolute_and_wins_over_a_longer_timeout() -> None:
-    async with open_actor(Gated(), name="g", call_timeout=None) as ref:
+    async with open_actor(Gated(), name="g") as ref:
         start = anyio.current_time()
-        with pytest.raises(CallTimeout) as raised:
+        with pytest.raises(CallTimeoutError) as raised:
             await ref.call(("wait", anyio.Event()), timeout=100.0, deadline=start + 3.0)
         assert anyio.current_time() - start == pytest.approx(3.0, abs=0.01)
         assert isinstance(raised.value, TimeoutError)
 
 
+class Slow(Actor):
+    """Replies after sleeping the number of seconds it is sent."""
+
+    async def handle(self, message: Any) -> Any:
+        await anyio.sleep(message)
+        return message
+
+
 @pytest.mark.virtual_time
-async def test_default_timeout_comes_from_the_actor() -> None:
-    async with open_actor(Gated(), name="g", call_timeout=7.0) as ref:
+async def test_a_call_has_no_default_timeout_it_waits_for_the_reply() -> None:
+    async with open_actor(Slow(), name="slow") as ref:
         start = anyio.current_time()
-        with pytest.raises(CallTimeout):
-            await ref.call(("wait", anyio.Event()))
-        assert anyio.current_time() - start == pytest.approx(7.0, abs=0.01)
+        assert await ref.call(3600.0) == 3600.0  # an hour: far past any old default
+        assert anyio.current_time() - start == pytest.approx(3600.0, abs=0.01)
+        assert await ref.inspect() is None  # nor does inspect
+
+
+@pytest.mark.virtual_time
+async def test_a_caller_bounds_a_call_with_its_own_cancel_scope() -> None:
+    async with open_actor(Slow(), name="slow") as ref:
+        start = anyio.current_time()
+        with pytest.raises(TimeoutError):
+            with anyio.fail_after(2.0):
+                await ref.call(10.0)
+        assert anyio.current_time() - start == pytest.approx(2.0, abs=0.01)
+        assert await ref.call(0.0) == 0.0  # the late reply went nowhere
+        assert ref.statistics().dropped_replies == 1
+
+
+async def test_cast_is_a_checkpoint_even_with_room_in_the_mailbox() -> None:
+    actor = Gated()
+    async with open_actor(actor, name="g") as ref:
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await ref.cast("cancelled before it was sent")
+        assert scope.cancelled_caught  # a cancel point: nothing was sent
+        handled_while_casting: list[int] = []
+        for i in range(50):  # never blocks: capacity 1000
+            await ref.cast(i)
+            handled_while_casting.append(len(actor.seen))
+        assert handled_while_casting[-1] > 0  # a schedule point: the actor ran meanwhile
+        assert await ref.call("last") == "last"
+    assert "cancelled before it was sent" not in actor.seen
+
+
+async def test_cast_nowait_on_a_full_mailbox_raises_would_block() -> None:
+    gate = anyio.Event()
+    async with open_actor(Gated(), name="g", options=MailboxOptions(capacity=1)) as ref:
+        await ref.cast(("wait", gate))
+        with pytest.raises(anyio.WouldBlock) as raised:
+            ref.cast_nowait("no room")
+        assert isinstance(raised.value, MailboxFull)
+        gate.set()
 
 
 async def test_a_cancelled_caller_never_receives_its_reply() -> None:
@@ -120,13 +175,13 @@ async def test_a_cancelled_caller_never_receives_its_reply() -> None:
 async def test_fail_fast_on_a_full_mailbox_and_wait_for_space() -> None:
     gate = anyio.Event()
     actor = Gated()
-    async with open_actor(actor, name="g", capacity=2) as ref:
+    async with open_actor(actor, name="g", options=MailboxOptions(capacity=2)) as ref:
         await ref.cast(("wait", gate))  # being handled: still at the mailbox head
         await ref.cast("q1")
         with pytest.raises(MailboxFull, match="full \\(2 messages\\)"):
             ref.cast_nowait("no room")
         with pytest.raises(MailboxFull):
-            await ref.cast("no room", policy=Backpressure.FAIL_FAST)
+            await ref.cast("no room", backpressure=Backpressure.FAIL_FAST)
         record: list[str] = []
 
         async def blocked_sender() -> None:
@@ -147,7 +202,7 @@ async def test_control_lane_overtakes_a_full_mailbox() -> None:
     gate = anyio.Event()
     actor = Gated()
     snapshots: list[object] = []
-    async with open_actor(actor, name="g", capacity=3) as ref:
+    async with open_actor(actor, name="g", options=MailboxOptions(capacity=3)) as ref:
         await ref.cast(("wait", gate))
         await ref.cast("q1")
         await ref.cast("q2")
@@ -180,13 +235,13 @@ async def test_inspect_waits_for_the_running_handler_within_its_timeout() -> Non
     async with open_actor(Gated(), name="g") as ref:
         await ref.cast(("wait", anyio.Event()))
         await anyio.wait_all_tasks_blocked()
-        with pytest.raises(CallTimeout, match="did not reply to 'inspect\\(\\)' within 2 s"):
+        with pytest.raises(CallTimeoutError, match="did not reply to 'inspect\\(\\)' within 2 s"):
             await ref.inspect(timeout=2.0)
 
 
 async def test_inspect_and_stop_of_a_stopped_actor() -> None:
     async with open_actor(Gated(), name="g") as ref:
         await ref.stop()
-        with pytest.raises(ActorStopped, match="'g' is stopped"):
+        with pytest.raises(ActorStoppedError, match="'g' is stopped"):
             await ref.inspect()
         await ref.stop()  # idempotent

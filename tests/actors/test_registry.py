@@ -10,8 +10,9 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import Actor, ActorState, ActorStopped, open_registry, snapshot
+from actors import Actor, ActorStoppedError, StopReason, open_registry, snapshot
 from actors._mailbox import Mailbox
+from actors.lowlevel import ActorState
 
 
 @dataclass
@@ -44,7 +45,7 @@ class Session(Actor):
         self.liveness.handled.append((self.key, message))
         return (self.key, message, self.count)
 
-    async def on_stop(self, reason: BaseException | None) -> None:
+    async def on_stop(self, reason: StopReason) -> None:
         self.liveness.stopping.set()
         if self.liveness.stop_gate is not None:
             await self.liveness.stop_gate.wait()  # a slow passivation
@@ -187,7 +188,7 @@ async def test_a_closed_registry_fails_its_callers_and_refuses_new_keys_at_once(
         assert await ref.call("hello") == ("a", "hello", 1)
         with anyio.fail_after(5):
             registry.close()
-            with pytest.raises(ActorStopped):
+            with pytest.raises(ActorStoppedError):
                 await ref.call("late")
             with pytest.raises(RuntimeError, match="shut down"):
                 registry.ref("b")

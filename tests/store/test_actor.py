@@ -16,7 +16,13 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import ActorCrashed, open_actor, redeliverable
+from actors import (
+    ActorCrashedError,
+    MailboxOptions,
+    UnhandledMessageError,
+    open_actor,
+    redeliverable,
+)
 from store import SessionCore, StoreError, UnsafeIdError
 from store._actor import (
     Append,
@@ -33,7 +39,7 @@ from store._actor import (
     TipMoved,
 )
 from store._format import decode_node
-from supervisors import Backoff, ChildSpec, GetChild, Supervisor
+from supervisors import Backoff, ChildSpec, Supervisor, get_child
 from tests.store.test_race import NoSyncFiles
 
 
@@ -77,6 +83,8 @@ async def test_bad_input_is_a_typed_error_and_the_actor_keeps_running(tmp_path: 
             await ref.call(Append({"id": "../evil", "role": "user", "content": "x"}))
         with pytest.raises(StoreError):
             await ref.call(MergeMetadata({"missing": {"k": 1}}))
+        with pytest.raises(UnhandledMessageError, match="does not handle str messages"):
+            await ref.call("not a session message")  # refused, never a crash
         await ref.call(Append({"id": "u1", "role": "user", "content": "still here"}))
         assert ref.statistics().crashes == 0
     assert list(_node_files(tmp_path, "s1")) == ["u1"]
@@ -135,7 +143,8 @@ async def test_lost_marker_race_removed_by_the_actor(tmp_path: Path) -> None:
     acknowledged: list[tuple[str, str]] = []
     operations = 0
     rng = random.Random(7)
-    async with open_actor(SessionActor(tmp_path, "s1", files=NoSyncFiles()), capacity=64) as ref:
+    async with open_actor(SessionActor(tmp_path, "s1", files=NoSyncFiles()),
+                          options=MailboxOptions(capacity=64)) as ref:
         ids: list[str] = []
         previous = "ROOT"
         for i in range(12):
@@ -212,7 +221,7 @@ class CrashAfterAppend(SessionActor):
 async def _under_a_supervisor(state: Path, seen: list[TipMoved], message: Any) -> Any:
     spec = ChildSpec("s1", lambda: CrashAfterAppend(state, "s1", seen))
     async with open_actor(Supervisor([spec], backoff=Backoff.none()), name="sup") as sup:
-        ref = await sup.call(GetChild("s1"))
+        ref = await get_child(sup, "s1")
         try:
             return await ref.call(message)
         finally:
@@ -236,7 +245,7 @@ async def test_an_append_without_an_id_is_not_redelivered_and_its_caller_learns_
 ) -> None:
     _new_session(tmp_path)
     seen: list[TipMoved] = []
-    with pytest.raises(ActorCrashed, match="not idempotent") as raised:
+    with pytest.raises(ActorCrashedError, match="not idempotent") as raised:
         await _under_a_supervisor(
             tmp_path, seen, Append({"role": "user", "content": "I prefer tea."}))
     assert isinstance(raised.value.__cause__, OSError)

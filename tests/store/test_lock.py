@@ -1,4 +1,4 @@
-"""The session lock's bound: a stuck holder ends in SessionLockTimeout, not a hang.
+"""The session lock's bound: a stuck holder ends in SessionLockTimeoutError, not a hang.
 
 The holder is a real second process with an ``flock`` on ``<sid>/.lock``.
 The wait runs in the worker thread of ``run_durable`` and sleeps on the
@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from store import SessionCore, SessionLockTimeout, run_durable
+from store import SessionCore, SessionLockTimeoutError, run_durable
 from tests.faults import hold_flock, let_go
 
 TURN = {"role": "user", "content": "I prefer tea.", "predecessor": "ROOT"}
@@ -35,7 +35,7 @@ async def test_a_stuck_holder_ends_the_wait_after_the_bound_naming_session_file_
 ) -> None:
     core = SessionCore(tmp_path, "s1", lock_timeout=5.0)
     started = anyio.current_time()
-    with anyio.fail_after(3600), pytest.raises(SessionLockTimeout) as raised:
+    with anyio.fail_after(3600), pytest.raises(SessionLockTimeoutError) as raised:
         await run_durable(core.append, TURN)
     assert 5.0 <= anyio.current_time() - started < 6.0
     error = raised.value
@@ -69,5 +69,5 @@ def test_without_an_event_loop_the_wait_is_bounded_too(
     tmp_path: Path, holder: subprocess.Popen[str]
 ) -> None:
     core = SessionCore(tmp_path, "s1", lock_timeout=0.05)  # the command line's own calls
-    with pytest.raises(SessionLockTimeout):
+    with pytest.raises(SessionLockTimeoutError):
         core.append(TURN)

@@ -463,7 +463,7 @@ def test_an_oversized_node_file_is_refused_before_it_is_read(state: Path) -> Non
 
 def test_locked_holds_the_session_lock_and_catches_up_when_asked(tmp_path: Path) -> None:
     """The primitive memory's claims decide under: the lock, and the index caught up on request."""
-    from store import SessionLockTimeout
+    from store import SessionLockTimeoutError
 
     core = SessionCore.create(tmp_path, "s1")
     core.append({"id": "u1", "role": "user", "content": "hi"})
@@ -472,7 +472,7 @@ def test_locked_holds_the_session_lock_and_catches_up_when_asked(tmp_path: Path)
     with core.trusting_index():  # reads skip their own freshness check in here
         with core.locked(catch_up=False):
             assert "stamp" not in core.node("u1").metadata  # the index as it was
-            with pytest.raises(SessionLockTimeout):  # nobody else may write meanwhile
+            with pytest.raises(SessionLockTimeoutError):  # nobody else may write meanwhile
                 SessionCore(tmp_path, "s1", lock_timeout=0.05).append(
                     {"id": "a1", "role": "assistant", "content": "no", "predecessor": "u1"})
         with core.locked(catch_up=True):

@@ -12,19 +12,21 @@ import pytest
 
 from actors import (
     Actor,
-    ActorCrashed,
+    ActorCrashedError,
     ActorRef,
-    ActorStopped,
+    ActorStoppedError,
     Idempotent,
+    MailboxOptions,
     open_actor,
     snapshot,
 )
 from supervisors import (
-    ActivateChild,
     Backoff,
     DynamicSupervisor,
+    Intensity,
     Restart,
-    RestartIntensityExceeded,
+    RestartIntensityExceededError,
+    activate_child,
 )
 
 
@@ -59,7 +61,7 @@ def probes(starts: Counter[str]) -> Callable[[str], Actor]:
 
 
 async def activate(sup: ActorRef, key: str) -> ActorRef:
-    ref: ActorRef = await sup.call(ActivateChild(key))
+    ref: ActorRef = await activate_child(sup, key)
     return ref
 
 
@@ -69,16 +71,16 @@ async def test_a_session_that_keeps_crashing_is_stopped_alone() -> None:
     given_up: list[tuple[str, Exception]] = []
     sup_actor: DynamicSupervisor[str] = DynamicSupervisor(
         probes(starts),
-        max_restarts=3,
-        within=10.0,
+        intensity=Intensity(3, 10.0),
         backoff=Backoff.none(),
-        poison_threshold=100,  # the crashing message stays at the head: a crash loop
+        # the crashing message stays at the head: a crash loop
+        options=MailboxOptions(poison_threshold=100),
         on_give_up=lambda key, exc: given_up.append((key, exc)),
     )
     async with open_actor(sup_actor, name="sessions") as sup:
         good = await activate(sup, "good")
         bad = await activate(sup, "bad")
-        with pytest.raises(ActorCrashed) as crashed:
+        with pytest.raises(ActorCrashedError) as crashed:
             await bad.call(CRASH)
         assert str(crashed.value.__cause__) == "session bad crashed"
         assert starts["bad"] == 4  # first activation + 3 restarts, then it was stopped
@@ -96,7 +98,8 @@ async def test_a_session_that_keeps_crashing_is_stopped_alone() -> None:
 async def test_a_queued_call_to_a_stopped_session_learns_the_cause() -> None:
     starts: Counter[str] = Counter()
     sup_actor: DynamicSupervisor[str] = DynamicSupervisor(
-        probes(starts), max_restarts=0, backoff=Backoff.none(), poison_threshold=100
+        probes(starts), intensity=Intensity(0), backoff=Backoff.none(),
+        options=MailboxOptions(poison_threshold=100),
     )
     async with open_actor(sup_actor, name="sessions") as sup:
         bad = await activate(sup, "bad")
@@ -116,8 +119,8 @@ async def test_a_queued_call_to_a_stopped_session_learns_the_cause() -> None:
             tg.start_soon(call, "queued")
             await anyio.wait_all_tasks_blocked()
             gate.set()
-        assert type(outcomes["crash"]) is ActorCrashed
-        assert type(outcomes["queued"]) is ActorStopped
+        assert type(outcomes["crash"]) is ActorCrashedError
+        assert type(outcomes["queued"]) is ActorStoppedError
         assert all(str(o.__cause__) == "session bad crashed" for o in outcomes.values())
 
 
@@ -125,9 +128,10 @@ async def test_a_queued_call_to_a_stopped_session_learns_the_cause() -> None:
 async def test_escalate_gives_otp_behaviour() -> None:
     starts: Counter[str] = Counter()
     sup_actor: DynamicSupervisor[str] = DynamicSupervisor(
-        probes(starts), max_restarts=2, escalate=True, backoff=Backoff.none(), poison_threshold=1
+        probes(starts), intensity=Intensity(2), escalate=True, backoff=Backoff.none(),
+        options=MailboxOptions(poison_threshold=1),
     )
-    with pytest.raises(RestartIntensityExceeded) as raised:
+    with pytest.raises(RestartIntensityExceededError) as raised:
         async with open_actor(sup_actor, name="sessions") as sup:
             for key in ("a", "b", "c"):
                 await (await activate(sup, key)).cast("crash")
@@ -183,11 +187,11 @@ async def test_idle_sessions_passivate_and_show_in_the_tree() -> None:
 async def test_temporary_sessions_are_never_restarted() -> None:
     starts: Counter[str] = Counter()
     sup_actor: DynamicSupervisor[str] = DynamicSupervisor(
-        probes(starts), restart=Restart.TEMPORARY, poison_threshold=100
+        probes(starts), restart=Restart.TEMPORARY, options=MailboxOptions(poison_threshold=100)
     )
     async with open_actor(sup_actor, name="sessions") as sup:
         ref = await activate(sup, "t")
-        with pytest.raises(ActorCrashed):
+        with pytest.raises(ActorCrashedError):
             await ref.call("crash")
         assert starts["t"] == 1
     with pytest.raises(ValueError, match="Restart.TRANSIENT"):

@@ -25,22 +25,25 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from actors import Actor, ActorRef, ActorState, open_actor
+from actors import Actor, ActorRef, MailboxOptions, open_actor
+from actors.lowlevel import ActorState
 from supervisors import (
     Backoff,
     ChildSpec,
-    GetChild,
+    Intensity,
     Restart,
-    RestartChild,
-    RestartIntensityExceeded,
-    StartChild,
+    RestartIntensityExceededError,
     Strategy,
     Supervisor,
-    TerminateChild,
-    WhichChildren,
+    get_child,
+    restart_child,
+    start_child,
+    terminate_child,
+    which_children,
 )
 
 MAX_RESTARTS = 4
+ONE_CRASH = MailboxOptions(poison_threshold=1)  # one injected crash is one restart
 
 
 @dataclass
@@ -140,14 +143,13 @@ class SupervisionMachine(RuleBasedStateMachine):
         restart = {f"c{i}": kind for i, kind in enumerate(kinds)}
         self.model = OtpModel(strategy, dict(restart))
         specs = [
-            ChildSpec(cid, self._factory(cid), kind, poison_threshold=1)
+            ChildSpec(cid, self._factory(cid), kind, options=ONE_CRASH)
             for cid, kind in restart.items()
         ]
         supervisor = Supervisor(
             specs,
             strategy=strategy,
-            max_restarts=MAX_RESTARTS,
-            within=1e9,
+            intensity=Intensity(MAX_RESTARTS, 1e9),
             backoff=Backoff.none(),
         )
         future, self.root = self.portal.start_task(self._run_tree, supervisor)
@@ -162,7 +164,7 @@ class SupervisionMachine(RuleBasedStateMachine):
             async with open_actor(supervisor, name="root") as root:
                 task_status.started(root)
                 await anyio.sleep_forever()
-        except RestartIntensityExceeded as exc:
+        except RestartIntensityExceededError as exc:
             self.gave_up = exc
 
     def teardown(self) -> None:
@@ -183,18 +185,18 @@ class SupervisionMachine(RuleBasedStateMachine):
             assert self.root is not None
             match action:
                 case "crash":
-                    ref = await self.root.call(GetChild(child))
+                    ref = await get_child(self.root, child)
                     await ref.cast("crash")
                 case "stop":
-                    ref = await self.root.call(GetChild(child))
+                    ref = await get_child(self.root, child)
                     await ref.stop()
                 case "terminate":
-                    await self.root.call(TerminateChild(child))
+                    await terminate_child(self.root, child)
                 case "restart":
-                    await self.root.call(RestartChild(child))
+                    await restart_child(self.root, child)
                 case Restart() as kind:
-                    spec = ChildSpec(child, self._factory(child), kind, poison_threshold=1)
-                    await self.root.call(StartChild(spec))
+                    spec = ChildSpec(child, self._factory(child), kind, options=ONE_CRASH)
+                    await start_child(self.root, spec)
             await anyio.wait_all_tasks_blocked()
 
         self.portal.call(run)
@@ -242,11 +244,11 @@ class SupervisionMachine(RuleBasedStateMachine):
             return
         assert (self.gave_up is not None) == self.m.gave_up
         if self.m.gave_up:
-            assert isinstance(self.gave_up, RestartIntensityExceeded)
+            assert isinstance(self.gave_up, RestartIntensityExceededError)
             assert isinstance(self.gave_up.__cause__, RuntimeError | type(None))
             return
         assert self.root is not None
-        infos = self.portal.call(self.root.call, WhichChildren())
+        infos = self.portal.call(which_children, self.root)
         assert [i.id for i in infos] == list(self.m.alive)
         running = {i.id: i.state is ActorState.RUNNING for i in infos}
         assert running == self.m.alive

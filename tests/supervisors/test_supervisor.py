@@ -10,22 +10,33 @@ from typing import Any
 import anyio
 import pytest
 
-from actors import Actor, ActorCrashed, ActorRef, ActorState, Idempotent, open_actor, snapshot
+from actors import (
+    Actor,
+    ActorCrashedError,
+    ActorRef,
+    Idempotent,
+    MailboxOptions,
+    StopReason,
+    open_actor,
+    snapshot,
+)
+from actors.lowlevel import ActorState
 from supervisors import (
     Backoff,
     ChildSpec,
-    DeleteChild,
-    DuplicateChild,
-    GetChild,
+    DuplicateChildError,
+    Intensity,
     Restart,
-    RestartChild,
-    RestartIntensityExceeded,
-    StartChild,
+    RestartIntensityExceededError,
     Strategy,
     Supervisor,
     SupervisorStatistics,
-    TerminateChild,
-    WhichChildren,
+    delete_child,
+    get_child,
+    restart_child,
+    start_child,
+    terminate_child,
+    which_children,
 )
 
 
@@ -57,21 +68,22 @@ class Probe(Actor):
             raise RuntimeError(f"{self.name} crashed")
         return (self.name, message)
 
-    async def on_stop(self, reason: BaseException | None) -> None:
+    async def on_stop(self, reason: StopReason) -> None:
         self.journal.events.append(("stop", self.name))
         if self.name in self.journal.hang_on_stop:
             await anyio.sleep_forever()
 
 
-def spec(name: str, journal: Journal, restart: Restart = Restart.PERMANENT, **kw: Any) -> ChildSpec:
+def spec(name: str, journal: Journal, restart: Restart = Restart.PERMANENT,
+         poison_threshold: int = 1, **kw: Any) -> ChildSpec:
     # poison_threshold=1: a crashing message is set aside at once, so one
     # injected crash is exactly one restart.
-    kw.setdefault("poison_threshold", 1)
-    return ChildSpec(name, lambda: Probe(name, journal), restart, **kw)
+    options = MailboxOptions(poison_threshold=poison_threshold)
+    return ChildSpec(name, lambda: Probe(name, journal), restart, options=options, **kw)
 
 
 async def child(sup: ActorRef, name: str) -> ActorRef:
-    ref: ActorRef = await sup.call(GetChild(name))
+    ref: ActorRef = await get_child(sup, name)
     return ref
 
 
@@ -126,20 +138,20 @@ async def test_restart_types_permanent_transient_temporary() -> None:
             await refs[n].cast("crash")
         await anyio.wait_all_tasks_blocked()
         assert journal.starts == {"p": 2, "t": 2, "x": 1}
-        assert [info.id for info in await sup.call(WhichChildren())] == ["p", "t"]
+        assert [info.id for info in await which_children(sup)] == ["p", "t"]
         for n in "pt":
             await refs[n].stop()  # a normal exit
         await anyio.wait_all_tasks_blocked()
         assert journal.starts == {"p": 3, "t": 2, "x": 1}
-        states = {i.id: i.state for i in await sup.call(WhichChildren())}
+        states = {i.id: i.state for i in await which_children(sup)}
         assert states == {"p": ActorState.RUNNING, "t": ActorState.STOPPED}
 
 
 @pytest.mark.virtual_time
 async def test_beyond_the_intensity_the_tree_stops_in_reverse_order_and_fails_upward() -> None:
     journal = Journal()
-    sup_actor = Supervisor(three(journal), max_restarts=5, within=10.0, backoff=Backoff.none())
-    with pytest.raises(RestartIntensityExceeded, match="'sup' gave up: child 'b'") as raised:
+    sup_actor = Supervisor(three(journal), intensity=Intensity(5, 10.0), backoff=Backoff.none())
+    with pytest.raises(RestartIntensityExceededError, match="'sup' gave up: child 'b'") as raised:
         async with open_actor(sup_actor, name="sup") as sup:
             for _ in range(5):
                 await crash(sup, "b")
@@ -155,7 +167,7 @@ async def test_beyond_the_intensity_the_tree_stops_in_reverse_order_and_fails_up
 @pytest.mark.virtual_time
 async def test_crashes_spread_wider_than_the_window_never_escalate() -> None:
     journal = Journal()
-    sup_actor = Supervisor(three(journal), max_restarts=2, within=10.0, backoff=Backoff.none())
+    sup_actor = Supervisor(three(journal), intensity=Intensity(2, 10.0), backoff=Backoff.none())
     async with open_actor(sup_actor, name="sup") as sup:
         for _ in range(6):
             await crash(sup, "a")
@@ -168,7 +180,7 @@ async def test_backoff_delays_restarts_without_blocking_the_supervisor() -> None
     journal = Journal()
     policy = Backoff(initial=1.0, factor=2.0, maximum=60.0, jitter=0.0, reset_after=100.0)
     sup_actor = Supervisor(
-        [spec("a", journal)], max_restarts=10, within=1000.0, backoff=policy, rng=random.Random(0)
+        [spec("a", journal)], intensity=Intensity(10, 1000.0), backoff=policy, rng=random.Random(0)
     )
     restart_times: list[float] = []
     async with open_actor(sup_actor, name="sup") as sup:
@@ -178,7 +190,7 @@ async def test_backoff_delays_restarts_without_blocking_the_supervisor() -> None
             starts = journal.starts["a"]
             await a.cast("crash")
             # The supervisor answers while the restart waits out its backoff.
-            infos = await sup.call(WhichChildren())
+            infos = await which_children(sup)
             assert infos[0].state in (ActorState.RUNNING, ActorState.RESTARTING)
             while journal.starts["a"] == starts:
                 await anyio.sleep(0.01)
@@ -224,7 +236,7 @@ async def test_a_child_supervisor_that_gives_up_is_a_crashed_child_of_its_parent
     journal = Journal()
 
     def inner() -> Supervisor:
-        return Supervisor([spec("leaf", journal)], max_restarts=1, backoff=Backoff.none())
+        return Supervisor([spec("leaf", journal)], intensity=Intensity(1), backoff=Backoff.none())
 
     outer = Supervisor([ChildSpec("inner", inner)], backoff=Backoff.none())
     async with open_actor(outer, name="root") as root:
@@ -244,19 +256,19 @@ async def test_a_child_supervisor_that_gives_up_is_a_crashed_child_of_its_parent
 async def test_management_calls_and_their_typed_errors() -> None:
     journal = Journal()
     async with open_actor(Supervisor([spec("a", journal)]), name="sup") as sup:
-        b = await sup.call(StartChild(spec("b", journal)))
+        b = await start_child(sup, spec("b", journal))
         assert await b.call("hi") == ("b", "hi")
-        with pytest.raises(DuplicateChild, match="already has a child 'b'"):
-            await sup.call(StartChild(spec("b", journal)))
-        await sup.call(TerminateChild("b"))
+        with pytest.raises(DuplicateChildError, match="already has a child 'b'"):
+            await start_child(sup, spec("b", journal))
+        await terminate_child(sup, "b")
         assert b.statistics().state is ActorState.STOPPED
-        await sup.call(RestartChild("b"))
+        await restart_child(sup, "b")
         assert await b.call("again") == ("b", "again")  # the same reference
-        await sup.call(TerminateChild("b"))
-        await sup.call(DeleteChild("b"))
-        assert [i.id for i in await sup.call(WhichChildren())] == ["a"]
+        await terminate_child(sup, "b")
+        await delete_child(sup, "b")
+        assert [i.id for i in await which_children(sup)] == ["a"]
         with pytest.raises(LookupError, match="has no child 'b'"):
-            await sup.call(GetChild("b"))
+            await get_child(sup, "b")
         assert sup.statistics().crashes == 0  # bad calls never crash the supervisor
         stats = await sup.inspect()
         assert isinstance(stats, SupervisorStatistics)
@@ -270,8 +282,9 @@ async def test_poison_messages_reach_the_supervisors_dead_letter_hook() -> None:
     sup_actor = Supervisor(
         [probe_spec],
         backoff=Backoff.none(),
-        poison_threshold=3,
-        dead_letter=lambda message, exc: dead.append((message, exc)),
+        options=MailboxOptions(
+            poison_threshold=3, dead_letter=lambda message, exc: dead.append((message, exc))
+        ),
     )
     async with open_actor(sup_actor, name="sup") as sup:
         a = await child(sup, "a")
@@ -288,6 +301,6 @@ async def test_a_temporary_childs_caller_gets_the_crash() -> None:
     specs = [spec("x", journal, Restart.TEMPORARY, poison_threshold=3)]
     async with open_actor(Supervisor(specs), name="sup") as sup:
         x = await child(sup, "x")
-        with pytest.raises(ActorCrashed) as raised:
+        with pytest.raises(ActorCrashedError) as raised:
             await x.call("crash")
         assert str(raised.value.__cause__) == "x crashed"

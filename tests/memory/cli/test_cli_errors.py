@@ -20,9 +20,9 @@ from click.testing import CliRunner, Result
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors import ActorCrashed, ActorStopped, PoisonMessage
+from actors import ActorCrashedError, ActorStoppedError, PoisonMessageError
 from memory import open_runtime
-from memory._errors import CorruptWorkspaceId
+from memory._errors import CorruptWorkspaceIdError
 from memory.cli._cli import main
 from memory.cli._cli_errors import (
     EXIT_FAILURE,
@@ -34,7 +34,7 @@ from memory.cli._cli_errors import (
 from store import SessionCore
 from store._durable import DurableFiles
 from store._errors import MetaFileError
-from supervisors import RestartIntensityExceeded
+from supervisors import RestartIntensityExceededError
 from tests.fixture import copy_fixture
 
 ROOT = Path(__file__).resolve().parent.parent.parent.parent
@@ -75,24 +75,24 @@ def _caused(wrapper: BaseException, cause: BaseException) -> BaseException:
 
 def test_kernel_wrappers_and_groups_unwrap_to_the_real_cause() -> None:
     full = OSError(errno.ENOSPC, "No space left on device", "/s/memory/topics/a.md")
-    nested = _caused(ActorStopped("runtime/workspace"), _caused(
-        RestartIntensityExceeded("runtime", "workspace", 5, 10.0),
-        _caused(PoisonMessage("runtime/workspace", object(), 3), full)))
-    group = ExceptionGroup("tasks", [ActorStopped("runtime/watchdog"), nested])
+    nested = _caused(ActorStoppedError("runtime/workspace"), _caused(
+        RestartIntensityExceededError("runtime", "workspace", 5, 10.0),
+        _caused(PoisonMessageError("runtime/workspace", object(), 3), full)))
+    group = ExceptionGroup("tasks", [ActorStoppedError("runtime/watchdog"), nested])
     assert root_cause(group) is full
     line, code = describe(group)
     assert code == EXIT_FAILURE
     assert line == ("/s/memory/topics/a.md: No space left on device (ENOSPC); "
                     "free disk space, then run the command again")
     # A wrapper with no cause is itself the cause.
-    alone = ActorCrashed("runtime/x", object())
+    alone = ActorCrashedError("runtime/x", object())
     assert root_cause(alone) is alone
     assert describe(alone)[1] == EXIT_FAILURE and "--debug" in describe(alone)[0]
 
 
 def test_typed_errors_keep_their_message_and_name_the_state() -> None:
-    corrupt = CorruptWorkspaceId("memory/.scriptorium/workspace-id", b"junk\n")
-    line, code = describe(_caused(ActorStopped("runtime/workspace"), corrupt), "/srv/state")
+    corrupt = CorruptWorkspaceIdError("memory/.scriptorium/workspace-id", b"junk\n")
+    line, code = describe(_caused(ActorStoppedError("runtime/workspace"), corrupt), "/srv/state")
     assert code == EXIT_FAILURE
     assert line.startswith("memory/.scriptorium/workspace-id holds b'junk\\n'")
     assert line.endswith("[state /srv/state]") and "\n" not in line
@@ -103,7 +103,7 @@ def test_typed_errors_keep_their_message_and_name_the_state() -> None:
 @given(st.text(), st.sampled_from([RuntimeError, ValueError, KeyError]))
 def test_any_error_is_exactly_one_line(text: str, kind: type[Exception]) -> None:
     for exc in (kind(text), OSError(errno.EIO, text, f"/s/{text}"),
-                _caused(PoisonMessage("runtime/w", text, 3), kind(text))):
+                _caused(PoisonMessageError("runtime/w", text, 3), kind(text))):
         line, code = describe(ExceptionGroup("g", [exc]))
         assert code == EXIT_FAILURE
         assert len(line.splitlines()) <= 1 and line == line.strip()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory._errors import InvalidThreshold, MissingAuthority, UnidentifiedMessage
+from memory._errors import InvalidThresholdError, MissingAuthorityError, UnidentifiedMessageError
 from memory.ledger._ledger import (
     DEFAULT_IDLE_AFTER,
     DEFAULT_THRESHOLD,
@@ -84,9 +84,9 @@ def test_content_lists_contribute_their_text_parts() -> None:
 
 def test_a_kept_message_without_an_id_is_an_error_but_a_dropped_one_is_not() -> None:
     records_from_branch("s", [msg(None, role="tool"), msg(None, "  ")])
-    with pytest.raises(UnidentifiedMessage, match=r"session 's': message at branch position 1"):
+    with pytest.raises(UnidentifiedMessageError, match=r"session 's': message at branch position 1"):
         records_from_branch("s", [msg("u1"), msg(None)])
-    with pytest.raises(UnidentifiedMessage):
+    with pytest.raises(UnidentifiedMessageError):
         records_from_branch("s", [msg("")])
 
 
@@ -142,10 +142,10 @@ def test_speaker_authority_decides_what_is_a_record() -> None:
     assert ids(records_from_branch("s", [owner, browser, legacy])) == ["u1", "l1"]
     for key in ("speaker_kind", "interaction", "principal_id"):
         stamped = msg("x9", **{**OWNER_AUTHORITY, key: ""}, authority_schema=1)
-        with pytest.raises(MissingAuthority, match=rf"session 's', node 'x9'.*{key}"):
+        with pytest.raises(MissingAuthorityError, match=rf"session 's', node 'x9'.*{key}"):
             records_from_branch("s", [owner, stamped])
     odd_tier = msg("x8", **{**OWNER_AUTHORITY, "authority_tier": "guest"}, authority_schema=1)
-    with pytest.raises(MissingAuthority, match=r"node 'x8'.*'guest'"):
+    with pytest.raises(MissingAuthorityError, match=r"node 'x8'.*'guest'"):
         records_from_branch("s", [odd_tier])
 
 
@@ -226,7 +226,7 @@ def test_policy_defaults_and_allowed_thresholds() -> None:
     with pytest.warns(ReferenceThresholdWarning, match="12000 is not one of 8000, 16000, 32000"):
         assert WritePolicy(threshold=12_000).threshold == 12_000
     for bad in (0, -5, True):
-        with pytest.raises(InvalidThreshold, match="not a positive integer"):
+        with pytest.raises(InvalidThresholdError, match="not a positive integer"):
             WritePolicy(threshold=bad)
     with pytest.raises(ValueError):
         WritePolicy(idle_after=0)
@@ -299,9 +299,9 @@ def test_the_walk_back_names_the_oldest_refused_node_as_records_from_branch(
     tmp_path: Path,
 ) -> None:
     core, older, _ = _refused_twice(tmp_path)
-    with pytest.raises(MissingAuthority) as from_root:
+    with pytest.raises(MissingAuthorityError) as from_root:
         records_from_branch("s1", core.get_branch())
-    with pytest.raises(MissingAuthority) as walked_back:
+    with pytest.raises(MissingAuthorityError) as walked_back:
         NodeRecords("s1").owed(core.nodes_back(), core.branch_nodes, "w-0000abcd")
     assert walked_back.value.node == from_root.value.node == older
 
@@ -316,6 +316,6 @@ def test_a_broken_chain_behind_a_refused_node_keeps_the_walk_backs_error(
     def broken() -> list[Any]:
         raise BrokenChainError("s1", newer, "x", "a node file is missing")
 
-    with pytest.raises(MissingAuthority) as walked_back:
+    with pytest.raises(MissingAuthorityError) as walked_back:
         NodeRecords("s1").owed(core.nodes_back(), broken, "w-0000abcd")
     assert walked_back.value.node == newer

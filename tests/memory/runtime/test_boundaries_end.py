@@ -30,7 +30,7 @@ from store import (
     HeadFieldError,
     NodeNotFoundError,
     SessionCore,
-    SessionLockTimeout,
+    SessionLockTimeoutError,
 )
 from tests.faults import RefusingFiles, hold_flock, let_go
 from tests.memory.runtime.test_runtime import tally
@@ -166,7 +166,7 @@ async def test_a_full_workspace_disk_fails_the_cycle_with_the_disk_error_as_reas
             report = await rt.boundary("good")
             assert report.outcome is BoundaryOutcome.FAILED
             assert "No space left on device" in report.reason
-            assert "PoisonMessage" not in report.reason and "crashed actor" not in report.reason
+            assert "PoisonMessageError" not in report.reason and "crashed actor" not in report.reason
             files.error = None
             assert await rt.flush("good") is BoundaryOutcome.WRITTEN
             await rt.drain()
@@ -214,12 +214,12 @@ async def test_a_session_lock_held_by_a_stuck_process_ends_in_an_error_naming_it
             report = await rt.boundary("bad")
             waited = anyio.current_time() - started
             assert report.outcome is BoundaryOutcome.ERROR
-            assert isinstance(report.cause, SessionLockTimeout)
+            assert isinstance(report.cause, SessionLockTimeoutError)
             assert report.cause.holder == stuck_holder.pid
             assert "sessions/bad/.lock" in report.reason and f"process {stuck_holder.pid}" in (
                 report.reason)
             assert 5.0 <= waited < 10.0  # the bound, once, on the loop's (virtual) clock
-            with pytest.raises(SessionLockTimeout):
+            with pytest.raises(SessionLockTimeoutError):
                 await rt.sessions.append("bad", {"role": "user", "content": "more tea",
                                                  "predecessor": "b4"})
             assert await rt.flush("good") is BoundaryOutcome.WRITTEN  # others go on

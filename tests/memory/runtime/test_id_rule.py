@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory import open_runtime
-from memory._errors import TopicError, UnframeableRecord
+from memory._errors import TopicError, UnframeableRecordError
 from memory.ledger._records import SourceRecord
 from memory.maintenance._audit import audit, read_audit_inputs
 from memory.runtime._session_actor import BoundaryOutcome
@@ -64,7 +64,7 @@ def carried(sid: str, nid: str) -> bool:
     record = SourceRecord(sid, nid, "user", "tea", 1.0, "user")
     try:
         frame = render_frame(record)
-    except UnframeableRecord:
+    except UnframeableRecordError:
         return False
     scan = parse_archive(f"{V2_MARKER}\n\n{frame}".encode(), sid)
     if not scan.complete or [f.source_id for f in scan.frames] != [handle]:

@@ -7,7 +7,7 @@ appends. The kernel used to deliver the crashed ``Append`` again, and the
 next incarnation appended the same turn under a new id: "I prefer tea."
 twice. Now an append with its own id is redelivered and finds its turn
 (the caller gets the node), and one without is not redelivered (the caller
-gets ``ActorCrashed`` with the OSError as cause). Either way, one copy.
+gets ``ActorCrashedError`` with the OSError as cause). Either way, one copy.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 import memory.runtime._runtime
-from actors import ActorCrashed, open_actor
+from actors import ActorCrashedError, open_actor
 from memory._errors import BoundaryError
 from memory.runtime._runtime import MemoryRuntime, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome, MemorySessionActor
@@ -67,7 +67,7 @@ async def two_appends(state: Path, first: dict[str, Any], second: dict[str, Any]
         outcome: Any
         try:
             outcome = await rt.sessions.append(sid, first)
-        except ActorCrashed as exc:
+        except ActorCrashedError as exc:
             outcome = exc
         await rt.sessions.append(sid, second)
         branch = await rt.sessions.get_branch(sid)
@@ -83,7 +83,7 @@ async def test_an_append_without_an_id_crashed_after_its_write_is_written_once(
         tmp_path, {"role": "user", "content": TEA},
         {"role": "assistant", "content": "Noted: tea."})
     assert full_disk_once, "the fault did not fire"
-    assert isinstance(outcome, ActorCrashed), outcome
+    assert isinstance(outcome, ActorCrashedError), outcome
     assert isinstance(outcome.__cause__, OSError) and outcome.__cause__.errno == 28
     assert "not idempotent" in str(outcome)
     assert contents(tmp_path, "s1").count(TEA) == 1

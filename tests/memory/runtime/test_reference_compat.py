@@ -22,7 +22,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from memory._errors import MissingAuthority, SettingsError
+from memory._errors import MissingAuthorityError, SettingsError
 from memory.cli._cli import _config, main
 from memory.ledger._ledger import ReferenceThresholdWarning, WritePolicy
 from memory.ledger._records import MARKER_KEY
@@ -120,7 +120,7 @@ async def test_a_stamped_turn_without_authority_is_refused_naming_its_node(
     reference_append(state, "demo", "u3", "user", "My cat is called Tom.", "a1", damaged)
     reference_append(state, "demo", "a3", "llm", "Tom is a fine name.", "u3", dict(OWNER))
     async with open_runtime(state, config=config()) as rt:
-        with pytest.raises(MissingAuthority, match=r"node 'u3'.*principal_id"):
+        with pytest.raises(MissingAuthorityError, match=r"node 'u3'.*principal_id"):
             await rt.pending("demo")
         assert await rt.flush("demo") is BoundaryOutcome.QUARANTINED
         [entry] = [e for e in rt.quarantined if e.session == "demo"]

@@ -20,7 +20,7 @@ from memory.workspace._quarantine import read_quarantine
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._writer import Batch, WriterOutput
 from store import SessionCore
-from supervisors import Backoff, GetChild, RestartChild, TerminateChild
+from supervisors import Backoff, get_child, restart_child, terminate_child
 from tests.memory.runtime.test_runtime import chain, config, tally
 
 EPOCH = 1_800_000_000.0
@@ -76,7 +76,7 @@ def marked(state: Path, sid: str) -> list[str]:
 
 async def pool_restarts(rt: MemoryRuntime) -> int:
     assert rt.root is not None
-    pool = await rt.root.call(GetChild("writers"))
+    pool = await get_child(rt.root, "writers")
     stats = await pool.inspect()
     return int(stats.restarts)
 
@@ -179,13 +179,13 @@ async def test_a_job_whose_worker_is_stopped_is_abandoned_and_written_again(
         sid = await rt.sessions.create()
         await chain(rt, sid, "ROOT", ["u1", "a1"])
         assert rt.root is not None
-        pool = await rt.root.call(GetChild("writers"))
+        pool = await get_child(rt.root, "writers")
         with anyio.fail_after(60):  # without the abandon, the boundary never ends
             async with anyio.create_task_group() as tg:
                 tg.start_soon(rt.flush, sid)
                 await writer.started.wait()
-                await pool.call(TerminateChild("writer-0"))  # cancels the worker mid-job
-                await pool.call(RestartChild("writer-0"))
+                await terminate_child(pool, "writer-0")  # cancels the worker mid-job
+                await restart_child(pool, "writer-0")
             await rt.drain()
         assert await rt.pending(sid) == []
         assert [e["job"] for e in events if e["event"] == "abandoned"] == [1]

@@ -14,7 +14,7 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from memory._errors import WorkspaceLockTimeout
+from memory._errors import WorkspaceLockTimeoutError
 from memory.runtime._runtime import open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
 from memory.workspace._transaction import workspace_lock
@@ -73,7 +73,7 @@ async def test_the_workspace_lock_wait_is_bounded_and_names_the_file_and_holder(
                 raise AssertionError("the lock was taken while another process held it")
 
         started = anyio.current_time()
-        with anyio.fail_after(HANG), pytest.raises(WorkspaceLockTimeout) as raised:
+        with anyio.fail_after(HANG), pytest.raises(WorkspaceLockTimeoutError) as raised:
             await anyio.to_thread.run_sync(take, abandon_on_cancel=True)  # red, not hung, if unbounded
         assert 2.5 <= anyio.current_time() - started < 5.0
         error = raised.value

@@ -369,7 +369,7 @@ async def test_the_boundary_goes_on_while_a_round_had_a_failure(
 
 async def test_an_agent_resends_a_failed_append_as_it_was() -> None:
     """Same id, same turn: the store returns the turn if the first send wrote it."""
-    from actors import PoisonMessage
+    from actors import PoisonMessageError
     from memory.simulate._agents import SIM_TURN, Acknowledged, Agent
 
     sent: list[dict[str, Any]] = []
@@ -378,7 +378,7 @@ async def test_an_agent_resends_a_failed_append_as_it_was() -> None:
         async def append(self, session: str, message: dict[str, Any]) -> dict[str, Any]:
             sent.append(dict(message))
             if len(sent) == 1:
-                raise PoisonMessage(f"runtime/sessions[{session}]", message, 3)
+                raise PoisonMessageError(f"runtime/sessions[{session}]", message, 3)
             return {**message, "session_id": session}
 
     class Runtime:

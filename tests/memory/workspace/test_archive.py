@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory._errors import IncompleteArchive, UnframeableRecord
+from memory._errors import IncompleteArchiveError, UnframeableRecordError
 from memory.ledger._ledger import records_from_branch
 from memory.ledger._records import SourceMeta, SourceRecord, source_anchor
 from memory.workspace._archive import (
@@ -297,23 +297,23 @@ def test_appending_to_an_incomplete_archive_is_refused(tmp_path: Path) -> None:
         r"to memory/sources/openprogram/_v2/s1.md: .* after 1 valid frame\(s\) "
         r"\(truncated frame header at line 8\)"
     )  # the line of the cut anchor
-    with pytest.raises(IncompleteArchive, match=expected):
+    with pytest.raises(IncompleteArchiveError, match=expected):
         append_records(str(tmp_path), "s1", [rec("m2")], DurableFiles())
     assert path.read_bytes() == garbage
 
 
 def test_records_that_cannot_be_framed_are_refused_before_writing(tmp_path: Path) -> None:
     files = DurableFiles()
-    with pytest.raises(UnframeableRecord, match="belongs to session 'other'"):
+    with pytest.raises(UnframeableRecordError, match="belongs to session 'other'"):
         append_records(str(tmp_path), "s1", [rec("m1"), rec("m2", sid="other")], files)
-    with pytest.raises(UnframeableRecord, match="unsafe|control|\\[\\]<>"):
+    with pytest.raises(UnframeableRecordError, match="unsafe|control|\\[\\]<>"):
         append_records(str(tmp_path), "s1", [rec("m<1>")], files)
-    with pytest.raises(UnframeableRecord, match="lone surrogate"):
+    with pytest.raises(UnframeableRecordError, match="lone surrogate"):
         append_records(str(tmp_path), "s1", [rec("m1"), rec("m2", "bad \ud800")], files)
     for bad_time in (float("nan"), float("inf"), 1e20):
-        with pytest.raises(UnframeableRecord, match="is not a time"):
+        with pytest.raises(UnframeableRecordError, match="is not a time"):
             render_frame(rec("m1", ts=bad_time))
-    with pytest.raises(UnframeableRecord, match="label is empty"):
+    with pytest.raises(UnframeableRecordError, match="label is empty"):
         render_frame(rec("m1", speaker=" \n\t"))
     assert not (tmp_path / archive_relpath("s1")).exists()
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory._errors import IncompleteArchive
+from memory._errors import IncompleteArchiveError
 from memory.ledger._records import SourceMeta, SourceRecord
 from memory.workspace._archive import append_records, archive_relpath, parse_archive, plan_append
 from memory.workspace._archive_cache import ArchiveCache
@@ -61,8 +61,8 @@ def test_the_cached_scan_is_always_the_fresh_scan(steps: list[tuple[str, list[in
             if op == "cache":
                 try:
                     expected, _ = plan_append(before, "s1", batch, tz=UTC)
-                except IncompleteArchive:
-                    with pytest.raises(IncompleteArchive):
+                except IncompleteArchiveError:
+                    with pytest.raises(IncompleteArchiveError):
                         cache.append("s1", batch)
                     expected = before
                 else:
@@ -71,7 +71,7 @@ def test_the_cached_scan_is_always_the_fresh_scan(steps: list[tuple[str, list[in
             elif op == "outside":
                 try:
                     append_records(memory, "s1", batch, DurableFiles(), tz=UTC)
-                except IncompleteArchive:
+                except IncompleteArchiveError:
                     pass
             elif op == "garbage":
                 _write(memory, before + b"junk\n")
@@ -116,7 +116,7 @@ def test_an_incomplete_archive_is_refused(tmp_path: Path) -> None:
     cache = ArchiveCache(memory, tz=UTC)
     cache.append("s1", [rec(0)])
     _write(memory, _bytes(memory) + b"\ntrailing garbage\n")
-    with pytest.raises(IncompleteArchive):
+    with pytest.raises(IncompleteArchiveError):
         cache.append("s1", [rec(1)])
     assert not cache.scan("s1").complete
 

@@ -22,7 +22,7 @@ from memory.workspace._quarantine import (
 from store._durable import DurableFiles
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
 
-ENTRY = QuarantineEntry("s1", ("m1", "m2"), "WriterFailed: boom", 5, 1755000000.5, 1755000000.25)
+ENTRY = QuarantineEntry("s1", ("m1", "m2"), "WriterFailedError: boom", 5, 1755000000.5, 1755000000.25)
 
 entries = st.builds(
     QuarantineEntry,

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memory._errors import ConcurrentUpdate, InstallJournalCorrupt
+from memory._errors import ConcurrentUpdateError, InstallJournalCorruptError
 from memory.workspace._edits import TopicEdit
 from memory.workspace._topics import parse_topic
 from memory.workspace._transaction import JOURNAL, CommitResult, Transactions
@@ -186,7 +186,7 @@ def test_a_stale_base_is_refused_with_concurrent_update(tmp_path: Path) -> None:
     base = tx.revision()
     (memory / "timeline/2025/08.md").write_text("changed by someone else\n")
     before = snapshot(memory)
-    with pytest.raises(ConcurrentUpdate, match="fresh snapshot"):
+    with pytest.raises(ConcurrentUpdateError, match="fresh snapshot"):
         tx.commit([NEW], base_revision=base, batch_sources={"openprogram/demo/a2"})
     assert snapshot(memory) == before
 
@@ -203,7 +203,7 @@ def test_the_write_lock_serialises_commits_from_two_owners(tmp_path: Path) -> No
         try:
             tx.commit([edit], base_revision=base, batch_sources={"openprogram/demo/a2"})
             outcomes.append("ok")
-        except ConcurrentUpdate:
+        except ConcurrentUpdateError:
             outcomes.append("stale")
 
     threads = [threading.Thread(target=run, args=(tx, path))
@@ -229,7 +229,7 @@ def test_a_corrupt_journal_stops_recovery_without_touching_topics(tmp_path: Path
     memory = workspace(tmp_path)
     (memory / JOURNAL).write_bytes(b"{not json")
     before = snapshot(memory)
-    with pytest.raises(InstallJournalCorrupt, match="delete it"):
+    with pytest.raises(InstallJournalCorruptError, match="delete it"):
         Transactions(str(memory), archived=archived).recover()
     assert snapshot(memory) == before
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memory._errors import CorruptWorkspaceId
+from memory._errors import CorruptWorkspaceIdError
 from memory.workspace._workspace_id import (
     WORKSPACE_ID_PATH,
     load_or_create_workspace_id,
@@ -46,7 +46,7 @@ def test_missing_is_none_and_corrupt_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / WORKSPACE_ID_PATH
     path.parent.mkdir()
     path.write_bytes(b"w-XYZ\n")
-    with pytest.raises(CorruptWorkspaceId, match=r"workspace-id holds b'w-XYZ\\n'"):
+    with pytest.raises(CorruptWorkspaceIdError, match=r"workspace-id holds b'w-XYZ\\n'"):
         load_or_create_workspace_id(str(tmp_path), DurableFiles())
     assert path.read_bytes() == b"w-XYZ\n"  # never replaced
 

@@ -9,13 +9,13 @@ import anyio
 import pytest
 
 from memory._errors import (
-    ArchiveStepFailed,
-    CommitRejected,
-    ConcurrentUpdate,
-    NothingChanged,
+    ArchiveStepFailedError,
+    CommitRejectedError,
+    ConcurrentUpdateError,
+    NothingChangedError,
     TransactionError,
-    WriterFailed,
-    WriterTimedOut,
+    WriterFailedError,
+    WriterTimedOutError,
 )
 from memory.ledger._records import SourceRecord
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
@@ -158,10 +158,10 @@ async def test_a_self_committing_writer_is_taken_as_is_and_still_archives_first(
 @pytest.mark.parametrize(
     ("step", "kind", "error_type"),
     [
-        ("archive", FailureKind.ARCHIVE, ArchiveStepFailed),
+        ("archive", FailureKind.ARCHIVE, ArchiveStepFailedError),
         ("snapshot", FailureKind.SNAPSHOT, None),
-        ("write", FailureKind.WRITER, WriterFailed),
-        ("commit", FailureKind.REJECTED, CommitRejected),
+        ("write", FailureKind.WRITER, WriterFailedError),
+        ("commit", FailureKind.REJECTED, CommitRejectedError),
     ],
 )
 async def test_an_exception_at_any_step_marks_nothing(
@@ -178,7 +178,7 @@ async def test_an_exception_at_any_step_marks_nothing(
 
 
 async def test_a_concurrent_update_is_retryable_and_other_refusals_are_not() -> None:
-    outcome = await cycle(Recorder(fail="commit", error=ConcurrentUpdate("a" * 32, "b" * 32)))
+    outcome = await cycle(Recorder(fail="commit", error=ConcurrentUpdateError("a" * 32, "b" * 32)))
     assert_nothing_marked(outcome, FailureKind.REJECTED)
     assert outcome.error is not None and outcome.error.retryable
     outcome = await cycle(Recorder(fail="commit", error=TransactionError("cites unarchived")))
@@ -191,7 +191,7 @@ async def test_a_writer_past_the_timeout_marks_nothing() -> None:
     rec = Recorder(writer_sleep=3600.0)
     outcome = await cycle(rec, timeout=600.0)
     assert_nothing_marked(outcome, FailureKind.TIMEOUT)
-    assert isinstance(outcome.error, WriterTimedOut)
+    assert isinstance(outcome.error, WriterTimedOutError)
     assert "commit" not in rec.calls
 
 
@@ -222,7 +222,7 @@ async def test_an_empty_result_marks_nothing(output: Callable[[], WriterOutput])
     rec = Recorder(output=output)
     outcome = await cycle(rec)
     assert_nothing_marked(outcome, FailureKind.EMPTY)
-    assert isinstance(outcome.error, NothingChanged)
+    assert isinstance(outcome.error, NothingChangedError)
     assert "commit" not in rec.calls
 
 
