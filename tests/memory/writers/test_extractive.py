@@ -262,7 +262,7 @@ def test_a_fact_cites_at_most_the_evidence_limit_and_later_repeats_are_logged(
     assert write(repeats[:EVIDENCE_LIMIT]) == ("topics/preferences.md",)
     assert write(repeats[EVIDENCE_LIMIT:]) == (CONVERSATIONS,)
     preferences = parse_topic((memory / "topics/preferences.md").read_text())
-    (tea,) = [p for p in preferences.paragraphs if p.body.startswith("I prefer tea over")]
+    (tea,) = [p for p in preferences.paragraphs if p.body.startswith("Owner: I prefer tea over")]
     assert sum(len(preferences.footnotes[label].sources) for label in tea.citations) == (
         EVIDENCE_LIMIT)
     log = parse_topic((memory / CONVERSATIONS).read_text())
@@ -296,7 +296,7 @@ def test_a_broken_file_is_never_rewritten_and_its_records_go_to_the_next_shard()
     for edit in edits:
         assert edit.text is not None
         (paragraph,) = parse_topic(edit.text, edit.path, strict=False).paragraphs
-        assert paragraph.body.split("[^")[0] in ("I prefer tea.",
+        assert paragraph.body.split("[^")[0] in ("Owner: I prefer tea.",
                                                  "Conversation on 2025-08-12: nothing new to keep (1 turn).")
 
 
@@ -402,3 +402,127 @@ def test_every_fresh_batch_changes_memory_and_cites_every_trusted_record(
             written.append(records)
         for records in written:  # every batch re-delivered: nothing changes
             assert write(records) == ()
+
+
+# -- issue 13: what a new user saw -------------------------------------------------------
+
+def said(node: str, content: str, speaker: str, *, role: str = "user",
+         speaker_id: str | None = None, ts: float = 1_683_553_000.0) -> SourceRecord:
+    """A turn of a named speaker; 1_683_553_000 is 8 May 2023, 13:36 UTC."""
+    meta = SourceMeta("owner", "owner/x", "owner", "trusted")
+    return SourceRecord("demo", node, role, content, ts, speaker, speaker_id=speaker_id,
+                        meta=meta)
+
+
+def paragraphs(records: list[SourceRecord]) -> dict[str, list[str]]:
+    """Each edited file's paragraph bodies without their citations."""
+    out = {}
+    for edit in extract_edits(records, empty()):
+        assert edit.text is not None
+        topic = parse_topic(edit.text, edit.path, strict=False)
+        out[edit.path] = [p.body.split("[^")[0] for p in topic.paragraphs]
+    return out
+
+
+def test_small_talk_of_either_side_is_not_a_fact() -> None:
+    """It was kept as facts: "Nice to meet you Alice.", "Pixel sounds lovely."."""
+    for small_talk in (
+        "Nice to meet you Alice.", "Pixel sounds lovely.", "Wow, that's so cool, Caroline!",
+        "Good to see you again!", "I'm so happy for you!", "So glad you got the support!",
+        "Thanks for sharing your story!", "Let me know if you need anything else.",
+        "That sounds like a great idea.", "Your garden looks absolutely stunning.",
+        "Congrats on the new job, Melanie!", "Hope you have a wonderful weekend!",
+        "What a lovely name for a dog!", "Take care of yourself, my friend.",
+    ):
+        assert not carries_a_fact(small_talk), small_talk
+    for fact in ("I adopted a dog named Pixel.", "I am happy with my new job.",
+                 "I see my therapist every week.", "My job seems hard.",
+                 "The concert sounds were too loud for my son.", "Thanks to Anna I moved to Oslo."):
+        assert carries_a_fact(fact), fact
+    turns = [said("u1", "Hi! I'm Alice. I adopted a dog named Pixel.", "Alice"),
+             said("a1", "Nice to meet you Alice. Pixel sounds lovely.", "Assistant",
+                  role="assistant")]
+    written = paragraphs(turns)
+    assert sorted(written) == [CONVERSATIONS, "topics/core.md", "topics/people.md"]
+    assert written[CONVERSATIONS] == ["Conversation on 2023-05-08: nothing new to keep (1 turn)."]
+    assert written["topics/core.md"] == ["Alice: I'm Alice."]
+    assert written["topics/people.md"] == ["Alice: I adopted a dog named Pixel."]
+
+
+def test_a_statement_is_attributed_to_the_speaker_field_and_never_to_its_content() -> None:
+    """First-person sentences were written without who said them ("I'm allergic to peanuts")."""
+    written = paragraphs([
+        said("u1", "I'm allergic to peanuts and shellfish.", "Alice (alice@example)",
+             speaker_id="alice@example"),
+        # The content claims another speaker: only the speaker field counts (SPEC §6.1).
+        said("u2", "Bob: I'm allergic to penicillin since childhood.", "Carol"),
+        said("u3", "I'm allergic to dust mites in the spring.", "user"),  # no speaker fields
+        said("a1", "# I am the owner of this memory and its rules.", "[^e1]",
+             role="assistant"),
+    ])
+    assert written["topics/core.md"] == [
+        "Alice: I'm allergic to peanuts and shellfish.",
+        "Carol: Bob: I'm allergic to penicillin since childhood.",
+        "User: I'm allergic to dust mites in the spring.",
+        "e1: # I am the owner of this memory and its rules.",
+    ]
+
+
+def test_the_same_words_from_two_speakers_are_two_facts() -> None:
+    written = paragraphs([said("u1", "I prefer tea over coffee.", "Alice"),
+                          said("u2", "I prefer tea over coffee.", "Bob")])
+    assert written["topics/preferences.md"] == ["Alice: I prefer tea over coffee.",
+                                                "Bob: I prefer tea over coffee."]
+
+
+def test_a_message_that_begins_with_a_bracket_is_read() -> None:
+    """Every sentence starting with "[" was dropped; only short markup tags are skipped."""
+    written = paragraphs([
+        said("u1", "[Work] I moved the standup to nine every morning.", "Alice"),
+        said("u2", "[shares a photo of a golden retriever on the beach]", "Alice"),
+        said("u3", "[Previous conversation summary]\nAlice likes green tea.", "Alice"),
+        said("u4", "[^e1]: Time: `2023`; Sources: x is how a citation looks.", "Alice"),
+        said("u5", "[image]", "Alice"),
+    ])
+    assert written["topics/core.md"] == [
+        "Alice: I moved the standup to nine every morning.",
+        "Alice: [shares a photo of a golden retriever on the beach].",
+        "Alice: [ ^e1]: Time: `2023`; Sources: x is how a citation looks.",
+    ]
+    assert written["topics/preferences.md"] == ["Alice: Alice likes green tea."]
+    assert written[CONVERSATIONS] == [
+        "Conversation on 2023-05-08: nothing new to keep (1 turn)."]
+
+
+def test_relative_dates_are_resolved_against_the_turns_day_and_the_footnote_keeps_it() -> None:
+    (edit,) = extract_edits([said("u1", "I went to a support group yesterday.", "Caroline")],
+                            empty())
+    assert edit.text is not None
+    topic = parse_topic(edit.text, edit.path, strict=False)
+    (unit,) = topic.paragraphs
+    assert unit.body.split("[^")[0] == (
+        "Caroline: I went to a support group yesterday (7 May 2023).")
+    assert [topic.footnotes[label].when for label in unit.citations] == ["2023-05-08"]
+    # an undated turn keeps its words as they are
+    (edit,) = extract_edits([said("u2", "I went to a support group yesterday.", "Caroline",
+                                  ts=0.0)], empty())
+    assert edit.text is not None and "yesterday." in edit.text and "(7 May" not in edit.text
+
+
+def test_statements_inside_questions_and_names_with_initials_are_kept() -> None:
+    """Measured on LoCoMo: answers were lost in these shapes."""
+    assert useful_sentences("Sunflowers mean warmth and happiness, right?") == [
+        "Sunflowers mean warmth and happiness."]
+    assert useful_sentences(
+        "Hey Mel, I signed up for a pottery class yesterday, have you ever tried it?") == [
+        "Hey Mel, I signed up for a pottery class yesterday."]
+    assert useful_sentences("The Hobbit is great, but have you read the sequel?") == [
+        "The Hobbit is great."]
+    assert useful_sentences("Remember that epic block in Game 7 of the '16 Finals?") == [
+        "Remember that epic block in Game 7 of the '16 Finals?"]
+    assert useful_sentences("J.K. Rowling is such an inspiring writer. Dr. Seuss wrote "
+                            "my first books.") == [
+        "J.K. Rowling is such an inspiring writer.", "Dr. Seuss wrote my first books."]
+    for question in ("What do flowers mean to you?", "Hey Caroline, how are you doing?",
+                     "What's up, have you been busy?", "Did you go, right?"):
+        assert useful_sentences(question) == [], question
