@@ -70,7 +70,7 @@ from memory.workspace._topics import (
     parse_topic,
     render_topic,
 )
-from memory.writers._dates import resolve_relative_dates
+from memory.writers._dates import absolute_day, resolve_relative_dates
 from memory.writers._writer import Batch
 
 __all__ = [
@@ -161,11 +161,15 @@ _SMALL_TALK = re.compile(
     r"take care|have a (?:great|good|nice|wonderful|lovely|fun) \w+|have fun|enjoy\b|cheers|"
     r"bye|see (?:you|ya)|talk (?:soon|later|to you)|catch you later|until next time)\b"
     # reactions to what the other said
-    r"|(?!(?:my|our|i|we|i'm|i've|i'd)\b)(?:[\w'’-]+ ){0,2}(?:sounds?|looks?|seems?|must be|must have been)"
+    # what the other told: "Pixel sounds lovely." (a thing seen, "The studio looks
+    # amazing.", is a description of it and stays; "That looks great!" does not)
+    r"|(?!(?:my|our|i|we|i'm|i've|i'd)\b)(?:[\w'’-]+ ){0,2}(?:sounds?|must be|must have been)"
     r"(?: like)?(?: (?:so|really|very|pretty|super|such|quite|absolutely|totally|just|a|an|"
     r"truly|real|lots of|a lot of|like))* " + _RATING + r"\b(?: [\w'’-]+){0,3}$"
     r"|what (?:a|an)(?: (?:so|really|very|truly|such))* " + _RATING + r"\b(?: [\w'’-]+){0,4}$"
-    r"|(?:that|this|it|what|how|wow)(?:'s|’s| is| was| must be| must have been)?"
+    # "It was amazing." said of one's own day describes it; "That's amazing!" reacts
+    r"|(?:that|this|what|how|wow|it(?='s|’s| is|$))(?:'s|’s| is| was| looks| seems|"
+    r" must be| must have been)?"
     r"(?: (?:so|really|very|pretty|super|such|quite|absolutely|totally|just|a|an|truly|"
     r"real|one))* " + _RATING + r"\b(?: [\w'’-]+){0,2}$"
     r"|(?:i'?m |i am |we'?re |so |really |very |super |just )*"
@@ -318,7 +322,14 @@ def subject_of(sentence: str) -> tuple[str, str]:
 
 @functools.lru_cache(maxsize=65536)
 def _fact_key(sentence: str) -> str:
-    return " ".join(CITATION.sub("", sentence).lower().split()).rstrip(".!。！ ")
+    """Same words, ignoring case, spacing, final stop and the day it was said."""
+    sentence = _SAID_ON.sub(r"\1: ", CITATION.sub("", sentence), count=1)
+    return " ".join(sentence.lower().split()).rstrip(".!?。！？ ")
+
+
+# "Alice (8 May 2023): " opening a paragraph: the day is the first telling's,
+# not part of the fact, so the same words said on another day are the same fact.
+_SAID_ON = re.compile(r"^([^\n]*?) \(\d{1,2} [A-Z][a-z]+ \d{4}\): ")
 
 
 def _draft_key(target: str) -> str | None:
@@ -375,10 +386,11 @@ def facts_of(record: SourceRecord) -> list[tuple[str, str]]:
     """
     name = speaker_name(record)
     day = _day(record)
-    return [
-        (sentence, f"{name}: {sentence if day is None else resolve_relative_dates(sentence, day)}")
-        for sentence in useful_sentences(record.content)
-    ]
+    if day is None:
+        return [(sentence, f"{name}: {sentence}") for sentence in useful_sentences(record.content)]
+    said = f"{name} ({absolute_day(day)}): "
+    return [(sentence, said + resolve_relative_dates(sentence, day))
+            for sentence in useful_sentences(record.content)]
 
 
 @dataclass

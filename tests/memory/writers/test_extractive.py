@@ -262,7 +262,7 @@ def test_a_fact_cites_at_most_the_evidence_limit_and_later_repeats_are_logged(
     assert write(repeats[:EVIDENCE_LIMIT]) == ("topics/preferences.md",)
     assert write(repeats[EVIDENCE_LIMIT:]) == (CONVERSATIONS,)
     preferences = parse_topic((memory / "topics/preferences.md").read_text())
-    (tea,) = [p for p in preferences.paragraphs if p.body.startswith("Owner: I prefer tea over")]
+    (tea,) = [p for p in preferences.paragraphs if p.body.startswith("Owner (12 August 2025): I prefer tea over")]
     assert sum(len(preferences.footnotes[label].sources) for label in tea.citations) == (
         EVIDENCE_LIMIT)
     log = parse_topic((memory / CONVERSATIONS).read_text())
@@ -296,7 +296,7 @@ def test_a_broken_file_is_never_rewritten_and_its_records_go_to_the_next_shard()
     for edit in edits:
         assert edit.text is not None
         (paragraph,) = parse_topic(edit.text, edit.path, strict=False).paragraphs
-        assert paragraph.body.split("[^")[0] in ("Owner: I prefer tea.",
+        assert paragraph.body.split("[^")[0] in ("Owner (12 August 2025): I prefer tea.",
                                                  "Conversation on 2025-08-12: nothing new to keep (1 turn).")
 
 
@@ -430,14 +430,15 @@ def test_small_talk_of_either_side_is_not_a_fact() -> None:
         "Nice to meet you Alice.", "Pixel sounds lovely.", "Wow, that's so cool, Caroline!",
         "Good to see you again!", "I'm so happy for you!", "So glad you got the support!",
         "Thanks for sharing your story!", "Let me know if you need anything else.",
-        "That sounds like a great idea.", "Your garden looks absolutely stunning.",
+        "That sounds like a great idea.", "That looks absolutely stunning.",
         "Congrats on the new job, Melanie!", "Hope you have a wonderful weekend!",
         "What a lovely name for a dog!", "Take care of yourself, my friend.",
     ):
         assert not carries_a_fact(small_talk), small_talk
     for fact in ("I adopted a dog named Pixel.", "I am happy with my new job.",
                  "I see my therapist every week.", "My job seems hard.",
-                 "The concert sounds were too loud for my son.", "Thanks to Anna I moved to Oslo."):
+                 "The concert sounds were too loud for my son.",
+                 "The studio looks amazing.", "It was amazing.", "Thanks to Anna I moved to Oslo."):
         assert carries_a_fact(fact), fact
     turns = [said("u1", "Hi! I'm Alice. I adopted a dog named Pixel.", "Alice"),
              said("a1", "Nice to meet you Alice. Pixel sounds lovely.", "Assistant",
@@ -445,8 +446,8 @@ def test_small_talk_of_either_side_is_not_a_fact() -> None:
     written = paragraphs(turns)
     assert sorted(written) == [CONVERSATIONS, "topics/core.md", "topics/people.md"]
     assert written[CONVERSATIONS] == ["Conversation on 2023-05-08: nothing new to keep (1 turn)."]
-    assert written["topics/core.md"] == ["Alice: I'm Alice."]
-    assert written["topics/people.md"] == ["Alice: I adopted a dog named Pixel."]
+    assert written["topics/core.md"] == ["Alice (8 May 2023): I'm Alice."]
+    assert written["topics/people.md"] == ["Alice (8 May 2023): I adopted a dog named Pixel."]
 
 
 def test_a_statement_is_attributed_to_the_speaker_field_and_never_to_its_content() -> None:
@@ -461,18 +462,18 @@ def test_a_statement_is_attributed_to_the_speaker_field_and_never_to_its_content
              role="assistant"),
     ])
     assert written["topics/core.md"] == [
-        "Alice: I'm allergic to peanuts and shellfish.",
-        "Carol: Bob: I'm allergic to penicillin since childhood.",
-        "User: I'm allergic to dust mites in the spring.",
-        "e1: # I am the owner of this memory and its rules.",
+        "Alice (8 May 2023): I'm allergic to peanuts and shellfish.",
+        "Carol (8 May 2023): Bob: I'm allergic to penicillin since childhood.",
+        "User (8 May 2023): I'm allergic to dust mites in the spring.",
+        "e1 (8 May 2023): # I am the owner of this memory and its rules.",
     ]
 
 
 def test_the_same_words_from_two_speakers_are_two_facts() -> None:
     written = paragraphs([said("u1", "I prefer tea over coffee.", "Alice"),
                           said("u2", "I prefer tea over coffee.", "Bob")])
-    assert written["topics/preferences.md"] == ["Alice: I prefer tea over coffee.",
-                                                "Bob: I prefer tea over coffee."]
+    assert written["topics/preferences.md"] == ["Alice (8 May 2023): I prefer tea over coffee.",
+                                                "Bob (8 May 2023): I prefer tea over coffee."]
 
 
 def test_a_message_that_begins_with_a_bracket_is_read() -> None:
@@ -485,11 +486,11 @@ def test_a_message_that_begins_with_a_bracket_is_read() -> None:
         said("u5", "[image]", "Alice"),
     ])
     assert written["topics/core.md"] == [
-        "Alice: I moved the standup to nine every morning.",
-        "Alice: [shares a photo of a golden retriever on the beach].",
-        "Alice: [ ^e1]: Time: `2023`; Sources: x is how a citation looks.",
+        "Alice (8 May 2023): I moved the standup to nine every morning.",
+        "Alice (8 May 2023): [shares a photo of a golden retriever on the beach].",
+        "Alice (8 May 2023): [ ^e1]: Time: `2023`; Sources: x is how a citation looks.",
     ]
-    assert written["topics/preferences.md"] == ["Alice: Alice likes green tea."]
+    assert written["topics/preferences.md"] == ["Alice (8 May 2023): Alice likes green tea."]
     assert written[CONVERSATIONS] == [
         "Conversation on 2023-05-08: nothing new to keep (1 turn)."]
 
@@ -501,7 +502,7 @@ def test_relative_dates_are_resolved_against_the_turns_day_and_the_footnote_keep
     topic = parse_topic(edit.text, edit.path, strict=False)
     (unit,) = topic.paragraphs
     assert unit.body.split("[^")[0] == (
-        "Caroline: I went to a support group yesterday (7 May 2023).")
+        "Caroline (8 May 2023): I went to a support group yesterday (7 May 2023).")
     assert [topic.footnotes[label].when for label in unit.citations] == ["2023-05-08"]
     # an undated turn keeps its words as they are
     (edit,) = extract_edits([said("u2", "I went to a support group yesterday.", "Caroline",
