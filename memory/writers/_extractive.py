@@ -138,8 +138,9 @@ _MAX_SENTENCE = 600
 # words it has. Matched on the sentence lower-cased, after the interjections
 # and names that open or close it ("Wow, ", ", Caroline!") are taken off.
 _OPENER = re.compile(
-    r"^(?:(?:oh+|ah+|aw+|wow+|whoa|hey+|hi+|hello|yay+|woo+hoo+|omg|haha+|lol|yes+|yeah+|yep|"
-    r"ok|okay|well|so|hmm+|ooh+|ugh|thanks|thank you|dear|[A-Z][\w'’-]*)[,!.]+\s+)+"
+    r"^(?:(?:(?i:oh+(?: (?:man|my|wow|no|gosh|dear))?|ah+|aw+|wow+|whoa|hey+|hi+|hello|yay+|"
+    r"woo+hoo+|omg|gosh|geez|haha+|lol|yes+|yeah+|yep|ok|okay|well|so|hmm+|ooh+|ugh|thanks|"
+    r"thank you|dear)|[A-Z][\w'’-]*)[,!.]+\s+)+"
 )
 _CLOSER = re.compile(r"(?:,\s*(?:[A-Z][\w'’-]*|my friend|buddy|dude|mate|girl|man))?[\s!.?,…:;)(-]*$")
 _RATING = (
@@ -149,7 +150,8 @@ _RATING = (
     r"scary|tough|hard|rough|sad|terrible|awful|horrible|special|magical|peaceful|relaxing|"
     r"fascinating|powerful|touching|heartwarming|fabulous|superb|terrific|splendid|intense|"
     r"challenging|stressful|blast|pleasure|shame|bummer|pity|relief|"
-    r"exhausting|refreshing|rewarding|meaningful|valuable|important|tricky|difficult|overwhelming)"
+    r"exhausting|refreshing|rewarding|meaningful|valuable|important|tricky|difficult|overwhelming|"
+    r"huge|breathtaking|brave|strong|talented|kind|thoughtful|generous|lucky|inspiration)"
 )
 _SMALL_TALK = re.compile(
     r"^(?:"
@@ -163,18 +165,27 @@ _SMALL_TALK = re.compile(
     # reactions to what the other said
     # what the other told: "Pixel sounds lovely." (a thing seen, "The studio looks
     # amazing.", is a description of it and stays; "That looks great!" does not)
-    r"|(?!(?:my|our|i|we|i'm|i've|i'd)\b)(?:[\w'’-]+ ){0,2}(?:sounds?|must be|must have been)"
+    r"|(?:it |that |this )?sounds like\b|(?:i )?bet\b|(?:just )?(?:wanted to )?say(?:ing)? hi\b"
+    r"|(?:take|have) a look|look at (?:this|that|these)|check (?:it|this|that|these|them) out"
+    r"|(?!(?:my|our|i|we|i'm|i've|i'd)\b)(?:[\w'’-]+ ){0,2}"
+    r"(?:sounds?|must be|must have been|must'?ve been)"
     r"(?: like)?(?: (?:so|really|very|pretty|super|such|quite|absolutely|totally|just|a|an|"
     r"truly|real|lots of|a lot of|like))* " + _RATING + r"\b(?: [\w'’-]+){0,3}$"
     r"|what (?:a|an)(?: (?:so|really|very|truly|such))* " + _RATING + r"\b(?: [\w'’-]+){0,4}$"
     # "It was amazing." said of one's own day describes it; "That's amazing!" reacts
     r"|(?:that|this|what|how|wow|it(?='s|’s| is|$))(?:'s|’s| is| was| looks| seems|"
-    r" must be| must have been)?"
+    r" must be| must have been| must'?ve been)?"
     r"(?: (?:so|really|very|pretty|super|such|quite|absolutely|totally|just|a|an|truly|"
     r"real|one))* " + _RATING + r"\b(?: [\w'’-]+){0,2}$"
     r"|(?:i'?m |i am |we'?re |so |really |very |super |just )*"
     r"(?:glad|happy|sorry|thrilled|stoked|excited|proud|pleased|delighted)"
     r" (?:to hear|for (?:you|u)|you|that you|of you|about your|u)\b"
+    # "It's inspiring to see your dedication.": about the other's news
+    r"|(?:it'?s|it is|that'?s|that is) (?:so |really |very |such |just |truly |a )*" + _RATING
+    + r" (?:to (?:see|hear|know)|that you|how you|you)\b"
+    # compliments: "You're an inspiration to us all!", "Your courage is inspiring."
+    r"|(?=[^ ]*(?: [^ ]*){0,11}$)(?:you'?re|you are|you'?ve|you both|you guys|you two|"
+    r"your [\w'’-]+(?:'s| is| are| was| were))\b.*\b" + _RATING + r"\b"
     r"|(?:thanks|thank you|thx|ty)(?: (?:so|very) much)?(?: for| a lot| again|$)"
     r"|(?:congrats|congratulations|good luck|best of luck|well done|great job|good job|"
     r"nice job|nice work|great work|keep it up|keep up the|you got this|you've got this|"
@@ -189,7 +200,9 @@ _SMALL_TALK = re.compile(
     # whole sentences only: "I see my therapist weekly." is a fact
     r"|(?:sure thing|of course|no worries|no problem|good point|fair enough|me too|same here|"
     r"i agree|totally agree|you'?re (?:so )?right|i see|i understand|i get it|i know|"
-    r"makes sense|that makes sense|love (?:it|that|this)|you too|same to you)(?: too)?$"
+    r"makes sense|that makes sense|love (?:it|that|this)|you too|same to you|"
+    r"(?:i'?m |we'?re )(?:so |really |very |super |just |truly )*(?:grateful|thankful|glad|"
+    r"happy|excited|stoked|pumped|thrilled))(?: too)?$"
     r")"
 )
 # A bracketed tag of a few words on its own ("[Previous conversation summary]",
@@ -204,10 +217,11 @@ _TAG_QUESTION = re.compile(
     r"correct|you know|don'?t you|didn'?t you|isn'?t that)\s*[?？]+$", re.IGNORECASE)
 # "I went to a pottery class yesterday, have you ever tried it?": a statement
 # followed by a question about it.
-_TRAILING_QUESTION = re.compile(
-    r"^(?P<head>.+?\w.*?)\s*(?:,|;|\s[-–—])\s*(?:but |and |so |or )?"
-    r"(?:have|has|had|do|does|did|are|is|was|were|can|could|would|will|should|what|how|why|"
-    r"where|when|who|which|any|anything|wanna|want|ever|got)\b[^,;]*[?？]+$", re.IGNORECASE)
+_CLAUSE_BREAK = re.compile(r"\s*(?:[,;]|\s[-–—])\s*")
+_ASKS = re.compile(
+    r"(?:but |and |so |or )?(?:have|has|had|do|does|did|are|is|was|were|can|could|would|will|"
+    r"should|what|how|why|where|when|who|which|any|anything|wanna|want|ever|got)\b",
+    re.IGNORECASE)
 _QUESTION_WORD = re.compile(
     r"^(?:what|how|why|where|when|who|which|whose|do|does|did|are|is|was|were|can|could|"
     r"would|will|should|have|has|had|any|anything|wanna|guess)\b",
@@ -265,10 +279,13 @@ def _statement_in(question: str) -> str:
     if tag is not None:
         head = question[:tag.start()].rstrip()
     else:
-        trailing = _TRAILING_QUESTION.match(question)
-        if trailing is None:
+        last = None
+        for last in _CLAUSE_BREAK.finditer(question):
+            pass
+        if last is None or not _ASKS.match(question, last.end()) or not _WORD.search(
+                question, 0, last.start()) or "," in question[last.end():]:
             return ""
-        head = trailing.group("head").rstrip(" ,;-–—")
+        head = question[:last.start()]
     if _QUESTION_WORD.match(_OPENER.sub("", head)):
         return ""
     return head

@@ -433,12 +433,18 @@ def test_small_talk_of_either_side_is_not_a_fact() -> None:
         "That sounds like a great idea.", "That looks absolutely stunning.",
         "Congrats on the new job, Melanie!", "Hope you have a wonderful weekend!",
         "What a lovely name for a dog!", "Take care of yourself, my friend.",
+        # seen on LoCoMo, where they crowded out the facts
+        "It's inspiring to see your dedication to helping others.", "Take a look at this.",
+        "You're an inspiration to us all!", "Your courage is inspiring.", "That's huge!",
+        "Sounds like you and the kids had a blast.", "Oh man, sorry to hear that, Melanie.",
+        "That must've been breathtaking!", "Just wanted to say hi!", "I'm so grateful.",
     ):
         assert not carries_a_fact(small_talk), small_talk
     for fact in ("I adopted a dog named Pixel.", "I am happy with my new job.",
                  "I see my therapist every week.", "My job seems hard.",
                  "The concert sounds were too loud for my son.",
-                 "The studio looks amazing.", "It was amazing.", "Thanks to Anna I moved to Oslo."):
+                 "The studio looks amazing.", "It was amazing.", "You're allergic to peanuts.",
+                 "Your sister is a doctor in Oslo.", "I'm so grateful for my family.", "Thanks to Anna I moved to Oslo."):
         assert carries_a_fact(fact), fact
     turns = [said("u1", "Hi! I'm Alice. I adopted a dog named Pixel.", "Alice"),
              said("a1", "Nice to meet you Alice. Pixel sounds lovely.", "Assistant",
