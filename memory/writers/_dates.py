@@ -115,10 +115,16 @@ def _count(text: str) -> int:
     return int(text) if text.isdigit() else _NUMBERS[text]
 
 
+# Every expression above contains one of these.
+_CUES = ("day", "night", "tomorrow", "last", "next", "this", "past", "coming", "week", "month",
+         "year")
+_STEPS = {"last": -1, "this past": -1, "the past": -1, "this": 0, "next": 1, "coming": 1,
+          "this coming": 1}
+
+
 def _span(which: str, what: str, today: datetime.date) -> str:
     which, what = " ".join(which.lower().split()), what.lower()
-    step = {"last": -1, "this past": -1, "the past": -1, "this": 0, "next": 1, "coming": 1,
-            "this coming": 1}[which]
+    step = _STEPS[which]
     if what in ("week", "month", "year"):
         return _shift(today, step, what)
     if what == "weekend":
@@ -164,8 +170,9 @@ def resolve_relative_dates(text: str, today: datetime.date) -> str:
     ``today`` is the day the text was said. Nothing else of ``text`` changes;
     text without a relative date is returned as it is.
     """
-    if not _RELATIVE.search(text):
-        return text
+    lowered = text.lower()
+    if not any(word in lowered for word in _CUES):
+        return text  # most sentences: a substring test is far cheaper than the pattern
     return _RELATIVE.sub(lambda match: _annotated(match, today), text)
 
 

@@ -100,8 +100,8 @@ CONVERSATIONS = _CONVERSATIONS[0]
 # A sentence ends at . ! ? (or a CJK stop) before whitespace, or at a line
 # break; not after an initial ("J.K. Rowling") or a title ("Dr. Seuss").
 _SENTENCE_END = re.compile(
-    r"(?<![.\s][A-Z]\.)(?<!^[A-Z]\.)(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)"
-    r"(?<!\bvs\.)(?<=[.!?。！？])\s+|\n+"
+    r"(?<=[.!?。！？])(?<![.\s][A-Z]\.)(?<!^[A-Z]\.)(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)"
+    r"(?<!\bMrs\.)(?<!\bSt\.)(?<!\bvs\.)\s+|\n+"
 )
 # Letters or digits; an apostrophe splits a contraction ("I'm" -> "I", "m").
 _WORD = re.compile(r"[^\W_]+")
@@ -142,7 +142,8 @@ _OPENER = re.compile(
     r"woo+hoo+|omg|gosh|geez|haha+|lol|yes+|yeah+|yep|ok|okay|well|so|hmm+|ooh+|ugh|thanks|"
     r"thank you|dear)|[A-Z][\w'’-]*)[,!.]+\s+)+"
 )
-_CLOSER = re.compile(r"(?:,\s*(?:[A-Z][\w'’-]*|my friend|buddy|dude|mate|girl|man))?[\s!.?,…:;)(-]*$")
+_CLOSING_MARKS = " \t!.?,…:;)(-"
+_VOCATIVE = re.compile(r"\s*(?:[A-Z][\w'’-]*|my friend|buddy|dude|mate|girl|man)")
 _RATING = (
     r"(?:good|great|nice|cool|awesome|amazing|lovely|wonderful|beautiful|fantastic|fun|"
     r"incredible|interesting|exciting|perfect|neat|sweet|cute|adorable|gorgeous|stunning|"
@@ -299,7 +300,14 @@ def is_small_talk(sentence: str) -> bool:
     if you need anything else." are; "I adopted a dog named Pixel." and "I
     am happy with my new job." are not. Either role's.
     """
-    core = _CLOSER.sub("", _OPENER.sub("", sentence.strip()))
+    core = sentence.strip()
+    opener = _OPENER.match(core)
+    if opener is not None:
+        core = core[opener.end():]
+    core = core.rstrip(_CLOSING_MARKS)
+    head, comma, tail = core.rpartition(",")
+    if comma and _VOCATIVE.fullmatch(tail) is not None:
+        core = head.rstrip(_CLOSING_MARKS)
     return _SMALL_TALK.match(core.lower().replace("’", "'")) is not None
 
 
@@ -340,7 +348,10 @@ def subject_of(sentence: str) -> tuple[str, str]:
 @functools.lru_cache(maxsize=65536)
 def _fact_key(sentence: str) -> str:
     """Same words, ignoring case, spacing, final stop and the day it was said."""
-    sentence = _SAID_ON.sub(r"\1: ", CITATION.sub("", sentence), count=1)
+    sentence = CITATION.sub("", sentence)
+    said = _SAID_ON.match(sentence)
+    if said is not None:
+        sentence = said.group(1) + ": " + sentence[said.end():]
     return " ".join(sentence.lower().split()).rstrip(".!?。！？ ")
 
 
