@@ -4,10 +4,21 @@ The demo, the stress runs and any deployment without a model still need a
 writer that turns turns into topics, and one that is cheap and predictable
 enough to run thousands of times a second. This one reads no network and
 calls no model: it splits each trusted record into sentences, keeps the
-useful ones (statements of a few words, not questions or pleasantries),
-files each under one subject topic by keyword rules, and cites it with the
-record's raw handle. The same batch on the same snapshot always gives the
-same edits.
+useful ones (statements of a few words; not questions, pleasantries or
+small talk of either side), files each under one subject topic by keyword
+rules, and cites it with the record's raw handle. The same batch on the
+same snapshot always gives the same edits.
+
+A paragraph says who said it and when, in the speaker's own words::
+
+    Caroline (8 May 2023): I went to a support group yesterday (7 May 2023).[^e1]
+
+The name comes from the record's speaker field only (:func:`speaker_name`;
+the content is never evidence of who speaks), the day is the record's UTC
+date (the footnote's time), and relative dates are resolved against it
+(:mod:`memory.writers._dates`). A first-person sentence is quoted, not
+rewritten in the third person: "I" is unambiguous next to the name, and
+the words stay the speaker's, quotable and searchable as they were said.
 
 Subjects, first rule that matches wins (a subject continues in
 ``<subject>-2.md``, ``-3.md``... once a file holds :data:`SHARD_LIMIT`
@@ -17,10 +28,12 @@ paragraphs):
     topics/preferences.md   prefer, like, love, hate, favourite, enjoy...
     topics/people.md        family, friends, colleagues, names
     topics/projects.md      project, repository, release, deadline, deploy...
-    topics/core.md          everything else worth keeping (stable facts)
+    topics/core.md          what stays true: identity, constraints, long-term goals
+                            (my name is, I live in, allergic, vegetarian, my goal...)
+    topics/notes.md         everything else worth keeping (what happened, opinions)
 
-A sentence already in the topic (same words, ignoring case, spacing and the
-final punctuation) is merged instead of duplicated: the new record joins the
+A sentence already in the topic (same speaker and words, ignoring case,
+spacing, the final punctuation and the day it was said) is merged instead of duplicated: the new record joins the
 sources of the paragraph's last footnote when that footnote has the same
 date (and is not shared with another paragraph), else the paragraph gains a
 new citation. A record already cited by that paragraph adds nothing, so
@@ -93,7 +106,22 @@ _SUBJECTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
         r"\b(project|repo|repository|release|deadline|deploy|milestone|sprint|"
         r"feature|bug|build|launch|roadmap)s?\b", re.IGNORECASE)),
 )
+# topics/core.md holds what stays true of a person: who they are, what they
+# cannot or will not do, what they are working towards. Everything else
+# (what happened, what someone thinks of it) is a note.
 _CORE = ("topics/core.md", "Core")
+_CORE_FACT = re.compile(
+    r"\b(?:my name is|call me|i was born|i grew up|i live in|i'?m from|i am from|i come from|"
+    r"i work (?:as|at|for|in)|i'?m (?:a|an) (?:\w+ )?(?:engineer|developer|teacher|nurse|"
+    r"doctor|student|artist|writer|designer|manager|lawyer|parent|mom|dad|mother|father|"
+    r"counselor|chef|musician|veteran|firefighter|volunteer)|"
+    r"allergic|allergy|allergies|intoleran\w*|vegetarian|vegan|gluten|diabetic|"
+    r"can'?t eat|cannot eat|don'?t eat|never eat|don'?t drink|never drink|"
+    r"my (?:long[- ]term )?goals?|my dream|dream (?:is|of) |want to become|aspire|"
+    r"i always|i never|identify as|my pronouns|transgender|married|divorced|"
+    r"pregnant|retired|disabled|wheelchair)\b", re.IGNORECASE)
+_SELF_NAMED = re.compile(r"(?:I am|I'm|I’m) [A-Z][\w'’-]*[.!]?")
+_NOTES = ("topics/notes.md", "Notes")
 _CONVERSATIONS = ("topics/conversations.md", "Conversations")
 CONVERSATIONS = _CONVERSATIONS[0]
 """Where a batch's turns that state no fact are logged, one dated unit per batch."""
@@ -342,7 +370,9 @@ def subject_of(sentence: str) -> tuple[str, str]:
     for path, title, pattern in _SUBJECTS:
         if pattern.search(sentence):
             return path, title
-    return _CORE
+    if _CORE_FACT.search(sentence) or _SELF_NAMED.fullmatch(sentence):
+        return _CORE
+    return _NOTES
 
 
 @functools.lru_cache(maxsize=65536)

@@ -100,7 +100,15 @@ def test_subjects_follow_the_keyword_rules() -> None:
     assert subject_of("I really like jazz records.")[0] == "topics/preferences.md"
     assert subject_of("My sister Anna lives in Oslo.")[0] == "topics/people.md"
     assert subject_of("The project deadline is in May.")[0] == "topics/projects.md"
-    assert subject_of("The sky over Lisbon is blue.")[0] == "topics/core.md"
+    assert subject_of("The sky over Lisbon is blue.")[0] == "topics/notes.md"
+    # core.md is for what stays true of someone, not for everything else
+    for stable in ("I'm allergic to peanuts.", "I am Anna.",
+                   "I live in Porto.", "I'm vegetarian.", "My goal is to run a marathon.",
+                   "I work as a nurse."):
+        assert subject_of(stable)[0] == "topics/core.md", stable
+    for passing in ("I went to a support group yesterday.", "Music's amazing.",
+                    "I am tired today."):
+        assert subject_of(passing)[0] == "topics/notes.md", passing
 
 
 def test_every_paragraph_cites_its_record_by_raw_handle() -> None:
@@ -471,8 +479,9 @@ def test_a_statement_is_attributed_to_the_speaker_field_and_never_to_its_content
         "Alice (8 May 2023): I'm allergic to peanuts and shellfish.",
         "Carol (8 May 2023): Bob: I'm allergic to penicillin since childhood.",
         "User (8 May 2023): I'm allergic to dust mites in the spring.",
-        "e1 (8 May 2023): # I am the owner of this memory and its rules.",
     ]
+    assert written["topics/notes.md"] == [
+        "e1 (8 May 2023): # I am the owner of this memory and its rules."]
 
 
 def test_the_same_words_from_two_speakers_are_two_facts() -> None:
@@ -491,7 +500,7 @@ def test_a_message_that_begins_with_a_bracket_is_read() -> None:
         said("u4", "[^e1]: Time: `2023`; Sources: x is how a citation looks.", "Alice"),
         said("u5", "[image]", "Alice"),
     ])
-    assert written["topics/core.md"] == [
+    assert written["topics/notes.md"] == [
         "Alice (8 May 2023): I moved the standup to nine every morning.",
         "Alice (8 May 2023): [shares a photo of a golden retriever on the beach].",
         "Alice (8 May 2023): [ ^e1]: Time: `2023`; Sources: x is how a citation looks.",
