@@ -33,7 +33,8 @@ paragraphs):
     topics/notes.md         everything else worth keeping (what happened, opinions)
 
 A sentence already in the topic (same speaker and words, ignoring case,
-spacing, the final punctuation and the day it was said) is merged instead of duplicated: the new record joins the
+spacing, the final punctuation and the day it was said) is merged instead
+of duplicated: the new record joins the
 sources of the paragraph's last footnote when that footnote has the same
 date (and is not shared with another paragraph), else the paragraph gains a
 new citation. A record already cited by that paragraph adds nothing, so
@@ -437,10 +438,11 @@ def facts_of(record: SourceRecord) -> list[tuple[str, str]]:
     """``(sentence, paragraph text)`` for each fact ``record`` states.
 
     The paragraph says who said it, in their words, with relative dates
-    resolved against the day they said it: ``Alice: I went to a support
-    group yesterday (7 May 2023).`` (:func:`speaker_name`,
+    resolved against the day they said it: ``Alice (8 May 2023): I went to
+    a support group yesterday (7 May 2023).`` (:func:`speaker_name`,
     :func:`~memory.writers._dates.resolve_relative_dates`). An undated
-    record's relative dates stay as they are.
+    record is ``Alice: ...``, its relative dates as they are. ``sentence``
+    is what the subject rules read.
     """
     name = speaker_name(record)
     day = _day(record)
