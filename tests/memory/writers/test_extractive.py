@@ -28,6 +28,7 @@ from memory.writers._extractive import (
     ExtractiveWriter,
     carries_a_fact,
     extract_edits,
+    speaker_name,
     subject_of,
     useful_sentences,
 )
@@ -542,3 +543,28 @@ def test_statements_inside_questions_and_names_with_initials_are_kept() -> None:
     for question in ("What do flowers mean to you?", "Hey Caroline, how are you doing?",
                      "What's up, have you been busy?", "Did you go, right?"):
         assert useful_sentences(question) == [], question
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=40) | st.text(alphabet=" #[]^():e1-\n\t", max_size=20),
+       st.sampled_from(["user", "assistant"]),
+       st.text(alphabet=" abc.?![]^#:()yesterday", min_size=1, max_size=120))
+def test_whatever_the_speaker_is_called_the_drafts_normalise(
+    speaker: str, role: str, content: str,
+) -> None:
+    """The speaker's name opens every paragraph line: no name may break the topic grammar."""
+    meta = SourceMeta("owner", "owner/x", "owner", "trusted")
+    turn = SourceRecord("demo", "s1", role, f"I moved to Porto. {content}", 1_683_553_000.0,
+                        speaker, meta=meta)
+    edits = extract_edits([turn], empty())
+    assert edits
+    for edit in edits:
+        assert edit.text is not None
+        done = normalise_topic(edit.path, edit.text, base=None, existing_ids=set(),
+                               used_ids=set(), used_labels=set())
+        assert done.text is not None
+        topic = parse_topic(done.text, edit.path)
+        assert topic.paragraphs
+        for paragraph in topic.paragraphs:
+            if edit.path != CONVERSATIONS:
+                assert paragraph.body.startswith(f"{speaker_name(turn)} (8 May 2023): ")
