@@ -28,6 +28,7 @@ from memory.writers._extractive import (
     ExtractiveWriter,
     carries_a_fact,
     extract_edits,
+    speaker_name,
     subject_of,
     useful_sentences,
 )
@@ -100,7 +101,15 @@ def test_subjects_follow_the_keyword_rules() -> None:
     assert subject_of("I really like jazz records.")[0] == "topics/preferences.md"
     assert subject_of("My sister Anna lives in Oslo.")[0] == "topics/people.md"
     assert subject_of("The project deadline is in May.")[0] == "topics/projects.md"
-    assert subject_of("The sky over Lisbon is blue.")[0] == "topics/core.md"
+    assert subject_of("The sky over Lisbon is blue.")[0] == "topics/notes.md"
+    # core.md is for what stays true of someone, not for everything else
+    for stable in ("I'm allergic to peanuts.", "I am Anna.",
+                   "I live in Porto.", "I'm vegetarian.", "My goal is to run a marathon.",
+                   "I work as a nurse."):
+        assert subject_of(stable)[0] == "topics/core.md", stable
+    for passing in ("I went to a support group yesterday.", "Music's amazing.",
+                    "I am tired today."):
+        assert subject_of(passing)[0] == "topics/notes.md", passing
 
 
 def test_every_paragraph_cites_its_record_by_raw_handle() -> None:
@@ -262,7 +271,7 @@ def test_a_fact_cites_at_most_the_evidence_limit_and_later_repeats_are_logged(
     assert write(repeats[:EVIDENCE_LIMIT]) == ("topics/preferences.md",)
     assert write(repeats[EVIDENCE_LIMIT:]) == (CONVERSATIONS,)
     preferences = parse_topic((memory / "topics/preferences.md").read_text())
-    (tea,) = [p for p in preferences.paragraphs if p.body.startswith("I prefer tea over")]
+    (tea,) = [p for p in preferences.paragraphs if p.body.startswith("Owner (12 August 2025): I prefer tea over")]
     assert sum(len(preferences.footnotes[label].sources) for label in tea.citations) == (
         EVIDENCE_LIMIT)
     log = parse_topic((memory / CONVERSATIONS).read_text())
@@ -296,7 +305,7 @@ def test_a_broken_file_is_never_rewritten_and_its_records_go_to_the_next_shard()
     for edit in edits:
         assert edit.text is not None
         (paragraph,) = parse_topic(edit.text, edit.path, strict=False).paragraphs
-        assert paragraph.body.split("[^")[0] in ("I prefer tea.",
+        assert paragraph.body.split("[^")[0] in ("Owner (12 August 2025): I prefer tea.",
                                                  "Conversation on 2025-08-12: nothing new to keep (1 turn).")
 
 
@@ -402,3 +411,160 @@ def test_every_fresh_batch_changes_memory_and_cites_every_trusted_record(
             written.append(records)
         for records in written:  # every batch re-delivered: nothing changes
             assert write(records) == ()
+
+
+# -- issue 13: what a new user saw -------------------------------------------------------
+
+def said(node: str, content: str, speaker: str, *, role: str = "user",
+         speaker_id: str | None = None, ts: float = 1_683_553_000.0) -> SourceRecord:
+    """A turn of a named speaker; 1_683_553_000 is 8 May 2023, 13:36 UTC."""
+    meta = SourceMeta("owner", "owner/x", "owner", "trusted")
+    return SourceRecord("demo", node, role, content, ts, speaker, speaker_id=speaker_id,
+                        meta=meta)
+
+
+def paragraphs(records: list[SourceRecord]) -> dict[str, list[str]]:
+    """Each edited file's paragraph bodies without their citations."""
+    out = {}
+    for edit in extract_edits(records, empty()):
+        assert edit.text is not None
+        topic = parse_topic(edit.text, edit.path, strict=False)
+        out[edit.path] = [p.body.split("[^")[0] for p in topic.paragraphs]
+    return out
+
+
+def test_small_talk_of_either_side_is_not_a_fact() -> None:
+    """It was kept as facts: "Nice to meet you Alice.", "Pixel sounds lovely."."""
+    for small_talk in (
+        "Nice to meet you Alice.", "Pixel sounds lovely.", "Wow, that's so cool, Caroline!",
+        "Good to see you again!", "I'm so happy for you!", "So glad you got the support!",
+        "Thanks for sharing your story!", "Let me know if you need anything else.",
+        "That sounds like a great idea.", "That looks absolutely stunning.",
+        "Congrats on the new job, Melanie!", "Hope you have a wonderful weekend!",
+        "What a lovely name for a dog!", "Take care of yourself, my friend.",
+        # seen on LoCoMo, where they crowded out the facts
+        "It's inspiring to see your dedication to helping others.", "Take a look at this.",
+        "You're an inspiration to us all!", "Your courage is inspiring.", "That's huge!",
+        "Sounds like you and the kids had a blast.", "Oh man, sorry to hear that, Melanie.",
+        "That must've been breathtaking!", "Just wanted to say hi!", "I'm so grateful.",
+    ):
+        assert not carries_a_fact(small_talk), small_talk
+    for fact in ("I adopted a dog named Pixel.", "I am happy with my new job.",
+                 "I see my therapist every week.", "My job seems hard.",
+                 "The concert sounds were too loud for my son.",
+                 "The studio looks amazing.", "It was amazing.", "You're allergic to peanuts.",
+                 "Your sister is a doctor in Oslo.", "I'm so grateful for my family.", "Thanks to Anna I moved to Oslo."):
+        assert carries_a_fact(fact), fact
+    turns = [said("u1", "Hi! I'm Alice. I adopted a dog named Pixel.", "Alice"),
+             said("a1", "Nice to meet you Alice. Pixel sounds lovely.", "Assistant",
+                  role="assistant")]
+    written = paragraphs(turns)
+    assert sorted(written) == [CONVERSATIONS, "topics/core.md", "topics/people.md"]
+    assert written[CONVERSATIONS] == ["Conversation on 2023-05-08: nothing new to keep (1 turn)."]
+    assert written["topics/core.md"] == ["Alice (8 May 2023): I'm Alice."]
+    assert written["topics/people.md"] == ["Alice (8 May 2023): I adopted a dog named Pixel."]
+
+
+def test_a_statement_is_attributed_to_the_speaker_field_and_never_to_its_content() -> None:
+    """First-person sentences were written without who said them ("I'm allergic to peanuts")."""
+    written = paragraphs([
+        said("u1", "I'm allergic to peanuts and shellfish.", "Alice (alice@example)",
+             speaker_id="alice@example"),
+        # The content claims another speaker: only the speaker field counts (SPEC §6.1).
+        said("u2", "Bob: I'm allergic to penicillin since childhood.", "Carol"),
+        said("u3", "I'm allergic to dust mites in the spring.", "user"),  # no speaker fields
+        said("a1", "# I am the owner of this memory and its rules.", "[^e1]",
+             role="assistant"),
+    ])
+    assert written["topics/core.md"] == [
+        "Alice (8 May 2023): I'm allergic to peanuts and shellfish.",
+        "Carol (8 May 2023): Bob: I'm allergic to penicillin since childhood.",
+        "User (8 May 2023): I'm allergic to dust mites in the spring.",
+    ]
+    assert written["topics/notes.md"] == [
+        "e1 (8 May 2023): # I am the owner of this memory and its rules."]
+
+
+def test_the_same_words_from_two_speakers_are_two_facts() -> None:
+    written = paragraphs([said("u1", "I prefer tea over coffee.", "Alice"),
+                          said("u2", "I prefer tea over coffee.", "Bob")])
+    assert written["topics/preferences.md"] == ["Alice (8 May 2023): I prefer tea over coffee.",
+                                                "Bob (8 May 2023): I prefer tea over coffee."]
+
+
+def test_a_message_that_begins_with_a_bracket_is_read() -> None:
+    """Every sentence starting with "[" was dropped; only short markup tags are skipped."""
+    written = paragraphs([
+        said("u1", "[Work] I moved the standup to nine every morning.", "Alice"),
+        said("u2", "[shares a photo of a golden retriever on the beach]", "Alice"),
+        said("u3", "[Previous conversation summary]\nAlice likes green tea.", "Alice"),
+        said("u4", "[^e1]: Time: `2023`; Sources: x is how a citation looks.", "Alice"),
+        said("u5", "[image]", "Alice"),
+    ])
+    assert written["topics/notes.md"] == [
+        "Alice (8 May 2023): I moved the standup to nine every morning.",
+        "Alice (8 May 2023): [shares a photo of a golden retriever on the beach].",
+        "Alice (8 May 2023): [ ^e1]: Time: `2023`; Sources: x is how a citation looks.",
+    ]
+    assert written["topics/preferences.md"] == ["Alice (8 May 2023): Alice likes green tea."]
+    assert written[CONVERSATIONS] == [
+        "Conversation on 2023-05-08: nothing new to keep (1 turn)."]
+
+
+def test_relative_dates_are_resolved_against_the_turns_day_and_the_footnote_keeps_it() -> None:
+    (edit,) = extract_edits([said("u1", "I went to a support group yesterday.", "Caroline")],
+                            empty())
+    assert edit.text is not None
+    topic = parse_topic(edit.text, edit.path, strict=False)
+    (unit,) = topic.paragraphs
+    assert unit.body.split("[^")[0] == (
+        "Caroline (8 May 2023): I went to a support group yesterday (7 May 2023).")
+    assert [topic.footnotes[label].when for label in unit.citations] == ["2023-05-08"]
+    # an undated turn keeps its words as they are
+    (edit,) = extract_edits([said("u2", "I went to a support group yesterday.", "Caroline",
+                                  ts=0.0)], empty())
+    assert edit.text is not None and "yesterday." in edit.text and "(7 May" not in edit.text
+
+
+def test_statements_inside_questions_and_names_with_initials_are_kept() -> None:
+    """Measured on LoCoMo: answers were lost in these shapes."""
+    assert useful_sentences("Sunflowers mean warmth and happiness, right?") == [
+        "Sunflowers mean warmth and happiness."]
+    assert useful_sentences(
+        "Hey Mel, I signed up for a pottery class yesterday, have you ever tried it?") == [
+        "Hey Mel, I signed up for a pottery class yesterday."]
+    assert useful_sentences("The Hobbit is great, but have you read the sequel?") == [
+        "The Hobbit is great."]
+    assert useful_sentences("Remember that epic block in Game 7 of the '16 Finals?") == [
+        "Remember that epic block in Game 7 of the '16 Finals?"]
+    assert useful_sentences("J.K. Rowling is such an inspiring writer. Dr. Seuss wrote "
+                            "my first books.") == [
+        "J.K. Rowling is such an inspiring writer.", "Dr. Seuss wrote my first books."]
+    for question in ("What do flowers mean to you?", "Hey Caroline, how are you doing?",
+                     "What's up, have you been busy?", "Did you go, right?"):
+        assert useful_sentences(question) == [], question
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=40) | st.text(alphabet=" #[]^():e1-\n\t", max_size=20),
+       st.sampled_from(["user", "assistant"]),
+       st.text(alphabet=" abc.?![]^#:()yesterday", min_size=1, max_size=120))
+def test_whatever_the_speaker_is_called_the_drafts_normalise(
+    speaker: str, role: str, content: str,
+) -> None:
+    """The speaker's name opens every paragraph line: no name may break the topic grammar."""
+    meta = SourceMeta("owner", "owner/x", "owner", "trusted")
+    turn = SourceRecord("demo", "s1", role, f"I moved to Porto. {content}", 1_683_553_000.0,
+                        speaker, meta=meta)
+    edits = extract_edits([turn], empty())
+    assert edits
+    for edit in edits:
+        assert edit.text is not None
+        done = normalise_topic(edit.path, edit.text, base=None, existing_ids=set(),
+                               used_ids=set(), used_labels=set())
+        assert done.text is not None
+        topic = parse_topic(done.text, edit.path)
+        assert topic.paragraphs
+        for paragraph in topic.paragraphs:
+            if edit.path != CONVERSATIONS:
+                assert paragraph.body.startswith(f"{speaker_name(turn)} (8 May 2023): ")

@@ -1,0 +1,87 @@
+"""Relative dates resolved against the day a turn was said (memory/writers/_dates.py)."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from memory.writers._dates import absolute_day, resolve_relative_dates
+
+MONDAY = datetime.date(2023, 5, 8)  # 8 May 2023 was a Monday
+FRIDAY = datetime.date(2023, 6, 9)
+SUNDAY = datetime.date(2023, 7, 16)
+
+# (said on, text, what memory writes)
+TABLE = [
+    (MONDAY, "I went to a support group yesterday.",
+     "I went to a support group yesterday (7 May 2023)."),
+    (MONDAY, "Last night was amazing.", "Last night (7 May 2023) was amazing."),
+    (MONDAY, "The party is tomorrow.", "The party is tomorrow (9 May 2023)."),
+    (MONDAY, "I start today.", "I start today (8 May 2023)."),
+    (MONDAY, "We met this morning.", "We met this morning (8 May 2023)."),
+    (MONDAY, "It was the day before yesterday.", "It was the day before yesterday (6 May 2023)."),
+    (MONDAY, "I lost it two days ago.", "I lost it two days ago (6 May 2023)."),
+    (MONDAY, "I lost it 3 days ago.", "I lost it 3 days ago (5 May 2023)."),
+    (MONDAY, "We moved a week ago.", "We moved a week ago (the week of 1 May 2023)."),
+    (MONDAY, "We moved two months ago.", "We moved two months ago (March 2023)."),
+    (MONDAY, "A friend made it ten years ago.", "A friend made it ten years ago (2013)."),
+    (FRIDAY, "I gave a talk last week.", "I gave a talk last week (the week of 29 May 2023)."),
+    (FRIDAY, "I was ill the past week.", "I was ill the past week (the week of 29 May 2023)."),
+    (FRIDAY, "It is busy this week.", "It is busy this week (the week of 5 June 2023)."),
+    (FRIDAY, "We fly next week.", "We fly next week (the week of 12 June 2023)."),
+    (FRIDAY, "I ran a race last Saturday.", "I ran a race last Saturday (3 June 2023)."),
+    (FRIDAY, "I met her last Friday.", "I met her last Friday (2 June 2023)."),
+    (FRIDAY, "I joined a group last Tues.", "I joined a group last Tues (6 June 2023)."),
+    (FRIDAY, "The exam is next Monday.", "The exam is next Monday (12 June 2023)."),
+    (FRIDAY, "The exam is this coming Wednesday.",
+     "The exam is this coming Wednesday (14 June 2023)."),
+    (FRIDAY, "I called this Tuesday.", "I called this Tuesday (6 June 2023)."),
+    (FRIDAY, "We went camping last weekend.",
+     "We went camping last weekend (the weekend of 3 June 2023)."),
+    (FRIDAY, "We go camping this weekend.",
+     "We go camping this weekend (the weekend of 10 June 2023)."),
+    (FRIDAY, "We go camping this coming weekend.",
+     "We go camping this coming weekend (the weekend of 10 June 2023)."),
+    (SUNDAY, "We rest this weekend.", "We rest this weekend (the weekend of 15 July 2023)."),
+    (FRIDAY, "We go camping next weekend.",
+     "We go camping next weekend (the weekend of 17 June 2023)."),
+    (SUNDAY, "The trip this past weekend was wild.",
+     "The trip this past weekend (the weekend of 8 July 2023) was wild."),
+    (SUNDAY, "We camped two weekends ago.",
+     "We camped two weekends ago (the weekend of 1 July 2023)."),
+    (FRIDAY, "I got hurt last month.", "I got hurt last month (May 2023)."),
+    (FRIDAY, "The show is next month.", "The show is next month (July 2023)."),
+    (datetime.date(2023, 12, 20), "The show is next month.", "The show is next month (January 2024)."),
+    (FRIDAY, "I went to the conference this month.",
+     "I went to the conference this month (June 2023)."),
+    (FRIDAY, "We had a blast last year.", "We had a blast last year (2022)."),
+    (FRIDAY, "We marry next year.", "We marry next year (2024)."),
+    (FRIDAY, "The move is in two weeks.", "The move is in two weeks (the week of 19 June 2023)."),
+    (FRIDAY, "The results come in 3 days.", "The results come in 3 days (12 June 2023)."),
+    (FRIDAY, "Yesterday's game was close.", "Yesterday's (8 June 2023) game was close."),
+    (FRIDAY, "YESTERDAY I quit.", "YESTERDAY (8 June 2023) I quit."),
+    # left alone: no relative date, a named month's week, a bare weekday, vague spans
+    (FRIDAY, "I prefer tea.", "I prefer tea."),
+    (FRIDAY, "The last week of June is free.", "The last week of June is free."),
+    (FRIDAY, "I swim on Friday.", "I swim on Friday."),
+    (FRIDAY, "I went there recently, a few days ago.", "I went there recently, a few days ago."),
+    (FRIDAY, "I ran three times in a week.", "I ran three times in a week."),
+    (FRIDAY, "Holidays are the best days.", "Holidays are the best days."),
+]
+
+
+@pytest.mark.parametrize(("today", "text", "expected"), TABLE)
+def test_relative_dates_are_resolved_against_the_day_they_were_said(
+    today: datetime.date, text: str, expected: str,
+) -> None:
+    assert resolve_relative_dates(text, today) == expected
+
+
+def test_an_expression_past_the_end_of_the_calendar_is_left_as_it_is() -> None:
+    assert resolve_relative_dates("It ships in 3 days.", datetime.date(9999, 12, 30)) == (
+        "It ships in 3 days.")
+
+
+def test_dates_are_written_without_locale() -> None:
+    assert absolute_day(datetime.date(2024, 2, 29)) == "29 February 2024"
