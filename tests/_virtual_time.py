@@ -51,6 +51,8 @@ class _AutojumpSelector(selectors.BaseSelector):
 class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
     """A selector event loop whose clock starts at 0 and moves only by jumps."""
 
+    _clock_resolution: float  # set by asyncio's BaseEventLoop; typeshed does not declare it
+
     def __init__(self, cushion: float = 0.0) -> None:
         self.cushion = cushion
         self._virtual_now = 0.0

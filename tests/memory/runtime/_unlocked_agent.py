@@ -42,8 +42,8 @@ def agent_merges(history: str, hold: float) -> None:
         time.sleep(hold)
         record["metadata"][f"agent_{merges}"] = merges
         temp = f"{path}.agent.tmp"
-        with open(temp, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, ensure_ascii=False))
+        with open(temp, "w", encoding="utf-8") as out:
+            out.write(json.dumps(record, ensure_ascii=False))
         os.replace(temp, path)
         merges += 1
 

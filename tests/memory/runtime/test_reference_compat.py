@@ -318,7 +318,7 @@ FILLER = " ".join(["lorem ipsum dolor sit amet"] * 160)
 
 def spawn_and_merge(state: Path, turns: int) -> list[str]:
     """The reference's sub-agent: turns after spawn root sp1, attached back to a1, merged."""
-    previous, ids = "sp1", []
+    previous, ids = "sp1", list[str]()
     for index in range(turns):
         node_id = f"sub{index}"
         role = "llm" if index % 2 == 0 else "user"
@@ -469,16 +469,15 @@ def test_run_writes_during_a_short_test_with_short_timings(state: Path) -> None:
 
 
 def test_simulate_takes_the_timing_flags(monkeypatch: pytest.MonkeyPatch) -> None:
-    import memory.simulate._command as simulate_cli
+    from memory.simulate import simulate as real
 
     seen: list[Any] = []
-    real = simulate_cli.run_simulation
 
     async def recording(config: Any) -> Any:
         seen.append(config)
         return await real(config)
 
-    monkeypatch.setattr(simulate_cli, "run_simulation", recording)
+    monkeypatch.setattr("memory.simulate._command.run_simulation", recording)
     result = CliRunner().invoke(main, [
         "simulate", "--sessions", "2", "--turns", "4", "--json", "--threshold", "12000",
         "--idle-after", "0.5", "--session-idle", "1.5", "--watchdog-poll", "0.25"])
