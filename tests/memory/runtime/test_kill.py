@@ -87,17 +87,18 @@ def _python(code: str, *args: str, **options: Any) -> subprocess.Popen[str]:
 
 
 # A fault the planted test runs the runtime with: markers merged *before* the
-# write cycle (SPEC §6.4 reversed), with a pause that lets kills land in between.
-MARK_FIRST = """
-import anyio
+# write cycle (SPEC §6.4 reversed). It says so on stderr, the harness kills the
+# runtime on that line, so the kill lands in between every time.
+MARKED_FIRST = "marked before writing"
+MARK_FIRST = f"""
+import anyio, json, sys
 from memory.ledger._records import MARKER_KEY
 from memory.runtime._runtime import MemoryRuntime
-cycle = MemoryRuntime.write_cycle
 async def mark_first(self, batch):
     await self.sessions.merge_node_metadata_batch(
-        batch.session_id, {n: {MARKER_KEY: self.workspace_id} for n in batch.node_ids})
-    await anyio.sleep(0.2)
-    return await cycle(self, batch)
+        batch.session_id, {{n: {{MARKER_KEY: self.workspace_id}} for n in batch.node_ids}})
+    print(json.dumps({{"event": {MARKED_FIRST!r}}}), file=sys.stderr, flush=True)
+    await anyio.sleep_forever()  # killed here
 MemoryRuntime.write_cycle = mark_first
 """
 
@@ -138,7 +139,7 @@ def _run_and_kill(state: Path, agent: subprocess.Popen[str], rng: random.Random,
                 agent.stdout.readline()  # the chunk is on disk; the runtime scans it
                 continue
             seen += 1
-            if seen >= kill_after:
+            if seen >= kill_after or event["event"] == MARKED_FIRST:
                 break
         else:
             raise AssertionError(f"scriptorium run exited early ({runtime.wait()})")
