@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -454,16 +454,25 @@ def test_run_writes_during_a_short_test_with_short_timings(state: Path) -> None:
     reference_append(state, "demo", "u3", "user", "My cat is called Tom.", "a1", dict(OWNER))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
-        [sys.executable, "-c", "from memory.cli._cli import main; main()", "run", "--state", str(state), "--idle-after", "1",
-         "--session-idle", "1", "--watchdog-poll", "0.2", "--scan-interval", "0.2"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        [sys.executable, "-c", "from memory.cli._cli import main; main()", "run", "--state",
+         str(state), "--idle-after", "1", "--session-idle", "1", "--watchdog-poll", "0.2",
+         "--scan-interval", "0.2", "--log-json"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    guard = threading.Timer(30, process.kill)  # a run that never writes fails, never hangs
+    guard.start()
+    boundaries: list[dict[str, Any]] = []
     try:
-        deadline = time.monotonic() + 30
-        while not {"a1", "u3"} <= own_markers(state):
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            assert time.monotonic() < deadline, "scriptorium run wrote nothing within 30 s"
-            time.sleep(0.1)
+        assert process.stderr is not None
+        for line in process.stderr:  # the run's own word that the session boundary ended
+            event = json.loads(line) if line.startswith("{") else {}
+            if event.get("event") == "boundary" and event.get("session") == "demo":
+                boundaries.append(event)
+                break
+        assert boundaries, f"scriptorium run wrote nothing within 30 s ({process.poll()})"
+        assert boundaries[0]["outcome"] == "written", boundaries
+        assert {"a1", "u3"} <= own_markers(state)
     finally:
+        guard.cancel()
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
 
