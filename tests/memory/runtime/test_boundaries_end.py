@@ -85,7 +85,7 @@ def state(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 @pytest.mark.parametrize("how", ["invalid-json", "cycle", "head-nowhere"])
 async def test_a_broken_branch_ends_the_boundary_with_an_error_naming_it(
     state: Path, how: str
@@ -109,7 +109,7 @@ async def test_a_broken_branch_ends_the_boundary_with_an_error_naming_it(
     assert [e["session"] for e in events if e["event"] == "skipped"] == ["bad"]  # logged once
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 @pytest.mark.parametrize("error", [errno.ENOSPC, errno.EROFS, errno.EACCES])
 async def test_a_session_directory_that_refuses_writes_ends_the_boundary(
     state: Path, error: int
@@ -131,7 +131,7 @@ async def test_a_session_directory_that_refuses_writes_ends_the_boundary(
     assert marked(state, "bad") == {"b1", "b2", "b3", "b4"}
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_markers_that_cannot_be_saved_end_the_boundary_and_only_they_are_retried(
     state: Path,
 ) -> None:
@@ -154,7 +154,7 @@ async def test_markers_that_cannot_be_saved_end_the_boundary_and_only_they_are_r
     assert marked(state, "bad") == {"b1", "b2", "b3", "b4"}
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_full_workspace_disk_fails_the_cycle_with_the_disk_error_as_reason(
     state: Path,
 ) -> None:
@@ -172,7 +172,7 @@ async def test_a_full_workspace_disk_fails_the_cycle_with_the_disk_error_as_reas
     assert marked(state, "good") == {"g1", "g2"}
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_an_unreadable_meta_json_is_an_error_naming_it_not_a_stopped_actor(
     state: Path,
 ) -> None:
@@ -203,7 +203,7 @@ def lock_config(**overrides: Any) -> RuntimeConfig:
     return virtual_config(lock_timeout=5.0, **overrides)
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_session_lock_held_by_a_stuck_process_ends_in_an_error_naming_it(
     state: Path, stuck_holder: subprocess.Popen[str]
 ) -> None:
@@ -228,7 +228,7 @@ async def test_a_session_lock_held_by_a_stuck_process_ends_in_an_error_naming_it
     assert marked(state, "bad") == {"b1", "b2", "b3", "b4"}
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_the_commands_report_a_failed_job_with_its_reason_not_as_written(
     tmp_path: Path,
 ) -> None:

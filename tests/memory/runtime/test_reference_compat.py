@@ -403,18 +403,24 @@ async def test_open_runtime_takes_the_files_timings_and_warns_for_an_odd_thresho
         assert rt.config is given
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_the_files_timings_drive_the_watchdog_and_the_trigger(state: Path) -> None:
     write_settings(state, "idle_after = 60\nsession_idle = 5000\nwatchdog_poll = 30\n")
-    base = RuntimeConfig(clock=virtual_wall_clock, call_timeout=None, writer_workers=1)
+    ended = anyio.Event()
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event["event"] == "boundary" and event["session"] == "demo":
+            ended.set()
+
+    base = RuntimeConfig(clock=virtual_wall_clock, call_timeout=None, writer_workers=1,
+                         on_event=on_event)
     async with open_runtime(state, config=apply_timings(base, read_settings(state))) as rt:
         # the fixture's session stopped long ago: the first poll (30 s, not 300) finds it
         await anyio.sleep(29)
-        assert "a1" not in own_markers(state)
-        await anyio.sleep(2)
-        with anyio.fail_after(20):
-            while "a1" not in own_markers(state):
-                await anyio.sleep(1)
+        assert "a1" not in own_markers(state) and not ended.is_set()
+        with anyio.fail_after(2):
+            await ended.wait()  # the watchdog's session boundary, ended at its first poll
+        assert "a1" in own_markers(state)
         # the incremental trigger's idle time: 60 s, not an hour
         sid = await rt.sessions.create()
         await rt.sessions.append(sid, {"id": "u1", "role": "user", "content": "I am Ann.",

@@ -81,7 +81,7 @@ async def pool_restarts(rt: MemoryRuntime) -> int:
     return int(stats.restarts)
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 @pytest.mark.parametrize("how", ["raise", "hang", "reject", "empty"])
 async def test_a_failing_writer_marks_nothing_retries_then_quarantines(
     tmp_path: Path, how: str
@@ -118,7 +118,7 @@ async def test_a_failing_writer_marks_nothing_retries_then_quarantines(
     assert sorted(marked(tmp_path, bad)) == ["b1", "b2", "b3"]
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_an_operator_release_unparks_the_batch(tmp_path: Path) -> None:
     async with open_runtime(tmp_path, config=virtual_config(max_failures=1)) as rt:
         sid = await rt.sessions.create()
@@ -133,19 +133,25 @@ async def test_an_operator_release_unparks_the_batch(tmp_path: Path) -> None:
     assert marked(tmp_path, sid) == ["u1"]
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_the_idle_watchdog_writes_an_idle_session_once(tmp_path: Path) -> None:
-    cfg = virtual_config(session_idle=1800.0, watchdog_poll=300.0)
+    ended: list[float] = []
+    written = anyio.Event()
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event["event"] == "boundary":
+            ended.append(anyio.current_time())
+            written.set()
+
+    cfg = virtual_config(session_idle=1800.0, watchdog_poll=300.0, on_event=on_event)
     async with open_runtime(tmp_path, config=cfg) as rt:
         sid = await rt.sessions.create()
         await chain(rt, sid, "ROOT", ["u1", "a1"])
         await anyio.sleep(1700)
-        assert marked(tmp_path, sid) == []  # not idle yet
-        await anyio.sleep(200)  # the deadline reported by the append falls due
-        await rt.drain()
-        with anyio.fail_after(60):
-            while sorted(marked(tmp_path, sid)) != ["a1", "u1"]:
-                await anyio.sleep(1)
+        assert marked(tmp_path, sid) == [] and ended == []  # not idle yet
+        with anyio.fail_after(200):  # the deadline reported by the append falls due
+            await written.wait()
+        assert sorted(marked(tmp_path, sid)) == ["a1", "u1"]
         jobs = sum(rt.outcomes.values())
         await anyio.sleep(3 * 300)  # later polls see session-end.json and do nothing
         assert sum(rt.outcomes.values()) == jobs
@@ -168,7 +174,7 @@ class HangsOnce:
         return await self.healthy.write(batch, workspace)
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_job_whose_worker_is_stopped_is_abandoned_and_written_again(
         tmp_path: Path) -> None:
     """Its session must not wait forever on a job nobody holds (the simulate hang)."""

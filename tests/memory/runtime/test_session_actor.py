@@ -83,12 +83,12 @@ async def check_the_second_runtime_waits(tmp_path: Path) -> None:
     assert sorted(marked(tmp_path, sid)) == sorted(TURNS)
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_second_runtime_waits_for_the_claimed_batch(tmp_path: Path) -> None:
     await check_the_second_runtime_waits(tmp_path)
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_the_check_catches_ignored_claims(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -100,7 +100,7 @@ async def test_the_check_catches_ignored_claims(
         await check_the_second_runtime_waits(tmp_path)
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_failed_job_releases_its_claim(tmp_path: Path) -> None:
     gated = Gated(fail=True)
     async with open_runtime(tmp_path, gated, config=virtual_config()) as first, \
@@ -139,14 +139,12 @@ async def check_exit_releases(tmp_path: Path) -> None:
     assert sorted(marked(tmp_path, sid)) == sorted(TURNS)
 
 
-# A wider cushion: two runtimes' thread hops on a loaded machine outlast 50 ms, and
-# each such stall would let virtual time jump toward the fail_after deadline.
-@pytest.mark.virtual_time(cushion=0.5)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_runtime_that_exits_releases_its_claims(tmp_path: Path) -> None:
     await check_exit_releases(tmp_path)
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_the_check_catches_claims_kept_after_exit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -182,14 +180,14 @@ async def check_the_claim_confirms_the_batch(
         assert delivered(rt) == {}, "a batch marked before the claim was delivered again"
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_batch_marked_before_the_claim_is_not_delivered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await check_the_claim_confirms_the_batch(tmp_path, monkeypatch, catch_up=True)
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_the_check_catches_a_claim_that_does_not_catch_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
