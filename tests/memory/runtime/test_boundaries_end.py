@@ -32,7 +32,7 @@ from store import (
     SessionCore,
     SessionLockTimeout,
 )
-from tests.faults import RefusingFiles, hold_flock, let_go
+from tests.faults import FaultyWriter, RefusingFiles, hold_flock, let_go
 from tests.memory.runtime.test_runtime_failures import virtual_config
 
 # Virtual seconds: far beyond anything the runtime does here, so reaching it is a hang.
@@ -233,11 +233,9 @@ async def test_the_commands_report_a_failed_job_with_its_reason_not_as_written(
     tmp_path: Path,
 ) -> None:
     from memory.runtime._headless import run_once, run_triggers
-    from tests.memory.runtime.test_runtime_failures import FailingFor
-
     build(tmp_path, "bad", [f"b{i}" for i in range(4)])
     build(tmp_path, "good", ["g1", "g2"])
-    async with open_runtime(tmp_path, FailingFor("bad", "raise"),
+    async with open_runtime(tmp_path, FaultyWriter("raise", session="bad"),
                             config=virtual_config(policy=WritePolicy(threshold=8000),
                                                   session_idle=0.0)) as rt:
         with anyio.fail_after(HANG):

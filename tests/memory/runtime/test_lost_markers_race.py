@@ -21,11 +21,10 @@ from typing import Any
 import anyio
 
 from memory.ledger._ledger import WritePolicy
-from memory.ledger._records import MARKER_KEY
 from memory.maintenance._audit import audit, read_audit_inputs
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
-from store import SessionCore
+from tests.memory.runtime.test_lost_markers_runtime import markers
 
 AGENT = str(Path(__file__).with_name("_unlocked_agent.py"))
 ROUNDS = 30  # two turns and one flush each
@@ -35,8 +34,6 @@ SENTENCES = [
     "My sister is named Alice.",
     "The office is in Berlin.",
 ]
-
-
 
 
 def config() -> RuntimeConfig:
@@ -81,7 +78,7 @@ async def test_markers_lost_to_an_unlocked_merge_are_all_set_again(tmp_path: Pat
     async with open_runtime(tmp_path, config=config()) as rt:
         await rt.pending(sid)
         await rt.pending(sid)  # behind the activation's repair
-        repaired_at_start = {node for node, marker in _markers(tmp_path, sid).items()
+        repaired_at_start = {node for node, marker in markers(tmp_path, sid).items()
                              if node in lost and marker == workspace}
         # A marker dropped on the newest batch left an owed tail: delivered once more.
         assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
@@ -91,12 +88,4 @@ async def test_markers_lost_to_an_unlocked_merge_are_all_set_again(tmp_path: Pat
     assert not redelivered & lost  # a lost marker is set, never written again
     after = await anyio.to_thread.run_sync(audit_of, tmp_path, workspace)
     assert after["ok"], after
-    assert set(_markers(tmp_path, sid).values()) == {workspace}
-
-
-def _markers(state: Path, sid: str) -> dict[str, Any]:
-    core = SessionCore.open(state, sid)
-    try:
-        return {node.id: node.metadata.get(MARKER_KEY) for node in core.nodes()}
-    finally:
-        core.close()
+    assert set(markers(tmp_path, sid).values()) == {workspace}

@@ -21,32 +21,14 @@ import pytest
 from memory.ledger._records import MARKER_KEY
 from memory.runtime._runtime import MemoryRuntime, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome, BoundaryResult, Flush
-from memory.workspace._edits import WorkspaceSnapshot
 from memory.writers._extractive import ExtractiveWriter
-from memory.writers._writer import Batch, WriterOutput
 from store import SessionCore
 from store._claim import CLAIM_NAME, Claim, decode_claim
+from tests.faults import FaultyWriter
 from tests.memory.runtime.test_runtime import chain
 from tests.memory.runtime.test_runtime_failures import marked, virtual_config
 
 TURNS = ["u1", "a1", "u2", "a2"]
-
-
-class Gated:
-    """The extractive writer, held at a gate; ``fail`` makes it raise once let through."""
-
-    def __init__(self, *, fail: bool = False) -> None:
-        self.gate = anyio.Event()
-        self.entered = anyio.Event()
-        self.fail = fail
-        self.healthy = ExtractiveWriter()
-
-    async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput:
-        self.entered.set()
-        await self.gate.wait()
-        if self.fail:
-            raise RuntimeError("model endpoint returned 500")
-        return await self.healthy.write(batch, workspace)
 
 
 async def start_flush(rt: MemoryRuntime, sid: str) -> BoundaryResult:
@@ -59,7 +41,7 @@ def delivered(rt: MemoryRuntime) -> dict[str, int]:
 
 
 async def check_the_second_runtime_waits(tmp_path: Path) -> None:
-    gated = Gated()
+    gated = FaultyWriter(None, gated=True)
     async with open_runtime(tmp_path, gated, config=virtual_config()) as first, \
             open_runtime(tmp_path, ExtractiveWriter(), config=virtual_config()) as second:
         assert first.instance_id != second.instance_id
@@ -72,7 +54,7 @@ async def check_the_second_runtime_waits(tmp_path: Path) -> None:
         await anyio.sleep(30)  # virtual: the second looks again many times meanwhile
         assert not second_flush.done.is_set(), "the boundary ended while a batch was in flight"
         assert delivered(second) == {}, "the second runtime delivered the claimed batch again"
-        gated.gate.set()
+        gated.open_gate()
         assert await first_flush.wait() is BoundaryOutcome.WRITTEN
         with anyio.fail_after(10):
             assert await second_flush.wait() is BoundaryOutcome.WRITTEN
@@ -102,7 +84,7 @@ async def test_the_check_catches_ignored_claims(
 
 @pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_failed_job_releases_its_claim(tmp_path: Path) -> None:
-    gated = Gated(fail=True)
+    gated = FaultyWriter("raise", gated=True)
     async with open_runtime(tmp_path, gated, config=virtual_config()) as first, \
             open_runtime(tmp_path, ExtractiveWriter(), config=virtual_config()) as second:
         sid = await first.sessions.create(title="shared")
@@ -110,7 +92,7 @@ async def test_a_failed_job_releases_its_claim(tmp_path: Path) -> None:
         first_flush = await start_flush(first, sid)
         await gated.entered.wait()
         second_flush = await start_flush(second, sid)
-        gated.gate.set()
+        gated.open_gate()
         assert await first_flush.wait() is BoundaryOutcome.FAILED
         with anyio.fail_after(10):  # far below the lease: the failure released the claim
             assert await second_flush.wait() is BoundaryOutcome.WRITTEN
@@ -123,7 +105,7 @@ async def test_a_failed_job_releases_its_claim(tmp_path: Path) -> None:
 
 
 async def check_exit_releases(tmp_path: Path) -> None:
-    gated = Gated()
+    gated = FaultyWriter(None, gated=True)
     async with open_runtime(tmp_path, ExtractiveWriter(), config=virtual_config()) as second:
         async with open_runtime(tmp_path, gated, config=virtual_config()) as first:
             sid = await first.sessions.create(title="shared")
