@@ -11,20 +11,23 @@ the error paths that keep running.
 returns how many steps it takes, so a crash test can try every one.
 
 Beside the disk: :class:`FaultyWriter`, the writer that fails the chosen way
-on the chosen batches, and :func:`hold_flock`, a real second process stuck
-holding a lock.
+on the chosen batches; :func:`hold_flock`, a real second process stuck
+holding a lock; :func:`log_events` and :func:`first_event`, what a real
+``scriptorium run --log-json`` says it did, the handshake its tests wait on.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Container
+import threading
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
@@ -106,6 +109,38 @@ def let_go(holder: subprocess.Popen[str]) -> None:
     holder.stdin.write("\n")
     holder.stdin.flush()
     holder.wait()
+
+
+
+def log_events(stream: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """The ``--log-json`` events in ``stream``; a line cut by a kill or a plain warning is skipped."""
+    for line in stream:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            yield event
+
+
+def first_event(process: subprocess.Popen[str], wanted: Callable[[dict[str, Any]], bool], *,
+                within: float = 60.0) -> dict[str, Any]:
+    """The first event of a running ``scriptorium run --log-json`` that ``wanted`` picks.
+
+    Read from its stderr as it comes; a guard kills the process after
+    ``within`` real seconds, so a run that never says it fails the test
+    instead of hanging the suite. The caller stops the process afterwards.
+    """
+    assert process.stderr is not None
+    guard = threading.Timer(within, process.kill)
+    guard.start()
+    try:
+        for event in log_events(process.stderr):
+            if wanted(event):
+                return event
+    finally:
+        guard.cancel()
+    raise AssertionError(f"scriptorium run ended ({process.wait()}) without the event")
 
 
 WriterFault = Literal["raise", "hang", "reject", "empty"]

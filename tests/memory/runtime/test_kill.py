@@ -32,7 +32,6 @@ import sys
 import threading
 import traceback
 from collections import Counter
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from memory.workspace._archive import read_archive
 from memory.workspace._topics import parse_topic
 from memory.workspace._workspace_id import read_workspace_id
 from store import SessionCore
+from tests.faults import log_events
 
 REPO = Path(__file__).resolve().parents[3]
 SESSIONS = ["k1", "k2", "k3"]
@@ -111,14 +111,6 @@ def _scriptorium(
                    "--log-json", **options)
 
 
-def _events(stream: Iterable[str]) -> Iterator[dict[str, Any]]:
-    for line in stream:
-        try:
-            yield json.loads(line)
-        except ValueError:
-            continue  # a line cut by the kill, or a non-JSON warning
-
-
 def _run_and_kill(state: Path, agent: subprocess.Popen[str], rng: random.Random,
                   jobs: list[dict[str, Any]], plant: str) -> None:
     """Start ``scriptorium run``, feed the agent a chunk, SIGKILL after k events."""
@@ -130,7 +122,7 @@ def _run_and_kill(state: Path, agent: subprocess.Popen[str], rng: random.Random,
         assert runtime.stderr is not None and agent.stdin is not None and agent.stdout
         kill_after = rng.randint(1, 4)  # events after "started": jobs mostly
         seen = 0
-        for event in _events(runtime.stderr):
+        for event in log_events(runtime.stderr):
             if event["event"] == "job":
                 jobs.append(event)
             if event["event"] == "started":
@@ -148,7 +140,7 @@ def _run_and_kill(state: Path, agent: subprocess.Popen[str], rng: random.Random,
         runtime.send_signal(signal.SIGKILL)
         runtime.wait(timeout=30)
         assert runtime.stderr is not None
-        for event in _events(runtime.stderr):  # whatever it printed before dying
+        for event in log_events(runtime.stderr):  # whatever it printed before dying
             if event["event"] == "job":
                 jobs.append(event)
 
@@ -213,7 +205,7 @@ def _kill_and_check(tmp_path: Path, plant: str = "") -> dict[str, int]:
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = once.communicate(timeout=120)
     assert once.returncode == 0, err[-4000:]
-    jobs.extend(e for e in _events(iter(err.splitlines())) if e["event"] == "job")
+    jobs.extend(e for e in log_events(iter(err.splitlines())) if e["event"] == "job")
     outcomes = json.loads(out)["sessions"]
     assert set(outcomes) == set(SESSIONS)
     return _check_state(state, jobs)

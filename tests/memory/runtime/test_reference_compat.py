@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from memory.runtime._settings import Timings, apply_timings, read_settings
 from memory.workspace._archive import read_archive
 from memory.workspace._quarantine import read_quarantine
 from store import SessionCore
+from tests.faults import first_event
 from tests.fixture import copy_fixture
 from tests.memory.runtime.test_runtime_failures import virtual_wall_clock
 
@@ -464,21 +464,12 @@ def test_run_writes_during_a_short_test_with_short_timings(state: Path) -> None:
          str(state), "--idle-after", "1", "--session-idle", "1", "--watchdog-poll", "0.2",
          "--scan-interval", "0.2", "--log-json"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    guard = threading.Timer(30, process.kill)  # a run that never writes fails, never hangs
-    guard.start()
-    boundaries: list[dict[str, Any]] = []
-    try:
-        assert process.stderr is not None
-        for line in process.stderr:  # the run's own word that the session boundary ended
-            event = json.loads(line) if line.startswith("{") else {}
-            if event.get("event") == "boundary" and event.get("session") == "demo":
-                boundaries.append(event)
-                break
-        assert boundaries, f"scriptorium run wrote nothing within 30 s ({process.poll()})"
-        assert boundaries[0]["outcome"] == "written", boundaries
+    try:  # the run's own word that the session boundary ended
+        boundary = first_event(process, lambda event: event["event"] == "boundary"
+                               and event["session"] == "demo", within=30)
+        assert boundary["outcome"] == "written", boundary
         assert {"a1", "u3"} <= own_markers(state)
     finally:
-        guard.cancel()
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
 
