@@ -8,15 +8,29 @@ and whose selector, when nothing is ready and a timer is pending, waits only
 self-pipe) and then jumps virtual time to that timer.
 
 With ``cushion=0`` it behaves like trio's autojump with threshold 0: a timer
-can fire while a worker thread is still running. Tests that put timeouts
-around real thread work pass a small cushion, like trio's threshold.
+can fire while a worker thread is still running. That is what a test of a
+timer firing *during* thread work wants; a test that puts timeouts around
+real thread work (disk writes, a second runtime's hops) wants the opposite.
+A cushion (trio's threshold) only makes the jump unlikely: a thread hop on
+a loaded machine outlasts any fixed window. :class:`WorkerThreads` is the
+handshake instead: while an ``anyio.to_thread`` call is doing real work the
+clock does not jump at all, and it jumps again as soon as the thread hands
+its result back (or waits on the loop through ``anyio.from_thread.run``, as
+the session lock's poll does). Virtual time then sees disk work as taking no
+time, on both backends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import selectors
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+import anyio.from_thread
+import anyio.to_thread
+import pytest
 
 
 class _AutojumpSelector(selectors.BaseSelector):
@@ -34,8 +48,8 @@ class _AutojumpSelector(selectors.BaseSelector):
         return self._real.modify(fileobj, events, data)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if timeout is None:
-            return self._real.select(None)
+        if timeout is None or (timeout > 0 and self._loop.threads.busy):
+            return self._real.select(None)  # a thread's result wakes the loop (self-pipe)
         ready = self._real.select(min(timeout, self._loop.cushion) if timeout > 0 else 0)
         if not ready and timeout > 0:
             self._loop.advance(timeout)
@@ -51,8 +65,11 @@ class _AutojumpSelector(selectors.BaseSelector):
 class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
     """A selector event loop whose clock starts at 0 and moves only by jumps."""
 
-    def __init__(self, cushion: float = 0.0) -> None:
+    _clock_resolution: float  # set by asyncio's BaseEventLoop; typeshed does not declare it
+
+    def __init__(self, cushion: float = 0.0, threads: WorkerThreads | None = None) -> None:
         self.cushion = cushion
+        self.threads = threads or WorkerThreads()
         self._virtual_now = 0.0
         super().__init__(selector=_AutojumpSelector(self))
         # A timer is due when its time is below now + resolution. Jumps of a day
@@ -66,3 +83,64 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
 
     def advance(self, seconds: float) -> None:
         self._virtual_now += seconds
+
+
+class WorkerThreads:
+    """How many ``anyio.to_thread`` calls are doing real work right now.
+
+    :meth:`install` wraps ``anyio.to_thread.run_sync`` (counted from the call
+    until its result is back on the loop) and ``anyio.from_thread.run`` (a
+    thread waiting on the loop does not count meanwhile). Both wrappers run
+    on the loop's thread, so ``on_change`` (trio: hold or free the autojump)
+    is called there.
+    """
+
+    def __init__(self) -> None:
+        self.busy = 0
+        self.on_change: Callable[[int], None] = lambda busy: None
+
+    def _enter(self) -> None:
+        self.busy += 1
+        if self.busy == 1:
+            self.on_change(self.busy)
+
+    def _leave(self) -> None:
+        self.busy -= 1
+        if self.busy == 0:
+            self.on_change(self.busy)
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        to_thread, from_thread = anyio.to_thread.run_sync, anyio.from_thread.run
+
+        async def run_sync(func: Callable[..., Any], *args: Any, **options: Any) -> Any:
+            self._enter()
+            try:
+                return await to_thread(func, *args, **options)
+            finally:
+                self._leave()
+
+        def run(func: Callable[..., Awaitable[Any]], *args: Any, **options: Any) -> Any:
+            async def waiting_on_the_loop() -> Any:
+                self._leave()
+                try:
+                    return await func(*args)
+                finally:
+                    self._enter()
+
+            return from_thread(waiting_on_the_loop, **options)
+
+        monkeypatch.setattr(anyio.to_thread, "run_sync", run_sync)
+        monkeypatch.setattr(anyio.from_thread, "run", run)
+
+
+def trio_clock(threads: WorkerThreads | None, cushion: float) -> Any:
+    """trio's ``MockClock`` autojumping after ``cushion``, held while ``threads`` are busy."""
+    from trio.testing import MockClock
+
+    clock = MockClock(autojump_threshold=cushion)
+    if threads is not None:
+        def hold(busy: int) -> None:
+            clock.autojump_threshold = math.inf if busy else cushion
+
+        threads.on_change = hold
+    return clock

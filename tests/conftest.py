@@ -7,8 +7,10 @@ when it is not installed.
 Tests marked ``@pytest.mark.virtual_time`` run both backends on a virtual
 clock (trio's ``MockClock`` with autojump; ``VirtualTimeEventLoop`` on
 asyncio), so a test of a 10-second intensity window or a 300-second watchdog
-poll takes no real time. ``virtual_time(cushion=s)`` lets worker threads
-finish before the clock jumps (see ``tests/_virtual_time.py``).
+poll takes no real time. ``virtual_time(wait_for_threads=True)``: the clock
+does not jump while a worker thread is doing real work (disk writes under a
+timeout); ``virtual_time(cushion=s)`` waits ``s`` real seconds for I/O before
+a jump, where that is what a test needs (see ``tests/_virtual_time.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests._virtual_time import VirtualTimeEventLoop
+from tests._virtual_time import VirtualTimeEventLoop, WorkerThreads, trio_clock
 
 BACKENDS = ("asyncio", "trio")
 
@@ -28,8 +30,12 @@ def anyio_backend(request: pytest.FixtureRequest) -> Any:
     if marker is None:
         return request.param
     cushion = float(marker.kwargs.get("cushion", 0.0))
+    threads: WorkerThreads | None = None
+    if marker.kwargs.get("wait_for_threads", False):
+        threads = WorkerThreads()
+        patches = pytest.MonkeyPatch()  # not the test's: a test may undo its own patches
+        request.addfinalizer(patches.undo)
+        threads.install(patches)
     if request.param == "trio":
-        from trio.testing import MockClock
-
-        return ("trio", {"clock": MockClock(autojump_threshold=cushion)})
-    return ("asyncio", {"loop_factory": lambda: VirtualTimeEventLoop(cushion)})
+        return ("trio", {"clock": trio_clock(threads, cushion)})
+    return ("asyncio", {"loop_factory": lambda: VirtualTimeEventLoop(cushion, threads)})

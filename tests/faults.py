@@ -9,19 +9,33 @@ the error paths that keep running.
 
 ``count_steps(operation)`` runs an operation on a plain counting double and
 returns how many steps it takes, so a crash test can try every one.
+
+Beside the disk: :class:`FaultyWriter`, the writer that fails the chosen way
+on the chosen batches; :func:`hold_flock`, a real second process stuck
+holding a lock; :func:`log_events` and :func:`first_event`, what a real
+``scriptorium run --log-json`` says it did, the handshake its tests wait on.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
 
 from store._durable import DurableFiles
+
+if TYPE_CHECKING:  # the store's tests use this module too, without memory
+    from memory.workspace import WorkspaceSnapshot
+    from memory.writers import Batch, WriterOutput
 
 
 class SimulatedCrash(BaseException):
@@ -95,3 +109,88 @@ def let_go(holder: subprocess.Popen[str]) -> None:
     holder.stdin.write("\n")
     holder.stdin.flush()
     holder.wait()
+
+
+
+def log_events(stream: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """The ``--log-json`` events in ``stream``; a line cut by a kill or a plain warning is skipped."""
+    for line in stream:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            yield event
+
+
+def first_event(process: subprocess.Popen[str], wanted: Callable[[dict[str, Any]], bool], *,
+                within: float = 60.0) -> dict[str, Any]:
+    """The first event of a running ``scriptorium run --log-json`` that ``wanted`` picks.
+
+    Read from its stderr as it comes; a guard kills the process after
+    ``within`` real seconds, so a run that never says it fails the test
+    instead of hanging the suite. The caller stops the process afterwards.
+    """
+    assert process.stderr is not None
+    guard = threading.Timer(within, process.kill)
+    guard.start()
+    try:
+        for event in log_events(process.stderr):
+            if wanted(event):
+                return event
+    finally:
+        guard.cancel()
+    raise AssertionError(f"scriptorium run ended ({process.wait()}) without the event")
+
+
+WriterFault = Literal["raise", "hang", "reject", "empty"]
+ENDPOINT_ERROR = "model endpoint returned 500"
+
+
+class FaultyWriter:
+    """A model writer that fails: the extractive writer, except on the batches it is told.
+
+    ``how`` a failing call does: ``"raise"`` (:data:`ENDPOINT_ERROR`), ``"hang"``
+    (until cancelled), ``"reject"`` (an edit outside ``topics/``, which the
+    transaction refuses), ``"empty"`` (no edit); None never fails. Only batches
+    of ``session`` count (every session's if None); ``calls`` counts them, and
+    the ones numbered in ``fail_calls`` (1-based; every one if None) fail.
+    ``entered`` is set when a counted batch arrives; with ``gated`` the call
+    then waits for ``gate`` first. Not a group writer: each batch on its own.
+    """
+
+    def __init__(self, how: WriterFault | None = "raise", *, session: str | None = None,
+                 fail_calls: Container[int] | None = None, gated: bool = False) -> None:
+        self.how = how
+        self.session = session
+        self.fail_calls = fail_calls
+        self.calls = 0
+        self.entered = anyio.Event()
+        self.gate: anyio.Event | None = anyio.Event() if gated else None
+        from memory.writers import ExtractiveWriter
+
+        self.healthy = ExtractiveWriter()
+
+    def open_gate(self) -> None:
+        """Let the gated calls through (``gated=True``)."""
+        assert self.gate is not None, "not a gated writer"
+        self.gate.set()
+
+    async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput:
+        if self.session is not None and batch.session_id != self.session:
+            return await self.healthy.write(batch, workspace)
+        self.calls += 1
+        self.entered.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.how is None or (self.fail_calls is not None and self.calls not in self.fail_calls):
+            return await self.healthy.write(batch, workspace)
+        if self.how == "raise":
+            raise RuntimeError(ENDPOINT_ERROR)
+        if self.how == "hang":
+            await anyio.sleep_forever()
+        if self.how == "reject":
+            from memory.workspace import TopicEdit
+
+            return [TopicEdit("notes/outside.md", "Outside topics.[^e1] ^\n")]
+        return []  # "empty"

@@ -55,7 +55,10 @@ async def test_open_actor_and_open_registry_give_their_cells_the_options() -> No
     options = MailboxOptions(capacity=1, backpressure=Backpressure.FAIL_FAST)
     async with open_actor(Idle(), options=options) as ref:
         assert ref.cell.options is options
-    async with open_registry(lambda key: Idle(), options=options) as registry:
+    def factory(key: str) -> Actor:
+        return Idle()
+
+    async with open_registry(factory, options=options) as registry:
         ref = registry.ref("k")
         assert ref.cell.options is options
         assert await ref.call("one") == "one"

@@ -29,7 +29,7 @@ def holder(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     process.wait()
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_stuck_holder_ends_the_wait_after_the_bound_naming_session_file_and_pid(
     tmp_path: Path, holder: subprocess.Popen[str]
 ) -> None:
@@ -45,7 +45,7 @@ async def test_a_stuck_holder_ends_the_wait_after_the_bound_naming_session_file_
     assert (await run_durable(core.append, TURN))["content"] == "I prefer tea."  # nothing broke
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_the_wait_ends_as_soon_as_the_holder_lets_go(
     tmp_path: Path, holder: subprocess.Popen[str]
 ) -> None:

@@ -77,22 +77,7 @@ def test_a_quiet_period_resets_the_streak() -> None:
     assert streak.next_delay(policy, 32.0, rng) == 1.0
 
 
-@given(st.integers(0, 2**32), st.lists(st.floats(0, 5), min_size=1, max_size=30))
-def test_jitter_stays_within_its_band(seed: int, gaps: list[float]) -> None:
-    policy = Backoff(initial=0.05, factor=2.0, maximum=5.0, jitter=0.25, reset_after=10.0)
-    streak = BackoffStreak()
-    rng = random.Random(seed)
-    now = 0.0
-    for gap in gaps:
-        now += gap
-        reset = streak.last is None or now - streak.last >= policy.reset_after
-        expected_streak = 1 if reset else streak.streak + 1
-        delay = streak.next_delay(policy, now, rng)
-        if expected_streak == 1:
-            assert delay == 0.0
-        else:
-            base = min(policy.maximum, policy.initial * policy.factor ** (expected_streak - 2))
-            assert base * 0.75 <= delay <= base * 1.25
+# The jittered waits of a streak, as a supervisor applies them: tests/supervisors/test_backoff.py.
 
 
 def test_the_same_seed_gives_the_same_delays() -> None:

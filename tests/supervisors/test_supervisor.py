@@ -45,6 +45,7 @@ class Journal:
     events: list[tuple[str, str]] = field(default_factory=list)
     starts: dict[str, int] = field(default_factory=dict)
     hang_on_stop: set[str] = field(default_factory=set)
+    started: anyio.Event | None = None  # set by every start, for a test waiting on one
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,8 @@ class Probe(Actor):
     async def on_start(self) -> None:
         self.journal.starts[self.name] = self.journal.starts.get(self.name, 0) + 1
         self.journal.events.append(("start", self.name))
+        if self.journal.started is not None:
+            self.journal.started.set()
 
     async def handle(self, message: Any) -> Any:
         if message == "crash" or isinstance(message, Crash):
@@ -187,14 +190,13 @@ async def test_backoff_delays_restarts_without_blocking_the_supervisor() -> None
         a = await child(sup, "a")
         for _ in range(4):
             crashed_at = anyio.current_time()
-            starts = journal.starts["a"]
+            journal.started = anyio.Event()
             await a.cast("crash")
             # The supervisor answers while the restart waits out its backoff.
             infos = await which_children(sup)
             assert infos[0].state in (ActorState.RUNNING, ActorState.RESTARTING)
-            while journal.starts["a"] == starts:
-                await anyio.sleep(0.01)
-            restart_times.append(round(anyio.current_time() - crashed_at, 1))
+            await journal.started.wait()
+            restart_times.append(anyio.current_time() - crashed_at)
         # Calls sent during the backoff wait are queued and answered (same cell).
         await a.cast("crash")
         assert await a.call("queued", timeout=100.0) == ("a", "queued")

@@ -12,7 +12,6 @@ import json
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import orjson
@@ -21,6 +20,7 @@ from click.testing import CliRunner
 
 from memory.cli._cli import main
 from store import SessionCore
+from tests.faults import first_event
 
 BACKENDS = ["asyncio", "trio"]
 FACTS = ["I prefer green tea.", "My sister is named Alice.", "The office is in Berlin."]
@@ -172,18 +172,9 @@ def test_scriptorium_run_logs_the_session_it_cannot_see(tmp_path: Path) -> None:
          "--scan-interval", "0.05", "--state", str(state)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
-    guard = threading.Timer(60, runtime.kill)  # a hung run fails the test, never the suite
-    guard.start()
     try:
-        assert runtime.stderr is not None
-        for line in runtime.stderr:
-            event = json.loads(line)
-            if event["event"] == "session_skipped":
-                break
-        else:
-            raise AssertionError(f"scriptorium run exited early ({runtime.wait()})")
+        event = first_event(runtime, lambda event: event["event"] == "session_skipped")
     finally:
-        guard.cancel()
         runtime.send_signal(signal.SIGTERM)
         runtime.wait(timeout=30)
     assert event["session"] == "lost" and "no meta.json" in event["error"]

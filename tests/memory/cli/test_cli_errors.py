@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TypeVar
 
 import orjson
 import pytest
@@ -68,7 +69,10 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 # -- unwrapping ---------------------------------------------------------------------
 
 
-def _caused(wrapper: BaseException, cause: BaseException) -> BaseException:
+E = TypeVar("E", bound=BaseException)
+
+
+def _caused(wrapper: E, cause: BaseException) -> E:
     wrapper.__cause__ = cause
     return wrapper
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from memory.maintenance._audit import (
 from memory.workspace._archive import parse_archive, render_frame
 from memory.workspace._legacy import LegacyHeader
 from store import SessionCore
-from tests.memory._fixture import FIXTURE
+from tests.fixture import copy_fixture
 
 WID = "w-aa116220"
 
@@ -174,9 +173,7 @@ def test_citations_are_read_from_every_footnote_link() -> None:
 
 @pytest.fixture
 def state(tmp_path: Path) -> str:
-    target = tmp_path / "state"
-    shutil.copytree(FIXTURE, target)
-    return str(target)
+    return str(copy_fixture(tmp_path / "state"))
 
 
 def test_the_reference_fixture_is_consistent(state: str) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Sequence
 from datetime import UTC
 from pathlib import Path
@@ -22,7 +21,8 @@ from memory.workspace._transaction import Transactions
 from memory.writers._cycle import WriteOutcome, run_write_cycle
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._writer import Batch, Writer, WriterOutput
-from tests.memory._fixture import FIXTURE
+from tests.faults import ENDPOINT_ERROR, FaultyWriter
+from tests.fixture import copy_fixture
 
 OWNER = SourceMeta("owner", "owner/local", "owner", "trusted")
 GUEST = SourceMeta(None, "guest/1", "guest", "pending")
@@ -151,33 +151,20 @@ async def test_running_again_changes_nothing(tmp_path: Path) -> None:
     assert read_topics(ws.memory) == topics
 
 
-class Failing:
-    def __init__(self, fail_calls: set[int]) -> None:
-        self.calls = 0
-        self.fail_calls = fail_calls
-        self.inner = ExtractiveWriter()
-
-    async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput:
-        self.calls += 1
-        if self.calls in self.fail_calls:
-            raise RuntimeError("model unavailable")
-        return await self.inner.write(batch, workspace)
-
-
 def _tokens_one(_: str) -> int:
     return 1
 
 
 async def test_a_failed_batch_stays_remaining_and_the_rest_still_runs(tmp_path: Path) -> None:
     ws = seeded(tmp_path)
-    ws.writer = Failing({2})
+    ws.writer = FaultyWriter("raise", fail_calls={2})
     progress: list[tuple[int, int]] = []
     # threshold 2 with one token per source: batches of two sources.
     report = await ws.run(progress, threshold=2, counter=_tokens_one)
     assert [len(b.records) for b in ws.batches] == [2, 2, 2]
     assert report.as_json()["status"] == "incomplete"
     assert (report.candidates, report.processed, report.remaining) == (6, 4, 2)
-    assert "model unavailable" in report.errors[0]
+    assert ENDPOINT_ERROR in report.errors[0]
     assert progress == [(0, 6), (2, 6), (4, 6), (6, 6)]
     ws.writer = ExtractiveWriter()
     again = await ws.run()
@@ -202,8 +189,7 @@ async def test_a_writer_whose_edits_are_all_rejected_is_not_settled(tmp_path: Pa
 
 
 async def test_sources_cited_already_are_not_candidates(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    shutil.copytree(FIXTURE, state)
+    state = copy_fixture(tmp_path / "state")
     ws = Workspace(str(state / "memory"))
     archive = parse_archive(archive_bytes_of(state), "demo")
     ws._cited = ws.cited()

@@ -32,7 +32,7 @@ from store import (
     SessionCore,
     SessionLockTimeoutError,
 )
-from tests.faults import RefusingFiles, hold_flock, let_go
+from tests.faults import FaultyWriter, RefusingFiles, hold_flock, let_go
 from tests.memory.runtime.test_runtime import tally
 from tests.memory.runtime.test_runtime_failures import virtual_config
 
@@ -86,7 +86,7 @@ def state(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 @pytest.mark.parametrize("how", ["invalid-json", "cycle", "head-nowhere"])
 async def test_a_broken_branch_ends_the_boundary_with_an_error_naming_it(
     state: Path, how: str
@@ -110,7 +110,7 @@ async def test_a_broken_branch_ends_the_boundary_with_an_error_naming_it(
     assert [e["session"] for e in events if e["event"] == "skipped"] == ["bad"]  # logged once
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 @pytest.mark.parametrize("error", [errno.ENOSPC, errno.EROFS, errno.EACCES])
 async def test_a_session_directory_that_refuses_writes_ends_the_boundary(
     state: Path, error: int
@@ -132,7 +132,7 @@ async def test_a_session_directory_that_refuses_writes_ends_the_boundary(
     assert marked(state, "bad") == {"b1", "b2", "b3", "b4"}
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_markers_that_cannot_be_saved_end_the_boundary_and_only_they_are_retried(
     state: Path,
 ) -> None:
@@ -155,7 +155,7 @@ async def test_markers_that_cannot_be_saved_end_the_boundary_and_only_they_are_r
     assert marked(state, "bad") == {"b1", "b2", "b3", "b4"}
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_full_workspace_disk_fails_the_cycle_with_the_disk_error_as_reason(
     state: Path,
 ) -> None:
@@ -173,7 +173,7 @@ async def test_a_full_workspace_disk_fails_the_cycle_with_the_disk_error_as_reas
     assert marked(state, "good") == {"g1", "g2"}
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_an_unreadable_meta_json_is_an_error_naming_it_not_a_stopped_actor(
     state: Path,
 ) -> None:
@@ -204,7 +204,7 @@ def lock_config(**overrides: Any) -> RuntimeConfig:
     return virtual_config(lock_timeout=5.0, **overrides)
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_session_lock_held_by_a_stuck_process_ends_in_an_error_naming_it(
     state: Path, stuck_holder: subprocess.Popen[str]
 ) -> None:
@@ -229,16 +229,14 @@ async def test_a_session_lock_held_by_a_stuck_process_ends_in_an_error_naming_it
     assert marked(state, "bad") == {"b1", "b2", "b3", "b4"}
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_the_commands_report_a_failed_job_with_its_reason_not_as_written(
     tmp_path: Path,
 ) -> None:
     from memory.runtime._headless import run_once, run_triggers
-    from tests.memory.runtime.test_runtime_failures import FailingFor
-
     build(tmp_path, "bad", [f"b{i}" for i in range(4)])
     build(tmp_path, "good", ["g1", "g2"])
-    async with open_runtime(tmp_path, FailingFor("bad", "raise"),
+    async with open_runtime(tmp_path, FaultyWriter("raise", session="bad"),
                             config=virtual_config(policy=WritePolicy(threshold=8000),
                                                   session_idle=0.0)) as rt:
         with anyio.fail_after(HANG):

@@ -32,7 +32,6 @@ import sys
 import threading
 import traceback
 from collections import Counter
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from memory.workspace._archive import read_archive
 from memory.workspace._topics import parse_topic
 from memory.workspace._workspace_id import read_workspace_id
 from store import SessionCore
+from tests.faults import log_events
 
 REPO = Path(__file__).resolve().parents[3]
 SESSIONS = ["k1", "k2", "k3"]
@@ -87,17 +87,18 @@ def _python(code: str, *args: str, **options: Any) -> subprocess.Popen[str]:
 
 
 # A fault the planted test runs the runtime with: markers merged *before* the
-# write cycle (SPEC §6.4 reversed), with a pause that lets kills land in between.
-MARK_FIRST = """
-import anyio
+# write cycle (SPEC §6.4 reversed). It says so on stderr, the harness kills the
+# runtime on that line, so the kill lands in between every time.
+MARKED_FIRST = "marked before writing"
+MARK_FIRST = f"""
+import anyio, json, sys
 from memory.ledger._records import MARKER_KEY
 from memory.runtime._runtime import MemoryRuntime
-cycle = MemoryRuntime.write_cycle
 async def mark_first(self, batch):
     await self.sessions.merge_node_metadata_batch(
-        batch.session_id, {n: {MARKER_KEY: self.workspace_id} for n in batch.node_ids})
-    await anyio.sleep(0.2)
-    return await cycle(self, batch)
+        batch.session_id, {{n: {{MARKER_KEY: self.workspace_id}} for n in batch.node_ids}})
+    print(json.dumps({{"event": {MARKED_FIRST!r}}}), file=sys.stderr, flush=True)
+    await anyio.sleep_forever()  # killed here
 MemoryRuntime.write_cycle = mark_first
 """
 
@@ -108,14 +109,6 @@ def _scriptorium(
     return _python(plant + "\nfrom memory.cli._cli import main; main()", *args,
                    "--state", str(state), "--threshold", THRESHOLD, "--workers", "2",
                    "--log-json", **options)
-
-
-def _events(stream: Iterable[str]) -> Iterator[dict[str, Any]]:
-    for line in stream:
-        try:
-            yield json.loads(line)
-        except ValueError:
-            continue  # a line cut by the kill, or a non-JSON warning
 
 
 def _run_and_kill(state: Path, agent: subprocess.Popen[str], rng: random.Random,
@@ -129,7 +122,7 @@ def _run_and_kill(state: Path, agent: subprocess.Popen[str], rng: random.Random,
         assert runtime.stderr is not None and agent.stdin is not None and agent.stdout
         kill_after = rng.randint(1, 4)  # events after "started": jobs mostly
         seen = 0
-        for event in _events(runtime.stderr):
+        for event in log_events(runtime.stderr):
             if event["event"] == "job":
                 jobs.append(event)
             if event["event"] == "started":
@@ -138,7 +131,7 @@ def _run_and_kill(state: Path, agent: subprocess.Popen[str], rng: random.Random,
                 agent.stdout.readline()  # the chunk is on disk; the runtime scans it
                 continue
             seen += 1
-            if seen >= kill_after:
+            if seen >= kill_after or event["event"] == MARKED_FIRST:
                 break
         else:
             raise AssertionError(f"scriptorium run exited early ({runtime.wait()})")
@@ -147,7 +140,7 @@ def _run_and_kill(state: Path, agent: subprocess.Popen[str], rng: random.Random,
         runtime.send_signal(signal.SIGKILL)
         runtime.wait(timeout=30)
         assert runtime.stderr is not None
-        for event in _events(runtime.stderr):  # whatever it printed before dying
+        for event in log_events(runtime.stderr):  # whatever it printed before dying
             if event["event"] == "job":
                 jobs.append(event)
 
@@ -212,7 +205,7 @@ def _kill_and_check(tmp_path: Path, plant: str = "") -> dict[str, int]:
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = once.communicate(timeout=120)
     assert once.returncode == 0, err[-4000:]
-    jobs.extend(e for e in _events(iter(err.splitlines())) if e["event"] == "job")
+    jobs.extend(e for e in log_events(iter(err.splitlines())) if e["event"] == "job")
     outcomes = json.loads(out)["sessions"]
     assert set(outcomes) == set(SESSIONS)
     return _check_state(state, jobs)

@@ -196,7 +196,7 @@ async def test_the_scan_sees_a_drop_in_the_same_timestamp_tick_as_our_merge(
         assert markers(tmp_path, sid)["u2"] == rt.workspace_id
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_the_watchdogs_own_poll_repairs_within_one_interval(tmp_path: Path) -> None:
     """No explicit scan: the timer's poll every ``watchdog_poll`` seconds finds it."""
     sid, workspace = await written_session(tmp_path)

@@ -25,7 +25,7 @@ from tests.memory.runtime.test_runtime_failures import virtual_config
 SESSIONS = ("s1", "s2", "s3")
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_full_disk_at_recovery_names_the_file_and_enospc_and_heals(
     tmp_path: Path,
 ) -> None:

@@ -114,7 +114,7 @@ class PlanningFailsAfterTheMarks(MemorySessionActor):
         await super()._plan()
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_boundary_ends_when_the_planning_after_its_marks_crashed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

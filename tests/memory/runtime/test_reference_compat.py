@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from memory.runtime._settings import Timings, read_settings
 from memory.workspace._archive import read_archive
 from memory.workspace._quarantine import read_quarantine
 from store import SessionCore
+from tests.faults import first_event
 from tests.fixture import copy_fixture
 from tests.memory.runtime.test_runtime_failures import virtual_wall_clock
 
@@ -319,7 +319,7 @@ FILLER = " ".join(["lorem ipsum dolor sit amet"] * 160)
 
 def spawn_and_merge(state: Path, turns: int) -> list[str]:
     """The reference's sub-agent: turns after spawn root sp1, attached back to a1, merged."""
-    previous, ids = "sp1", []
+    previous, ids = "sp1", list[str]()
     for index in range(turns):
         node_id = f"sub{index}"
         role = "llm" if index % 2 == 0 else "user"
@@ -404,18 +404,24 @@ async def test_open_runtime_takes_the_files_timings_and_warns_for_an_odd_thresho
         assert rt.config is given
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_the_files_timings_drive_the_watchdog_and_the_trigger(state: Path) -> None:
     write_settings(state, "idle_after = 60\nsession_idle = 5000\nwatchdog_poll = 30\n")
-    base = RuntimeConfig(clock=virtual_wall_clock, call_timeout=None, writer_workers=1)
+    ended = anyio.Event()
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event["event"] == "boundary" and event["session"] == "demo":
+            ended.set()
+
+    base = RuntimeConfig(clock=virtual_wall_clock, call_timeout=None, writer_workers=1,
+                         on_event=on_event)
     async with open_runtime(state, config=apply_timings(base, read_settings(state))) as rt:
         # the fixture's session stopped long ago: the first poll (30 s, not 300) finds it
         await anyio.sleep(29)
-        assert "a1" not in own_markers(state)
-        await anyio.sleep(2)
-        with anyio.fail_after(20):
-            while "a1" not in own_markers(state):
-                await anyio.sleep(1)
+        assert "a1" not in own_markers(state) and not ended.is_set()
+        with anyio.fail_after(2):
+            await ended.wait()  # the watchdog's session boundary, ended at its first poll
+        assert "a1" in own_markers(state)
         # the incremental trigger's idle time: 60 s, not an hour
         sid = await rt.sessions.create()
         await rt.sessions.append(sid, {"id": "u1", "role": "user", "content": "I am Ann.",
@@ -455,31 +461,30 @@ def test_run_writes_during_a_short_test_with_short_timings(state: Path) -> None:
     reference_append(state, "demo", "u3", "user", "My cat is called Tom.", "a1", dict(OWNER))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
-        [sys.executable, "-c", "from memory.cli._cli import main; main()", "run", "--state", str(state), "--idle-after", "1",
-         "--session-idle", "1", "--watchdog-poll", "0.2", "--scan-interval", "0.2"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 30
-        while not {"a1", "u3"} <= own_markers(state):
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            assert time.monotonic() < deadline, "scriptorium run wrote nothing within 30 s"
-            time.sleep(0.1)
+        [sys.executable, "-c", "from memory.cli._cli import main; main()", "run", "--state",
+         str(state), "--idle-after", "1", "--session-idle", "1", "--watchdog-poll", "0.2",
+         "--scan-interval", "0.2", "--log-json"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:  # the run's own word that the session boundary ended
+        boundary = first_event(process, lambda event: event["event"] == "boundary"
+                               and event["session"] == "demo", within=30)
+        assert boundary["outcome"] == "written", boundary
+        assert {"a1", "u3"} <= own_markers(state)
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
 
 
 def test_simulate_takes_the_timing_flags(monkeypatch: pytest.MonkeyPatch) -> None:
-    import memory.simulate._command as simulate_cli
+    from memory.simulate import simulate as real
 
     seen: list[Any] = []
-    real = simulate_cli.run_simulation
 
     async def recording(config: Any) -> Any:
         seen.append(config)
         return await real(config)
 
-    monkeypatch.setattr(simulate_cli, "run_simulation", recording)
+    monkeypatch.setattr("memory.simulate._command.run_simulation", recording)
     result = CliRunner().invoke(main, [
         "simulate", "--sessions", "2", "--turns", "4", "--json", "--threshold", "12000",
         "--idle-after", "0.5", "--session-idle", "1.5", "--watchdog-poll", "0.25"])

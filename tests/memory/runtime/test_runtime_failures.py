@@ -15,12 +15,17 @@ import pytest
 from memory.ledger._records import MARKER_KEY
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
-from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.workspace._quarantine import read_quarantine
 from memory.writers._extractive import ExtractiveWriter
-from memory.writers._writer import Batch, WriterOutput
 from store import SessionCore
-from supervisors import Backoff, get_child, restart_child, terminate_child
+from supervisors import (
+    Backoff,
+    DynamicSupervisorStatistics,
+    get_child,
+    restart_child,
+    terminate_child,
+)
+from tests.faults import FaultyWriter, WriterFault
 from tests.memory.runtime.test_runtime import chain, config, tally
 
 EPOCH = 1_800_000_000.0
@@ -48,28 +53,6 @@ def virtual_config(**overrides: Any) -> RuntimeConfig:
     return config(**options)
 
 
-class FailingFor:
-    """The extractive writer, except for one session, where it fails the chosen way."""
-
-    def __init__(self, session: str, how: str) -> None:
-        self.session = session
-        self.how = how
-        self.calls = 0
-        self.healthy = ExtractiveWriter()
-
-    async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput:
-        if batch.session_id != self.session:
-            return await self.healthy.write(batch, workspace)
-        self.calls += 1
-        if self.how == "raise":
-            raise RuntimeError("model endpoint returned 500")
-        if self.how == "hang":
-            await anyio.sleep_forever()
-        if self.how == "reject":
-            return [TopicEdit("notes/outside.md", "Outside topics.[^e1] ^\n")]
-        return []  # "empty"
-
-
 def marked(state: Path, sid: str) -> list[str]:
     return [n.id for n in SessionCore.open(state, sid).nodes() if MARKER_KEY in n.metadata]
 
@@ -78,18 +61,19 @@ async def pool_restarts(rt: MemoryRuntime) -> int:
     assert rt.root is not None
     pool = await get_child(rt.root, "writers")
     stats = await pool.inspect()
-    return int(stats.restarts)
+    assert isinstance(stats, DynamicSupervisorStatistics)
+    return stats.restarts
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 @pytest.mark.parametrize("how", ["raise", "hang", "reject", "empty"])
 async def test_a_failing_writer_marks_nothing_retries_then_quarantines(
-    tmp_path: Path, how: str
+    tmp_path: Path, how: WriterFault
 ) -> None:
     async with open_runtime(tmp_path, config=virtual_config()) as rt:
         bad = await rt.sessions.create(title="bad")
         good = await rt.sessions.create(title="good")
-        writer = FailingFor(bad, how)
+        writer = FaultyWriter(how, session=bad)
         rt.writer = writer
         await chain(rt, bad, "ROOT", ["b1", "b2"])
         await chain(rt, good, "ROOT", ["g1", "g2"])
@@ -118,11 +102,11 @@ async def test_a_failing_writer_marks_nothing_retries_then_quarantines(
     assert sorted(marked(tmp_path, bad)) == ["b1", "b2", "b3"]
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_an_operator_release_unparks_the_batch(tmp_path: Path) -> None:
     async with open_runtime(tmp_path, config=virtual_config(max_failures=1)) as rt:
         sid = await rt.sessions.create()
-        rt.writer = FailingFor(sid, "raise")
+        rt.writer = FaultyWriter("raise", session=sid)
         await chain(rt, sid, "ROOT", ["u1"])
         assert await rt.flush(sid) is BoundaryOutcome.QUARANTINED
         rt.writer = ExtractiveWriter()
@@ -133,46 +117,36 @@ async def test_an_operator_release_unparks_the_batch(tmp_path: Path) -> None:
     assert marked(tmp_path, sid) == ["u1"]
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_the_idle_watchdog_writes_an_idle_session_once(tmp_path: Path) -> None:
-    cfg = virtual_config(session_idle=1800.0, watchdog_poll=300.0)
+    ended: list[float] = []
+    written = anyio.Event()
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event["event"] == "boundary":
+            ended.append(anyio.current_time())
+            written.set()
+
+    cfg = virtual_config(session_idle=1800.0, watchdog_poll=300.0, on_event=on_event)
     async with open_runtime(tmp_path, config=cfg) as rt:
         sid = await rt.sessions.create()
         await chain(rt, sid, "ROOT", ["u1", "a1"])
         await anyio.sleep(1700)
-        assert marked(tmp_path, sid) == []  # not idle yet
-        await anyio.sleep(200)  # the deadline reported by the append falls due
-        await rt.drain()
-        with anyio.fail_after(60):
-            while sorted(marked(tmp_path, sid)) != ["a1", "u1"]:
-                await anyio.sleep(1)
+        assert marked(tmp_path, sid) == [] and ended == []  # not idle yet
+        with anyio.fail_after(200):  # the deadline reported by the append falls due
+            await written.wait()
+        assert sorted(marked(tmp_path, sid)) == ["a1", "u1"]
         jobs = sum(rt.statistics().outcomes.values())
         await anyio.sleep(3 * 300)  # later polls see session-end.json and do nothing
         assert sum(rt.statistics().outcomes.values()) == jobs
         assert max(tally(rt).deliveries.values()) == 1
 
 
-class HangsOnce:
-    """Hangs on its first batch (until cancelled), then writes like the extractive writer."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.started = anyio.Event()
-        self.healthy = ExtractiveWriter()
-
-    async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput:
-        self.calls += 1
-        if self.calls == 1:
-            self.started.set()
-            await anyio.sleep_forever()
-        return await self.healthy.write(batch, workspace)
-
-
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_job_whose_worker_is_stopped_is_abandoned_and_written_again(
         tmp_path: Path) -> None:
     """Its session must not wait forever on a job nobody holds (the simulate hang)."""
-    writer = HangsOnce()
+    writer = FaultyWriter("hang", fail_calls={1})
     events: list[dict[str, Any]] = []
     async with open_runtime(tmp_path, writer, config=virtual_config(
             writer_workers=1, on_event=events.append)) as rt:
@@ -183,7 +157,7 @@ async def test_a_job_whose_worker_is_stopped_is_abandoned_and_written_again(
         with anyio.fail_after(60):  # without the abandon, the boundary never ends
             async with anyio.create_task_group() as tg:
                 tg.start_soon(rt.flush, sid)
-                await writer.started.wait()
+                await writer.entered.wait()
                 await terminate_child(pool, "writer-0")  # cancels the worker mid-job
                 await restart_child(pool, "writer-0")
             await rt.drain()

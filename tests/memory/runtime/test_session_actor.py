@@ -23,31 +23,13 @@ from memory.ledger._records import MARKER_KEY
 from memory.runtime._claims import ClaimsLedger, SessionClaims
 from memory.runtime._runtime import MemoryRuntime, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome, BoundaryResult, Flush
-from memory.workspace._edits import WorkspaceSnapshot
 from memory.writers._extractive import ExtractiveWriter
-from memory.writers._writer import Batch, WriterOutput
 from store import CLAIM_NAME, SessionCore
+from tests.faults import FaultyWriter
 from tests.memory.runtime.test_runtime import chain, tally
 from tests.memory.runtime.test_runtime_failures import marked, virtual_config
 
 TURNS = ["u1", "a1", "u2", "a2"]
-
-
-class Gated:
-    """The extractive writer, held at a gate; ``fail`` makes it raise once let through."""
-
-    def __init__(self, *, fail: bool = False) -> None:
-        self.gate = anyio.Event()
-        self.entered = anyio.Event()
-        self.fail = fail
-        self.healthy = ExtractiveWriter()
-
-    async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput:
-        self.entered.set()
-        await self.gate.wait()
-        if self.fail:
-            raise RuntimeError("model endpoint returned 500")
-        return await self.healthy.write(batch, workspace)
 
 
 async def start_flush(rt: MemoryRuntime, sid: str) -> BoundaryResult:
@@ -60,7 +42,7 @@ def delivered(rt: MemoryRuntime) -> dict[str, int]:
 
 
 async def check_the_second_runtime_waits(tmp_path: Path) -> None:
-    gated = Gated()
+    gated = FaultyWriter(None, gated=True)
     async with open_runtime(tmp_path, gated, config=virtual_config()) as first, \
             open_runtime(tmp_path, ExtractiveWriter(), config=virtual_config()) as second:
         assert first.instance_id != second.instance_id
@@ -73,7 +55,7 @@ async def check_the_second_runtime_waits(tmp_path: Path) -> None:
         await anyio.sleep(30)  # virtual: the second looks again many times meanwhile
         assert not second_flush.done.is_set(), "the boundary ended while a batch was in flight"
         assert delivered(second) == {}, "the second runtime delivered the claimed batch again"
-        gated.gate.set()
+        gated.open_gate()
         assert await first_flush.wait() is BoundaryOutcome.WRITTEN
         with anyio.fail_after(10):
             assert await second_flush.wait() is BoundaryOutcome.WRITTEN
@@ -84,12 +66,12 @@ async def check_the_second_runtime_waits(tmp_path: Path) -> None:
     assert sorted(marked(tmp_path, sid)) == sorted(TURNS)
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_second_runtime_waits_for_the_claimed_batch(tmp_path: Path) -> None:
     await check_the_second_runtime_waits(tmp_path)
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_the_check_catches_ignored_claims(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -101,9 +83,9 @@ async def test_the_check_catches_ignored_claims(
         await check_the_second_runtime_waits(tmp_path)
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_failed_job_releases_its_claim(tmp_path: Path) -> None:
-    gated = Gated(fail=True)
+    gated = FaultyWriter("raise", gated=True)
     async with open_runtime(tmp_path, gated, config=virtual_config()) as first, \
             open_runtime(tmp_path, ExtractiveWriter(), config=virtual_config()) as second:
         sid = await first.sessions.create(title="shared")
@@ -111,7 +93,7 @@ async def test_a_failed_job_releases_its_claim(tmp_path: Path) -> None:
         first_flush = await start_flush(first, sid)
         await gated.entered.wait()
         second_flush = await start_flush(second, sid)
-        gated.gate.set()
+        gated.open_gate()
         assert await first_flush.wait() is BoundaryOutcome.FAILED
         with anyio.fail_after(10):  # far below the lease: the failure released the claim
             assert await second_flush.wait() is BoundaryOutcome.WRITTEN
@@ -124,7 +106,7 @@ async def test_a_failed_job_releases_its_claim(tmp_path: Path) -> None:
 
 
 async def check_exit_releases(tmp_path: Path) -> None:
-    gated = Gated()
+    gated = FaultyWriter(None, gated=True)
     async with open_runtime(tmp_path, ExtractiveWriter(), config=virtual_config()) as second:
         async with open_runtime(tmp_path, gated, config=virtual_config()) as first:
             sid = await first.sessions.create(title="shared")
@@ -140,14 +122,12 @@ async def check_exit_releases(tmp_path: Path) -> None:
     assert sorted(marked(tmp_path, sid)) == sorted(TURNS)
 
 
-# A wider cushion: two runtimes' thread hops on a loaded machine outlast 50 ms, and
-# each such stall would let virtual time jump toward the fail_after deadline.
-@pytest.mark.virtual_time(cushion=0.5)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_runtime_that_exits_releases_its_claims(tmp_path: Path) -> None:
     await check_exit_releases(tmp_path)
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_the_check_catches_claims_kept_after_exit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -184,14 +164,14 @@ async def check_the_claim_confirms_the_batch(
         assert delivered(rt) == {}, "a batch marked before the claim was delivered again"
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_batch_marked_before_the_claim_is_not_delivered(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await check_the_claim_confirms_the_batch(tmp_path, monkeypatch, catch_up=True)
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_the_check_catches_a_claim_that_does_not_catch_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

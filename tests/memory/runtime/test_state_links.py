@@ -32,7 +32,7 @@ def config() -> RuntimeConfig:
                          on_event=EventTally())
 
 
-async def write_turns(state: Path, sid: str, facts: list[str]) -> dict[str, int]:
+async def write_turns(state: Path, sid: str, facts: list[str]) -> dict[tuple[str, str], int]:
     """Append one user turn per fact (plus a reply) and run the session boundary."""
     async with open_runtime(state, config=config()) as rt:
         if not (state / "sessions" / sid).exists():

@@ -49,19 +49,11 @@ from memory.workspace._archive import read_archive
 from memory.workspace._topics import parse_topic
 from memory.workspace._workspace_id import read_workspace_id
 from store import SessionCore
-from tests.memory.runtime.test_runtime import tally
+from tests.memory.runtime.test_runtime import SENTENCES, tally
 
 REPO = Path(__file__).resolve().parents[3]
 SESSIONS = ["shared-a", "shared-b", "shared-c"]
 TURNS = 24  # per process and session
-SENTENCES = [
-    "I prefer green tea in the morning.",
-    "We decided to ship the release on Friday.",
-    "My sister is named Alice.",
-    "The project deadline is next month.",
-    "The office is in Berlin.",
-    "I love hiking in the Alps.",
-]
 
 
 # -- the worker process --------------------------------------------------------------

@@ -23,7 +23,7 @@ from tests.faults import hold_flock, let_go
 from tests.memory.runtime.test_boundaries_end import HANG, build, lock_config, marked
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 @pytest.mark.parametrize("since", ["before-start", "after-start"])
 async def test_a_workspace_lock_held_by_a_stuck_process_fails_the_batch_naming_it(
     tmp_path: Path, since: str
@@ -60,7 +60,7 @@ async def test_a_workspace_lock_held_by_a_stuck_process_fails_the_batch_naming_i
     assert marked(tmp_path, "s1") == {"u1", "a1", "u2", "a2"}
 
 
-@pytest.mark.virtual_time(cushion=0.05)
+@pytest.mark.virtual_time(wait_for_threads=True)
 async def test_the_workspace_lock_wait_is_bounded_and_names_the_file_and_holder(
     tmp_path: Path,
 ) -> None:

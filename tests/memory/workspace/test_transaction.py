@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from memory.workspace._transaction import JOURNAL, CommitResult, Transactions
 from store._durable import TEMP_SUFFIX, DurableFiles
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
 from tests.fixture import FIXTURE as SAMPLE
+from tests.fixture import copy_fixture
 
 FIXTURE = SAMPLE / "memory"
 OWNER = "topics/people/owner.md"
@@ -36,13 +36,7 @@ def archived(source: str) -> bool | None:
 
 
 def workspace(root: Path) -> Path:
-    memory = root / "memory"
-    shutil.copytree(FIXTURE, memory)
-    for directory, dirs, files in os.walk(memory):
-        os.chmod(directory, 0o700)
-        for name in files:
-            os.chmod(os.path.join(directory, name), stat.S_IRUSR | stat.S_IWUSR)
-    return memory
+    return copy_fixture(root / "memory", "memory")
 
 
 def snapshot(memory: Path) -> dict[str, bytes]:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -34,6 +31,7 @@ from memory.writers._extractive import (
 )
 from memory.writers._writer import Batch, Writer
 from tests.fixture import FIXTURE as SAMPLE
+from tests.fixture import copy_fixture
 
 FIXTURE = SAMPLE / "memory"
 HISTORY = SAMPLE / "sessions" / "demo" / "history"
@@ -137,13 +135,7 @@ def test_pending_records_are_never_cited() -> None:
 
 
 def _workspace(tmp_path: Path) -> Path:
-    memory = tmp_path / "memory"
-    shutil.copytree(FIXTURE, memory)
-    for directory, _, files in os.walk(memory):
-        os.chmod(directory, 0o700)
-        for name in files:
-            os.chmod(os.path.join(directory, name), stat.S_IRUSR | stat.S_IWUSR)
-    return memory
+    return copy_fixture(tmp_path / "memory", "memory")
 
 
 def test_written_through_a_transaction_a_repeated_fact_merges(tmp_path: Path) -> None:

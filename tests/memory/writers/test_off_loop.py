@@ -115,7 +115,9 @@ async def test_a_timer_fires_on_time_while_a_large_batch_is_written(
     assert {edit.path for edit in edits} >= {"topics/decisions.md", "topics/preferences.md"}
 
 
-@pytest.mark.virtual_time(cushion=0.05)  # lets the runtime's own disk work finish first
+# A cushion, not wait_for_threads: the gated writer's thread waits for a loop timer, so
+# the clock must jump while a thread runs; 50 ms lets the runtime's disk hops land first.
+@pytest.mark.virtual_time(cushion=0.05)
 async def test_the_runtime_keeps_its_timers_while_a_large_batch_is_written(
         tmp_path: Path) -> None:
     """The same through the runtime: pool, write cycle, the workspace actor's snapshot."""
