@@ -20,7 +20,7 @@ from memory.writers._extractive import ExtractiveWriter
 from store import SessionCore
 from supervisors import (
     Backoff,
-    DynamicSupervisorStatistics,
+    SupervisorStatistics,
     get_child,
     restart_child,
     terminate_child,
@@ -61,7 +61,7 @@ async def pool_restarts(rt: MemoryRuntime) -> int:
     assert rt.root is not None
     pool = await get_child(rt.root, "writers")
     stats = await pool.inspect()
-    assert isinstance(stats, DynamicSupervisorStatistics)
+    assert isinstance(stats, SupervisorStatistics)
     return stats.restarts
 
 
