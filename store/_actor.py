@@ -77,10 +77,14 @@ class Append(Idempotent):
     """Append one turn (a message dict); replies with its message view.
 
     Redelivered after a crash only if the message carries its own ``id``: a
-    repeat then returns the node the first delivery wrote.
+    repeat then returns the node the first delivery wrote. ``created_at``:
+    the turn's own time (seconds since the epoch, not in the future), for
+    imported history; None stamps it now
+    (:meth:`~store._session.SessionCore.append_turn`).
     """
 
     message: Mapping[str, Any]
+    created_at: float | None = None
 
     @property
     def idempotent(self) -> bool:
@@ -269,9 +273,10 @@ class SessionActor(Actor):
                 return core.list_branches()
             case GetMeta():
                 return core.meta()
-            case Append(msg):
+            case Append(msg, created_at):
                 head_before = core.head
-                appended = await run_durable(core.append_turn, msg)
+                appended = await run_durable(
+                    lambda: core.append_turn(msg, created_at=created_at))
                 node = appended.message
                 head = core.head
                 if core.statistics().journal_records >= CHECKPOINT_AFTER:

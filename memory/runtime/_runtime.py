@@ -620,8 +620,10 @@ class Sessions:
     async def _call(self, session: str, message: object) -> Any:
         return await self._rt.session_ref(session).call(message, timeout=self._rt.config.call_timeout)
 
-    async def append(self, session: str, message: Mapping[str, Any]) -> dict[str, Any]:
-        node: dict[str, Any] = await self._call(session, Append(message))
+    async def append(self, session: str, message: Mapping[str, Any], *,
+                     created_at: float | None = None) -> dict[str, Any]:
+        """Append one turn; ``created_at``: its own time for imported history (default now)."""
+        node: dict[str, Any] = await self._call(session, Append(message, created_at))
         return node
 
     async def get_branch(self, session: str, tip: str | None = None) -> list[dict[str, Any]]:
