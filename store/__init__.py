@@ -9,6 +9,7 @@ the journal; ``_sessions`` lists the sessions of a state directory.
 """
 
 from ._actor import Append as Append
+from ._actor import FindNodes as FindNodes
 from ._actor import GetBranch as GetBranch
 from ._actor import InsertSummary as InsertSummary
 from ._actor import ListBranches as ListBranches
@@ -91,6 +92,7 @@ __all__ = [
     "CorruptFileError",
     "DuplicateNodeError",
     "DurableFiles",
+    "FindNodes",
     "Fingerprint",
     "FutureTimestampError",
     "GetBranch",

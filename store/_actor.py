@@ -47,11 +47,13 @@ from actors import Actor, ActorError, Idempotent
 from ._durable import DurableFiles, run_durable
 from ._errors import StoreError
 from ._lock import LOCK_TIMEOUT
+from ._message import node_to_message
 from ._session import SessionCore
 
 __all__ = [
     "Append",
     "CheckpointJournal",
+    "FindNodes",
     "GetBranch",
     "GetMeta",
     "InsertSummary",
@@ -96,6 +98,17 @@ class GetBranch(Idempotent):
     """Message dicts root→tip of the branch ending at ``tip`` (default: head)."""
 
     tip: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FindNodes(Idempotent):
+    """The message views of those of ``node_ids`` the session holds, rewound ones too.
+
+    What an import checks before it appends anything: which of its turns are
+    already there, and whether each is the same turn.
+    """
+
+    node_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +286,10 @@ class SessionActor(Actor):
                 return core.list_branches()
             case GetMeta():
                 return core.meta()
+            case FindNodes(node_ids):
+                held = {node.id: node for node in core.nodes()}
+                return {node_id: node_to_message(held[node_id], self.session)
+                        for node_id in node_ids if node_id in held}
             case Append(msg, created_at):
                 head_before = core.head
                 appended = await run_durable(
