@@ -24,7 +24,9 @@
     │   ├── UncitableId                    a turn whose session or node id a source handle cannot carry
     │   ├── MissingAuthority               a turn stamped authority_schema lacks its authority (SPEC §6.1)
     │   └── InvalidThreshold               a batch threshold that is no positive integer
-    └── BoundaryError                      a session boundary stopped on an error (``rt.flush``)
+    ├── BoundaryError                      a session boundary stopped on an error (``rt.flush``)
+    └── RecallError                        a recall query that cannot be answered
+        └── EmptyQuery                     a query with no word to search for
 
 Messages name the session, node or file (relative to the state directory)
 and say what to do next.
@@ -44,6 +46,7 @@ __all__ = [
     "ConcurrentUpdate",
     "CorruptWorkspaceId",
     "EditRejected",
+    "EmptyQuery",
     "IncompleteArchive",
     "InstallJournalCorrupt",
     "InstallUnfinished",
@@ -51,6 +54,7 @@ __all__ = [
     "LedgerError",
     "MissingAuthority",
     "NothingChanged",
+    "RecallError",
     "ScriptoriumMemoryError",
     "SettingsError",
     "TopicError",
@@ -343,6 +347,17 @@ class BoundaryError(ScriptoriumMemoryError):
     def __init__(self, session: str, reason: str, cause: BaseException | None) -> None:
         self.session, self.reason, self.cause = session, reason, cause
         super().__init__(reason)
+
+
+# -- recall ------------------------------------------------------------------------
+
+
+class RecallError(ScriptoriumMemoryError, ValueError):
+    """A recall query that cannot be answered as asked (``rt.recall``, ``rt.context``)."""
+
+
+class EmptyQuery(RecallError):
+    """The query holds no word to search for."""
 
 
 def describe_error(error: BaseException) -> str:

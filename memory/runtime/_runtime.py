@@ -34,12 +34,13 @@ import anyio
 from anyio.abc import TaskGroup
 
 from actors import ActorError, ActorRef, open_actor
-from memory._errors import BoundaryError, ConcurrentUpdate
+from memory._errors import BoundaryError, ConcurrentUpdate, RecallError
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY, SourceRecord
 from memory.ledger._tokens import TokenCounter, default_counter
 from memory.maintenance._backfill import BackfillReport, backfill
 from memory.maintenance._migrate import MigrationReport, Progress, migrate
+from memory.recall import BranchView, Context, Hit, Recall, SyncReport, TimeBound
 from memory.runtime._pool import worker_factory
 from memory.runtime._session_actor import (
     SESSION_ERRORS,
@@ -199,6 +200,8 @@ class MemoryRuntime:
             max_buffer_size=math.inf
         )
         self._workspace: WorkspaceActor | None = None
+        self.recall_index = Recall(self.memory_dir, counter=config.counter, files=config.files,
+                                   lock_timeout=config.lock_timeout, clock=config.clock)
         self._sessions: DynamicSupervisor[str] | None = None
         self._watchdog: IdleWatchdog | None = None
         self._task_group: TaskGroup | None = None
@@ -215,6 +218,7 @@ class MemoryRuntime:
 
         def start_workspace() -> WorkspaceActor:
             self._workspace = WorkspaceActor(self.memory_dir, files=config.files,
+                                             on_change=self.recall_index.sync_blocking,
                                              clock=config.clock,
                                              lock_timeout=config.lock_timeout)
             return self._workspace
@@ -573,6 +577,44 @@ class MemoryRuntime:
                 await self.session_ref(entry.session).cast(RetryDue())
         return released
 
+    # -- recall (issue 13): the read side, in memory.recall -------------------------
+
+    async def recall(
+        self, query: str, *, k: int = 8, session: str | None = None, tip: str | None = None,
+        since: TimeBound = None, until: TimeBound = None, include_pending: bool = False,
+    ) -> list[Hit]:
+        """The ``k`` best units for ``query``; with ``session`` (and ``tip``), branch-aware."""
+        view = await self._branch_view(session, tip)
+        return await self.recall_index.recall(query, k=k, view=view, since=since, until=until,
+                                              include_pending=include_pending)
+
+    async def context(
+        self, query: str, *, budget_tokens: int = 500, session: str | None = None,
+        tip: str | None = None, as_of: TimeBound = None,
+    ) -> Context:
+        """A prompt block of at most ``budget_tokens`` (the config's counter) for ``query``."""
+        view = await self._branch_view(session, tip)
+        return await self.recall_index.context(query, budget_tokens=budget_tokens, view=view,
+                                               as_of=as_of)
+
+    async def reindex(self) -> SyncReport:
+        """Rebuild the recall index from the files."""
+        return await self.recall_index.reindex()
+
+    async def _branch_view(self, session: str | None, tip: str | None) -> BranchView | None:
+        if session is None:
+            if tip is not None:
+                raise RecallError(f"tip {tip!r} was given without its session; add --session")
+            return None
+        branch = await self.sessions.get_branch(session, tip)  # unknown session or tip: raises
+        on = frozenset(str(m["id"]) for m in branch if m.get("id") is not None)
+        live = set(on)
+        for row in await self.sessions.list_branches(session):
+            live.update(str(m["id"]) for m in await self.sessions.get_branch(
+                session, row["head_msg_id"]) if m.get("id") is not None)
+        head = tip if tip is not None else (str(branch[-1]["id"]) if branch else "")
+        return BranchView(session, head, on, frozenset(live))
+
     def statistics(self) -> dict[str, Any]:
         return {
             "in_flight": self._in_flight,
@@ -706,3 +748,4 @@ async def open_runtime(
         # A claim lives as long as its runtime (a dead process's claims are void by pid).
         with anyio.CancelScope(shield=True):
             await run_durable(runtime.release_claims)
+            await anyio.to_thread.run_sync(runtime.recall_index.close)
