@@ -29,8 +29,24 @@ README's table). Memory's blocks are counted with the ledger's counter
 baseline's with characters / 4 (or tiktoken), as the README says: per item
 memory's count is never the smaller, so the budget does not favour memory.
 
+At scale (``--units``, default 100,000), on a synthetic workspace grown by
+real write cycles (the workspace actor, the extractive writer) from
+generated turns that state facts:
+
+- **reindex rate**: ``RecallIndex.rebuild`` from the files, units/s;
+- **index size** against the workspace's own files (``.scriptorium/`` left out);
+- **query latency** p50 / p99 of ``Recall.recall`` (k = 8) and
+  ``Recall.context`` (500 tokens), from the event loop (thread hop included),
+  on a fresh question each call;
+- **index update per commit**: a small batch (8 turns) through the write
+  cycle on the grown workspace, the workspace actor syncing the index after
+  its archive append and after its commit (``on_change``, as the runtime
+  wires it); the syncs' time against the time of those two calls without
+  them (the archive append and the commit), per round.
+
 Targets (issue 13): evidence and answer recall@500 >= 0.75; no figure
-below the baseline at any B. The figures are one run over the data (they
+below the baseline at any B; query p50 <= 10 ms at 100,000 units; index
+update <= 0.5x the commit it follows. The figures are one run over the data (they
 are deterministic); the latencies of ``rt.context`` are reported with them.
 """
 
@@ -39,6 +55,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -53,11 +70,17 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _harness import (
+    MIN_ROUNDS,
+    RIDES_ON,
     TO_BEAT,
     Row,
     Summary,
+    arounds,
     markdown_table,
     percentile,
+    ratio_row,
+    rounds,
+    timed,
     value_row,
 )
 from _locomo import (
@@ -70,12 +93,34 @@ from _locomo import (
     load_conversations,
 )
 
+from actors import open_actor
+from memory.ledger._records import SourceRecord
+from memory.recall import Recall, RecallIndex
 from memory.runtime import RuntimeConfig, import_jsonl, open_runtime
+from memory.runtime._workspace_actor import (
+    ArchiveBatches,
+    CommitEdits,
+    TakeSnapshot,
+    WorkspaceActor,
+)
+from memory.workspace._edits import WorkspaceSnapshot
+from memory.writers._cycle import run_write_cycle
+from memory.writers._extractive import ExtractiveWriter
+from memory.writers._writer import Batch
 
 DATA = ROOT.parent / "shared" / "datasets" / "locomo-dev"
 TARGET_AT = 500
 TARGET = 0.75
 QUICK = {"conversation": "conv-30", "sessions": 3, "questions": 12}
+QUICK_UNITS = 1_000
+QUICK_QUERIES = 20
+UNITS = 100_000
+GROW_BATCH = 250  # records per write cycle while the workspace grows
+PER_SESSION = 1_000  # records per synthetic session (one archive file each)
+COMMIT_BATCH = 8  # records of the measured commits: a short exchange
+QUERIES = 100  # questions per latency round
+QUERY_P50_MS = 10.0
+UPDATE_RATIO = 0.5
 
 
 def baseline_figures(conversations: Sequence[Conversation],
@@ -184,7 +229,212 @@ def recall_rows(result: dict[str, Any]) -> list[Row]:
     return rows
 
 
-def run(data: Path, quick: bool) -> dict[str, Any]:
+# -- at scale: a synthetic workspace ---------------------------------------------------
+
+_NAMES = ("Alice", "Bruno", "Chiara", "Dmitri", "Elif", "Farah", "Goran", "Hana", "Ines",
+          "Jonas", "Kenji", "Lena", "Mateo", "Nadia", "Omar", "Priya", "Quentin", "Rosa",
+          "Samir", "Tove", "Umar", "Vera", "Wanjiru", "Xavier", "Yusuf", "Zofia")
+_DOES = ("adopted", "painted", "bought", "repaired", "sold", "photographed", "built",
+         "visited", "borrowed", "lost", "found", "cooked", "planted", "designed", "wrote")
+_THINGS = ("a beagle", "a bicycle", "a greenhouse", "a sailboat", "a violin", "a mural",
+           "a sourdough starter", "a telescope", "a quilt", "a treehouse", "a kayak",
+           "a bookshelf", "a chess set", "a lemon tree", "a pottery wheel", "a camper van")
+_PLACES = ("Lisbon", "Osaka", "Nairobi", "Toronto", "Porto", "Krakow", "Tbilisi", "Hobart",
+           "Bergen", "Oaxaca", "Tallinn", "Cusco", "Sapporo", "Accra", "Ghent", "Hanoi")
+_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+           "September", "October", "November", "December")
+_T0 = 1_650_000_000.0  # April 2022
+
+
+def _fact(rng: random.Random, number: int) -> tuple[str, str]:
+    """One turn stating a fact, and a question whose answer it holds."""
+    who, does, what, where = (rng.choice(_NAMES), rng.choice(_DOES), rng.choice(_THINGS),
+                              rng.choice(_PLACES))
+    month, year = rng.choice(_MONTHS), rng.choice((2021, 2022, 2023))
+    tag = f"item{number}"
+    text = (f"My friend {who} {does} {what} in {where} in {month} {year}; "
+            f"we call it {tag}.")
+    return text, f"What did {who} do with {what} in {where}?"
+
+
+def synthetic_records(session: str, start: int, count: int,
+                      rng: random.Random) -> list[SourceRecord]:
+    records = []
+    for number in range(start, start + count):
+        text, _ = _fact(rng, number)
+        role = "user" if number % 2 == 0 else "assistant"
+        records.append(SourceRecord(session, f"n{number:07d}", role, text,
+                                    _T0 + number * 60.0, rng.choice(_NAMES)))
+    return records
+
+
+def _batch(records: Sequence[SourceRecord]) -> Batch:
+    return Batch(records[0].session_id, tuple(records), "")
+
+
+async def _write(workspace: Any, writer: ExtractiveWriter, batch: Batch) -> float:
+    """One write cycle through the workspace actor, as the runtime's workers run it.
+
+    Returns the seconds of its two writes, the archive append and the commit.
+    """
+    spent: list[float] = []
+
+    async def snapshot() -> WorkspaceSnapshot:
+        view: WorkspaceSnapshot = await workspace.call(TakeSnapshot(), timeout=None)
+        return view
+
+    async def archive(batch: Batch) -> object:
+        start = time.perf_counter()
+        try:
+            return await workspace.call(ArchiveBatches((batch,)), timeout=None)
+        finally:
+            spent.append(time.perf_counter() - start)
+
+    async def commit(batch: Batch, edits: Sequence[Any], base: str) -> object:
+        start = time.perf_counter()
+        try:
+            return await workspace.call(CommitEdits((batch,), tuple(edits), base), timeout=None)
+        finally:
+            spent.append(time.perf_counter() - start)
+
+    outcome = await run_write_cycle(batch, writer, snapshot=snapshot, archive=archive,
+                                    commit=commit, timeout=None)
+    if outcome.error is not None:
+        raise outcome.error
+    return sum(spent)
+
+
+def _tree_bytes(root: Path, skip: str) -> int:
+    total = 0
+    for directory, subdirs, names in os.walk(root):
+        subdirs[:] = [d for d in subdirs if d != skip]
+        total += sum(os.path.getsize(os.path.join(directory, name)) for name in names)
+    return total
+
+
+async def scale_figures(units: int, workdir: Path, repeat: int,
+                        queries: int = QUERIES) -> dict[str, Any]:
+    """Grow a workspace to ``units`` records, then reindex, query and commit on it."""
+    memory_dir = workdir / "memory"
+    memory_dir.mkdir(parents=True)
+    rng = random.Random(13)
+    writer = ExtractiveWriter()
+    index = RecallIndex(str(memory_dir))
+    began = time.perf_counter()
+    records = 0
+    indexed = 0
+    while indexed < units:  # a fact turn gives about two units: its paragraph and itself
+        more = max(GROW_BATCH, (units - indexed) // 2)
+        async with open_actor(WorkspaceActor(str(memory_dir))) as workspace:
+            for start in range(records, records + more, GROW_BATCH):
+                session = f"synthetic-{start // PER_SESSION:04d}"
+                await _write(workspace, writer, _batch(synthetic_records(
+                    session, start, min(GROW_BATCH, records + more - start), rng)))
+        records += more
+        report = index.rebuild()
+        indexed = index.count()
+    grow_seconds = time.perf_counter() - began
+    rebuild = rounds(timed(index.rebuild), rounds=repeat).inverse(indexed)
+    index.close()
+    index_files = {p.name: p.stat().st_size
+                   for p in sorted(memory_dir.glob(".scriptorium/recall.sqlite*"))}
+    index_bytes = sum(index_files.values())
+    workspace_bytes = _tree_bytes(memory_dir, ".scriptorium")
+
+    recall = Recall(str(memory_dir))
+    await recall.sync()
+    questions = [_fact(rng, n)[1] for n in range(2 * queries * (repeat + 1))]
+    asked = iter(questions)
+
+    def latencies(call: Any) -> Any:
+        async def measure() -> float:
+            samples = []
+            for _ in range(queries):
+                question = next(asked)
+                start = time.perf_counter()
+                await call(question)
+                samples.append(time.perf_counter() - start)
+            spans.append(samples)
+            return percentile(samples, 50) * 1e3
+        spans: list[list[float]] = []
+        return measure, spans
+
+    recall_measure, recall_spans = latencies(lambda q: recall.recall(q, k=8))
+    context_measure, context_spans = latencies(
+        lambda q: recall.context(q, budget_tokens=TARGET_AT))
+    recall_p50 = await arounds(recall_measure, rounds=repeat)
+    context_p50 = await arounds(context_measure, rounds=repeat)
+    recall.close()
+
+    # The index kept current by the workspace actor after each archive append and commit.
+    synced: list[float] = []
+    tracked = Recall(str(memory_dir))
+
+    def sync() -> object:
+        start = time.perf_counter()
+        tracked.sync_blocking()
+        synced.append(time.perf_counter() - start)
+        return None
+
+    commits: list[float] = []
+    updates: list[float] = []
+    async with open_actor(WorkspaceActor(str(memory_dir), on_change=sync)) as workspace:
+        sync()  # the index current with the grown workspace before the first round
+        for number in range(repeat + 1):
+            batch = _batch(synthetic_records("synthetic-live", number * COMMIT_BATCH,
+                                             COMMIT_BATCH, rng))
+            synced.clear()
+            total = await _write(workspace, writer, batch)  # the two writes, syncs included
+            if number:  # the first round is the warm-up
+                updates.append(sum(synced))
+                commits.append(total - sum(synced))
+    tracked.close()
+    return {
+        "units": indexed,
+        "records": records,
+        "grow_seconds": grow_seconds,
+        "rebuilt": report.rebuilt,
+        "reindex_units_per_s": rebuild.to_json(),
+        "index_bytes": index_bytes,
+        "index_files": index_files,
+        "workspace_bytes": workspace_bytes,
+        "recall_p50_ms": recall_p50.to_json(),
+        "recall_p99_ms": percentile([x for span in recall_spans[1:] for x in span], 99) * 1e3,
+        "context_p50_ms": context_p50.to_json(),
+        "context_p99_ms": percentile([x for span in context_spans[1:] for x in span], 99) * 1e3,
+        "commit_ms": Summary.of(commits).scaled(1e3).to_json(),
+        "index_update_ms": Summary.of(updates).scaled(1e3).to_json(),
+    }
+
+
+def scale_rows(scale: dict[str, Any], target_size: bool) -> list[Row]:
+    """The index at scale; the latency target holds at 100,000 units, not at a smoke size."""
+    units = f"{scale['units']:,} units"
+    recall_p50 = Summary.from_json(scale["recall_p50_ms"])
+    commit = Summary.from_json(scale["commit_ms"])
+    update = Summary.from_json(scale["index_update_ms"])
+    return [
+        value_row(f"recall query p50 ({units}, k = 8)", recall_p50, "ms",
+                  op="<=" if target_size else "", bound=QUERY_P50_MS),
+        Row(f"recall query p99 ({units})", Summary.single(scale["recall_p99_ms"]), "ms"),
+        value_row(f"context query p50 ({units}, {TARGET_AT} tokens)",
+                  Summary.from_json(scale["context_p50_ms"]), "ms"),
+        Row(f"context query p99 ({units})", Summary.single(scale["context_p99_ms"]), "ms"),
+        ratio_row(f"index update after a {COMMIT_BATCH}-turn write cycle ({units})", update,
+                  "ms", commit, kind=RIDES_ON,
+                  what="the same write cycle's archive append + commit, syncs left out",
+                  op="<=", bound=UPDATE_RATIO),
+        value_row(f"reindex from the files ({units})",
+                  Summary.from_json(scale["reindex_units_per_s"]), "units/s"),
+        Row("index size / workspace size (its files, .scriptorium/ left out)",
+            Summary.single(0), "",
+            text=(f"{scale['index_bytes'] / 2**20:,.1f} MiB / "
+                  f"{scale['workspace_bytes'] / 2**20:,.1f} MiB = "
+                  f"{scale['index_bytes'] / max(scale['workspace_bytes'], 1):.2f}x")),
+    ]
+
+
+def run(data: Path, quick: bool, units: int, repeat: int) -> dict[str, Any]:
     conversations = load_conversations(data, [QUICK["conversation"]] if quick else None)
     if quick:
         conversations = [c.sliced(QUICK["sessions"], QUICK["questions"])
@@ -201,7 +451,13 @@ def run(data: Path, quick: bool) -> dict[str, Any]:
     }
     with tempfile.TemporaryDirectory(prefix="scriptorium-recall-") as workdir:
         result["memory"] = anyio.run(memory_figures, conversations, budgets, Path(workdir))
-    result["rows"] = [row.to_json() for row in recall_rows(result)]
+    rows = recall_rows(result)
+    if units:
+        with tempfile.TemporaryDirectory(prefix="scriptorium-recall-scale-") as workdir:
+            result["scale"] = anyio.run(scale_figures, units, Path(workdir), repeat,
+                                        QUICK_QUERIES if quick else QUERIES)
+        rows += scale_rows(result["scale"], units >= UNITS)
+    result["rows"] = [row.to_json() for row in rows]
     return result
 
 
@@ -212,10 +468,18 @@ def main() -> None:
                         help="a smoke run: the first sessions of one conversation")
     parser.add_argument("--data", type=Path, default=DATA,
                         help="the LoCoMo directory (conv-*.json and README.md)")
+    parser.add_argument("--units", type=int, default=None,
+                        help=f"records of the synthetic workspace (default {UNITS:,}; "
+                             f"--quick {QUICK_UNITS:,}; 0 leaves the scale figures out)")
+    parser.add_argument("--repeat", type=int, default=MIN_ROUNDS,
+                        help=f"timed rounds at scale (at least {MIN_ROUNDS})")
     args = parser.parse_args()
     if not args.data.is_dir():
         parser.error(f"{args.data} is not a directory; pass --data DIR (the LoCoMo files)")
-    result = run(args.data, args.quick)
+    if args.repeat < MIN_ROUNDS:
+        parser.error(f"--repeat must be at least {MIN_ROUNDS}")
+    units = args.units if args.units is not None else QUICK_UNITS if args.quick else UNITS
+    result = run(args.data, args.quick, units, args.repeat)
     if args.json:
         print(json.dumps(result, indent=1))
         return

@@ -126,4 +126,10 @@ def test_the_quick_run_gives_rows_bench_run_can_read() -> None:
     from run import _harness_rows
 
     rows = _harness_rows(result)
-    assert {f"evidence recall@{b}" for b in BUDGETS} <= {r.figure.split(" (")[0] for r in rows}
+    figures = {r.figure.split(" (")[0] for r in rows}
+    assert {f"evidence recall@{b}" for b in BUDGETS} <= figures
+    scale = result["scale"]
+    assert scale["units"] >= 1_000 and scale["records"] < scale["units"]  # topics and turns
+    assert {"recall query p50", "reindex from the files"} <= figures
+    if result["memory"]["measured"]:
+        assert result["memory"]["over_budget"] == 0
