@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from memory.runtime._runtime import MemoryRuntime
 
 __all__ = [
-    "ImportError_",
+    "HistoryImportError",
     "ImportInterrupted",
     "ImportLine",
     "ImportLineError",
@@ -88,11 +88,11 @@ SPEAKER_KEY = "speaker_display"
 _REFUSED = (RESERVED_KEYS | {"name", "input", "reads"}) - _LINE_FIELDS
 
 
-class ImportError_(ScriptoriumMemoryError):
+class HistoryImportError(ScriptoriumMemoryError):
     """An import that was refused or did not finish; the message says what to do."""
 
 
-class ImportLineError(ImportError_):
+class ImportLineError(HistoryImportError):
     """A line of the file cannot be imported; nothing of the file was."""
 
     def __init__(self, file: str, line: int, problem: str) -> None:
@@ -103,7 +103,7 @@ class ImportLineError(ImportError_):
         )
 
 
-class ImportInterrupted(ImportError_):
+class ImportInterrupted(HistoryImportError):
     """Appending a checked file failed part way; running it again completes it."""
 
     def __init__(self, file: str, line: int, session: str, appended: int,
@@ -333,7 +333,7 @@ async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
     validate_id(sid, "session id")
     problem = citable_id_problem(sid)
     if problem is not None:
-        raise ImportError_(f"session id {sid!r}: {problem}; name another with --session")
+        raise HistoryImportError(f"session id {sid!r}: {problem}; name another with --session")
     names = tuple({name for line in lines
                    for name in (line.id, line.predecessor) if name is not None})
     exists = await anyio.to_thread.run_sync(_session_exists, rt.state_dir, sid)
