@@ -31,7 +31,8 @@ memory's count is never the smaller, so the budget does not favour memory.
 
 At scale (``--units``, default 100,000), on a synthetic workspace grown by
 real write cycles (the workspace actor, the extractive writer) from
-generated turns that state facts:
+generated turns that state facts over a vocabulary that follows Zipf's law
+(:class:`Facts`), asked about facts the workspace holds:
 
 - **reindex rate**: ``RecallIndex.rebuild`` from the files, units/s;
 - **index size** against the workspace's own files (``.scriptorium/`` left out);
@@ -53,6 +54,7 @@ are deterministic); the latencies of ``rt.context`` are reported with them.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -231,41 +233,58 @@ def recall_rows(result: dict[str, Any]) -> list[Row]:
 
 # -- at scale: a synthetic workspace ---------------------------------------------------
 
-_NAMES = ("Alice", "Bruno", "Chiara", "Dmitri", "Elif", "Farah", "Goran", "Hana", "Ines",
-          "Jonas", "Kenji", "Lena", "Mateo", "Nadia", "Omar", "Priya", "Quentin", "Rosa",
-          "Samir", "Tove", "Umar", "Vera", "Wanjiru", "Xavier", "Yusuf", "Zofia")
 _DOES = ("adopted", "painted", "bought", "repaired", "sold", "photographed", "built",
          "visited", "borrowed", "lost", "found", "cooked", "planted", "designed", "wrote")
-_THINGS = ("a beagle", "a bicycle", "a greenhouse", "a sailboat", "a violin", "a mural",
-           "a sourdough starter", "a telescope", "a quilt", "a treehouse", "a kayak",
-           "a bookshelf", "a chess set", "a lemon tree", "a pottery wheel", "a camper van")
-_PLACES = ("Lisbon", "Osaka", "Nairobi", "Toronto", "Porto", "Krakow", "Tbilisi", "Hobart",
-           "Bergen", "Oaxaca", "Tallinn", "Cusco", "Sapporo", "Accra", "Ghent", "Hanoi")
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
            "September", "October", "November", "December")
 _T0 = 1_650_000_000.0  # April 2022
+_SYLLABLES = tuple(c + v for c in "bdfgklmnprstvz" for v in "aeiou")
+VOCABULARY = 20_000  # distinct content words, drawn by Zipf's law as in real text
+NAMES = 500
 
 
-def _fact(rng: random.Random, number: int) -> tuple[str, str]:
-    """One turn stating a fact, and a question whose answer it holds."""
-    who, does, what, where = (rng.choice(_NAMES), rng.choice(_DOES), rng.choice(_THINGS),
-                              rng.choice(_PLACES))
-    month, year = rng.choice(_MONTHS), rng.choice((2021, 2022, 2023))
-    tag = f"item{number}"
-    text = (f"My friend {who} {does} {what} in {where} in {month} {year}; "
-            f"we call it {tag}.")
-    return text, f"What did {who} do with {what} in {where}?"
+class Facts:
+    """Generated turns that state facts, over a vocabulary whose words follow Zipf's law.
 
+    Real conversations share a few words a lot and most words rarely; a
+    handful of words repeated everywhere would make every query match most
+    of the workspace (a worst case no conversation has), and unique words
+    would make it match one unit. Each fact names a person, a deed, three
+    content words and a month; its question asks about the person, the deed
+    and two of the words, as a question about something said does.
+    """
 
-def synthetic_records(session: str, start: int, count: int,
-                      rng: random.Random) -> list[SourceRecord]:
-    records = []
-    for number in range(start, start + count):
-        text, _ = _fact(rng, number)
-        role = "user" if number % 2 == 0 else "assistant"
-        records.append(SourceRecord(session, f"n{number:07d}", role, text,
-                                    _T0 + number * 60.0, rng.choice(_NAMES)))
-    return records
+    def __init__(self, seed: int = 13) -> None:
+        self.rng = random.Random(seed)
+        words: set[str] = set()
+        while len(words) < VOCABULARY + NAMES:
+            words.add("".join(self.rng.choice(_SYLLABLES)
+                              for _ in range(self.rng.choice((2, 3, 3, 4)))))
+        ordered = sorted(words)
+        self.rng.shuffle(ordered)
+        self.names = [w.capitalize() for w in ordered[:NAMES]]
+        self.words = ordered[NAMES:]
+        self.weights = list(itertools.accumulate(1.0 / rank
+                                                 for rank in range(1, VOCABULARY + 1)))
+        self.asked: list[str] = []
+
+    def _word(self) -> str:
+        return self.rng.choices(self.words, cum_weights=self.weights)[0]
+
+    def fact(self) -> str:
+        rng = self.rng
+        who, does = rng.choice(self.names), rng.choice(_DOES)
+        what, near, how = self._word(), self._word(), self._word()
+        month, year = rng.choice(_MONTHS), rng.choice((2021, 2022, 2023))
+        if rng.random() < 0.05:  # keep questions about facts the workspace holds
+            self.asked.append(f"What did {who} do with the {what} near {near}?")
+        return f"{who} {does} the {what} near {near} in {month} {year}; it was {how}."
+
+    def records(self, session: str, start: int, count: int) -> list[SourceRecord]:
+        return [SourceRecord(session, f"n{number:07d}",
+                             "user" if number % 2 == 0 else "assistant", self.fact(),
+                             _T0 + number * 60.0, self.rng.choice(self.names))
+                for number in range(start, start + count)]
 
 
 def _batch(records: Sequence[SourceRecord]) -> Batch:
@@ -317,7 +336,7 @@ async def scale_figures(units: int, workdir: Path, repeat: int,
     """Grow a workspace to ``units`` records, then reindex, query and commit on it."""
     memory_dir = workdir / "memory"
     memory_dir.mkdir(parents=True)
-    rng = random.Random(13)
+    facts = Facts()
     writer = ExtractiveWriter()
     index = RecallIndex(str(memory_dir))
     began = time.perf_counter()
@@ -328,8 +347,8 @@ async def scale_figures(units: int, workdir: Path, repeat: int,
         async with open_actor(WorkspaceActor(str(memory_dir))) as workspace:
             for start in range(records, records + more, GROW_BATCH):
                 session = f"synthetic-{start // PER_SESSION:04d}"
-                await _write(workspace, writer, _batch(synthetic_records(
-                    session, start, min(GROW_BATCH, records + more - start), rng)))
+                await _write(workspace, writer, _batch(facts.records(
+                    session, start, min(GROW_BATCH, records + more - start))))
         records += more
         report = index.rebuild()
         indexed = index.count()
@@ -343,8 +362,7 @@ async def scale_figures(units: int, workdir: Path, repeat: int,
 
     recall = Recall(str(memory_dir))
     await recall.sync()
-    questions = [_fact(rng, n)[1] for n in range(2 * queries * (repeat + 1))]
-    asked = iter(questions)
+    asked = itertools.cycle(facts.asked or [facts.fact()])
 
     def latencies(call: Any) -> Any:
         async def measure() -> float:
@@ -381,8 +399,8 @@ async def scale_figures(units: int, workdir: Path, repeat: int,
     async with open_actor(WorkspaceActor(str(memory_dir), on_change=sync)) as workspace:
         sync()  # the index current with the grown workspace before the first round
         for number in range(repeat + 1):
-            batch = _batch(synthetic_records("synthetic-live", number * COMMIT_BATCH,
-                                             COMMIT_BATCH, rng))
+            batch = _batch(facts.records("synthetic-live", number * COMMIT_BATCH,
+                                         COMMIT_BATCH))
             synced.clear()
             total = await _write(workspace, writer, batch)  # the two writes, syncs included
             if number:  # the first round is the warm-up
