@@ -20,8 +20,8 @@ Contract:
   same turn (role, content, and the predecessor it names), so importing a
   file twice changes nothing; an id the session holds as another turn is a
   bad line;
-- **a line without an id gets one from what it says** (its predecessor in
-  the file, role, content and time: ``i`` + 12 hex), so it too is skipped by
+- **a line without an id gets one from what it says** (the id of the line
+  before it, its role, content and time: ``i`` + 12 hex), so it too is skipped by
   a second import;
 - a line without ``predecessor`` follows the line before it; the first line
   follows the session's head (a new session: ``ROOT``);
