@@ -40,7 +40,8 @@ CEILING = "ceiling"
 SCALING = "scaling baseline"
 CPU_TIME = "CPU time, same run"
 TO_BEAT = "baseline to beat"
-KINDS = (FLOOR, CEILING, SCALING, CPU_TIME, TO_BEAT)
+RIDES_ON = "work it follows"  # a cost that rides on another operation, same rounds
+KINDS = (FLOOR, CEILING, SCALING, CPU_TIME, TO_BEAT, RIDES_ON)
 
 
 def percentile(samples: Sequence[float], q: float) -> float:

@@ -233,6 +233,19 @@ def _simulate(python: str, name: str, args: list[str], timeout: float,
                  lambda data: _simulate_rows(data, target_run), timeout=timeout)
 
 
+def _recall_notes(data: Any) -> str:
+    """What the recall figures were measured on, and how tokens were counted."""
+    memory = data.get("memory", {})
+    ingested = ", ".join(f"{name} {part['turns']} turns ({part['boundary']})"
+                         for name, part in memory.get("ingest", {}).items())
+    return (f"LoCoMo development split ({', '.join(data['conversations'])}: "
+            f"{data['turns']:,} turns, {data['questions']} non-adversarial questions with "
+            f"evidence), one state directory, each conversation imported as one session "
+            f"through `import jsonl` and written by the extractive writer at its boundary "
+            f"({ingested}). Baseline tokens: {data['baseline']['counter']}; memory's: "
+            "`rt.context`'s `.tokens` (the ledger's counter).")
+
+
 EMULATED = ("EMULATED disk: a 2 ms sleep after every fsync and fdatasync, on the store's "
             "side and the floors' alike; not a measurement of a real disk.")
 
@@ -254,6 +267,9 @@ def _benches(python: str) -> list[Bench]:
               ["--files", "200", "--commits", "5", "--records", "600"], _harness_rows),
         Bench("workspace_archive", "bench/workspace_archive.py", script("workspace_archive"),
               ["--repeat", "5", "--sizes", "0,100,1000"], _harness_rows),
+        # Issue 13: LoCoMo recall next to BM25 on raw turns, and the index at scale.
+        Bench("recall", "bench/recall.py", script("recall"), ["--quick"], _harness_rows,
+              notes=_recall_notes, timeout=1800.0),
         Bench("baselines", "bench/baselines/__init__.py",
               [python, "-c", BASELINES_CODE, "1000,10000,100000", "20", "60", "3"],
               [], _baseline_rows, notes=lambda data: data.get("markdown", "")),

@@ -20,11 +20,13 @@
     │   └── NothingChangedError            the cycle ended with no changed topic file
     ├── SettingsError                      a timing or threshold that cannot be used (scriptorium.toml, flags)
     ├── LedgerError                        a branch cannot be turned into records
-    │   ├── UnidentifiedMessageError       a recordable message has no id (SPEC §6.1)
-    │   ├── UncitableIdError               a turn whose session or node id a source handle cannot carry
-    │   ├── MissingAuthorityError          a turn stamped authority_schema lacks its authority (SPEC §6.1)
-    │   └── InvalidThresholdError          a batch threshold that is no positive integer
-    └── BoundaryError                      a session boundary stopped on an error (``rt.flush``)
+    │   ├── UnidentifiedMessageError            a recordable message has no id (SPEC §6.1)
+    │   ├── UncitableIdError                    a turn whose session or node id a source handle cannot carry
+    │   ├── MissingAuthorityError               a turn stamped authority_schema lacks its authority (SPEC §6.1)
+    │   └── InvalidThresholdError               a batch threshold that is no positive integer
+    ├── BoundaryError                      a session boundary stopped on an error (``rt.flush``)
+    └── RecallError                        a recall query that cannot be answered
+        └── EmptyQueryError                     a query with no word to search for
 
 Messages name the session, node or file (relative to the state directory)
 and say what to do next.
@@ -44,6 +46,7 @@ __all__ = [
     "ConcurrentUpdateError",
     "CorruptWorkspaceIdError",
     "EditRejectedError",
+    "EmptyQueryError",
     "IncompleteArchiveError",
     "InstallJournalCorruptError",
     "InstallUnfinishedError",
@@ -51,6 +54,7 @@ __all__ = [
     "LedgerError",
     "MissingAuthorityError",
     "NothingChangedError",
+    "RecallError",
     "ScriptoriumMemoryError",
     "SettingsError",
     "TopicError",
@@ -343,6 +347,17 @@ class BoundaryError(ScriptoriumMemoryError):
     def __init__(self, session: str, reason: str, cause: BaseException | None) -> None:
         self.session, self.reason, self.cause = session, reason, cause
         super().__init__(reason)
+
+
+# -- recall ------------------------------------------------------------------------
+
+
+class RecallError(ScriptoriumMemoryError, ValueError):
+    """A recall query that cannot be answered as asked (``rt.recall``, ``rt.context``)."""
+
+
+class EmptyQueryError(RecallError):
+    """The query holds no word to search for."""
 
 
 def describe_error(error: BaseException) -> str:

@@ -9,6 +9,7 @@ the journal; ``_sessions`` lists the sessions of a state directory.
 """
 
 from ._actor import Append as Append
+from ._actor import FindNodes as FindNodes
 from ._actor import GetBranch as GetBranch
 from ._actor import InsertSummary as InsertSummary
 from ._actor import ListBranches as ListBranches
@@ -29,6 +30,7 @@ from ._errors import BrokenChainError as BrokenChainError
 from ._errors import ChainCycleError as ChainCycleError
 from ._errors import CorruptFileError as CorruptFileError
 from ._errors import DuplicateNodeError as DuplicateNodeError
+from ._errors import FutureTimestampError as FutureTimestampError
 from ._errors import HeadFieldError as HeadFieldError
 from ._errors import InvalidNodeError as InvalidNodeError
 from ._errors import InvalidRequestError as InvalidRequestError
@@ -63,6 +65,7 @@ from ._message import message_to_node as message_to_node
 from ._message import node_to_message as node_to_message
 from ._node import RESERVED_KEYS as RESERVED_KEYS
 from ._node import Node as Node
+from ._session import CLOCK_SKEW as CLOCK_SKEW
 from ._session import AppendedTurn as AppendedTurn
 from ._session import SessionCore as SessionCore
 from ._session import SessionStatistics as SessionStatistics
@@ -73,6 +76,7 @@ from ._walk import predecessor_cycles as predecessor_cycles
 
 __all__ = [
     "CLAIM_NAME",
+    "CLOCK_SKEW",
     "DIR_MODE",
     "FILE_MODE",
     "LOCK_TIMEOUT",
@@ -87,7 +91,9 @@ __all__ = [
     "DuplicateNodeError",
     "DurableFiles",
     "FileStamp",
+    "FindNodes",
     "Fingerprint",
+    "FutureTimestampError",
     "GetBranch",
     "HeadFieldError",
     "InsertSummary",

@@ -47,11 +47,13 @@ from actors import Actor, ActorError, Idempotent, Request, StopReason, Unhandled
 from ._durable import DurableFiles, run_durable
 from ._errors import StoreError
 from ._lock import LOCK_TIMEOUT
+from ._message import node_to_message
 from ._session import SessionCore
 
 __all__ = [
     "Append",
     "CheckpointJournal",
+    "FindNodes",
     "GetBranch",
     "GetMeta",
     "InsertSummary",
@@ -77,10 +79,14 @@ class Append(Idempotent, Request[dict[str, Any]]):
     """Append one turn (a message dict); replies with its message view.
 
     Redelivered after a crash only if the message carries its own ``id``: a
-    repeat then returns the node the first delivery wrote.
+    repeat then returns the node the first delivery wrote. ``created_at``:
+    the turn's own time (seconds since the epoch, not in the future), for
+    imported history; None stamps it now
+    (:meth:`~store._session.SessionCore.append_turn`).
     """
 
     message: Mapping[str, Any]
+    created_at: float | None = None
 
     @property
     def idempotent(self) -> bool:
@@ -92,6 +98,17 @@ class GetBranch(Idempotent, Request[list[dict[str, Any]]]):
     """Message dicts root→tip of the branch ending at ``tip`` (default: head)."""
 
     tip: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FindNodes(Idempotent, Request[dict[str, dict[str, Any]]]):
+    """The message views of those of ``node_ids`` the session holds, rewound ones too.
+
+    What an import checks before it appends anything: which of its turns are
+    already there, and whether each is the same turn.
+    """
+
+    node_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,9 +286,14 @@ class SessionActor(Actor):
                 return core.list_branches()
             case GetMeta():
                 return core.meta()
-            case Append(msg):
+            case FindNodes(node_ids):
+                held = {node.id: node for node in core.nodes()}
+                return {node_id: node_to_message(held[node_id], self.session)
+                        for node_id in node_ids if node_id in held}
+            case Append(msg, created_at):
                 head_before = core.head
-                appended = await run_durable(core.append_turn, msg)
+                appended = await run_durable(
+                    lambda: core.append_turn(msg, created_at=created_at))
                 node = appended.message
                 head = core.head
                 if core.statistics().journal_records >= CHECKPOINT_AFTER:

@@ -45,6 +45,7 @@ __all__ = [
     "ChainCycleError",
     "CorruptFileError",
     "DuplicateNodeError",
+    "FutureTimestampError",
     "HeadFieldError",
     "InvalidNodeError",
     "InvalidRequestError",
@@ -105,6 +106,25 @@ class ReservedMetadataKeyError(InvalidNodeError):
 class UnencodableValueError(InvalidNodeError):
     def __init__(self, session: str, node: str, problem: str) -> None:
         super().__init__(session, node, f"{problem}; such a value cannot be stored as JSON")
+
+
+class FutureTimestampError(InvalidNodeError):
+    """A turn's ``created_at`` lies ahead of this machine's clock by more than the allowed skew.
+
+    An imported turn keeps its own time; a time still to come is a mistake
+    (milliseconds for seconds, a wrong year) that would put the turn after
+    every later one in memory's timeline.
+    """
+
+    def __init__(self, session: str, node: str, created_at: float, now: float,
+                 skew: float) -> None:
+        self.created_at, self.now, self.skew = created_at, now, skew
+        super().__init__(
+            session, node,
+            f"created_at {created_at!r} is {created_at - now:,.0f} s ahead of this clock "
+            f"({now:.0f}; at most {skew:g} s of skew is allowed); give seconds since the "
+            "epoch, not milliseconds, no later than now",
+        )
 
 
 class OversizedContentError(InvalidRequestError):

@@ -44,6 +44,7 @@ passivating.
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import time
@@ -56,6 +57,7 @@ from ._durable import TEMP_SUFFIX, DurableFiles
 from ._errors import (
     AppendConflictError,
     CorruptFileError,
+    FutureTimestampError,
     HeadFieldError,
     InvalidNodeError,
     NodeFileError,
@@ -96,10 +98,16 @@ from ._walk import (
 )
 
 __all__ = [
+    "CLOCK_SKEW",
     "AppendedTurn",
     "SessionCore",
     "SessionStatistics",
 ]
+
+
+# How far ahead of this clock a turn's own time may be: another machine's
+# clock that exports the conversation may run ahead by seconds, not by hours.
+CLOCK_SKEW = 60.0
 
 
 @dataclass(frozen=True)
@@ -358,15 +366,26 @@ class SessionCore:
             validate_new_id(self.session, "session id")
             self._citable = True
 
-    def append(self, message: Mapping[str, Any]) -> dict[str, Any]:
+    def append(self, message: Mapping[str, Any], *,
+               created_at: float | None = None) -> dict[str, Any]:
         """Append one turn (a message dict); returns its message view. SPEC §4 append.
 
         Idempotent by client id: see :meth:`append_turn`.
         """
-        return self.append_turn(message).message
+        return self.append_turn(message, created_at=created_at).message
 
-    def append_turn(self, message: Mapping[str, Any]) -> AppendedTurn:
+    def append_turn(self, message: Mapping[str, Any], *,
+                    created_at: float | None = None) -> AppendedTurn:
         """Append one turn, or find it already there if the message's own id names it.
+
+        ``created_at`` (seconds since the epoch) is the turn's own time, for
+        history imported from elsewhere; it takes the place of the message's
+        ``timestamp``, and without either the turn is stamped now. Either must
+        be a finite number at most :data:`CLOCK_SKEW` seconds ahead of this
+        core's clock (:class:`~store._errors.FutureTimestampError` otherwise),
+        also on a repeat: a request is valid or not whatever the session holds.
+        A repeat keeps the stored time (times are not part of what makes a
+        repeat the same turn).
 
         A message with an ``id`` the session already holds is a repeat (a
         client retry, a redelivery after a crash that came after the write):
@@ -388,6 +407,9 @@ class SessionCore:
         self._check_writable()
         raw_id = message.get("id")
         node_id = validate_new_id(raw_id, "node id", self.session) if raw_id else secrets.token_hex(6)
+        if created_at is not None:
+            message = {**message, "timestamp": created_at}
+        self._check_turn_time(message.get("timestamp"), node_id)
         with self._mutation():
             existing = self._index.nodes.get(node_id) if raw_id else None
             if existing is not None:
@@ -404,6 +426,18 @@ class SessionCore:
                 now=self._clock(), default_predecessor=self._meta.get("head_id") or ROOT,
             )
             return AppendedTurn(node_to_message(self._append_locked(node), self.session), True)
+
+    def _check_turn_time(self, when: object, node_id: str) -> None:
+        """A turn's own time: None (now), or finite seconds not beyond the clock's skew."""
+        if when is None:
+            return
+        if isinstance(when, bool) or not isinstance(when, (int, float)):
+            raise InvalidNodeError(self.session, node_id, "created_at is not a number")
+        if not math.isfinite(when):
+            raise InvalidNodeError(self.session, node_id, f"created_at {when!r} is not finite")
+        now = self._clock()
+        if when > now + CLOCK_SKEW:
+            raise FutureTimestampError(self.session, node_id, float(when), now, CLOCK_SKEW)
 
     def spawn_branch(
         self, caller_node: str, source: str, prompt: str, *, name: str | None = None

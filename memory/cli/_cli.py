@@ -41,6 +41,7 @@ from memory.ledger._ledger import (
 )
 from memory.ledger._records import MARKER_KEY
 from memory.maintenance._audit import audit, read_audit_inputs
+from memory.recall import Context, Hit, SyncReport
 from memory.runtime._config import apply_timings
 from memory.runtime._headless import SessionReport, run_headless, run_once, run_triggers
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
@@ -631,6 +632,83 @@ def _repair_lost_markers(state_dir: str, report: dict[str, Any],
 
     repaired = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
     return {**audit(read_audit_inputs(state_dir, workspace)), "repaired": repaired}
+
+
+# -- recall (issue 13): search, context, reindex ------------------------------------
+
+
+def _recall_target(sid: str | None, tip: str | None) -> None:
+    if tip is not None and sid is None:
+        raise click.UsageError("--tip needs --session: a tip names a node of one session")
+    if sid is not None:
+        validate_id(sid, "session id")
+
+
+@memory.command("search")
+@click.argument("query")
+@click.option("--k", "k", type=click.IntRange(1, 1000), default=8, show_default=True,
+              help="How many hits.")
+@click.option("--session", "sid", default=None, help="Rank this session's branch first.")
+@click.option("--tip", default=None, help="The branch's tip (default: the head).")
+@click.option("--include-pending", is_flag=True, help="Also sources of pending trust (labelled).")
+@state_options
+def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_pending: bool,
+                  state_dir: str, as_json: bool) -> None:
+    """The best units of memory for QUERY: topic paragraphs and archived turns."""
+    _recall_target(sid, tip)
+
+    async def body(rt: MemoryRuntime) -> list[Hit]:
+        return await rt.recall(query, k=k, session=sid, tip=tip,
+                               include_pending=include_pending)
+
+    hits = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
+    if as_json:
+        emit_json([hit.as_json() for hit in hits])
+        return
+    for hit in hits:
+        where = (f"{hit.file} ^{hit.block_id}" if hit.kind == "topic"
+                 else f"{hit.session}/{hit.node_id} {hit.speaker}"
+                 + (" (pending)" if hit.trust != "trusted" else ""))
+        click.echo(f"{hit.score:8.3f}  [{hit.time}] {where}: {' '.join(hit.text.split())[:200]}")
+    if not hits:
+        click.echo("no match")
+
+
+@memory.command("context")
+@click.argument("query")
+@click.option("--budget", type=click.IntRange(0, 1_000_000), default=500, show_default=True,
+              help="Most tokens the block may take (the ledger's counter).")
+@click.option("--session", "sid", default=None, help="Rank this session's branch first.")
+@click.option("--tip", default=None, help="The branch's tip (default: the head).")
+@state_options
+def memory_context(query: str, budget: int, sid: str | None, tip: str | None, state_dir: str,
+                   as_json: bool) -> None:
+    """A block for a prompt: the memory QUERY needs, within --budget tokens."""
+    _recall_target(sid, tip)
+
+    async def body(rt: MemoryRuntime) -> Context:
+        return await rt.context(query, budget_tokens=budget, session=sid, tip=tip)
+
+    context = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
+    if as_json:
+        emit_json(context.as_json())
+    else:
+        click.echo(context.text if context.text else "(nothing found)")
+
+
+@memory.command("reindex")
+@state_options
+def memory_reindex(state_dir: str, as_json: bool) -> None:
+    """Rebuild the recall index (memory/.scriptorium/recall.sqlite) from the files."""
+
+    async def body(rt: MemoryRuntime) -> SyncReport:
+        return await rt.reindex()
+
+    report = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
+    if as_json:
+        emit_json({"units": report.added, "files": report.files, "revision": report.revision})
+    else:
+        click.echo(f"indexed {report.added} unit(s) from {report.files} file(s)")
 
 
 main.add_command(simulate)

@@ -39,7 +39,7 @@ from typing import Any
 import click
 
 from actors import ActorError
-from memory._errors import InvalidThresholdError, ScriptoriumMemoryError, SettingsError
+from memory._errors import InvalidThresholdError, RecallError, ScriptoriumMemoryError, SettingsError
 from store import InvalidRequestError, SessionNotFoundError, StoreError
 from supervisors import SupervisorError
 
@@ -127,7 +127,8 @@ def describe(exc: BaseException, state_dir: str | None = None) -> tuple[str, int
         return _line(str(cause)), EXIT_USAGE
     if isinstance(cause, SettingsError):  # names the flag or the file (an absolute path)
         return _line(str(cause)), EXIT_USAGE
-    if isinstance(cause, (InvalidRequestError, SessionNotFoundError, InvalidThresholdError)):
+    if isinstance(cause, (InvalidRequestError, SessionNotFoundError, InvalidThresholdError,
+                          RecallError)):
         return _line(_in_state(str(cause), state_dir)), EXIT_USAGE
     if isinstance(cause, OSError):
         return _line(_os_error(cause)), EXIT_FAILURE

@@ -4,7 +4,8 @@ Layout (see docs/architecture.md): ``_runtime`` the tree and its API,
 composed of ``_config``, ``_events``, ``_jobs``, ``_timers``, ``_claims``
 and ``_write_cycle``; ``_session_actor``, ``_workspace_actor``, ``_pool``,
 ``_watchdog`` its actors, each given a narrow protocol of the runtime;
-``_headless`` one pass without a daemon; ``_settings`` the timings from
+``_headless`` one pass without a daemon; ``_import`` history imported
+from a JSON-lines file; ``_settings`` the timings from
 flags, a file or code.
 """
 
@@ -13,6 +14,10 @@ from memory.runtime._headless import SessionReport as SessionReport
 from memory.runtime._headless import run_headless as run_headless
 from memory.runtime._headless import run_once as run_once
 from memory.runtime._headless import run_triggers as run_triggers
+from memory.runtime._import import ImportInterrupted as ImportInterrupted
+from memory.runtime._import import ImportLineError as ImportLineError
+from memory.runtime._import import ImportReport as ImportReport
+from memory.runtime._import import import_jsonl as import_jsonl
 from memory.runtime._runtime import MemoryRuntime as MemoryRuntime
 from memory.runtime._runtime import RuntimeConfig as RuntimeConfig
 from memory.runtime._runtime import RuntimeStatistics as RuntimeStatistics
@@ -25,6 +30,9 @@ from memory.runtime._settings import read_settings as read_settings
 
 __all__ = [
     "BoundaryOutcome",
+    "ImportInterrupted",
+    "ImportLineError",
+    "ImportReport",
     "MemoryRuntime",
     "RuntimeConfig",
     "RuntimeStatistics",
@@ -33,6 +41,7 @@ __all__ = [
     "apply_timings",
     "check_seconds",
     "check_threshold",
+    "import_jsonl",
     "open_runtime",
     "read_settings",
     "run_headless",

@@ -33,10 +33,11 @@ from typing import Any, TypeVar
 import anyio
 
 from actors import ActorError, ActorRef, MailboxOptions, Request, open_actor
-from memory._errors import BoundaryError
+from memory._errors import BoundaryError, RecallError
 from memory.ledger._records import MARKER_KEY, SourceRecord
 from memory.maintenance._backfill import BackfillReport, backfill
 from memory.maintenance._migrate import MigrationReport, Progress, migrate
+from memory.recall import BranchView, Context, Hit, Recall, SyncReport, TimeBound
 from memory.runtime._claims import ClaimsLedger
 from memory.runtime._config import RuntimeConfig, apply_timings
 from memory.runtime._events import EventHook
@@ -148,6 +149,8 @@ class MemoryRuntime:
         self._ledgers: dict[str, SessionLedger] = {}
         self._known_sessions: set[str] = set()  # ids whose meta.json session_ref has seen
         self._workspace: WorkspaceActor | None = None
+        self.recall_index = Recall(self.memory_dir, counter=config.counter, files=config.files,
+                                   lock_timeout=config.lock_timeout, clock=config.clock)
         self._sessions: DynamicSupervisor[str] | None = None
         self._watchdog: IdleWatchdog | None = None
         self.root: ActorRef | None = None
@@ -163,6 +166,7 @@ class MemoryRuntime:
 
         def start_workspace() -> WorkspaceActor:
             self._workspace = WorkspaceActor(self.memory_dir, files=config.files,
+                                             on_change=self.recall_index.sync_blocking,
                                              clock=config.clock,
                                              lock_timeout=config.lock_timeout)
             return self._workspace
@@ -413,6 +417,44 @@ class MemoryRuntime:
                 await self.session_ref(entry.session).cast(RetryDue())
         return released
 
+    # -- recall (issue 13): the read side, in memory.recall -------------------------
+
+    async def recall(
+        self, query: str, *, k: int = 8, session: str | None = None, tip: str | None = None,
+        since: TimeBound = None, until: TimeBound = None, include_pending: bool = False,
+    ) -> list[Hit]:
+        """The ``k`` best units for ``query``; with ``session`` (and ``tip``), branch-aware."""
+        view = await self._branch_view(session, tip)
+        return await self.recall_index.recall(query, k=k, view=view, since=since, until=until,
+                                              include_pending=include_pending)
+
+    async def context(
+        self, query: str, *, budget_tokens: int = 500, session: str | None = None,
+        tip: str | None = None, as_of: TimeBound = None,
+    ) -> Context:
+        """A prompt block of at most ``budget_tokens`` (the config's counter) for ``query``."""
+        view = await self._branch_view(session, tip)
+        return await self.recall_index.context(query, budget_tokens=budget_tokens, view=view,
+                                               as_of=as_of)
+
+    async def reindex(self) -> SyncReport:
+        """Rebuild the recall index from the files."""
+        return await self.recall_index.reindex()
+
+    async def _branch_view(self, session: str | None, tip: str | None) -> BranchView | None:
+        if session is None:
+            if tip is not None:
+                raise RecallError(f"tip {tip!r} was given without its session; add --session")
+            return None
+        branch = await self.sessions.get_branch(session, tip)  # unknown session or tip: raises
+        on = frozenset(str(m["id"]) for m in branch if m.get("id") is not None)
+        live = set(on)
+        for row in await self.sessions.list_branches(session):
+            live.update(str(m["id"]) for m in await self.sessions.get_branch(
+                session, row["head_msg_id"]) if m.get("id") is not None)
+        head = tip if tip is not None else (str(branch[-1]["id"]) if branch else "")
+        return BranchView(session, head, on, frozenset(live))
+
     def statistics(self) -> RuntimeStatistics:
         return RuntimeStatistics(
             in_flight=self.jobs.in_flight,
@@ -437,8 +479,10 @@ class Sessions:
     async def _call(self, session: str, message: Request[R]) -> R:
         return await self._rt.session_ref(session).call(message, timeout=self._rt.config.call_timeout)
 
-    async def append(self, session: str, message: Mapping[str, Any]) -> dict[str, Any]:
-        node: dict[str, Any] = await self._call(session, Append(message))
+    async def append(self, session: str, message: Mapping[str, Any], *,
+                     created_at: float | None = None) -> dict[str, Any]:
+        """Append one turn; ``created_at``: its own time for imported history (default now)."""
+        node: dict[str, Any] = await self._call(session, Append(message, created_at))
         return node
 
     async def get_branch(self, session: str, tip: str | None = None) -> list[dict[str, Any]]:
@@ -518,3 +562,4 @@ async def open_runtime(
         # A claim lives as long as its runtime (a dead process's claims are void by pid).
         with anyio.CancelScope(shield=True):
             await run_durable(runtime.claims.release_all)
+            await anyio.to_thread.run_sync(runtime.recall_index.close)

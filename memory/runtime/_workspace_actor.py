@@ -31,12 +31,15 @@ would report nothing released, so its caller gets ``ActorCrashedError`` instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any
+
+import anyio
 
 from actors import Actor, Idempotent, Request, UnhandledMessageError
 from memory._errors import InstallUnfinishedError, ScriptoriumMemoryError, WorkspaceLockTimeoutError
@@ -165,8 +168,12 @@ class WorkspaceActor(Actor):
         files: DurableFiles | None = None,
         clock: Callable[[], float] = time.time,
         lock_timeout: float | None = LOCK_TIMEOUT,
+        on_change: Callable[[], object] | None = None,
     ) -> None:
         self.memory_dir = memory_dir
+        # Run in a worker thread after each archive append and commit (the recall
+        # index's sync); its failure never fails the write: the next query syncs.
+        self.on_change = on_change
         self.files = files if files is not None else DurableFiles()
         self.clock = clock
         self.lock_timeout = lock_timeout
@@ -218,6 +225,14 @@ class WorkspaceActor(Actor):
     async def handle(self, message: Any) -> Any:
         if self._unfinished is not None and isinstance(message, _READS_TOPICS):
             await run_durable(self._finish_install)
+        if self.on_change is not None and isinstance(message, (ArchiveBatches, CommitEdits)):
+            result = await self._handle(message)
+            with contextlib.suppress(Exception):
+                await anyio.to_thread.run_sync(self.on_change)
+            return result
+        return await self._handle(message)
+
+    async def _handle(self, message: Any) -> Any:
         match message:
             case ArchiveBatches(batches):
                 return await run_durable(self._archive, batches)

@@ -1,0 +1,446 @@
+"""The recall index: an SQLite FTS5 table derived from the workspace's files.
+
+``<state>/memory/.scriptorium/recall.sqlite`` (WAL) is never the source of
+truth: it holds what the topic files and the v2 archives say, and
+:meth:`RecallIndex.rebuild` makes it again from them at any time. A
+missing, corrupt or old-schema file is deleted and rebuilt, never fatal.
+
+Keeping it current costs the change, not the workspace:
+
+- :meth:`RecallIndex.sync` first asks ``workspace_revision`` (a stat scan;
+  only files whose stat changed are read). The same revision as the last
+  sync: nothing to do. So commits by other processes (another runtime, the
+  reference agent) are picked up on the next query.
+- A topic file is re-cut only when its digest changed (the stat signature
+  says which to read).
+- An archive only grows (SPEC §5: frames are appended, never rewritten), so
+  when its first bytes are the ones indexed, only the frames after them are
+  parsed and added; anything else is a full re-cut of that one archive.
+
+One sync is one SQLite transaction, taken under ``.scriptorium/write.lock``
+so that it reads a topic set no install is halfway through: a crash or an
+error at any step rolls the whole sync back and the next one starts from the
+state before it. Queries read a WAL snapshot, so a query during a sync sees
+the index before it or after it.
+
+Not thread-safe by itself: :class:`~memory.recall._recall.Recall` serialises
+calls with a lock and runs them in worker threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from memory.recall._units import Unit, source_units, topic_units
+from memory.workspace import (
+    ArchiveScan,
+    RevisionCache,
+    decode_topic,
+    parse_archive,
+    workspace_lock,
+)
+from store import DurableFiles
+
+__all__ = ["INDEX_PATH", "SCHEMA_VERSION", "IndexedUnit", "RecallIndex", "SyncReport"]
+
+INDEX_PATH = ".scriptorium/recall.sqlite"
+SCHEMA_VERSION = "2"
+_ARCHIVE_PREFIX = "sources/openprogram/_v2/"
+_ARCHIVE_HEADER = b"<!-- openprogram-source-archive:v2 -->\n\n"
+# bm25 weights of the FTS columns: the words, the speaker, the heading path, and
+# the words of the adjacent turns (an answer rarely repeats the question's words).
+_WEIGHTS = (1.0, 0.6, 0.4, 0.5)
+
+_SCHEMA = (
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    ("CREATE TABLE files(path TEXT PRIMARY KEY, kind TEXT NOT NULL, signature TEXT NOT NULL,"
+     " digest TEXT NOT NULL, size INTEGER NOT NULL, frames INTEGER NOT NULL,"
+     " complete INTEGER NOT NULL)"),
+    ("CREATE TABLE unit(id INTEGER PRIMARY KEY, kind TEXT NOT NULL, path TEXT NOT NULL,"
+     " seq INTEGER NOT NULL, text TEXT NOT NULL, when_text TEXT NOT NULL, start REAL,"
+     " finish REAL, block_id TEXT NOT NULL, heading TEXT NOT NULL, sources TEXT NOT NULL,"
+     " session TEXT NOT NULL, node_id TEXT NOT NULL, anchor TEXT NOT NULL,"
+     " speaker TEXT NOT NULL, trust TEXT NOT NULL)"),
+    "CREATE INDEX unit_by_path ON unit(path, seq)",
+    "CREATE INDEX unit_by_anchor ON unit(session, anchor)",
+    ("CREATE VIRTUAL TABLE fts USING fts5(text, speaker, heading, around,"
+     " tokenize='porter unicode61 remove_diacritics 2')"),
+    "INSERT INTO fts(fts, rank) VALUES('rank', 'bm25({}, {}, {}, {})')".format(*_WEIGHTS),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedUnit:
+    """A unit as the index holds it, with its row id."""
+
+    id: int
+    unit: Unit
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReport:
+    """What one sync did: files re-cut, units added and removed, whether it rebuilt."""
+
+    revision: str
+    files: int
+    added: int
+    removed: int
+    rebuilt: bool = False
+
+
+def _signature(stat: os.stat_result) -> str:
+    return f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
+
+
+def _is_topic(relative: str) -> bool:
+    return relative.startswith("topics/") and relative.endswith(".md") and "/." not in relative
+
+
+def _archive_session(relative: str) -> str | None:
+    if not relative.startswith(_ARCHIVE_PREFIX) or not relative.endswith(".md"):
+        return None
+    stem = relative[len(_ARCHIVE_PREFIX):-3]
+    return unquote(stem) if stem and "/" not in stem else None
+
+
+class RecallIndex:
+    """The index of one ``<state>/memory``; see the module docstring.
+
+    ``step`` is called with a name at each step of a sync (tests plant
+    crashes there, as ``tests/faults.py`` does for durable writes).
+    """
+
+    def __init__(
+        self,
+        memory_dir: str,
+        *,
+        files: DurableFiles | None = None,
+        lock_timeout: float | None = None,
+        step: Callable[[str], None] | None = None,
+    ) -> None:
+        self.memory_dir = memory_dir
+        self.path = os.path.join(memory_dir, INDEX_PATH)
+        self.files = files if files is not None else DurableFiles()
+        self.lock_timeout = lock_timeout
+        self.step = step or (lambda name: None)
+        self.revisions = RevisionCache(memory_dir)
+        self._db: sqlite3.Connection | None = None
+
+    # -- opening -----------------------------------------------------------------
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = self._open()
+        return self._db
+
+    def _connect(self) -> sqlite3.Connection:
+        self.files.make_dirs(os.path.dirname(self.path))
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                             timeout=30.0)
+        with contextlib.suppress(OSError):
+            os.chmod(self.path, 0o600)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")  # derived data: a lost tail is re-synced
+        return db
+
+    def _open(self) -> sqlite3.Connection:
+        """The connection; a missing, unreadable or old-schema index is made anew."""
+        try:
+            db = self._connect()
+            row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            if row is not None and row[0] == SCHEMA_VERSION:
+                db.execute("SELECT count(*) FROM fts WHERE fts MATCH 'x'").fetchone()
+                return db
+            db.close()
+        except sqlite3.DatabaseError:
+            pass
+        return self._create()
+
+    def _create(self) -> sqlite3.Connection:
+        self._delete_files()
+        db = self._connect()
+        db.execute("BEGIN IMMEDIATE")
+        for statement in _SCHEMA:
+            db.execute(statement)
+        db.execute("INSERT INTO meta VALUES('schema', ?), ('revision', '')", (SCHEMA_VERSION,))
+        db.execute("COMMIT")
+        return db
+
+    def _delete_files(self) -> None:
+        if self._db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.close()
+            self._db = None
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path + suffix)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    # -- keeping it current --------------------------------------------------------
+
+    def rebuild(self) -> SyncReport:
+        """Delete the index and make it again from the files."""
+        self._delete_files()
+        self._db = self._create()
+        report = self.sync()
+        return SyncReport(report.revision, report.files, report.added, report.removed, True)
+
+    def sync(self) -> SyncReport:
+        """Bring the index to the files' current state; a no-op at the same revision.
+
+        A damaged index found on the way is rebuilt (once).
+        """
+        try:
+            return self._sync()
+        except sqlite3.DatabaseError as error:
+            if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+                raise
+            self._delete_files()
+            self._db = self._create()
+            report = self._sync()
+            return SyncReport(report.revision, report.files, report.added, report.removed, True)
+
+    def _sync(self) -> SyncReport:
+        db = self.db
+        with workspace_lock(self.memory_dir, self.files, timeout=self.lock_timeout):
+            revision = self.revisions.revision()
+            row = db.execute("SELECT value FROM meta WHERE key='revision'").fetchone()
+            if row is not None and row[0] == revision:
+                return SyncReport(revision, 0, 0, 0)
+            scan = list(self.revisions.last_scan)
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                known = {path: (kind, signature, digest, size, frames, complete)
+                         for path, kind, signature, digest, size, frames, complete
+                         in db.execute("SELECT * FROM files")}
+                counts = [0, 0, 0]  # files, added, removed
+                seen: set[str] = set()
+                for relative, stat in scan:
+                    if _is_topic(relative):
+                        seen.add(relative)
+                        self._sync_topic(relative, stat, known.get(relative), counts)
+                    elif (session := _archive_session(relative)) is not None:
+                        seen.add(relative)
+                        self._sync_archive(relative, session, stat, known.get(relative), counts)
+                for gone in sorted(set(known) - seen):
+                    self.step("remove")
+                    counts[2] += self._delete_units(gone)
+                    db.execute("DELETE FROM files WHERE path=?", (gone,))
+                    counts[0] += 1
+                self.step("revision")
+                db.execute("UPDATE meta SET value=? WHERE key='revision'", (revision,))
+                db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+        return SyncReport(revision, counts[0], counts[1], counts[2])
+
+    def _read(self, relative: str) -> bytes | None:
+        try:
+            with open(os.path.join(self.memory_dir, relative), "rb") as handle:
+                return handle.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def _sync_topic(
+        self, relative: str, stat: os.stat_result, known: tuple[object, ...] | None,
+        counts: list[int],
+    ) -> None:
+        signature = _signature(stat)
+        if known is not None and known[1] == signature:
+            return
+        data = self._read(relative)
+        if data is None:
+            return
+        digest = hashlib.sha256(data).hexdigest()
+        if known is None or known[2] != digest:
+            self.step("topic")
+            counts[0] += 1
+            counts[2] += self._delete_units(relative)
+            try:
+                text = decode_topic(data, relative)
+            except Exception:  # noqa: BLE001 - a file that is not UTF-8 has no units
+                units: list[Unit] = []
+            else:
+                units = topic_units(relative, text)
+            counts[1] += self._insert(units)
+        self._record_file(relative, "topic", signature, digest, len(data), 0, True)
+
+    def _sync_archive(
+        self, relative: str, session: str, stat: os.stat_result,
+        known: tuple[object, ...] | None, counts: list[int],
+    ) -> None:
+        signature = _signature(stat)
+        if known is not None and known[1] == signature:
+            return
+        data = self._read(relative)
+        if data is None:
+            return
+        digest = hashlib.sha256(data).hexdigest()
+        if known is not None and known[2] == digest:
+            self._record_file(relative, "archive", signature, digest, len(data),
+                              int(str(known[4])), bool(known[5]))
+            return
+        self.step("archive")
+        counts[0] += 1
+        grown = self._appended(relative, session, data, known)
+        if grown is not None:
+            first, tail = grown
+            counts[1] += self._insert(source_units(relative, session, tail, 0), offset=first)
+            self._surround(relative, first - 1, first + len(tail.frames) - 1)
+            self._record_file(relative, "archive", signature, digest, len(data),
+                              first + len(tail.frames), True)
+            return
+        counts[2] += self._delete_units(relative)
+        scan = parse_archive(data, session)
+        counts[1] += self._insert(source_units(relative, session, scan))
+        self._surround(relative, 0, len(scan.frames) - 1)
+        self._record_file(relative, "archive", signature, digest, len(data),
+                          len(scan.frames), scan.complete)
+
+    def _appended(
+        self, relative: str, session: str, data: bytes, known: tuple[object, ...] | None,
+    ) -> tuple[int, ArchiveScan] | None:
+        """``(first seq, scan of the new frames)`` when ``data`` only adds frames; else None."""
+        if known is None or not known[5]:
+            return None
+        size, frames = int(str(known[3])), int(str(known[4]))
+        if size == 0 or len(data) <= size:
+            return None
+        if hashlib.sha256(data[:size]).hexdigest() != known[2]:
+            return None
+        tail_bytes = data[size:]
+        if tail_bytes.startswith(b"\n"):
+            tail_bytes = tail_bytes[1:]  # the separator after a closed last frame
+        tail = parse_archive(_ARCHIVE_HEADER + tail_bytes, session)
+        if not tail.complete or not tail.frames:
+            return None
+        ids = [frame.message_id for frame in tail.frames]
+        placeholders = ",".join("?" * len(ids))
+        clash = self.db.execute(
+            f"SELECT 1 FROM unit WHERE path=? AND node_id IN ({placeholders}) LIMIT 1",
+            (relative, *ids)).fetchone()
+        return None if clash is not None else (frames, tail)
+
+    def _record_file(
+        self, relative: str, kind: str, signature: str, digest: str, size: int, frames: int,
+        complete: bool,
+    ) -> None:
+        self.db.execute("INSERT OR REPLACE INTO files VALUES(?, ?, ?, ?, ?, ?, ?)",
+                        (relative, kind, signature, digest, size, frames, int(complete)))
+
+    def _delete_units(self, relative: str) -> int:
+        db = self.db
+        ids = [row[0] for row in db.execute("SELECT id FROM unit WHERE path=?", (relative,))]
+        for start in range(0, len(ids), 500):
+            chunk = ids[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            db.execute(f"DELETE FROM fts WHERE rowid IN ({marks})", chunk)
+            db.execute(f"DELETE FROM unit WHERE id IN ({marks})", chunk)
+        return len(ids)
+
+    def _insert(self, units: Iterable[Unit], offset: int = 0) -> int:
+        db = self.db
+        count = 0
+        for unit in units:
+            cursor = db.execute(
+                "INSERT INTO unit(kind, path, seq, text, when_text, start, finish, block_id,"
+                " heading, sources, session, node_id, anchor, speaker, trust)"
+                " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (unit.kind, unit.path, unit.seq + offset, unit.text, unit.when, unit.start,
+                 unit.end, unit.block_id, unit.heading, json.dumps(unit.sources),
+                 unit.session, unit.node_id, unit.anchor, unit.speaker, unit.trust))
+            db.execute("INSERT INTO fts(rowid, text, speaker, heading, around)"
+                       " VALUES(?, ?, ?, ?, '')",
+                       (cursor.lastrowid, unit.text, unit.speaker, unit.heading))
+            count += 1
+        return count
+
+    def _surround(self, relative: str, first: int, last: int) -> None:
+        """Set the ``around`` column (the adjacent turns' words) of turns ``first..last``."""
+        db = self.db
+        rows = list(db.execute("SELECT id, seq, text FROM unit WHERE path=? AND seq BETWEEN ? AND ?"
+                               " ORDER BY seq", (relative, first - 1, last + 1)))
+        texts = {int(seq): str(text) for _, seq, text in rows}
+        for ident, seq, _ in rows:
+            if first <= seq <= last:
+                around = " ".join(texts.get(n, "") for n in (seq - 1, seq + 1))
+                db.execute("UPDATE fts SET around=? WHERE rowid=?", (around, ident))
+
+    # -- reading -----------------------------------------------------------------
+
+    def search(self, expression: str, limit: int) -> list[tuple[int, float]]:
+        """``(row id, bm25 score)`` of the best ``limit`` matches (lower score is better)."""
+        return list(self.db.execute(
+            "SELECT rowid, rank FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?",
+            (expression, limit)))
+
+    def units(self, ids: Sequence[int]) -> dict[int, Unit]:
+        found: dict[int, Unit] = {}
+        for start in range(0, len(ids), 500):
+            chunk = list(ids[start:start + 500])
+            marks = ",".join("?" * len(chunk))
+            for row in self.db.execute(f"SELECT * FROM unit WHERE id IN ({marks})", chunk):
+                found[row[0]] = _unit(row)
+        return found
+
+    def neighbours(self, path: str, seq: int, reach: int = 1) -> list[Unit]:
+        """The turns of the same archive within ``reach`` frames of ``seq`` (itself left out)."""
+        return [_unit(row) for row in self.db.execute(
+            "SELECT * FROM unit WHERE path=? AND seq BETWEEN ? AND ? AND seq != ? ORDER BY seq",
+            (path, seq - reach, seq + reach, seq))]
+
+    def by_anchor(self, keys: Iterable[str]) -> dict[str, Unit]:
+        """The archived turns behind ``<sid>#source-<16hex>`` keys (those that exist)."""
+        found: dict[str, Unit] = {}
+        for key in keys:
+            session, _, anchor = key.partition("#")
+            row = self.db.execute("SELECT * FROM unit WHERE session=? AND anchor=? LIMIT 1",
+                                  (session, anchor)).fetchone()
+            if row is not None:
+                found[key] = _unit(row)
+        return found
+
+    def dump(self) -> list[tuple[object, ...]]:
+        """Every unit without its row id, sorted (tests compare two indexes with it)."""
+        return sorted(row[1:] for row in self.db.execute("SELECT * FROM unit"))
+
+    def count(self) -> int:
+        row = self.db.execute("SELECT count(*) FROM unit").fetchone()
+        return int(row[0])
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read transaction: everything read inside sees one state of the index."""
+        db = self.db
+        db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            db.execute("COMMIT")
+
+
+def _unit(row: tuple[object, ...]) -> Unit:
+    (_, kind, path, seq, text, when, start, finish, block_id, heading, sources, session,
+     node_id, anchor, speaker, trust) = row
+    return Unit(
+        kind=str(kind), path=str(path), seq=int(str(seq)), text=str(text), when=str(when),
+        start=None if start is None else float(str(start)),
+        end=None if finish is None else float(str(finish)),
+        block_id=str(block_id), heading=str(heading),
+        sources=tuple(json.loads(str(sources))), session=str(session), node_id=str(node_id),
+        anchor=str(anchor), speaker=str(speaker), trust=str(trust),
+    )

@@ -1,0 +1,318 @@
+"""Ranking and packing: from BM25 matches to hits, and from hits to a prompt block.
+
+BM25 finds units sharing rare words with the query; what it misses is
+ruled here, each rule a factor on the BM25 relevance (pure functions):
+
+- names: a unit whose speaker the query names counts more;
+- time: a unit dated inside a time the query names counts more, one dated
+  outside it less;
+- branches: with a session, a turn on the asked branch keeps its score, a
+  turn of another live branch (or another session) counts less, a turn only
+  on rewound branches is left out unless asked for; a paragraph none of
+  whose cited turns is on the branch counts less;
+- no repeats: a paragraph and the turns it cites are never both shown.
+
+Fusion with a second ranking (an embedding backend) is reciprocal rank
+fusion (:func:`fuse_rrf`). Packing (:func:`pack_context`) fills a token
+budget with the best hits, each labelled with its provenance and time,
+and with the adjacent turns of a quoted turn when they still fit. The
+budget is checked by counting the whole block with the ledger's counter
+after every addition, so ``tokens <= budget`` holds for any counter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from memory.recall._query import ParsedQuery
+from memory.recall._units import Unit
+
+__all__ = [
+    "BranchView",
+    "Context",
+    "Hit",
+    "fuse_rrf",
+    "hit_of",
+    "pack_context",
+    "rank_units",
+    "render_time",
+]
+
+NAME_BOOST = 1.6
+TIME_BOOST = 2.0
+TIME_MISS = 0.7
+OFF_BRANCH = 0.5
+OTHER_SESSION = 0.5
+TOPIC_WEIGHT = 0.3
+RRF_K = 60
+
+
+@dataclass(frozen=True, slots=True)
+class BranchView:
+    """The branch a query is asked from: its session, the turns on it, the turns still live.
+
+    ``on_branch`` are the node ids on the asked branch (root to tip);
+    ``live`` those on any live branch of the session (so a turn of the
+    session in neither was rewound away).
+    """
+
+    session: str
+    tip: str
+    on_branch: frozenset[str]
+    live: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One recalled unit with its provenance (SPEC-style ``(session, node_id)`` pairs)."""
+
+    kind: str  # "topic" | "source"
+    text: str
+    score: float
+    time: str
+    file: str
+    block_id: str | None = None
+    session: str | None = None
+    node_id: str | None = None
+    speaker: str | None = None
+    sources: tuple[tuple[str, str], ...] = ()
+    trust: str = "trusted"
+    on_branch: bool | None = None
+    seq: int = 0
+
+    def as_json(self) -> dict[str, object]:
+        document: dict[str, object] = {
+            "kind": self.kind, "text": self.text, "score": round(self.score, 6),
+            "time": self.time, "file": self.file,
+        }
+        if self.kind == "topic":
+            document["block_id"] = self.block_id
+            document["sources"] = [list(pair) for pair in self.sources]
+        else:
+            document.update(session=self.session, node_id=self.node_id, speaker=self.speaker,
+                            trust=self.trust)
+        if self.on_branch is not None:
+            document["on_branch"] = self.on_branch
+        return document
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """A block ready for a prompt: ``text`` within ``tokens`` <= the budget asked for."""
+
+    text: str
+    tokens: int
+    quoted: tuple[tuple[str, str], ...]
+    cited: tuple[tuple[str, str], ...]
+    hits: tuple[Hit, ...] = field(default=())
+
+    def as_json(self) -> dict[str, object]:
+        return {"text": self.text, "tokens": self.tokens,
+                "quoted": [list(p) for p in self.quoted], "cited": [list(p) for p in self.cited],
+                "hits": [hit.as_json() for hit in self.hits]}
+
+
+def render_time(unit: Unit) -> str:
+    """A turn's day as people write it ("8 May 2023"); a paragraph's footnote times."""
+    if unit.kind == "source" and unit.start is not None:
+        try:
+            moment = datetime.fromisoformat(unit.when)
+        except ValueError:
+            moment = datetime.fromtimestamp(unit.start, UTC)
+        return f"{moment.day} {moment:%B %Y}"
+    return unit.when or "undated"
+
+
+def hit_of(unit: Unit, score: float, cited: Mapping[str, Unit],
+           view: BranchView | None) -> Hit:
+    if unit.kind == "topic":
+        pairs = tuple((u.session, u.node_id) for key in unit.sources
+                      if (u := cited.get(key)) is not None)
+        on = None if view is None else any(
+            s == view.session and n in view.on_branch for s, n in pairs)
+        return Hit("topic", unit.text, score, render_time(unit), unit.path,
+                   block_id=unit.block_id, sources=pairs, on_branch=on, seq=unit.seq)
+    on = None if view is None else (unit.session == view.session
+                                    and unit.node_id in view.on_branch)
+    return Hit("source", unit.text, score, render_time(unit), unit.path,
+               session=unit.session, node_id=unit.node_id, speaker=unit.speaker,
+               trust=unit.trust, on_branch=on, seq=unit.seq)
+
+
+def _names_in(query: ParsedQuery, speaker: str) -> bool:
+    if not speaker:
+        return False
+    words = {w.lower() for w in speaker.replace("(", " ").replace(")", " ").replace("/", " ")
+             .split()}
+    return any(term in words for term in query.terms)
+
+
+def rank_units(
+    matches: Sequence[tuple[Unit, float]],
+    query: ParsedQuery,
+    *,
+    cited: Mapping[str, Unit],
+    view: BranchView | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    include_pending: bool = False,
+    include_rewound: bool = False,
+) -> list[Hit]:
+    """Hits for ``matches`` (unit, BM25 relevance, higher better), best first.
+
+    ``cited`` maps the ``<sid>#source-<16hex>`` keys the paragraphs cite to
+    their archived turns. ``since``/``until`` keep units whose time
+    overlaps ``[since, until)`` (undated units only without them).
+    """
+    scored: list[tuple[float, int, Hit]] = []
+    for order, (unit, relevance) in enumerate(matches):
+        if unit.kind == "source" and unit.trust != "trusted" and not include_pending:
+            continue
+        if since is not None or until is not None:
+            if unit.start is None:
+                continue
+            end = unit.end if unit.end is not None else unit.start
+            if since is not None and end <= since:
+                continue
+            if until is not None and unit.start >= until:
+                continue
+        score = relevance * (TOPIC_WEIGHT if unit.kind == "topic" else 1.0)
+        if _names_in(query, unit.speaker):
+            score *= NAME_BOOST
+        if query.windows and unit.start is not None:
+            end = unit.end if unit.end is not None else unit.start
+            if any(w.overlaps(unit.start, end) for w in query.windows):
+                score *= TIME_BOOST
+            else:
+                score *= TIME_MISS
+        hit = hit_of(unit, score, cited, view)
+        if view is not None:
+            if unit.kind == "source":
+                if unit.session != view.session:
+                    score *= OTHER_SESSION
+                elif unit.node_id not in view.on_branch:
+                    if unit.node_id not in view.live and not include_rewound:
+                        continue  # only on rewound branches
+                    score *= OFF_BRANCH
+            elif not hit.on_branch:
+                score *= OFF_BRANCH
+            hit = _rescored(hit, score)
+        else:
+            hit = _rescored(hit, score)
+        scored.append((-score, order, hit))
+    scored.sort(key=lambda item: (item[0], item[1]))
+    return _without_repeats([hit for _, _, hit in scored])
+
+
+def _rescored(hit: Hit, score: float) -> Hit:
+    return Hit(hit.kind, hit.text, score, hit.time, hit.file, hit.block_id, hit.session,
+               hit.node_id, hit.speaker, hit.sources, hit.trust, hit.on_branch, hit.seq)
+
+
+def _without_repeats(hits: Iterable[Hit]) -> list[Hit]:
+    """Drop a turn a better paragraph cites, and a paragraph whose turns are all shown."""
+    kept: list[Hit] = []
+    shown: set[tuple[str, str]] = set()
+    for hit in hits:
+        if hit.kind == "source":
+            pair = (hit.session or "", hit.node_id or "")
+            if pair in shown:
+                continue
+            shown.add(pair)
+        else:
+            if hit.sources and all(pair in shown for pair in hit.sources):
+                continue
+            shown.update(hit.sources)
+        kept.append(hit)
+    return kept
+
+
+def fuse_rrf(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion of rankings of ids: ``(id, sum 1/(k + rank))``, best first."""
+    totals: dict[int, float] = {}
+    first_seen: dict[int, int] = {}
+    for ranking in rankings:
+        for rank, ident in enumerate(ranking, start=1):
+            totals[ident] = totals.get(ident, 0.0) + 1.0 / (k + rank)
+            first_seen.setdefault(ident, len(first_seen))
+    return sorted(totals.items(), key=lambda item: (-item[1], first_seen[item[0]]))
+
+
+def _label(hit: Hit) -> str:
+    if hit.kind == "source":
+        pending = " (pending)" if hit.trust != "trusted" else ""
+        return f"[{hit.time}] {hit.speaker}{pending} ({hit.session}/{hit.node_id})"
+    return f"[{hit.time}] memory ({hit.file} ^{hit.block_id})"
+
+
+def _item(hit: Hit) -> str:
+    return f"- {_label(hit)}: {' '.join(hit.text.split())}"
+
+
+def pack_context(
+    hits: Sequence[Hit],
+    budget_tokens: int,
+    count: Callable[[str], int],
+    *,
+    neighbours: Callable[[Hit], Sequence[Hit]] | None = None,
+) -> Context:
+    """The best ``hits`` that fit ``budget_tokens`` (whole block counted by ``count``).
+
+    A hit that does not fit is passed over (a shorter later one may fit).
+    Then, while room is left, each quoted turn brings its adjacent turns
+    (``neighbours``), placed next to it; a turn already shown is never
+    shown again. Items keep the hits' order.
+    """
+    if budget_tokens <= 0:
+        return Context("", 0, (), (), ())
+    groups: list[list[Hit]] = []
+    shown: set[tuple[str, str]] = set()
+    placed: list[Hit] = []
+
+    def text_of(candidate: list[list[Hit]]) -> str:
+        return "\n".join(_item(hit) for group in candidate for hit in group)
+
+    def fits(candidate: list[list[Hit]]) -> bool:
+        return count(text_of(candidate)) <= budget_tokens
+
+    for hit in hits:
+        pairs = _pairs(hit)
+        if hit.kind == "source" and pairs[0] in shown:
+            continue
+        if hit.kind == "topic" and hit.sources and all(p in shown for p in hit.sources):
+            continue
+        trial = [*groups, [hit]]
+        if fits(trial):
+            groups = trial
+            shown.update(pairs)
+            placed.append(hit)
+    if neighbours is not None:
+        for index, group in enumerate(list(groups)):
+            anchor = group[0]
+            if anchor.kind != "source":
+                continue
+            for extra in neighbours(anchor):
+                pair = (extra.session or "", extra.node_id or "")
+                if pair in shown:
+                    continue
+                current = groups[index]
+                merged = sorted([*current, extra], key=lambda h: h.seq)
+                trial = [*groups[:index], merged, *groups[index + 1:]]
+                if fits(trial):
+                    groups = trial
+                    shown.add(pair)
+    text = text_of(groups)
+    quoted = tuple(dict.fromkeys(
+        (h.session or "", h.node_id or "") for g in groups for h in g if h.kind == "source"))
+    cited = tuple(dict.fromkeys(
+        pair for g in groups for h in g if h.kind == "topic" for pair in h.sources))
+    return Context(text, count(text) if text else 0, quoted, cited,
+                   tuple(h for g in groups for h in g))
+
+
+def _pairs(hit: Hit) -> tuple[tuple[str, str], ...]:
+    if hit.kind == "source":
+        return ((hit.session or "", hit.node_id or ""),)
+    return hit.sources

@@ -1,0 +1,186 @@
+"""Recall: the read side of memory, off the event loop.
+
+:class:`Recall` owns one :class:`~memory.recall._index.RecallIndex` and runs
+everything that touches SQLite or the files (sync, search, neighbours) in
+one worker-thread hop per query (``anyio.to_thread``), serialised by a
+thread lock: a timer on the loop fires on time while a recall runs. The
+rules (query parsing, ranking, packing) are the pure functions of
+:mod:`memory.recall._query` and :mod:`memory.recall._rank`.
+
+Branches need the session store, which this folder cannot reach: the
+runtime walks the branch and passes a :class:`~memory.recall._rank.BranchView`.
+
+Each query first syncs the index with the files (a no-op at the same
+``workspace_revision``), then reads it inside one read transaction, so it
+sees one consistent state even while a commit is being installed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Protocol
+
+import anyio
+
+from memory.ledger import TokenCounter, default_counter
+from memory.recall._index import RecallIndex, SyncReport
+from memory.recall._query import ParsedQuery, fts_expression, parse_query
+from memory.recall._rank import (
+    BranchView,
+    Context,
+    Hit,
+    fuse_rrf,
+    hit_of,
+    pack_context,
+    rank_units,
+)
+from memory.recall._units import Unit
+from store import DurableFiles
+
+__all__ = ["CANDIDATES", "EmbeddingBackend", "Recall", "TimeBound"]
+
+CANDIDATES = 200  # BM25 matches ranked further, per query
+TimeBound = float | datetime | None
+
+
+class EmbeddingBackend(Protocol):
+    """An optional second ranking: similar units by meaning, fused by RRF (off by default)."""
+
+    def rank(self, query: str, units: Sequence[tuple[int, str]], limit: int) -> list[int]:
+        """The ids of ``units`` (id, text) most similar to ``query``, best first."""
+        ...
+
+
+def _seconds(value: TimeBound) -> float | None:
+    if value is None or isinstance(value, (int, float)):
+        return value
+    return value.timestamp()
+
+
+class Recall:
+    """Recall over one ``<state>/memory``; see the module docstring."""
+
+    def __init__(
+        self,
+        memory_dir: str,
+        *,
+        counter: TokenCounter | None = None,
+        files: DurableFiles | None = None,
+        lock_timeout: float | None = None,
+        clock: Callable[[], float] = time.time,
+        embedding: EmbeddingBackend | None = None,
+        step: Callable[[str], None] | None = None,
+    ) -> None:
+        self.index = RecallIndex(memory_dir, files=files, lock_timeout=lock_timeout, step=step)
+        self.count = counter or default_counter()
+        self.clock = clock
+        self.embedding = embedding
+        self._lock = threading.Lock()
+
+    # -- blocking bodies (worker threads) -------------------------------------------
+
+    def sync_blocking(self) -> SyncReport:
+        with self._lock:
+            return self.index.sync()
+
+    def rebuild_blocking(self) -> SyncReport:
+        with self._lock:
+            return self.index.rebuild()
+
+    def close(self) -> None:
+        with self._lock:
+            self.index.close()
+
+    def _ranked(
+        self, parsed: ParsedQuery, view: BranchView | None, since: float | None,
+        until: float | None, include_pending: bool,
+    ) -> list[Hit]:
+        """Under the lock, inside the read snapshot: sync, match, rank."""
+        index = self.index
+        matches = index.search(_expression(parsed), CANDIDATES)
+        units = index.units([ident for ident, _ in matches])
+        found = [(ident, units[ident], -rank) for ident, rank in matches if ident in units]
+        if self.embedding is not None and found:
+            found = self._fused(parsed.text, found)
+        cited = index.by_anchor({key for _, unit, _ in found if unit.kind == "topic"
+                                 for key in unit.sources})
+        return rank_units([(unit, relevance) for _, unit, relevance in found], parsed,
+                          cited=cited, view=view, since=since, until=until,
+                          include_pending=include_pending)
+
+    def _fused(self, text: str, found: list[tuple[int, Unit, float]]
+               ) -> list[tuple[int, Unit, float]]:
+        assert self.embedding is not None
+        by_id = {ident: (unit, relevance) for ident, unit, relevance in found}
+        semantic = self.embedding.rank(text, [(i, u.text) for i, u, _ in found], len(found))
+        fused = fuse_rrf([[ident for ident, _, _ in found], [i for i in semantic if i in by_id]])
+        # The fused score replaces BM25's, scaled to its range so the rules' factors still act.
+        top = max(relevance for _, _, relevance in found) or 1.0
+        best = fused[0][1] if fused else 1.0
+        return [(ident, by_id[ident][0], top * score / best) for ident, score in fused]
+
+    def recall_blocking(
+        self, query: str, *, k: int, view: BranchView | None, since: TimeBound,
+        until: TimeBound, include_pending: bool, as_of: float | None = None,
+    ) -> list[Hit]:
+        parsed = parse_query(query, as_of=self.clock() if as_of is None else as_of)
+        with self._lock:
+            self.index.sync()
+            with self.index.snapshot():
+                hits = self._ranked(parsed, view, _seconds(since), _seconds(until),
+                                    include_pending)
+        return hits[:max(k, 0)]
+
+    def context_blocking(
+        self, query: str, *, budget_tokens: int, view: BranchView | None,
+        as_of: TimeBound = None,
+    ) -> Context:
+        moment = _seconds(as_of)
+        parsed = parse_query(query, as_of=self.clock() if moment is None else moment)
+        with self._lock:
+            self.index.sync()
+            with self.index.snapshot():
+                hits = self._ranked(parsed, view, None, None, False)
+
+                def neighbours(hit: Hit) -> list[Hit]:
+                    return [hit_of(unit, 0.0, {}, view)
+                            for unit in self.index.neighbours(hit.file, hit.seq)
+                            if unit.trust == "trusted" and _fits_view(unit, view)]
+
+                return pack_context(hits, budget_tokens, self.count, neighbours=neighbours)
+
+    # -- the async face ------------------------------------------------------------
+
+    async def sync(self) -> SyncReport:
+        return await anyio.to_thread.run_sync(self.sync_blocking)
+
+    async def reindex(self) -> SyncReport:
+        return await anyio.to_thread.run_sync(self.rebuild_blocking)
+
+    async def recall(
+        self, query: str, *, k: int = 8, view: BranchView | None = None,
+        since: TimeBound = None, until: TimeBound = None, include_pending: bool = False,
+    ) -> list[Hit]:
+        return await anyio.to_thread.run_sync(lambda: self.recall_blocking(
+            query, k=k, view=view, since=since, until=until, include_pending=include_pending))
+
+    async def context(
+        self, query: str, *, budget_tokens: int = 500, view: BranchView | None = None,
+        as_of: TimeBound = None,
+    ) -> Context:
+        return await anyio.to_thread.run_sync(lambda: self.context_blocking(
+            query, budget_tokens=budget_tokens, view=view, as_of=as_of))
+
+
+def _expression(parsed: ParsedQuery) -> str:
+    return fts_expression(parsed.terms)
+
+
+def _fits_view(unit: Unit, view: BranchView | None) -> bool:
+    """A neighbour is shown only if it is on the asked branch (any turn without a branch)."""
+    if view is None or unit.session != view.session:
+        return view is None
+    return unit.node_id in view.on_branch
