@@ -20,10 +20,8 @@ from memory.recall._query import time_windows as time_windows
 from memory.recall._rank import BranchView as BranchView
 from memory.recall._rank import Context as Context
 from memory.recall._rank import Hit as Hit
-from memory.recall._rank import fuse_rrf as fuse_rrf
 from memory.recall._rank import pack_context as pack_context
 from memory.recall._rank import rank_units as rank_units
-from memory.recall._recall import EmbeddingBackend as EmbeddingBackend
 from memory.recall._recall import Recall as Recall
 from memory.recall._recall import TimeBound as TimeBound
 from memory.recall._units import Unit as Unit
@@ -35,7 +33,6 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "BranchView",
     "Context",
-    "EmbeddingBackend",
     "Hit",
     "ParsedQuery",
     "Recall",
@@ -45,7 +42,6 @@ __all__ = [
     "TimeWindow",
     "Unit",
     "fts_expression",
-    "fuse_rrf",
     "pack_context",
     "parse_query",
     "rank_units",

@@ -12,8 +12,7 @@ ruled here, each rule a factor on the BM25 relevance (pure functions):
   whose cited turns is on the branch counts less;
 - no repeats: a paragraph and the turns it cites are never both shown.
 
-Fusion with a second ranking (an embedding backend) is reciprocal rank
-fusion (:func:`fuse_rrf`). Packing (:func:`pack_context`) fills a token
+Packing (:func:`pack_context`) fills a token
 budget with the best hits, each labelled with its provenance and time,
 and with the adjacent turns of a quoted turn when they still fit. The
 budget is checked by counting the whole block with the ledger's counter
@@ -33,7 +32,6 @@ __all__ = [
     "BranchView",
     "Context",
     "Hit",
-    "fuse_rrf",
     "hit_of",
     "pack_context",
     "rank_units",
@@ -46,7 +44,6 @@ TIME_MISS = 0.7
 OFF_BRANCH = 0.5
 OTHER_SESSION = 0.5
 TOPIC_WEIGHT = 0.3
-RRF_K = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,17 +224,6 @@ def _without_repeats(hits: Iterable[Hit]) -> list[Hit]:
             shown.update(hit.sources)
         kept.append(hit)
     return kept
-
-
-def fuse_rrf(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> list[tuple[int, float]]:
-    """Reciprocal rank fusion of rankings of ids: ``(id, sum 1/(k + rank))``, best first."""
-    totals: dict[int, float] = {}
-    first_seen: dict[int, int] = {}
-    for ranking in rankings:
-        for rank, ident in enumerate(ranking, start=1):
-            totals[ident] = totals.get(ident, 0.0) + 1.0 / (k + rank)
-            first_seen.setdefault(ident, len(first_seen))
-    return sorted(totals.items(), key=lambda item: (-item[1], first_seen[item[0]]))
 
 
 def _label(hit: Hit) -> str:

@@ -41,8 +41,8 @@ def topic_text(number: int, sentences: list[str]) -> str:
         label = "e-" + hashlib.sha256(f"f{number}/{index}".encode()).hexdigest()[:10]
         anchor = source_anchor(f"openprogram/s1/n{index}")
         parts += [f"{sentence}.[^{label}] ^{block}", "",
-                  f"[^{label}]: Time: `2023-05`; Sources: "
-                  f"[n{index}](../sources/openprogram/_v2/s1.md#{anchor})", ""]
+                  (f"[^{label}]: Time: `2023-05`; Sources: "
+                   f"[n{index}](../sources/openprogram/_v2/s1.md#{anchor})"), ""]
     return "\n".join(parts)
 
 
