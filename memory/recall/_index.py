@@ -51,12 +51,14 @@ from store import DurableFiles
 __all__ = ["INDEX_PATH", "SCHEMA_VERSION", "IndexedUnit", "RecallIndex", "SyncReport"]
 
 INDEX_PATH = ".scriptorium/recall.sqlite"
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 _ARCHIVE_PREFIX = "sources/openprogram/_v2/"
 _ARCHIVE_HEADER = b"<!-- openprogram-source-archive:v2 -->\n\n"
 # bm25 weights of the FTS columns: the words, the speaker, the heading path, and
 # the words of the adjacent turns (an answer rarely repeats the question's words).
 _WEIGHTS = (1.0, 0.6, 0.4, 0.5)
+# How many turns either side count as a turn's surroundings.
+REACH = 3
 
 _SCHEMA = (
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -93,6 +95,13 @@ class SyncReport:
     added: int
     removed: int
     rebuilt: bool = False
+
+
+class _Default:
+    """The type of "not given" for :meth:`RecallIndex.sync`'s lock bound (None means forever)."""
+
+
+_DEFAULT = _Default()
 
 
 def _signature(stat: os.stat_result) -> str:
@@ -132,6 +141,7 @@ class RecallIndex:
         self.step = step or (lambda name: None)
         self.revisions = RevisionCache(memory_dir)
         self._db: sqlite3.Connection | None = None
+        self._wait = lock_timeout
 
     # -- opening -----------------------------------------------------------------
 
@@ -197,11 +207,13 @@ class RecallIndex:
         report = self.sync()
         return SyncReport(report.revision, report.files, report.added, report.removed, True)
 
-    def sync(self) -> SyncReport:
+    def sync(self, *, lock_timeout: float | None | _Default = _DEFAULT) -> SyncReport:
         """Bring the index to the files' current state; a no-op at the same revision.
 
-        A damaged index found on the way is rebuilt (once).
+        A damaged index found on the way is rebuilt (once). ``lock_timeout``
+        bounds the wait for write.lock (default: the index's own).
         """
+        self._wait = self.lock_timeout if isinstance(lock_timeout, _Default) else lock_timeout
         try:
             return self._sync()
         except sqlite3.DatabaseError as error:
@@ -214,7 +226,7 @@ class RecallIndex:
 
     def _sync(self) -> SyncReport:
         db = self.db
-        with workspace_lock(self.memory_dir, self.files, timeout=self.lock_timeout):
+        with workspace_lock(self.memory_dir, self.files, timeout=self._wait):
             revision = self.revisions.revision()
             row = db.execute("SELECT value FROM meta WHERE key='revision'").fetchone()
             if row is not None and row[0] == revision:
@@ -300,7 +312,7 @@ class RecallIndex:
         if grown is not None:
             first, tail = grown
             counts[1] += self._insert(source_units(relative, session, tail, 0), offset=first)
-            self._surround(relative, first - 1, first + len(tail.frames) - 1)
+            self._surround(relative, first - REACH, first + len(tail.frames) - 1)
             self._record_file(relative, "archive", signature, digest, len(data),
                               first + len(tail.frames), True)
             return
@@ -373,11 +385,12 @@ class RecallIndex:
         """Set the ``around`` column (the adjacent turns' words) of turns ``first..last``."""
         db = self.db
         rows = list(db.execute("SELECT id, seq, text FROM unit WHERE path=? AND seq BETWEEN ? AND ?"
-                               " ORDER BY seq", (relative, first - 1, last + 1)))
+                               " ORDER BY seq", (relative, first - REACH, last + REACH)))
         texts = {int(seq): str(text) for _, seq, text in rows}
         for ident, seq, _ in rows:
             if first <= seq <= last:
-                around = " ".join(texts.get(n, "") for n in (seq - 1, seq + 1))
+                around = " ".join(texts.get(n, "") for n in range(seq - REACH, seq + REACH + 1)
+                                  if n != seq)
                 db.execute("UPDATE fts SET around=? WHERE rowid=?", (around, ident))
 
     # -- reading -----------------------------------------------------------------
@@ -387,6 +400,14 @@ class RecallIndex:
         return list(self.db.execute(
             "SELECT rowid, rank FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?",
             (expression, limit)))
+
+    def search_within(self, expression: str, start: float, end: float,
+                      limit: int) -> list[tuple[int, float]]:
+        """:meth:`search` among the units whose time overlaps ``[start, end)``."""
+        return list(self.db.execute(
+            "SELECT fts.rowid, fts.rank FROM fts JOIN unit ON unit.id = fts.rowid"
+            " WHERE fts MATCH ? AND unit.start < ? AND unit.finish > ?"
+            " ORDER BY fts.rank LIMIT ?", (expression, end, start, limit)))
 
     def units(self, ids: Sequence[int]) -> dict[int, Unit]:
         found: dict[int, Unit] = {}

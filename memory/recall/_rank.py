@@ -263,6 +263,19 @@ def pack_context(
     def fits(candidate: list[list[Hit]]) -> bool:
         return count(text_of(candidate)) <= budget_tokens
 
+    def add_neighbours(index: int) -> None:
+        nonlocal groups
+        assert neighbours is not None
+        for extra in neighbours(groups[index][0]):
+            pair = (extra.session or "", extra.node_id or "")
+            if pair in shown:
+                continue
+            merged = sorted([*groups[index], extra], key=lambda h: h.seq)
+            trial = [*groups[:index], merged, *groups[index + 1:]]
+            if fits(trial):
+                groups = trial
+                shown.add(pair)
+
     for hit in hits:
         pairs = _pairs(hit)
         if hit.kind == "source" and pairs[0] in shown:
@@ -275,20 +288,9 @@ def pack_context(
             shown.update(pairs)
             placed.append(hit)
     if neighbours is not None:
-        for index, group in enumerate(list(groups)):
-            anchor = group[0]
-            if anchor.kind != "source":
-                continue
-            for extra in neighbours(anchor):
-                pair = (extra.session or "", extra.node_id or "")
-                if pair in shown:
-                    continue
-                current = groups[index]
-                merged = sorted([*current, extra], key=lambda h: h.seq)
-                trial = [*groups[:index], merged, *groups[index + 1:]]
-                if fits(trial):
-                    groups = trial
-                    shown.add(pair)
+        for index in range(len(groups)):
+            if groups[index][0].kind == "source":
+                add_neighbours(index)
     text = text_of(groups)
     quoted = tuple(dict.fromkeys(
         (h.session or "", h.node_id or "") for g in groups for h in g if h.kind == "source"))

@@ -24,6 +24,7 @@ from datetime import datetime
 
 import anyio
 
+from memory._errors import WorkspaceLockTimeout
 from memory.ledger import TokenCounter, default_counter
 from memory.recall._index import RecallIndex, SyncReport
 from memory.recall._query import ParsedQuery, fts_expression, parse_query
@@ -74,6 +75,22 @@ class Recall:
         with self._lock:
             return self.index.sync()
 
+    def sync_after_write(self) -> SyncReport | None:
+        """The workspace actor's hook: sync now if nobody holds the index or write.lock.
+
+        Never waits: a query in progress or another process's transaction
+        means the next query syncs instead (every query syncs first), so the
+        workspace actor is never held up behind the read side.
+        """
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self.index.sync(lock_timeout=0.0)
+        except WorkspaceLockTimeout:
+            return None
+        finally:
+            self._lock.release()
+
     def rebuild_blocking(self) -> SyncReport:
         with self._lock:
             return self.index.rebuild()
@@ -88,7 +105,16 @@ class Recall:
     ) -> list[Hit]:
         """Under the lock, inside the read snapshot: sync, match, rank."""
         index = self.index
-        matches = index.search(_expression(parsed), CANDIDATES)
+        expression = _expression(parsed)
+        matches = index.search(expression, CANDIDATES)
+        # A time the query names: its units are candidates even if BM25 alone
+        # ranks them below the cut (a name that matches half the session).
+        for window in parsed.windows:
+            matches += index.search_within(expression, window.start, window.end, CANDIDATES)
+        first: dict[int, float] = {}
+        for ident, rank in matches:
+            first.setdefault(ident, rank)
+        matches = list(first.items())
         units = index.units([ident for ident, _ in matches])
         found = [(ident, units[ident], -rank) for ident, rank in matches if ident in units]
         cited = index.by_anchor({key for _, unit, _ in found if unit.kind == "topic"

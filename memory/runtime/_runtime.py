@@ -218,7 +218,7 @@ class MemoryRuntime:
 
         def start_workspace() -> WorkspaceActor:
             self._workspace = WorkspaceActor(self.memory_dir, files=config.files,
-                                             on_change=self.recall_index.sync_blocking,
+                                             on_change=self.recall_index.sync_after_write,
                                              clock=config.clock,
                                              lock_timeout=config.lock_timeout)
             return self._workspace

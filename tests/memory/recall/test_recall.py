@@ -75,6 +75,18 @@ async def test_the_fact_on_the_asked_branch_ranks_above_the_same_fact_on_an_aban
         assert all(h.on_branch is None for h in await rt.recall("blue flowerpot"))
 
 
+async def test_the_workspace_actor_indexes_after_each_append_and_commit(tmp_path: Path) -> None:
+    async with open_runtime(tmp_path, config=config()) as rt:
+        sid = await rt.sessions.create(title="hook", session_id="hook")
+        await turns(rt, sid, "ROOT", [("u1", "The boat is called Pixel."), ("a1", "Lovely.")])
+        assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
+        await rt.drain()
+        # no query ran: what the index holds came from the actor's hook
+        units = rt.recall_index.index.dump()
+        assert {row[0] for row in units} == {"source", "topic"}
+        assert {row[11] for row in units if row[0] == "source"} == {"u1", "a1"}
+
+
 async def test_turns_only_on_rewound_branches_are_left_out(tmp_path: Path) -> None:
     async with open_runtime(tmp_path, config=config()) as rt:
         sid = await rt.sessions.create(title="soup", session_id="soup")
