@@ -436,8 +436,10 @@ class RecallIndex:
         return found
 
     def dump(self) -> list[tuple[object, ...]]:
-        """Every unit without its row id, sorted (tests compare two indexes with it)."""
-        return sorted(row[1:] for row in self.db.execute("SELECT * FROM unit"))
+        """Every unit and its indexed words without the row id, sorted (to compare indexes)."""
+        return sorted(row[1:] for row in self.db.execute(
+            "SELECT unit.*, fts.text, fts.speaker, fts.heading, fts.around"
+            " FROM unit JOIN fts ON fts.rowid = unit.id"))
 
     def count(self) -> int:
         row = self.db.execute("SELECT count(*) FROM unit").fetchone()
