@@ -608,11 +608,12 @@ class MemoryRuntime:
             return None
         branch = await self.sessions.get_branch(session, tip)  # unknown session or tip: raises
         on = frozenset(str(m["id"]) for m in branch if m.get("id") is not None)
+        head = tip if tip is not None else (str(branch[-1]["id"]) if branch else "")
         live = set(on)
         for row in await self.sessions.list_branches(session):
-            live.update(str(m["id"]) for m in await self.sessions.get_branch(
-                session, row["head_msg_id"]) if m.get("id") is not None)
-        head = tip if tip is not None else (str(branch[-1]["id"]) if branch else "")
+            if row["head_msg_id"] not in live:  # a tip on the asked branch adds nothing
+                live.update(str(m["id"]) for m in await self.sessions.get_branch(
+                    session, row["head_msg_id"]) if m.get("id") is not None)
         return BranchView(session, head, on, frozenset(live))
 
     def statistics(self) -> dict[str, Any]:
