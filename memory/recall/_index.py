@@ -46,7 +46,7 @@ from memory.workspace import (
     parse_archive,
     workspace_lock,
 )
-from store import DurableFiles
+from store import FILE_MODE, DurableFiles
 
 __all__ = ["INDEX_PATH", "SCHEMA_VERSION", "IndexedUnit", "RecallIndex", "SyncReport"]
 
@@ -153,10 +153,11 @@ class RecallIndex:
 
     def _connect(self) -> sqlite3.Connection:
         self.files.make_dirs(os.path.dirname(self.path))
+        # Owner-only (SPEC §3): SQLite gives its -wal and -shm files the mode of
+        # the database file, so the file is created 0600 before SQLite opens it.
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE))
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                              timeout=30.0)
-        with contextlib.suppress(OSError):
-            os.chmod(self.path, 0o600)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")  # derived data: a lost tail is re-synced
         return db

@@ -21,6 +21,7 @@ after every addition, so ``tokens <= budget`` holds for any counter.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -78,11 +79,12 @@ class Hit:
     trust: str = "trusted"
     on_branch: bool | None = None
     seq: int = 0
+    when: str = ""  # the time as the file holds it (ISO for a turn, footnote times for a topic)
 
     def as_json(self) -> dict[str, object]:
         document: dict[str, object] = {
             "kind": self.kind, "text": self.text, "score": round(self.score, 6),
-            "time": self.time, "file": self.file,
+            "time": self.time, "when": self.when, "file": self.file,
         }
         if self.kind == "topic":
             document["block_id"] = self.block_id
@@ -130,12 +132,13 @@ def hit_of(unit: Unit, score: float, cited: Mapping[str, Unit],
         on = None if view is None else any(
             s == view.session and n in view.on_branch for s, n in pairs)
         return Hit("topic", unit.text, score, render_time(unit), unit.path,
-                   block_id=unit.block_id, sources=pairs, on_branch=on, seq=unit.seq)
+                   block_id=unit.block_id, sources=pairs, on_branch=on, seq=unit.seq,
+                   when=unit.when)
     on = None if view is None else (unit.session == view.session
                                     and unit.node_id in view.on_branch)
     return Hit("source", unit.text, score, render_time(unit), unit.path,
                session=unit.session, node_id=unit.node_id, speaker=unit.speaker,
-               trust=unit.trust, on_branch=on, seq=unit.seq)
+               trust=unit.trust, on_branch=on, seq=unit.seq, when=unit.when)
 
 
 def _names_in(query: ParsedQuery, speaker: str) -> bool:
@@ -204,8 +207,7 @@ def rank_units(
 
 
 def _rescored(hit: Hit, score: float) -> Hit:
-    return Hit(hit.kind, hit.text, score, hit.time, hit.file, hit.block_id, hit.session,
-               hit.node_id, hit.speaker, hit.sources, hit.trust, hit.on_branch, hit.seq)
+    return dataclasses.replace(hit, score=score)
 
 
 def _without_repeats(hits: Iterable[Hit]) -> list[Hit]:

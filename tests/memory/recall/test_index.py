@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 import threading
 from pathlib import Path
@@ -239,4 +240,6 @@ def test_the_index_lives_where_the_issue_says_in_wal_mode(tmp_path: Path) -> Non
     index.sync()
     assert index.path == os.path.join(str(memory), ".scriptorium", "recall.sqlite")
     assert index.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    for suffix in ("", "-wal", "-shm"):  # owner-only, like everything in <state> (SPEC §3)
+        assert stat.S_IMODE(os.stat(index.path + suffix).st_mode) == 0o600, suffix
     index.close()

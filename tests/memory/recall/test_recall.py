@@ -133,6 +133,7 @@ async def test_a_date_in_the_query_favours_the_turns_of_that_time(tmp_path: Path
         hits = await rt.recall("lake", since=july - 86400, until=july + 86400)
         assert sources(hits)[0] == ("lake", "j1")
         assert not {"m1", "m2"} & {n for _, n in sources(hits)}
+        assert hits[0].time == "20 July 2023" and hits[0].when.startswith("2023-07-20T")
 
 
 async def test_a_pending_source_is_left_out_unless_asked_for_and_then_labelled(
