@@ -1,6 +1,7 @@
 """Scriptorium `memory.recall`: the read side of memory: a derived FTS5 index, ranking, a prompt block.
 
-Layout (see docs/architecture.md): ``_query`` (query words, the FTS5
+Layout (see docs/architecture.md): ``_embedding`` (the optional
+embedding backend's protocol and RRF fusion; pure), ``_query`` (query words, the FTS5
 expression, time expressions; pure), ``_units`` (topic paragraphs and
 archived turns cut from the files; pure), ``_rank`` (the ranking rules,
 fusion, packing within a token budget; pure), ``_index`` (the SQLite index
@@ -8,6 +9,8 @@ and its incremental sync), ``_recall`` (:class:`Recall`: the index off the
 event loop).
 """
 
+from memory.recall._embedding import Embedder as Embedder
+from memory.recall._embedding import fuse_rrf as fuse_rrf
 from memory.recall._index import INDEX_PATH as INDEX_PATH
 from memory.recall._index import RecallIndex as RecallIndex
 from memory.recall._index import SyncReport as SyncReport
@@ -33,6 +36,7 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "BranchView",
     "Context",
+    "Embedder",
     "Hit",
     "ParsedQuery",
     "Recall",
@@ -42,6 +46,7 @@ __all__ = [
     "TimeWindow",
     "Unit",
     "fts_expression",
+    "fuse_rrf",
     "pack_context",
     "parse_query",
     "rank_units",

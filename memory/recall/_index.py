@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from memory.recall._embedding import Embedder, pack_vector, unit_vector, unpack_vector
 from memory.recall._units import Unit, source_units, topic_units
 from memory.workspace import (
     ArchiveScan,
@@ -51,7 +52,7 @@ from store import FILE_MODE, DurableFiles
 __all__ = ["INDEX_PATH", "SCHEMA_VERSION", "IndexedUnit", "RecallIndex", "SyncReport"]
 
 INDEX_PATH = ".scriptorium/recall.sqlite"
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 _ARCHIVE_PREFIX = "sources/openprogram/_v2/"
 _ARCHIVE_HEADER = b"<!-- openprogram-source-archive:v2 -->\n\n"
 # bm25 weights of the FTS columns: the words, the speaker, the heading path, and
@@ -75,6 +76,7 @@ _SCHEMA = (
     ("CREATE VIRTUAL TABLE fts USING fts5(text, speaker, heading, around,"
      " tokenize='porter unicode61 remove_diacritics 2')"),
     "INSERT INTO fts(fts, rank) VALUES('rank', 'bm25({}, {}, {}, {})')".format(*_WEIGHTS),
+    "CREATE TABLE vector(id INTEGER PRIMARY KEY, v BLOB NOT NULL)",
 )
 
 
@@ -133,8 +135,10 @@ class RecallIndex:
         files: DurableFiles | None = None,
         lock_timeout: float | None = None,
         step: Callable[[str], None] | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
         self.memory_dir = memory_dir
+        self.embedder = embedder
         self.path = os.path.join(memory_dir, INDEX_PATH)
         self.files = files if files is not None else DurableFiles()
         self.lock_timeout = lock_timeout
@@ -167,7 +171,9 @@ class RecallIndex:
         try:
             db = self._connect()
             row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            if row is not None and row[0] == SCHEMA_VERSION:
+            model = db.execute("SELECT value FROM meta WHERE key='embedder'").fetchone()
+            if (row is not None and row[0] == SCHEMA_VERSION and model is not None
+                    and model[0] == self._model()):
                 db.execute("SELECT count(*) FROM fts WHERE fts MATCH 'x'").fetchone()
                 return db
             db.close()
@@ -181,9 +187,14 @@ class RecallIndex:
         db.execute("BEGIN IMMEDIATE")
         for statement in _SCHEMA:
             db.execute(statement)
-        db.execute("INSERT INTO meta VALUES('schema', ?), ('revision', '')", (SCHEMA_VERSION,))
+        db.execute("INSERT INTO meta VALUES('schema', ?), ('revision', ''), ('embedder', ?)",
+                   (SCHEMA_VERSION, self._model()))
         db.execute("COMMIT")
         return db
+
+    def _model(self) -> str:
+        """The embedder's name in the index (vectors of another model are not comparable)."""
+        return "" if self.embedder is None else "model:" + self.embedder.name
 
     def _delete_files(self) -> None:
         if self._db is not None:
@@ -362,12 +373,14 @@ class RecallIndex:
             chunk = ids[start:start + 500]
             marks = ",".join("?" * len(chunk))
             db.execute(f"DELETE FROM fts WHERE rowid IN ({marks})", chunk)
+            db.execute(f"DELETE FROM vector WHERE id IN ({marks})", chunk)
             db.execute(f"DELETE FROM unit WHERE id IN ({marks})", chunk)
         return len(ids)
 
     def _insert(self, units: Iterable[Unit], offset: int = 0) -> int:
         db = self.db
         count = 0
+        embed: list[tuple[int, str]] = []
         for unit in units:
             cursor = db.execute(
                 "INSERT INTO unit(kind, path, seq, text, when_text, start, finish, block_id,"
@@ -379,7 +392,13 @@ class RecallIndex:
             db.execute("INSERT INTO fts(rowid, text, speaker, heading, around)"
                        " VALUES(?, ?, ?, ?, '')",
                        (cursor.lastrowid, unit.text, unit.speaker, unit.heading))
+            embed.append((int(cursor.lastrowid or 0), unit.text))
             count += 1
+        if self.embedder is not None and embed:
+            vectors = self.embedder.embed([text for _, text in embed])
+            db.executemany("INSERT INTO vector(id, v) VALUES(?, ?)",
+                           [(ident, pack_vector(v)) for (ident, _), v in zip(embed, vectors,
+                                                                            strict=True)])
         return count
 
     def _surround(self, relative: str, first: int, last: int) -> None:
@@ -409,6 +428,23 @@ class RecallIndex:
             "SELECT fts.rowid, fts.rank FROM fts JOIN unit ON unit.id = fts.rowid"
             " WHERE fts MATCH ? AND unit.start < ? AND unit.finish > ?"
             " ORDER BY fts.rank LIMIT ?", (expression, end, start, limit)))
+
+    def nearest(self, text: str, limit: int) -> list[int]:
+        """The ids of the ``limit`` units nearest ``text`` by the embedder (none without one).
+
+        A scan of every vector: the backend is for workspaces an agent can
+        read, not a vector database.
+        """
+        if self.embedder is None:
+            return []
+        query = unit_vector(self.embedder.embed([text])[0])
+        scored: list[tuple[float, int]] = []
+        for ident, blob in self.db.execute("SELECT id, v FROM vector"):
+            vector = unpack_vector(blob)
+            if len(vector) == len(query):
+                scored.append((-sum(a * b for a, b in zip(query, vector, strict=True)), ident))
+        scored.sort()
+        return [ident for _, ident in scored[:limit]]
 
     def units(self, ids: Sequence[int]) -> dict[int, Unit]:
         found: dict[int, Unit] = {}

@@ -26,6 +26,7 @@ import anyio
 
 from memory._errors import WorkspaceLockTimeout
 from memory.ledger import TokenCounter, default_counter
+from memory.recall._embedding import Embedder, fuse_rrf
 from memory.recall._index import RecallIndex, SyncReport
 from memory.recall._query import ParsedQuery, fts_expression, parse_query
 from memory.recall._rank import (
@@ -63,8 +64,10 @@ class Recall:
         lock_timeout: float | None = None,
         clock: Callable[[], float] = time.time,
         step: Callable[[str], None] | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
-        self.index = RecallIndex(memory_dir, files=files, lock_timeout=lock_timeout, step=step)
+        self.index = RecallIndex(memory_dir, files=files, lock_timeout=lock_timeout, step=step,
+                                 embedder=embedder)
         self.count = counter or default_counter()
         self.clock = clock
         self._lock = threading.Lock()
@@ -115,6 +118,11 @@ class Recall:
         for ident, rank in matches:
             first.setdefault(ident, rank)
         matches = list(first.items())
+        semantic = index.nearest(parsed.text, CANDIDATES)
+        if semantic:
+            # RRF of the two rankings; scaled so the rules' factors act as on BM25.
+            fused = fuse_rrf([[ident for ident, _ in matches], semantic])
+            matches = [(ident, -100.0 * score) for ident, score in fused]
         units = index.units([ident for ident, _ in matches])
         found = [(ident, units[ident], -rank) for ident, rank in matches if ident in units]
         cited = index.by_anchor({key for _, unit, _ in found if unit.kind == "topic"

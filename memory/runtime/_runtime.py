@@ -40,7 +40,7 @@ from memory.ledger._records import MARKER_KEY, SourceRecord
 from memory.ledger._tokens import TokenCounter, default_counter
 from memory.maintenance._backfill import BackfillReport, backfill
 from memory.maintenance._migrate import MigrationReport, Progress, migrate
-from memory.recall import BranchView, Context, Hit, Recall, SyncReport, TimeBound
+from memory.recall import BranchView, Context, Embedder, Hit, Recall, SyncReport, TimeBound
 from memory.runtime._pool import worker_factory
 from memory.runtime._session_actor import (
     SESSION_ERRORS,
@@ -160,6 +160,8 @@ class RuntimeConfig:
     seed: int | None = None
     track_deliveries: bool = False
     on_event: Callable[[dict[str, Any]], None] | None = None
+    # Recall's optional embedding backend (memory.recall.Embedder); None: BM25 and the rules.
+    recall_embedder: Embedder | None = None
 
     def __post_init__(self) -> None:
         # A NaN or infinite bound would make every lock wait endless.
@@ -201,7 +203,8 @@ class MemoryRuntime:
         )
         self._workspace: WorkspaceActor | None = None
         self.recall_index = Recall(self.memory_dir, counter=config.counter, files=config.files,
-                                   lock_timeout=config.lock_timeout, clock=config.clock)
+                                   lock_timeout=config.lock_timeout, clock=config.clock,
+                                   embedder=config.recall_embedder)
         self._sessions: DynamicSupervisor[str] | None = None
         self._watchdog: IdleWatchdog | None = None
         self._task_group: TaskGroup | None = None
