@@ -150,6 +150,11 @@ class RecallIndex:
     # -- opening -----------------------------------------------------------------
 
     @property
+    def opened(self) -> bool:
+        """Whether this process has the index open (a sync or a query used it)."""
+        return self._db is not None
+
+    @property
     def db(self) -> sqlite3.Connection:
         if self._db is None:
             self._db = self._open()

@@ -83,9 +83,11 @@ class Recall:
 
         Never waits: a query in progress or another process's transaction
         means the next query syncs instead (every query syncs first), so the
-        workspace actor is never held up behind the read side.
+        workspace actor is never held up behind the read side. An index no
+        query has opened yet is left alone: the first query catches up (as
+        it must anyway after a start), so a runtime nobody asks costs nothing.
         """
-        if not self._lock.acquire(blocking=False):
+        if not self.index.opened or not self._lock.acquire(blocking=False):
             return None
         try:
             return self.index.sync(lock_timeout=0.0)

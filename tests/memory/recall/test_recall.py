@@ -81,10 +81,15 @@ async def test_the_workspace_actor_indexes_after_each_append_and_commit(tmp_path
         await turns(rt, sid, "ROOT", [("u1", "The boat is called Pixel."), ("a1", "Lovely.")])
         assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
         await rt.drain()
-        # no query ran: what the index holds came from the actor's hook
+        assert not rt.recall_index.index.opened  # nobody asked yet: nothing maintained
+        assert ("hook", "u1") in sources(await rt.recall("boat"))  # the first query catches up
+        await turns(rt, sid, "a1", [("u2", "The dog is called Biscuit."), ("a2", "Cute.")])
+        assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
+        await rt.drain()
+        # no query ran since: what the index holds now came from the actor's hook
         units = rt.recall_index.index.dump()
         assert {row[0] for row in units} == {"source", "topic"}
-        assert {row[11] for row in units if row[0] == "source"} == {"u1", "a1"}
+        assert {row[11] for row in units if row[0] == "source"} == {"u1", "a1", "u2", "a2"}
 
 
 async def test_turns_only_on_rewound_branches_are_left_out(tmp_path: Path) -> None:
