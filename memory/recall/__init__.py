@@ -1,6 +1,7 @@
 """Scriptorium `memory.recall`: the read side of memory: a derived FTS5 index, ranking, a prompt block.
 
-Layout (see docs/architecture.md): ``_query`` (query words, the FTS5
+Layout (see docs/architecture.md): ``_embedding`` (the optional
+embedding backend's protocol and RRF fusion; pure), ``_query`` (query words, the FTS5
 expression, time expressions; pure), ``_units`` (topic paragraphs and
 archived turns cut from the files; pure), ``_rank`` (the ranking rules,
 fusion, packing within a token budget; pure), ``_index`` (the SQLite index
@@ -8,6 +9,8 @@ and its incremental sync), ``_recall`` (:class:`Recall`: the index off the
 event loop).
 """
 
+from memory.recall._embedding import Embedder as Embedder
+from memory.recall._embedding import fuse_rrf as fuse_rrf
 from memory.recall._index import INDEX_PATH as INDEX_PATH
 from memory.recall._index import RecallIndex as RecallIndex
 from memory.recall._index import SyncReport as SyncReport
@@ -20,10 +23,8 @@ from memory.recall._query import time_windows as time_windows
 from memory.recall._rank import BranchView as BranchView
 from memory.recall._rank import Context as Context
 from memory.recall._rank import Hit as Hit
-from memory.recall._rank import fuse_rrf as fuse_rrf
 from memory.recall._rank import pack_context as pack_context
 from memory.recall._rank import rank_units as rank_units
-from memory.recall._recall import EmbeddingBackend as EmbeddingBackend
 from memory.recall._recall import Recall as Recall
 from memory.recall._recall import TimeBound as TimeBound
 from memory.recall._units import Unit as Unit
@@ -35,7 +36,7 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "BranchView",
     "Context",
-    "EmbeddingBackend",
+    "Embedder",
     "Hit",
     "ParsedQuery",
     "Recall",

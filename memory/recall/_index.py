@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from memory.recall._embedding import Embedder, pack_vector, unit_vector, unpack_vector
 from memory.recall._units import Unit, source_units, topic_units
 from memory.workspace import (
     ArchiveScan,
@@ -46,17 +47,19 @@ from memory.workspace import (
     parse_archive,
     workspace_lock,
 )
-from store import DurableFiles
+from store import FILE_MODE, DurableFiles
 
 __all__ = ["INDEX_PATH", "SCHEMA_VERSION", "IndexedUnit", "RecallIndex", "SyncReport"]
 
 INDEX_PATH = ".scriptorium/recall.sqlite"
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "4"
 _ARCHIVE_PREFIX = "sources/openprogram/_v2/"
 _ARCHIVE_HEADER = b"<!-- openprogram-source-archive:v2 -->\n\n"
 # bm25 weights of the FTS columns: the words, the speaker, the heading path, and
 # the words of the adjacent turns (an answer rarely repeats the question's words).
 _WEIGHTS = (1.0, 0.6, 0.4, 0.5)
+# How many turns either side count as a turn's surroundings.
+REACH = 3
 
 _SCHEMA = (
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -73,6 +76,7 @@ _SCHEMA = (
     ("CREATE VIRTUAL TABLE fts USING fts5(text, speaker, heading, around,"
      " tokenize='porter unicode61 remove_diacritics 2')"),
     "INSERT INTO fts(fts, rank) VALUES('rank', 'bm25({}, {}, {}, {})')".format(*_WEIGHTS),
+    "CREATE TABLE vector(id INTEGER PRIMARY KEY, v BLOB NOT NULL)",
 )
 
 
@@ -93,6 +97,13 @@ class SyncReport:
     added: int
     removed: int
     rebuilt: bool = False
+
+
+class _Default:
+    """The type of "not given" for :meth:`RecallIndex.sync`'s lock bound (None means forever)."""
+
+
+_DEFAULT = _Default()
 
 
 def _signature(stat: os.stat_result) -> str:
@@ -124,16 +135,24 @@ class RecallIndex:
         files: DurableFiles | None = None,
         lock_timeout: float | None = None,
         step: Callable[[str], None] | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
         self.memory_dir = memory_dir
+        self.embedder = embedder
         self.path = os.path.join(memory_dir, INDEX_PATH)
         self.files = files if files is not None else DurableFiles()
         self.lock_timeout = lock_timeout
         self.step = step or (lambda name: None)
         self.revisions = RevisionCache(memory_dir)
         self._db: sqlite3.Connection | None = None
+        self._wait = lock_timeout
 
     # -- opening -----------------------------------------------------------------
+
+    @property
+    def opened(self) -> bool:
+        """Whether this process has the index open (a sync or a query used it)."""
+        return self._db is not None
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -143,10 +162,11 @@ class RecallIndex:
 
     def _connect(self) -> sqlite3.Connection:
         self.files.make_dirs(os.path.dirname(self.path))
+        # Owner-only (SPEC §3): SQLite gives its -wal and -shm files the mode of
+        # the database file, so the file is created 0600 before SQLite opens it.
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE))
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
                              timeout=30.0)
-        with contextlib.suppress(OSError):
-            os.chmod(self.path, 0o600)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")  # derived data: a lost tail is re-synced
         return db
@@ -156,7 +176,9 @@ class RecallIndex:
         try:
             db = self._connect()
             row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            if row is not None and row[0] == SCHEMA_VERSION:
+            model = db.execute("SELECT value FROM meta WHERE key='embedder'").fetchone()
+            if (row is not None and row[0] == SCHEMA_VERSION and model is not None
+                    and model[0] == self._model()):
                 db.execute("SELECT count(*) FROM fts WHERE fts MATCH 'x'").fetchone()
                 return db
             db.close()
@@ -170,9 +192,14 @@ class RecallIndex:
         db.execute("BEGIN IMMEDIATE")
         for statement in _SCHEMA:
             db.execute(statement)
-        db.execute("INSERT INTO meta VALUES('schema', ?), ('revision', '')", (SCHEMA_VERSION,))
+        db.execute("INSERT INTO meta VALUES('schema', ?), ('revision', ''), ('embedder', ?)",
+                   (SCHEMA_VERSION, self._model()))
         db.execute("COMMIT")
         return db
+
+    def _model(self) -> str:
+        """The embedder's name in the index (vectors of another model are not comparable)."""
+        return "" if self.embedder is None else "model:" + self.embedder.name
 
     def _delete_files(self) -> None:
         if self._db is not None:
@@ -197,11 +224,13 @@ class RecallIndex:
         report = self.sync()
         return SyncReport(report.revision, report.files, report.added, report.removed, True)
 
-    def sync(self) -> SyncReport:
+    def sync(self, *, lock_timeout: float | None | _Default = _DEFAULT) -> SyncReport:
         """Bring the index to the files' current state; a no-op at the same revision.
 
-        A damaged index found on the way is rebuilt (once).
+        A damaged index found on the way is rebuilt (once). ``lock_timeout``
+        bounds the wait for write.lock (default: the index's own).
         """
+        self._wait = self.lock_timeout if isinstance(lock_timeout, _Default) else lock_timeout
         try:
             return self._sync()
         except sqlite3.DatabaseError as error:
@@ -214,7 +243,7 @@ class RecallIndex:
 
     def _sync(self) -> SyncReport:
         db = self.db
-        with workspace_lock(self.memory_dir, self.files, timeout=self.lock_timeout):
+        with workspace_lock(self.memory_dir, self.files, timeout=self._wait):
             revision = self.revisions.revision()
             row = db.execute("SELECT value FROM meta WHERE key='revision'").fetchone()
             if row is not None and row[0] == revision:
@@ -300,7 +329,7 @@ class RecallIndex:
         if grown is not None:
             first, tail = grown
             counts[1] += self._insert(source_units(relative, session, tail, 0), offset=first)
-            self._surround(relative, first - 1, first + len(tail.frames) - 1)
+            self._surround(relative, first - REACH, first + len(tail.frames) - 1)
             self._record_file(relative, "archive", signature, digest, len(data),
                               first + len(tail.frames), True)
             return
@@ -349,12 +378,14 @@ class RecallIndex:
             chunk = ids[start:start + 500]
             marks = ",".join("?" * len(chunk))
             db.execute(f"DELETE FROM fts WHERE rowid IN ({marks})", chunk)
+            db.execute(f"DELETE FROM vector WHERE id IN ({marks})", chunk)
             db.execute(f"DELETE FROM unit WHERE id IN ({marks})", chunk)
         return len(ids)
 
     def _insert(self, units: Iterable[Unit], offset: int = 0) -> int:
         db = self.db
         count = 0
+        embed: list[tuple[int, str]] = []
         for unit in units:
             cursor = db.execute(
                 "INSERT INTO unit(kind, path, seq, text, when_text, start, finish, block_id,"
@@ -366,18 +397,25 @@ class RecallIndex:
             db.execute("INSERT INTO fts(rowid, text, speaker, heading, around)"
                        " VALUES(?, ?, ?, ?, '')",
                        (cursor.lastrowid, unit.text, unit.speaker, unit.heading))
+            embed.append((int(cursor.lastrowid or 0), unit.text))
             count += 1
+        if self.embedder is not None and embed:
+            vectors = self.embedder.embed([text for _, text in embed])
+            db.executemany("INSERT INTO vector(id, v) VALUES(?, ?)",
+                           [(ident, pack_vector(v)) for (ident, _), v in zip(embed, vectors,
+                                                                            strict=True)])
         return count
 
     def _surround(self, relative: str, first: int, last: int) -> None:
         """Set the ``around`` column (the adjacent turns' words) of turns ``first..last``."""
         db = self.db
         rows = list(db.execute("SELECT id, seq, text FROM unit WHERE path=? AND seq BETWEEN ? AND ?"
-                               " ORDER BY seq", (relative, first - 1, last + 1)))
+                               " ORDER BY seq", (relative, first - REACH, last + REACH)))
         texts = {int(seq): str(text) for _, seq, text in rows}
         for ident, seq, _ in rows:
             if first <= seq <= last:
-                around = " ".join(texts.get(n, "") for n in (seq - 1, seq + 1))
+                around = " ".join(texts.get(n, "") for n in range(seq - REACH, seq + REACH + 1)
+                                  if n != seq)
                 db.execute("UPDATE fts SET around=? WHERE rowid=?", (around, ident))
 
     # -- reading -----------------------------------------------------------------
@@ -387,6 +425,31 @@ class RecallIndex:
         return list(self.db.execute(
             "SELECT rowid, rank FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?",
             (expression, limit)))
+
+    def search_within(self, expression: str, start: float, end: float,
+                      limit: int) -> list[tuple[int, float]]:
+        """:meth:`search` among the units whose time overlaps ``[start, end)``."""
+        return list(self.db.execute(
+            "SELECT fts.rowid, fts.rank FROM fts JOIN unit ON unit.id = fts.rowid"
+            " WHERE fts MATCH ? AND unit.start < ? AND unit.finish > ?"
+            " ORDER BY fts.rank LIMIT ?", (expression, end, start, limit)))
+
+    def nearest(self, text: str, limit: int) -> list[int]:
+        """The ids of the ``limit`` units nearest ``text`` by the embedder (none without one).
+
+        A scan of every vector: the backend is for workspaces an agent can
+        read, not a vector database.
+        """
+        if self.embedder is None:
+            return []
+        query = unit_vector(self.embedder.embed([text])[0])
+        scored: list[tuple[float, int]] = []
+        for ident, blob in self.db.execute("SELECT id, v FROM vector"):
+            vector = unpack_vector(blob)
+            if len(vector) == len(query):
+                scored.append((-sum(a * b for a, b in zip(query, vector, strict=True)), ident))
+        scored.sort()
+        return [ident for _, ident in scored[:limit]]
 
     def units(self, ids: Sequence[int]) -> dict[int, Unit]:
         found: dict[int, Unit] = {}
@@ -415,8 +478,10 @@ class RecallIndex:
         return found
 
     def dump(self) -> list[tuple[object, ...]]:
-        """Every unit without its row id, sorted (tests compare two indexes with it)."""
-        return sorted(row[1:] for row in self.db.execute("SELECT * FROM unit"))
+        """Every unit and its indexed words without the row id, sorted (to compare indexes)."""
+        return sorted(row[1:] for row in self.db.execute(
+            "SELECT unit.*, fts.text, fts.speaker, fts.heading, fts.around"
+            " FROM unit JOIN fts ON fts.rowid = unit.id"))
 
     def count(self) -> int:
         row = self.db.execute("SELECT count(*) FROM unit").fetchone()

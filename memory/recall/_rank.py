@@ -12,8 +12,7 @@ ruled here, each rule a factor on the BM25 relevance (pure functions):
   whose cited turns is on the branch counts less;
 - no repeats: a paragraph and the turns it cites are never both shown.
 
-Fusion with a second ranking (an embedding backend) is reciprocal rank
-fusion (:func:`fuse_rrf`). Packing (:func:`pack_context`) fills a token
+Packing (:func:`pack_context`) fills a token
 budget with the best hits, each labelled with its provenance and time,
 and with the adjacent turns of a quoted turn when they still fit. The
 budget is checked by counting the whole block with the ledger's counter
@@ -22,6 +21,7 @@ after every addition, so ``tokens <= budget`` holds for any counter.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,7 +33,6 @@ __all__ = [
     "BranchView",
     "Context",
     "Hit",
-    "fuse_rrf",
     "hit_of",
     "pack_context",
     "rank_units",
@@ -46,7 +45,6 @@ TIME_MISS = 0.7
 OFF_BRANCH = 0.5
 OTHER_SESSION = 0.5
 TOPIC_WEIGHT = 0.3
-RRF_K = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,11 +79,12 @@ class Hit:
     trust: str = "trusted"
     on_branch: bool | None = None
     seq: int = 0
+    when: str = ""  # the time as the file holds it (ISO for a turn, footnote times for a topic)
 
     def as_json(self) -> dict[str, object]:
         document: dict[str, object] = {
             "kind": self.kind, "text": self.text, "score": round(self.score, 6),
-            "time": self.time, "file": self.file,
+            "time": self.time, "when": self.when, "file": self.file,
         }
         if self.kind == "topic":
             document["block_id"] = self.block_id
@@ -133,12 +132,13 @@ def hit_of(unit: Unit, score: float, cited: Mapping[str, Unit],
         on = None if view is None else any(
             s == view.session and n in view.on_branch for s, n in pairs)
         return Hit("topic", unit.text, score, render_time(unit), unit.path,
-                   block_id=unit.block_id, sources=pairs, on_branch=on, seq=unit.seq)
+                   block_id=unit.block_id, sources=pairs, on_branch=on, seq=unit.seq,
+                   when=unit.when)
     on = None if view is None else (unit.session == view.session
                                     and unit.node_id in view.on_branch)
     return Hit("source", unit.text, score, render_time(unit), unit.path,
                session=unit.session, node_id=unit.node_id, speaker=unit.speaker,
-               trust=unit.trust, on_branch=on, seq=unit.seq)
+               trust=unit.trust, on_branch=on, seq=unit.seq, when=unit.when)
 
 
 def _names_in(query: ParsedQuery, speaker: str) -> bool:
@@ -207,8 +207,7 @@ def rank_units(
 
 
 def _rescored(hit: Hit, score: float) -> Hit:
-    return Hit(hit.kind, hit.text, score, hit.time, hit.file, hit.block_id, hit.session,
-               hit.node_id, hit.speaker, hit.sources, hit.trust, hit.on_branch, hit.seq)
+    return dataclasses.replace(hit, score=score)
 
 
 def _without_repeats(hits: Iterable[Hit]) -> list[Hit]:
@@ -227,17 +226,6 @@ def _without_repeats(hits: Iterable[Hit]) -> list[Hit]:
             shown.update(hit.sources)
         kept.append(hit)
     return kept
-
-
-def fuse_rrf(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> list[tuple[int, float]]:
-    """Reciprocal rank fusion of rankings of ids: ``(id, sum 1/(k + rank))``, best first."""
-    totals: dict[int, float] = {}
-    first_seen: dict[int, int] = {}
-    for ranking in rankings:
-        for rank, ident in enumerate(ranking, start=1):
-            totals[ident] = totals.get(ident, 0.0) + 1.0 / (k + rank)
-            first_seen.setdefault(ident, len(first_seen))
-    return sorted(totals.items(), key=lambda item: (-item[1], first_seen[item[0]]))
 
 
 def _label(hit: Hit) -> str:
@@ -277,6 +265,19 @@ def pack_context(
     def fits(candidate: list[list[Hit]]) -> bool:
         return count(text_of(candidate)) <= budget_tokens
 
+    def add_neighbours(index: int) -> None:
+        nonlocal groups
+        assert neighbours is not None
+        for extra in neighbours(groups[index][0]):
+            pair = (extra.session or "", extra.node_id or "")
+            if pair in shown:
+                continue
+            merged = sorted([*groups[index], extra], key=lambda h: h.seq)
+            trial = [*groups[:index], merged, *groups[index + 1:]]
+            if fits(trial):
+                groups = trial
+                shown.add(pair)
+
     for hit in hits:
         pairs = _pairs(hit)
         if hit.kind == "source" and pairs[0] in shown:
@@ -289,20 +290,9 @@ def pack_context(
             shown.update(pairs)
             placed.append(hit)
     if neighbours is not None:
-        for index, group in enumerate(list(groups)):
-            anchor = group[0]
-            if anchor.kind != "source":
-                continue
-            for extra in neighbours(anchor):
-                pair = (extra.session or "", extra.node_id or "")
-                if pair in shown:
-                    continue
-                current = groups[index]
-                merged = sorted([*current, extra], key=lambda h: h.seq)
-                trial = [*groups[:index], merged, *groups[index + 1:]]
-                if fits(trial):
-                    groups = trial
-                    shown.add(pair)
+        for index in range(len(groups)):
+            if groups[index][0].kind == "source":
+                add_neighbours(index)
     text = text_of(groups)
     quoted = tuple(dict.fromkeys(
         (h.session or "", h.node_id or "") for g in groups for h in g if h.kind == "source"))

@@ -19,20 +19,20 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol
 
 import anyio
 
+from memory._errors import WorkspaceLockTimeoutError
 from memory.ledger import TokenCounter, default_counter
+from memory.recall._embedding import Embedder, fuse_rrf
 from memory.recall._index import RecallIndex, SyncReport
 from memory.recall._query import ParsedQuery, fts_expression, parse_query
 from memory.recall._rank import (
     BranchView,
     Context,
     Hit,
-    fuse_rrf,
     hit_of,
     pack_context,
     rank_units,
@@ -40,18 +40,10 @@ from memory.recall._rank import (
 from memory.recall._units import Unit
 from store import DurableFiles
 
-__all__ = ["CANDIDATES", "EmbeddingBackend", "Recall", "TimeBound"]
+__all__ = ["CANDIDATES", "Recall", "TimeBound"]
 
 CANDIDATES = 200  # BM25 matches ranked further, per query
 TimeBound = float | datetime | None
-
-
-class EmbeddingBackend(Protocol):
-    """An optional second ranking: similar units by meaning, fused by RRF (off by default)."""
-
-    def rank(self, query: str, units: Sequence[tuple[int, str]], limit: int) -> list[int]:
-        """The ids of ``units`` (id, text) most similar to ``query``, best first."""
-        ...
 
 
 def _seconds(value: TimeBound) -> float | None:
@@ -71,13 +63,13 @@ class Recall:
         files: DurableFiles | None = None,
         lock_timeout: float | None = None,
         clock: Callable[[], float] = time.time,
-        embedding: EmbeddingBackend | None = None,
         step: Callable[[str], None] | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
-        self.index = RecallIndex(memory_dir, files=files, lock_timeout=lock_timeout, step=step)
+        self.index = RecallIndex(memory_dir, files=files, lock_timeout=lock_timeout, step=step,
+                                 embedder=embedder)
         self.count = counter or default_counter()
         self.clock = clock
-        self.embedding = embedding
         self._lock = threading.Lock()
 
     # -- blocking bodies (worker threads) -------------------------------------------
@@ -85,6 +77,24 @@ class Recall:
     def sync_blocking(self) -> SyncReport:
         with self._lock:
             return self.index.sync()
+
+    def sync_after_write(self) -> SyncReport | None:
+        """The workspace actor's hook: sync now if nobody holds the index or write.lock.
+
+        Never waits: a query in progress or another process's transaction
+        means the next query syncs instead (every query syncs first), so the
+        workspace actor is never held up behind the read side. An index no
+        query has opened yet is left alone: the first query catches up (as
+        it must anyway after a start), so a runtime nobody asks costs nothing.
+        """
+        if not self.index.opened or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            return self.index.sync(lock_timeout=0.0)
+        except WorkspaceLockTimeoutError:
+            return None
+        finally:
+            self._lock.release()
 
     def rebuild_blocking(self) -> SyncReport:
         with self._lock:
@@ -100,27 +110,28 @@ class Recall:
     ) -> list[Hit]:
         """Under the lock, inside the read snapshot: sync, match, rank."""
         index = self.index
-        matches = index.search(_expression(parsed), CANDIDATES)
+        expression = _expression(parsed)
+        matches = index.search(expression, CANDIDATES)
+        # A time the query names: its units are candidates even if BM25 alone
+        # ranks them below the cut (a name that matches half the session).
+        for window in parsed.windows:
+            matches += index.search_within(expression, window.start, window.end, CANDIDATES)
+        first: dict[int, float] = {}
+        for ident, rank in matches:
+            first.setdefault(ident, rank)
+        matches = list(first.items())
+        semantic = index.nearest(parsed.text, CANDIDATES)
+        if semantic:
+            # RRF of the two rankings; scaled so the rules' factors act as on BM25.
+            fused = fuse_rrf([[ident for ident, _ in matches], semantic])
+            matches = [(ident, -100.0 * score) for ident, score in fused]
         units = index.units([ident for ident, _ in matches])
         found = [(ident, units[ident], -rank) for ident, rank in matches if ident in units]
-        if self.embedding is not None and found:
-            found = self._fused(parsed.text, found)
         cited = index.by_anchor({key for _, unit, _ in found if unit.kind == "topic"
                                  for key in unit.sources})
         return rank_units([(unit, relevance) for _, unit, relevance in found], parsed,
                           cited=cited, view=view, since=since, until=until,
                           include_pending=include_pending)
-
-    def _fused(self, text: str, found: list[tuple[int, Unit, float]]
-               ) -> list[tuple[int, Unit, float]]:
-        assert self.embedding is not None
-        by_id = {ident: (unit, relevance) for ident, unit, relevance in found}
-        semantic = self.embedding.rank(text, [(i, u.text) for i, u, _ in found], len(found))
-        fused = fuse_rrf([[ident for ident, _, _ in found], [i for i in semantic if i in by_id]])
-        # The fused score replaces BM25's, scaled to its range so the rules' factors still act.
-        top = max(relevance for _, _, relevance in found) or 1.0
-        best = fused[0][1] if fused else 1.0
-        return [(ident, by_id[ident][0], top * score / best) for ident, score in fused]
 
     def recall_blocking(
         self, query: str, *, k: int, view: BranchView | None, since: TimeBound,

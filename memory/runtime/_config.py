@@ -9,6 +9,7 @@ from typing import Any
 
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._tokens import TokenCounter, default_counter
+from memory.recall import Embedder
 from memory.runtime._settings import Timings, check_lock_timeout
 from store import LOCK_TIMEOUT, DurableFiles
 from supervisors import Backoff
@@ -57,6 +58,8 @@ class RuntimeConfig:
     files: DurableFiles = field(default_factory=DurableFiles)
     seed: int | None = None
     on_event: Callable[[dict[str, Any]], None] | None = None
+    # Recall's optional embedding backend (memory.recall.Embedder); None: BM25 and the rules.
+    recall_embedder: Embedder | None = None
 
     def __post_init__(self) -> None:
         # A NaN or infinite bound would make every lock wait endless.

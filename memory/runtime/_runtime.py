@@ -150,7 +150,8 @@ class MemoryRuntime:
         self._known_sessions: set[str] = set()  # ids whose meta.json session_ref has seen
         self._workspace: WorkspaceActor | None = None
         self.recall_index = Recall(self.memory_dir, counter=config.counter, files=config.files,
-                                   lock_timeout=config.lock_timeout, clock=config.clock)
+                                   lock_timeout=config.lock_timeout, clock=config.clock,
+                                   embedder=config.recall_embedder)
         self._sessions: DynamicSupervisor[str] | None = None
         self._watchdog: IdleWatchdog | None = None
         self.root: ActorRef | None = None
@@ -166,7 +167,7 @@ class MemoryRuntime:
 
         def start_workspace() -> WorkspaceActor:
             self._workspace = WorkspaceActor(self.memory_dir, files=config.files,
-                                             on_change=self.recall_index.sync_blocking,
+                                             on_change=self.recall_index.sync_after_write,
                                              clock=config.clock,
                                              lock_timeout=config.lock_timeout)
             return self._workspace
@@ -448,11 +449,12 @@ class MemoryRuntime:
             return None
         branch = await self.sessions.get_branch(session, tip)  # unknown session or tip: raises
         on = frozenset(str(m["id"]) for m in branch if m.get("id") is not None)
+        head = tip if tip is not None else (str(branch[-1]["id"]) if branch else "")
         live = set(on)
         for row in await self.sessions.list_branches(session):
-            live.update(str(m["id"]) for m in await self.sessions.get_branch(
-                session, row["head_msg_id"]) if m.get("id") is not None)
-        head = tip if tip is not None else (str(branch[-1]["id"]) if branch else "")
+            if row["head_msg_id"] not in live:  # a tip on the asked branch adds nothing
+                live.update(str(m["id"]) for m in await self.sessions.get_branch(
+                    session, row["head_msg_id"]) if m.get("id") is not None)
         return BranchView(session, head, on, frozenset(live))
 
     def statistics(self) -> RuntimeStatistics:

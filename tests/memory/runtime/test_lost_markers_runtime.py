@@ -88,7 +88,7 @@ async def owed_but_stranded(rt: MemoryRuntime, sid: str, workspace: str) -> None
     """u3 archived (a crash before its install) and u4 never archived, both behind marked a4."""
     await chain(rt, sid, "a2", ["u3", "a3", "u4", "a4"])
     [u3] = [r for r in await rt.pending(sid) if r.message_id == "u3"]
-    await rt.workspace_ref.call(ArchiveBatches((Batch(sid, (u3,), ""),)), timeout=None)
+    await rt.workspace_ref.call(ArchiveBatches((Batch(sid, (u3,), ""),)))
     await rt.sessions.merge_node_metadata_batch(sid, {"a4": {MARKER_KEY: workspace}})
 
 
