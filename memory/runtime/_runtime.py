@@ -62,6 +62,7 @@ from memory.runtime._watchdog import IdleWatchdog, PollNow, Touched
 from memory.runtime._workspace_actor import (
     ArchiveBatches,
     BatchesCovered,
+    CheckEdits,
     CitedSources,
     CommitEdits,
     QuarantineBatch,
@@ -579,6 +580,8 @@ class MemoryRuntime:
             "outcomes": dict(self.outcomes),
             "quarantined": len(self.quarantined),
             "sessions_active": 0 if self._sessions is None else len(self._sessions.registry),
+            # A writer with usage to report (a model writer's tokens, calls, retries).
+            "writer": getattr(self.writer, "statistics", dict)(),
         }
 
 
@@ -593,7 +596,10 @@ class _WorkspaceSteps:
 
     async def snapshot(self) -> WorkspaceSnapshot:
         view: WorkspaceSnapshot = await self.workspace.call(TakeSnapshot(), timeout=None)
-        return view
+        return replace(view, check=self.check)
+
+    async def check(self, edits: Sequence[TopicEdit], sources: frozenset[str]) -> Any:
+        return await self.workspace.call(CheckEdits(tuple(edits), sources), timeout=None)
 
     async def commit(self, batches: Sequence[Batch], edits: Sequence[TopicEdit], base: str) -> Any:
         return await self.workspace.call(

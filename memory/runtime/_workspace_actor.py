@@ -61,6 +61,7 @@ from store import LOCK_TIMEOUT, DurableFiles, UnsafeLinkError, run_durable
 __all__ = [
     "ArchiveBatches",
     "BatchesCovered",
+    "CheckEdits",
     "CitedSources",
     "CommitEdits",
     "QuarantineBatch",
@@ -94,6 +95,14 @@ class CommitEdits(Idempotent):
     batches: tuple[Batch, ...]
     edits: tuple[TopicEdit, ...]
     base_revision: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckEdits(Idempotent):
+    """The audit committing ``edits`` for ``batch_sources`` would give now (installs nothing)."""
+
+    edits: tuple[TopicEdit, ...]
+    batch_sources: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +159,8 @@ class ReplaceRuntimeState(Idempotent):
 
 
 # What a half-installed topic set would answer wrongly: served only once recovery ran.
-_READS_TOPICS = (TakeSnapshot, CommitEdits, CitedSources, BatchesCovered, SourcesInMemory)
+_READS_TOPICS = (TakeSnapshot, CommitEdits, CheckEdits, CitedSources, BatchesCovered,
+                 SourcesInMemory)
 
 
 class WorkspaceActor(Actor):
@@ -225,6 +235,9 @@ class WorkspaceActor(Actor):
                 return await run_durable(self.transactions.snapshot)
             case CommitEdits(batches, edits, base):
                 return await run_durable(self._commit, batches, edits, base)
+            case CheckEdits():
+                return await run_durable(lambda: self.transactions.check(
+                    message.edits, batch_sources=message.batch_sources))
             case CitedSources():
                 return await run_durable(self.transactions.cited_keys)
             case BatchesCovered(batches):
