@@ -29,6 +29,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import os
 import re
 import socket
 import threading
@@ -76,7 +77,7 @@ def _first_user_text(body: dict[str, Any]) -> str:
 
 @dataclass
 class ScriptedModel:
-    script: collections.deque[str] = field(default_factory=collections.deque)
+    script: collections.deque[str] | list[str] = field(default_factory=collections.deque)
     default: str = "good"
     latency: float = 0.0
     slow_seconds: float = 2.0
@@ -88,6 +89,9 @@ class ScriptedModel:
     disconnects: int = 0
     port: int = 0
 
+    def __post_init__(self) -> None:
+        self.script = collections.deque(self.script)  # a list reads as well
+
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
@@ -95,6 +99,7 @@ class ScriptedModel:
     def next_behaviour(self) -> str:
         if self.fail_every and (len(self.behaviours) + 1) % self.fail_every == 0:
             return "500"
+        assert isinstance(self.script, collections.deque)
         return self.script.popleft() if self.script else self.default
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -172,7 +177,7 @@ class ScriptedModel:
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self, log_level="critical", lifespan="off", access_log=False,
+        config = uvicorn.Config(self, log_level=os.environ.get("MODEL_SERVER_LOG", "critical"), lifespan="off", access_log=False,
                                 timeout_keep_alive=30)
         server = uvicorn.Server(config)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)

@@ -55,7 +55,7 @@ from memory.runtime._settings import (
 )
 from memory.simulate._command import simulate
 from memory.workspace._workspace_id import read_workspace_id
-from memory.writers.model import ModelWriter
+from memory.writers.model import ModelWriter, read_model_usage
 from store import (
     LOCK_TIMEOUT,
     ChainCycleError,
@@ -655,6 +655,8 @@ def memory_audit(repair: bool, state_dir: str, as_json: bool) -> None:
         click.echo(f"scriptorium: {len(report['lost_markers'])} lost marker(s): "
                    f"'scriptorium memory audit --repair' sets them again (writes no memory)",
                    err=True)
+    # What model writers spent on this workspace (totals per model, today's tokens).
+    report["model_usage"] = read_model_usage(os.path.join(state_dir, "memory"))
     if as_json:
         emit_json(report)
     else:

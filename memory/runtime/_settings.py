@@ -34,7 +34,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from memory._errors import SettingsError
-from memory.writers.model import ModelWriter, model_settings
+from memory.writers.model import ModelWriter, UsageFile, model_settings
 
 if TYPE_CHECKING:
     from memory.runtime._runtime import RuntimeConfig
@@ -155,7 +155,8 @@ def model_writer_for(
     path = os.path.join(os.fspath(state_dir), SETTINGS_FILE)
     settings = model_settings(read_writer_table(state_dir), source, flags,
                               where=f"{path} [writer]")
-    return ModelWriter(settings, env=source, on_event=on_event)
+    return ModelWriter(settings, env=source, on_event=on_event,
+                       usage_file=UsageFile(os.path.join(os.fspath(state_dir), "memory")))
 
 
 def apply_timings(config: RuntimeConfig, timings: Timings) -> RuntimeConfig:

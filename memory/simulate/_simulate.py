@@ -46,7 +46,7 @@ from memory.simulate._faults import (
 from memory.simulate._oracle import Evidence, Verdict, check_invariants, outside_evidence
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._writer import Writer
-from memory.writers.model import ModelSettings, ModelWriter
+from memory.writers.model import ModelSettings, ModelWriter, UsageFile
 from store import list_sessions, run_durable, state_path
 from supervisors import Backoff, GetChild
 
@@ -282,8 +282,8 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
         while True:
             rt: MemoryRuntime | None = None
             try:
-                inner: Writer = (ExtractiveWriter() if config.model is None
-                                 else ModelWriter(config.model))
+                inner: Writer = ExtractiveWriter() if config.model is None else ModelWriter(
+                    config.model, usage_file=UsageFile(os.path.join(config.state_dir, "memory")))
                 async with _closing(inner), open_runtime(
                     config.state_dir, FaultyWriter(inner, plan),
                     config=runtime_config(config, plan),

@@ -5,7 +5,8 @@ Layout (see docs/architecture.md): ``_settings`` what configures it;
 schema, the strict parser and actions -> topic edits; ``_wire`` the OpenAI
 and Anthropic wire formats; ``_retry`` the pure retry and budget rules;
 ``_transport`` one endpoint (pooled client, concurrency, retries);
-``_writer`` :class:`ModelWriter`, the repair loop and usage.
+``_writer`` :class:`ModelWriter`, the repair loop and usage; ``_usage`` the
+usage file (totals for the audit, the daily budget across restarts).
 """
 
 from memory.writers.model._edits import EDITS_SCHEMA as EDITS_SCHEMA
@@ -31,6 +32,10 @@ from memory.writers.model._transport import Endpoint as Endpoint
 from memory.writers.model._transport import EndpointRefused as EndpointRefused
 from memory.writers.model._transport import EndpointUnavailable as EndpointUnavailable
 from memory.writers.model._transport import ModelCallFailed as ModelCallFailed
+from memory.writers.model._usage import USAGE_FILE as USAGE_FILE
+from memory.writers.model._usage import UsageFile as UsageFile
+from memory.writers.model._usage import merge_usage as merge_usage
+from memory.writers.model._usage import read_model_usage as read_model_usage
 from memory.writers.model._wire import Completion as Completion
 from memory.writers.model._wire import ResponseUnreadable as ResponseUnreadable
 from memory.writers.model._wire import build_request as build_request
@@ -40,6 +45,7 @@ from memory.writers.model._writer import ModelWriterFailed as ModelWriterFailed
 
 __all__ = [
     "EDITS_SCHEMA",
+    "USAGE_FILE",
     "WRITING_RULES",
     "ActionsUnreadable",
     "CallStats",
@@ -56,13 +62,16 @@ __all__ = [
     "Ranking",
     "ResponseUnreadable",
     "RetryPolicy",
+    "UsageFile",
     "batch_budget_allows",
     "build_request",
     "core_first",
     "daily_wait",
+    "merge_usage",
     "model_settings",
     "parse_actions",
     "parse_retry_after",
+    "read_model_usage",
     "read_response",
     "render_model_prompt",
     "retry_delay",

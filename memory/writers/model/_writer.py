@@ -40,7 +40,7 @@ import anyio
 import anyio.to_thread
 import httpx
 
-from memory._errors import TopicError
+from memory._errors import TopicError, describe_error
 from memory.ledger import TokenCounter, default_counter
 from memory.workspace import TopicEdit, WorkspaceSnapshot
 from memory.writers._writer import Batch
@@ -49,7 +49,9 @@ from memory.writers.model._prompt import WRITING_RULES, Ranking, core_first, ren
 from memory.writers.model._retry import DailySpend, batch_budget_allows, daily_wait
 from memory.writers.model._settings import ModelSettings
 from memory.writers.model._transport import Endpoint, EndpointRefused, Sleep
+from memory.writers.model._usage import UsageFile
 from memory.writers.model._wire import MODES, Completion, build_request, read_response
+from store import run_durable
 
 __all__ = ["ModelWriter", "ModelWriterFailed"]
 
@@ -96,8 +98,10 @@ class ModelWriter:
         counter: TokenCounter | None = None, rank: Ranking = core_first,
         on_event: Callable[[dict[str, Any]], None] | None = None,
         clock: Callable[[], float] = time.time, sleep: Sleep = anyio.sleep,
+        usage_file: UsageFile | None = None,
     ) -> None:
         self.settings = settings
+        self.usage_file = usage_file
         self.endpoint = endpoint or Endpoint(settings, env=env, transport=transport,
                                              sleep=sleep, clock=clock)
         self.mode = "json_schema" if settings.mode == "auto" else settings.mode
@@ -130,6 +134,8 @@ class ModelWriter:
 
     async def admit(self, batch: Batch) -> None:
         """Wait while the daily budget is spent (the cycle awaits this before its timeout)."""
+        if self.settings.daily_tokens is not None and self.usage_file is not None:
+            self._spent_today(await run_durable(self.usage_file.daily))
         while (wait := daily_wait(self.settings.daily_tokens, self.daily, self.clock())) > 0:
             self._emit("model_budget_wait", batch, seconds=wait, daily_tokens=self.daily.tokens)
             await self.sleep(wait)
@@ -146,6 +152,7 @@ class ModelWriter:
                 self.totals["reused"] += 1
                 self._emit("model_usage", batch, result="reused", prompt_tokens=0,
                            completion_tokens=0, seconds=0.0, retries=0, calls=0, repairs=0)
+                await self._save({"reused": 1}, 0)
                 return list(kept_edits)
         usage: Counter[str] = Counter()
         started = anyio.current_time()
@@ -163,6 +170,25 @@ class ModelWriter:
             self._emit("model_usage", batch, result=result, seconds=round(seconds, 6),
                        **{k: usage[k] for k in ("prompt_tokens", "completion_tokens", "retries",
                                                 "calls", "repairs")})
+            await self._save({**usage, "batches": 1, "failed": int(result == "failed"),
+                              "seconds": seconds},
+                             usage["prompt_tokens"] + usage["completion_tokens"])
+
+    def _spent_today(self, spend: DailySpend) -> None:
+        """Take the larger of what this writer and the usage file say today's spend is."""
+        if spend.day > self.daily.day or (spend.day == self.daily.day
+                                           and spend.tokens > self.daily.tokens):
+            self.daily = spend
+
+    async def _save(self, delta: Mapping[str, float], tokens: int) -> None:
+        """Add one batch's usage to the usage file; a failure to save never fails the batch."""
+        if self.usage_file is None:
+            return
+        try:
+            self._spent_today(await run_durable(
+                self.usage_file.add, self.settings.model, delta, tokens, self.clock()))
+        except Exception as exc:  # noqa: BLE001 - accounting must not cost a batch
+            self._emit_plain("model_usage_unsaved", error=describe_error(exc))
 
     async def _write(
         self, batch: Batch, workspace: WorkspaceSnapshot, usage: Counter[str],

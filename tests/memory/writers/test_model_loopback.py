@@ -20,7 +20,13 @@ import pytest
 
 from memory.runtime._runtime import open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
-from memory.writers.model import ModelSettings, ModelWriter, RetryPolicy
+from memory.writers.model import (
+    ModelSettings,
+    ModelWriter,
+    RetryPolicy,
+    UsageFile,
+    read_model_usage,
+)
 from supervisors import Backoff
 from tests.memory.runtime.test_runtime import chain, config
 from tests.memory.runtime.test_runtime_failures import marked
@@ -52,7 +58,8 @@ class Run:
         self.writer = ModelWriter(
             settings_for(server, provider, **overrides),
             env={"OPENAI_API_KEY": KEY, "ANTHROPIC_API_KEY": KEY},
-            on_event=self.events.append, sleep=self.sleep)
+            on_event=self.events.append, sleep=self.sleep,
+            usage_file=UsageFile(str(self.state / "memory")))
         self.outcome: BoundaryOutcome | None = None
         self.session = ""
 
@@ -106,7 +113,7 @@ WRITTEN = [
 async def test_a_batch_the_model_gets_right_is_installed_and_marked(
     tmp_path: Path, provider: str, script: list[str], repairs: int,
 ) -> None:
-    with ScriptedModel(collections_of(script)).running() as server:
+    with ScriptedModel(script).running() as server:
         run = await Run(tmp_path, server, provider)()
     assert run.outcome is BoundaryOutcome.WRITTEN
     assert run.marked == sorted(NODES)
@@ -127,6 +134,9 @@ async def test_a_batch_the_model_gets_right_is_installed_and_marked(
         assert "refused" in last
     stats = run.writer.statistics()
     assert stats["batches"] == 1 and stats["retries"] == retried
+    saved = read_model_usage(str(run.state / "memory"))["models"]["scripted-1"]
+    assert saved["batches"] == 1 and saved["retries"] == retried
+    assert saved["prompt_tokens"] == usage["prompt_tokens"]
 
 
 FAILED = [
@@ -147,7 +157,7 @@ FAILED = [
 async def test_a_batch_the_model_gets_wrong_fails_and_marks_nothing(
     tmp_path: Path, provider: str, script: list[str], cause: str,
 ) -> None:
-    with ScriptedModel(collections_of(script), default="never").running() as server:
+    with ScriptedModel(script, default="never").running() as server:
         run = await Run(tmp_path, server, provider)()
     assert run.outcome is not BoundaryOutcome.WRITTEN
     assert run.marked == []
@@ -201,9 +211,9 @@ async def test_no_api_key_reaches_the_state_dir_or_the_log(
     tmp_path: Path, provider: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level("DEBUG")
-    with ScriptedModel(collections_of(["401"])).running() as server:
+    with ScriptedModel(["401"]).running() as server:
         refused = await Run(tmp_path / "a", server, provider)()
-    with ScriptedModel(collections_of(["500", "good"])).running() as server:
+    with ScriptedModel(["500", "good"]).running() as server:
         written = await Run(tmp_path / "b", server, provider)()
         headers = server.requests[0]["headers"]
     assert KEY in (headers.get("authorization", "") + headers.get("x-api-key", ""))  # it was sent
@@ -217,9 +227,3 @@ async def test_no_api_key_reaches_the_state_dir_or_the_log(
         assert KEY not in repr(run.writer) and KEY not in repr(run.writer.endpoint)
         assert KEY not in json.dumps(run.writer.statistics())
     assert KEY not in caplog.text
-
-
-def collections_of(script: list[str]) -> Any:
-    import collections
-
-    return collections.deque(script)
