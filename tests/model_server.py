@@ -42,8 +42,9 @@ import uvicorn
 _WORD = re.compile(r"[A-Za-z0-9]+")
 
 
-def good_actions(prompt: str, *, invent: bool = False) -> dict[str, Any]:
-    """One paragraph per observed record, appended to topics/notes.md under ## Notes."""
+def good_actions(prompt: str, *, invent: bool = False,
+                 path: str = "topics/notes.md") -> dict[str, Any]:
+    """One paragraph per observed record, appended to ``path`` under ## Notes."""
     paragraphs: list[str] = []
     notes: list[str] = []
     date = "undated"
@@ -62,12 +63,12 @@ def good_actions(prompt: str, *, invent: bool = False) -> dict[str, Any]:
         notes.append(f"[^{label}]: Time: `{date}`; Sources: {record['ref']}")
     if not paragraphs:
         return {"edits": []}
-    return {"edits": [{"action": "append", "path": "topics/notes.md", "section": "## Notes",
+    return {"edits": [{"action": "append", "path": path, "section": "## Notes",
                        "text": "\n\n".join(paragraphs) + "\n\n" + "\n".join(notes),
                        "delete_blocks": []}]}
 
 
-def _first_user_text(body: dict[str, Any]) -> str:
+def first_user_text(body: dict[str, Any]) -> str:
     for message in body.get("messages", []):
         if message.get("role") == "user":
             content = message.get("content")
@@ -148,7 +149,7 @@ class ScriptedModel:
                                     (b"content-length", b"5000")]})
             await send({"type": "http.response.body", "body": b'{"choices": [', "more_body": True})
             raise ConnectionResetError("the scripted model drops the connection mid-body")
-        prompt = _first_user_text(body)
+        prompt = first_user_text(body)
         if behaviour in ("good", "slow"):
             answer: dict[str, Any] | str = good_actions(prompt)
         elif behaviour == "invented":
@@ -169,7 +170,7 @@ class ScriptedModel:
             answer = ""
         else:
             raise ValueError(f"unknown behaviour {behaviour!r}")
-        await _reply(send, 200, _completion(provider, body, answer))
+        await _reply(send, 200, completion_body(provider, body, answer))
 
     @contextlib.contextmanager
     def running(self) -> Iterator[ScriptedModel]:
@@ -194,7 +195,7 @@ class ScriptedModel:
             sock.close()
 
 
-def _completion(provider: str, body: dict[str, Any], answer: dict[str, Any] | str) -> Any:
+def completion_body(provider: str, body: dict[str, Any], answer: dict[str, Any] | str) -> Any:
     text = answer if isinstance(answer, str) else json.dumps(answer)
     usage_in, usage_out = max(1, len(json.dumps(body)) // 4), max(1, len(text) // 4)
     if provider == "anthropic":
