@@ -254,6 +254,7 @@ def _benches(python: str) -> list[Bench]:
               ["--files", "200", "--commits", "5", "--records", "600"], _harness_rows),
         Bench("workspace_archive", "bench/workspace_archive.py", script("workspace_archive"),
               ["--repeat", "5", "--sizes", "0,100,1000"], _harness_rows),
+        Bench("writer", "bench/writer.py", script("writer"), ["--quick"], _harness_rows),
         Bench("baselines", "bench/baselines/__init__.py",
               [python, "-c", BASELINES_CODE, "1000,10000,100000", "20", "60", "3"],
               [], _baseline_rows, notes=lambda data: data.get("markdown", "")),

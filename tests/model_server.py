@@ -85,6 +85,7 @@ class ScriptedModel:
     retry_after: str = "1"
     fail_every: int = 0
     refuse_response_format: bool = False
+    per_session_files: bool = False  # topics/<session>.md instead of topics/notes.md
     requests: list[dict[str, Any]] = field(default_factory=list)
     behaviours: list[str] = field(default_factory=list)
     disconnects: int = 0
@@ -151,7 +152,7 @@ class ScriptedModel:
             raise ConnectionResetError("the scripted model drops the connection mid-body")
         prompt = first_user_text(body)
         if behaviour in ("good", "slow"):
-            answer: dict[str, Any] | str = good_actions(prompt)
+            answer: dict[str, Any] | str = good_actions(prompt, path=self._path(prompt))
         elif behaviour == "invented":
             answer = good_actions(prompt, invent=True)
         elif behaviour == "outside":
@@ -172,10 +173,19 @@ class ScriptedModel:
             raise ValueError(f"unknown behaviour {behaviour!r}")
         await _reply(send, 200, completion_body(provider, body, answer))
 
+    def _path(self, prompt: str) -> str:
+        if not self.per_session_files:
+            return "topics/notes.md"
+        match = re.search(r'"ref": "openprogram/([^/"]+)/', prompt)
+        return f"topics/{match.group(1) if match else 'notes'}.md"
+
     @contextlib.contextmanager
     def running(self) -> Iterator[ScriptedModel]:
         """Serve on a free loopback port in a thread for the block's duration."""
         sock = socket.socket()
+        # Accepted sockets inherit it: uvicorn writes headers and body apart, and
+        # Nagle against the client's delayed ACK would add 40 ms to every answer.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(self, log_level=os.environ.get("MODEL_SERVER_LOG", "critical"), lifespan="off", access_log=False,
@@ -224,3 +234,45 @@ async def _reply(send: Any, status: int, document: Any,
         (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
         *((k.encode(), v.encode()) for k, v in (headers or {}).items())]})
     await send({"type": "http.response.body", "body": payload})
+
+
+@contextlib.contextmanager
+def model_server_process(**options: Any) -> Iterator[str]:
+    """The server in a process of its own (bench: its CPU is not the client's); yields the base URL.
+
+    Options are :class:`ScriptedModel` fields of type float or bool.
+    """
+    import subprocess
+    import sys
+
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([sys.executable, "-m", "tests.model_server", *args], cwd=root,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()  # the server exits when its stdin closes
+        proc.wait(10)
+
+
+def _main() -> None:
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="serve the scripted model until stdin closes")
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--per-session-files", default="False")
+    args = parser.parse_args()
+    model = ScriptedModel(latency=args.latency,
+                          per_session_files=args.per_session_files == "True")
+    with model.running():
+        print(model.port, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    _main()
