@@ -164,23 +164,27 @@ async def test_the_concurrency_limit_holds_requests_back() -> None:
     assert arrived == 6 and ep.peak_in_flight == 2
 
 
-async def test_a_cancelled_call_cancels_its_request() -> None:
-    started, cancelled = anyio.Event(), anyio.Event()
+@pytest.mark.virtual_time
+async def test_a_cancelled_call_cancels_its_request_at_once() -> None:
+    started = anyio.Event()
+    ended: list[float] = []
 
     async def handler(request: httpx.Request) -> httpx.Response:
         started.set()
         try:
             await anyio.sleep_forever()
         finally:
-            cancelled.set()
+            ended.append(anyio.current_time())
         raise AssertionError("unreachable")
 
     async with Endpoint(settings(), transport=httpx.MockTransport(handler)) as endpoint:
         async with anyio.create_task_group() as tg:
             tg.start_soon(endpoint.post, "/chat/completions", {}, {})
             await started.wait()
+            cancelled_at = anyio.current_time()
             tg.cancel_scope.cancel()
-        assert cancelled.is_set() and endpoint.in_flight == 0
+        # ended with the cancel, not at a timeout; and no retry started another request
+        assert ended == [cancelled_at] and endpoint.in_flight == 0
 
 
 # -- budgets -----------------------------------------------------------------------------
