@@ -10,7 +10,8 @@ Each figure is measured in the same rounds as what it is set against
 - **overhead per batch**: ``ModelWriter.write`` for one batch in a
   workspace of 50 topic files (the bounded prompt rendered in a thread, the
   request built, sent, read strictly, the actions turned into topic edits
-  and dry-run through the real transaction validator) against its floor, the raw HTTP round trip of the same request
+  and dry-run through the real transaction validator, the usage file kept)
+  against its floor, the raw HTTP round trip of the same request
   body to the same server with a bare ``httpx.AsyncClient`` (what any
   client must pay); target <= 1.2x. Measured twice: a server that answers
   at once (the overhead laid bare) and one that answers in 20 ms (a fast
@@ -34,6 +35,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -64,6 +66,7 @@ from memory.writers.model import (
     WRITING_RULES,
     ModelSettings,
     ModelWriter,
+    UsageFile,
     build_request,
     render_model_prompt,
 )
@@ -96,6 +99,8 @@ class Workspace:
             self.archive.append(sid, batch.records)
             self.batches.append(batch)
         self.transactions = Transactions(self.memory, archived=self.archive.archived, files=files)
+        self.lock = threading.Lock()
+        self.usage = UsageFile(self.memory, files)
         # A workspace in use: topic files the prompt outlines and shows, one of them the
         # file every benchmark batch appends to.
         seed = Batch("seed", records("seed", 2 * topics), "")
@@ -110,9 +115,12 @@ class Workspace:
     async def snapshot(self) -> WorkspaceSnapshot:
         view = await anyio.to_thread.run_sync(self.transactions.snapshot)
 
+        def locked_check(edits: Any, sources: frozenset[str]) -> Any:
+            with self.lock:  # the workspace actor serialises it with every other request
+                return self.transactions.check(edits, batch_sources=sources)
+
         async def check(edits: Any, sources: frozenset[str]) -> Any:
-            return await anyio.to_thread.run_sync(
-                lambda: self.transactions.check(edits, batch_sources=sources))
+            return await anyio.to_thread.run_sync(locked_check, edits, sources)
 
         return WorkspaceSnapshot(view.revision, view.topic_paths, view.read, check)
 
@@ -126,7 +134,8 @@ async def overhead(latency: float, rounds: int, loops: int) -> list[Row]:
             model_server_process(latency=latency) as base_url:
         workspace = Workspace(root, 1)
         batch = workspace.batches[0]
-        writer = ModelWriter(settings(base_url), env={}, counter=estimate_tokens)
+        writer = ModelWriter(settings(base_url), env={}, counter=estimate_tokens,
+                             usage_file=workspace.usage)
         view = render_model_prompt(batch, await workspace.snapshot(), count=estimate_tokens,
                                    structure_tokens=6000, full_files=3)
         path, headers, body = build_request(
@@ -179,7 +188,8 @@ async def throughput(workers: int, limit: int, rounds: int, per_worker: int) -> 
     with tempfile.TemporaryDirectory(prefix="scriptorium-bench-") as root, \
             model_server_process(latency=0.2, per_session_files=True) as base_url:
         workspace = Workspace(root, workers)
-        writer = ModelWriter(settings(base_url, limit), env={}, counter=estimate_tokens)
+        writer = ModelWriter(settings(base_url, limit), env={}, counter=estimate_tokens,
+                             usage_file=workspace.usage)
 
         async def worker(batch: Batch, snapshot: WorkspaceSnapshot) -> None:
             for _ in range(per_worker):

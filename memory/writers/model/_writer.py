@@ -31,6 +31,7 @@ batch and adds up in :meth:`statistics`.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -44,7 +45,12 @@ from memory._errors import TopicError, describe_error
 from memory.ledger import TokenCounter, default_counter
 from memory.workspace import TopicEdit, WorkspaceSnapshot
 from memory.writers._writer import Batch
-from memory.writers.model._edits import ActionsUnreadable, parse_actions, to_topic_edits
+from memory.writers.model._edits import (
+    ActionsUnreadable,
+    EditAction,
+    parse_actions,
+    to_topic_edits,
+)
 from memory.writers.model._prompt import WRITING_RULES, Ranking, core_first, render_model_prompt
 from memory.writers.model._retry import DailySpend, batch_budget_allows, daily_wait
 from memory.writers.model._settings import ModelSettings
@@ -56,6 +62,7 @@ from store import run_durable
 __all__ = ["ModelWriter", "ModelWriterFailed"]
 
 _REUSABLE = 256  # batches whose edits are kept for a retry after a concurrent update
+USAGE_FLUSH = 1.0  # seconds between writes of the usage file
 _STEP_DOWN = (400, 422)
 
 
@@ -75,6 +82,14 @@ def _read_or_none(snapshot: WorkspaceSnapshot) -> Callable[[str], str | None]:
             return None
 
     return read
+
+
+def _edits_and_bases(
+    actions: Sequence[EditAction], read: Callable[[str], str | None],
+) -> tuple[list[TopicEdit], dict[str, str | None]]:
+    """The topic edits, and the text each touched file had at this base (blocking reads)."""
+    edits = to_topic_edits(actions, read)
+    return edits, {edit.path: read(edit.path) for edit in edits}
 
 
 def _local_problems(edits: Sequence[TopicEdit]) -> list[str]:
@@ -113,6 +128,9 @@ class ModelWriter:
         self.daily = DailySpend()
         self.totals: Counter[str] = Counter()
         self.seconds = 0.0
+        self._pending: dict[str, float] = {}  # usage not yet in the usage file
+        self._pending_tokens = 0
+        self._flushed_at = -math.inf
         self._reusable: OrderedDict[tuple[str, tuple[str, ...]],
                                     tuple[tuple[TopicEdit, ...], dict[str, str | None]]] = \
             OrderedDict()
@@ -122,6 +140,10 @@ class ModelWriter:
                f"model={self.settings.model!r})"
 
     async def aclose(self) -> None:
+        """Flush the pending usage and close the endpoint's connections."""
+        with anyio.CancelScope(shield=True):
+            if self._pending:
+                await self._save({}, 0, now=True)
         await self.endpoint.aclose()
 
     def statistics(self) -> dict[str, Any]:
@@ -180,14 +202,31 @@ class ModelWriter:
                                            and spend.tokens > self.daily.tokens):
             self.daily = spend
 
-    async def _save(self, delta: Mapping[str, float], tokens: int) -> None:
-        """Add one batch's usage to the usage file; a failure to save never fails the batch."""
+    async def _save(self, delta: Mapping[str, float], tokens: int, *, now: bool = False) -> None:
+        """Add one batch's usage to the usage file, at most every ``USAGE_FLUSH`` seconds.
+
+        The pending sums are flushed when the last flush is that old (and on
+        :meth:`aclose`): one durable write per second, not one per batch. A
+        failure to save is an event and the sums stay pending; it never
+        fails the batch.
+        """
         if self.usage_file is None:
             return
+        for key, value in delta.items():
+            self._pending[key] = self._pending.get(key, 0) + value
+        self._pending_tokens += tokens
+        moment = anyio.current_time()
+        if not now and moment - self._flushed_at < USAGE_FLUSH:
+            return
+        pending, tokens_due = self._pending, self._pending_tokens
+        self._pending, self._pending_tokens, self._flushed_at = {}, 0, moment
         try:
             self._spent_today(await run_durable(
-                self.usage_file.add, self.settings.model, delta, tokens, self.clock()))
+                self.usage_file.add, self.settings.model, pending, tokens_due, self.clock()))
         except Exception as exc:  # noqa: BLE001 - accounting must not cost a batch
+            for key, value in pending.items():
+                self._pending[key] = self._pending.get(key, 0) + value
+            self._pending_tokens += tokens_due
             self._emit_plain("model_usage_unsaved", error=describe_error(exc))
 
     async def _write(
@@ -214,7 +253,7 @@ class ModelWriter:
             usage["rounds"] += 1
             try:
                 actions = parse_actions(completion.answer)
-                edits = await anyio.to_thread.run_sync(to_topic_edits, actions, read)
+                edits, bases = await anyio.to_thread.run_sync(_edits_and_bases, actions, read)
                 problems = _local_problems(edits)
                 if not problems and edits and workspace.check is not None:
                     audit = await workspace.check(edits, sources)
@@ -223,10 +262,10 @@ class ModelWriter:
             except ActionsUnreadable as exc:
                 problems = [str(exc)]
             if not problems:
-                self._reusable[(batch.session_id, batch.node_ids)] = (tuple(edits), {
-                    edit.path: read(edit.path) for edit in edits})
-                while len(self._reusable) > _REUSABLE:
-                    self._reusable.popitem(last=False)
+                if edits:  # "nothing to remember" is asked again on a retry
+                    self._reusable[(batch.session_id, batch.node_ids)] = (tuple(edits), bases)
+                    while len(self._reusable) > _REUSABLE:
+                        self._reusable.popitem(last=False)
                 return edits
             if round_ < s.repair_rounds:
                 usage["repairs"] += 1

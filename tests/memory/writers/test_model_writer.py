@@ -33,6 +33,8 @@ from memory.writers.model import (
     ModelWriter,
     ModelWriterFailed,
     RetryPolicy,
+    UsageFile,
+    read_model_usage,
     render_model_prompt,
 )
 from tests.memory.runtime.test_runtime import chain, config
@@ -317,3 +319,33 @@ def test_the_workspace_shown_is_bounded_in_tokens_core_first() -> None:
     assert "more topic file(s) not shown" in view.text
     assert '"ref": "openprogram/s1/n1"' in view.text
     assert "The owner is Ada." in view.text
+
+
+@pytest.mark.virtual_time(cushion=0.05)
+async def test_usage_reaches_the_usage_file_at_most_every_second_and_on_close(
+    tmp_path: Path,
+) -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return good(request)
+
+    memory = tmp_path / "memory"
+    (memory / ".scriptorium").mkdir(parents=True)
+    writer = ModelWriter(settings(), transport=httpx.MockTransport(handler),
+                         usage_file=UsageFile(str(memory)), clock=virtual_noon)
+
+    def saved() -> int:
+        models = read_model_usage(str(memory))["models"]
+        return int(models["mock-1"]["batches"]) if models else 0
+
+    await writer.write(batch_of("n1"), snapshot({}))
+    assert saved() == 1  # the first batch is written at once
+    await writer.write(batch_of("n2"), snapshot({}))
+    await writer.write(batch_of("n3"), snapshot({}))
+    assert saved() == 1  # the next ones wait for the second to pass...
+    await anyio.sleep(1.0)
+    await writer.write(batch_of("n4"), snapshot({}))
+    assert saved() == 4  # ...and go together
+    await writer.write(batch_of("n5"), snapshot({}))
+    await writer.aclose()
+    assert saved() == 5  # closing flushes the rest
+    assert read_model_usage(str(memory))["daily"]["day"] == "2026-12-01"
