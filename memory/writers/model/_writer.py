@@ -220,14 +220,18 @@ class ModelWriter:
             return
         pending, tokens_due = self._pending, self._pending_tokens
         self._pending, self._pending_tokens, self._flushed_at = {}, 0, moment
+        saved = False
         try:
             self._spent_today(await run_durable(
                 self.usage_file.add, self.settings.model, pending, tokens_due, self.clock()))
+            saved = True
         except Exception as exc:  # noqa: BLE001 - accounting must not cost a batch
-            for key, value in pending.items():
-                self._pending[key] = self._pending.get(key, 0) + value
-            self._pending_tokens += tokens_due
             self._emit_plain("model_usage_unsaved", error=describe_error(exc))
+        finally:
+            if not saved:  # failed, or cancelled before the write: pending again
+                for key, value in pending.items():
+                    self._pending[key] = self._pending.get(key, 0) + value
+                self._pending_tokens += tokens_due
 
     async def _write(
         self, batch: Batch, workspace: WorkspaceSnapshot, usage: Counter[str],

@@ -349,3 +349,27 @@ async def test_usage_reaches_the_usage_file_at_most_every_second_and_on_close(
     await writer.aclose()
     assert saved() == 5  # closing flushes the rest
     assert read_model_usage(str(memory))["daily"]["day"] == "2026-12-01"
+
+
+def test_the_dry_run_gives_the_commits_verdicts_and_installs_nothing(tmp_path: Path) -> None:
+    from memory.workspace import ArchiveCache, TopicEdit, Transactions
+
+    memory = tmp_path / "memory"
+    (memory / ".scriptorium").mkdir(parents=True)
+    archive = ArchiveCache(str(memory))
+    batch = batch_of("n1")
+    archive.append("s1", batch.records)
+    transactions = Transactions(str(memory), archived=archive.archived)
+    good_text = ("# Notes\n\nLikes tea.[^e1]\n\n"
+                 "[^e1]: Time: `2026-12-01`; Sources: openprogram/s1/n1\n")
+    edits = [TopicEdit("topics/notes.md", good_text),
+             TopicEdit("topics/other.md", good_text.replace("s1/n1", "s9/n9")),
+             TopicEdit("sources/openprogram/forged.md", good_text)]
+    before = transactions.revision()
+    audit = transactions.check(edits, batch_sources={"openprogram/s1/n1"})
+    assert [entry["status"] for entry in audit] == ["ok", "error", "error"]
+    assert "not archived" in audit[1]["error"] and "topics/" in audit[2]["error"]
+    assert transactions.revision() == before and not (memory / "topics").exists()
+    committed = transactions.commit(edits, base_revision=before,
+                                    batch_sources={"openprogram/s1/n1"})
+    assert [e["status"] for e in committed.audit[:3]] == [e["status"] for e in audit]
