@@ -270,6 +270,7 @@ def _benches(python: str) -> list[Bench]:
         # Issue 13: LoCoMo recall next to BM25 on raw turns, and the index at scale.
         Bench("recall", "bench/recall.py", script("recall"), ["--quick"], _harness_rows,
               notes=_recall_notes, timeout=1800.0),
+        Bench("writer", "bench/writer.py", script("writer"), ["--quick"], _harness_rows),
         Bench("baselines", "bench/baselines/__init__.py",
               [python, "-c", BASELINES_CODE, "1000,10000,100000", "20", "60", "3"],
               [], _baseline_rows, notes=lambda data: data.get("markdown", "")),

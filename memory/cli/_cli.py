@@ -50,10 +50,13 @@ from memory.runtime._settings import (
     check_lock_timeout,
     check_seconds,
     check_threshold,
+    model_writer_for,
     read_settings,
+    writer_kind,
 )
 from memory.simulate._command import simulate
 from memory.workspace._workspace_id import read_workspace_id
+from memory.writers.model import ModelWriter, read_model_usage
 from store import (
     LOCK_TIMEOUT,
     ChainCycleError,
@@ -174,13 +177,47 @@ def _config(state_dir: str, workers: int, flags: dict[str, Any], **extra: Any) -
     return config
 
 
+def writer_options(command: F) -> F:
+    """Which writer writes memory (``--writer model``: an HTTP model endpoint)."""
+    for flag, kind, what in reversed((
+        ("--writer", click.Choice(["extractive", "model"]),
+         "The writer (default: $SCRIPTORIUM_WRITER, scriptorium.toml [writer] kind, or extractive)."),
+        ("--base-url", str, "The model endpoint's base URL, e.g. http://127.0.0.1:8000/v1."),
+        ("--model", str, "The model name sent to the endpoint."),
+        ("--provider", click.Choice(["openai", "anthropic"]),
+         "The wire format: OpenAI-compatible chat completions or Anthropic Messages."),
+    )):
+        command = click.option(flag, type=kind, default=None, help=what)(command)
+    return command
+
+
+def _writer(state_dir: str, flags: dict[str, Any],
+            on_event: Callable[[dict[str, Any]], None] | None) -> ModelWriter | None:
+    """The model writer the options ask for, or None (the built-in one); bad settings exit 2.
+
+    The API key is read from the environment variable the settings name.
+    """
+    try:
+        if writer_kind(state_dir, flags.get("writer")) != "model":
+            return None
+        return model_writer_for(state_dir, {k: flags.get(k) for k in
+                                            ("base_url", "model", "provider")},
+                                on_event=on_event)
+    except SettingsError as exc:
+        raise CliError.of(exc) from None
+
+
 def _with_runtime(
     state_dir: str, config: RuntimeConfig, backend: str,
-    body: Callable[[MemoryRuntime], Awaitable[T]],
+    body: Callable[[MemoryRuntime], Awaitable[T]], writer: ModelWriter | None = None,
 ) -> T:
     async def main() -> T:
-        async with open_runtime(state_dir, config=config) as rt:
-            return await body(rt)
+        try:
+            async with open_runtime(state_dir, writer, config=config) as rt:
+                return await body(rt)
+        finally:
+            if writer is not None:
+                await writer.aclose()
 
     return anyio.run(main, backend=backend)  # errors: one line, by ReportingGroup
 
@@ -478,12 +515,14 @@ def memory_release(sid: str | None, state_dir: str, as_json: bool) -> None:
 @click.option("--drain-timeout", type=float, default=30.0, show_default=True,
               help="On SIGINT/SIGTERM, how long in-flight jobs may take to finish.")
 @LOCK_TIMEOUT_OPTION
+@writer_options
 @runtime_options
 @timing_options
 @creating_state_options
 def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
         lock_timeout: float, threshold: int | None, workers: int, backend: str, state_dir: str,
-        as_json: bool, **timings: float | None) -> None:
+        as_json: bool, writer: str | None, base_url: str | None, model: str | None,
+        provider: str | None, **timings: float | None) -> None:
     """Run the memory runtime headless until SIGINT/SIGTERM (or, with --once, until done)."""
 
     def log(event: dict[str, Any]) -> None:
@@ -498,12 +537,23 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
 
     config = _config(state_dir, workers, {"threshold": threshold, **timings}, on_event=log,
                      lock_timeout=lock_timeout)
+    model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
+                                       "provider": provider}, log)
     if once:
-        _report_writes(_with_runtime(state_dir, config, backend, run_once), as_json)
+        _report_writes(_with_runtime(state_dir, config, backend, run_once, model_writer),
+                       as_json)
         return
+
+    async def headless() -> None:
+        try:
+            await run_headless(state_dir, config=config, scan_interval=scan_interval,
+                               drain_timeout=drain_timeout, log=log, writer=model_writer)
+        finally:
+            if model_writer is not None:
+                await model_writer.aclose()
+
     try:
-        anyio.run(lambda: run_headless(state_dir, config=config, scan_interval=scan_interval,
-                                       drain_timeout=drain_timeout, log=log), backend=backend)
+        anyio.run(headless, backend=backend)
     except StoreError as exc:
         raise CliError.of(exc) from None
 
@@ -606,6 +656,8 @@ def memory_audit(repair: bool, state_dir: str, as_json: bool) -> None:
         click.echo(f"scriptorium: {len(report['lost_markers'])} lost marker(s): "
                    f"'scriptorium memory audit --repair' sets them again (writes no memory)",
                    err=True)
+    # What model writers spent on this workspace (totals per model, today's tokens).
+    report["model_usage"] = read_model_usage(os.path.join(state_dir, "memory"))
     if as_json:
         emit_json(report)
     else:

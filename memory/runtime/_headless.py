@@ -38,6 +38,7 @@ from memory.runtime._session_actor import (
     BoundaryReport,
     Reconsider,
 )
+from memory.writers import Writer
 from store import StoreError, list_sessions, run_durable
 
 __all__ = ["SessionReport", "run_headless", "run_once", "run_triggers", "scan_sessions"]
@@ -201,9 +202,10 @@ async def run_headless(
     drain_timeout: float = 30.0,
     log: Callable[[dict[str, Any]], None],
     ready: Callable[[], None] | None = None,
+    writer: Writer | None = None,
 ) -> None:
-    """Run until SIGINT or SIGTERM; see the module docstring."""
-    async with open_runtime(state_dir, config=config) as rt:
+    """Run until SIGINT or SIGTERM; see the module docstring. ``writer``: None, the built-in one."""
+    async with open_runtime(state_dir, writer, config=config) as rt:
         log({"event": "started", "state": state_dir, "workspace": rt.workspace_id})
         seen: dict[str, object] = {}
         reported: dict[str, str] = {}

@@ -125,6 +125,7 @@ class RuntimeStatistics:
     outcomes: Mapping[str, int]  # jobs by result ("written" or a FailureKind value), "quarantined"
     quarantined: int  # batches parked in quarantine now
     sessions_active: int  # session actors running
+    writer: Mapping[str, Any]  # a writer's own usage (a model writer's tokens, calls, retries)
 
 
 class MemoryRuntime:
@@ -463,6 +464,8 @@ class MemoryRuntime:
             outcomes=dict(self.jobs.outcomes),
             quarantined=len(self.quarantined),
             sessions_active=0 if self._sessions is None else len(self._sessions.registry),
+            # A writer with usage to report (a model writer's tokens, calls, retries).
+            writer=getattr(self.writer, "statistics", dict)(),
         )
 
 

@@ -13,6 +13,12 @@ those, so each is configurable in three places, the later winning:
    and by :func:`~memory.open_runtime` when it is given no config;
 3. the command line's flags.
 
+The writer is chosen the same way (:func:`writer_kind`, :func:`model_writer_for`):
+``--writer``, else ``$SCRIPTORIUM_WRITER``, else ``kind`` in the ``[writer]`` table,
+else the built-in extractive writer; a model writer's settings layer the
+``[writer]`` table, ``$SCRIPTORIUM_MODEL_*`` and the flags
+(:mod:`memory.writers.model`).
+
 A threshold the reference agent would not accept is allowed, with a
 :class:`~memory.ledger._ledger.ReferenceThresholdWarning`: the markers stay compatible, but that
 agent, run on the same state, batches differently.
@@ -23,9 +29,12 @@ from __future__ import annotations
 import math
 import os
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from typing import Any
 
 from memory._errors import SettingsError
+from memory.writers.model import ModelWriter, UsageFile, model_settings
 
 __all__ = [
     "SETTINGS_FILE",
@@ -34,9 +43,14 @@ __all__ = [
     "check_lock_timeout",
     "check_seconds",
     "check_threshold",
+    "model_writer_for",
     "parse_settings",
     "read_settings",
+    "read_writer_table",
+    "writer_kind",
 ]
+
+WRITER_KINDS = ("extractive", "model")
 
 SETTINGS_FILE = "scriptorium.toml"
 
@@ -76,7 +90,7 @@ def parse_settings(data: bytes, where: str) -> Timings:
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise SettingsError(where, f"not valid TOML ({exc}); fix or remove the file") from None
     known = {f.name for f in fields(Timings)}
-    unknown = sorted(set(document) - known)
+    unknown = sorted(set(document) - known - {"writer"})  # [writer]: read_writer_table
     if unknown:
         raise SettingsError(where, f"unknown key(s) {', '.join(unknown)}; the keys are "
                                    f"{', '.join(sorted(known))}")
@@ -98,6 +112,47 @@ def read_settings(state_dir: str | os.PathLike[str]) -> Timings:
     except (FileNotFoundError, NotADirectoryError):
         return Timings()
     return parse_settings(data, path)
+
+
+def read_writer_table(state_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``[writer]`` table of ``<state>/scriptorium.toml`` (empty without one)."""
+    path = os.path.join(os.fspath(state_dir), SETTINGS_FILE)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    parse_settings(data, path)  # the same errors as for the timings
+    table = tomllib.loads(data.decode("utf-8")).get("writer", {})
+    if not isinstance(table, dict):
+        raise SettingsError(path, "writer must be a table ([writer])")
+    return table
+
+
+def writer_kind(state_dir: str | os.PathLike[str], flag: str | None,
+                env: Mapping[str, str] | None = None) -> str:
+    """``extractive`` or ``model``: the flag, else ``$SCRIPTORIUM_WRITER``, else ``[writer] kind``."""
+    source = os.environ if env is None else env
+    kind = flag or source.get("SCRIPTORIUM_WRITER") or read_writer_table(state_dir).get("kind")
+    kind = kind or "extractive"
+    if kind not in WRITER_KINDS:
+        raise SettingsError("--writer", f"the writer is one of {', '.join(WRITER_KINDS)}, "
+                                        f"not {kind!r}")
+    return str(kind)
+
+
+def model_writer_for(
+    state_dir: str | os.PathLike[str], flags: Mapping[str, Any], *,
+    env: Mapping[str, str] | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> ModelWriter:
+    """A :class:`ModelWriter` from ``[writer]``, the environment and ``flags`` (the later wins)."""
+    source = os.environ if env is None else env
+    path = os.path.join(os.fspath(state_dir), SETTINGS_FILE)
+    settings = model_settings(read_writer_table(state_dir), source, flags,
+                              where=f"{path} [writer]")
+    return ModelWriter(settings, env=source, on_event=on_event,
+                       usage_file=UsageFile(os.path.join(os.fspath(state_dir), "memory")))
 
 
 def check_lock_timeout(value: object, where: str) -> float | None:

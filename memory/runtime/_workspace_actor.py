@@ -64,6 +64,7 @@ from store import LOCK_TIMEOUT, DurableFiles, UnsafeLinkError, run_durable
 __all__ = [
     "ArchiveBatches",
     "BatchesCovered",
+    "CheckEdits",
     "CitedSources",
     "CommitEdits",
     "QuarantineBatch",
@@ -97,6 +98,14 @@ class CommitEdits(Idempotent, Request[list[dict[str, Any]]]):
     batches: tuple[Batch, ...]
     edits: tuple[TopicEdit, ...]
     base_revision: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckEdits(Idempotent, Request[Any]):
+    """The audit committing ``edits`` for ``batch_sources`` would give now (installs nothing)."""
+
+    edits: tuple[TopicEdit, ...]
+    batch_sources: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +162,8 @@ class ReplaceRuntimeState(Idempotent, Request[None]):
 
 
 # What a half-installed topic set would answer wrongly: served only once recovery ran.
-_READS_TOPICS = (TakeSnapshot, CommitEdits, CitedSources, BatchesCovered, SourcesInMemory)
+_READS_TOPICS = (TakeSnapshot, CommitEdits, CheckEdits, CitedSources, BatchesCovered,
+                 SourcesInMemory)
 
 
 class WorkspaceActor(Actor):
@@ -240,6 +250,9 @@ class WorkspaceActor(Actor):
                 return await run_durable(self.transactions.snapshot)
             case CommitEdits(batches, edits, base):
                 return await run_durable(self._commit, batches, edits, base)
+            case CheckEdits():
+                return await run_durable(lambda: self.transactions.check(
+                    message.edits, batch_sources=message.batch_sources))
             case CitedSources():
                 return await run_durable(self.transactions.cited_keys)
             case BatchesCovered(batches):

@@ -26,6 +26,7 @@ from memory.runtime._events import EventHook
 from memory.runtime._workspace_actor import (
     ArchiveBatches,
     BatchesCovered,
+    CheckEdits,
     CommitEdits,
     TakeSnapshot,
 )
@@ -49,7 +50,10 @@ class WorkspaceSteps:
 
     async def snapshot(self) -> WorkspaceSnapshot:
         view: WorkspaceSnapshot = await self.workspace.call(TakeSnapshot())
-        return view
+        return replace(view, check=self.check)
+
+    async def check(self, edits: Sequence[TopicEdit], sources: frozenset[str]) -> Any:
+        return await self.workspace.call(CheckEdits(tuple(edits), sources))
 
     async def commit(self, batches: Sequence[Batch], edits: Sequence[TopicEdit], base: str) -> Any:
         return await self.workspace.call(

@@ -36,6 +36,7 @@ from memory.runtime._settings import check_seconds, check_threshold
 from memory.simulate._faults import FAULTS, parse_faults
 from memory.simulate._simulate import SimulationConfig, SimulationResult
 from memory.simulate._simulate import simulate as run_simulation
+from memory.writers.model import model_settings
 from store import state_path
 
 __all__ = ["percentile", "render_report", "result_document", "simulate"]
@@ -192,10 +193,26 @@ def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, s
               help="Idle seconds before a session's boundary runs (compressed clock).")
 @click.option("--watchdog-poll", type=float, default=2.0, show_default=True,
               help="Seconds between the idle watchdog's polls.")
+@click.option("--writer", type=click.Choice(["extractive", "model"]), default="extractive",
+              show_default=True, help="The writer: built-in, or a model endpoint.")
+@click.option("--base-url", default=None, help="--writer model: the endpoint's base URL.")
+@click.option("--model", default=None, help="--writer model: the model name.")
+@click.option("--provider", type=click.Choice(["openai", "anthropic"]), default=None,
+              help="--writer model: the wire format (default openai).")
 def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: str,
              as_json: bool, state_dir: str | None, compare: bool, threshold: int,
-             idle_after: float | None, session_idle: float, watchdog_poll: float) -> None:
+             idle_after: float | None, session_idle: float, watchdog_poll: float,
+             writer: str, base_url: str | None, model: str | None,
+             provider: str | None) -> None:
     """Run concurrent simulated agents with seeded faults, then check every invariant."""
+    model_config = None
+    if writer == "model":  # settings from $SCRIPTORIUM_MODEL_* and the flags; key from env
+        try:
+            model_config = model_settings({}, os.environ, {
+                "base_url": base_url, "model": model, "provider": provider},
+                where="--writer model")
+        except SettingsError as exc:
+            raise click.UsageError(str(exc)) from None
     try:
         faults = parse_faults(faults_spec)
     except ValueError as exc:
@@ -223,7 +240,8 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
         config = SimulationConfig(state_dir=state, sessions=sessions, turns=turns, seed=seed,
                                   faults=faults, progress=_Status(sys.stderr.isatty()),
                                   threshold=threshold, idle_after=idle_after,
-                                  session_idle=session_idle, watchdog_poll=watchdog_poll)
+                                  session_idle=session_idle, watchdog_poll=watchdog_poll,
+                                  model=model_config)
         with warnings.catch_warnings():  # said once above, in one line
             warnings.simplefilter("ignore", ReferenceThresholdWarning)
             result = anyio.run(run_simulation, config, backend=backend)

@@ -16,13 +16,14 @@ Everything here is orchestration; the rules live in the runtime.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,8 @@ from memory.simulate._faults import (
 )
 from memory.simulate._oracle import Evidence, Verdict, check_invariants, outside_evidence
 from memory.writers._extractive import ExtractiveWriter
+from memory.writers._writer import Writer
+from memory.writers.model import ModelSettings, ModelWriter, UsageFile
 from store import list_sessions, run_durable, state_path
 from supervisors import Backoff, get_child
 
@@ -81,6 +84,7 @@ class SimulationConfig:
     agent_sessions: int = 8  # agent-writes: the sessions after the outside-appends ones
     agent_rounds: int = 200
     fault_rates: Mapping[str, Any] = field(default_factory=dict)  # FaultPlan field overrides
+    model: ModelSettings | None = None  # a model writer on this endpoint; None: extractive
     progress: Callable[[int, int], None] | None = None
 
     def __post_init__(self) -> None:
@@ -254,6 +258,16 @@ async def _agent(config: SimulationConfig, sessions: list[str], into: dict[str, 
     into.update(orjson.loads(out))
 
 
+@contextlib.asynccontextmanager
+async def _closing(writer: Writer) -> AsyncIterator[None]:
+    """A model writer's connections close with its incarnation."""
+    try:
+        yield
+    finally:
+        if isinstance(writer, ModelWriter):
+            await writer.aclose()
+
+
 async def simulate(config: SimulationConfig) -> SimulationResult:
     """Run the whole simulation on the current event loop; see the module docstring."""
     plan = FaultPlan(config.faults, config.seed, **config.fault_rates)
@@ -275,8 +289,10 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
             rt: MemoryRuntime | None = None
             tally = EventTally()
             try:
-                async with open_runtime(
-                    config.state_dir, FaultyWriter(ExtractiveWriter(), plan),
+                inner: Writer = ExtractiveWriter() if config.model is None else ModelWriter(
+                    config.model, usage_file=UsageFile(os.path.join(config.state_dir, "memory")))
+                async with _closing(inner), open_runtime(
+                    config.state_dir, FaultyWriter(inner, plan),
                     config=runtime_config(config, plan, tally),
                 ) as rt:
                     totals.incarnations += 1

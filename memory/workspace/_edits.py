@@ -8,8 +8,9 @@ or nothing. Both are workspace formats, so they live here, below the writers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["TopicEdit", "WorkspaceSnapshot"]
 
@@ -42,3 +43,8 @@ class WorkspaceSnapshot:
     revision: str
     topic_paths: tuple[str, ...]
     read: Callable[[str], str] = field(repr=False)
+    # check(edits, batch_sources): the audit a commit of ``edits`` would give now,
+    # installing nothing (a model writer's repair loop); None where nobody serves it.
+    check: Callable[[Sequence[TopicEdit], frozenset[str]],
+                    Awaitable[Sequence[Mapping[str, Any]]]] | None = field(
+        default=None, repr=False, compare=False)

@@ -394,6 +394,19 @@ class Transactions:
                 if normalised.path in changed_set})
             return CommitResult(tuple(audit), changed, revision, created)
 
+    def check(
+        self, edits: Sequence[TopicEdit], *, batch_sources: frozenset[str] | set[str],
+    ) -> tuple[dict[str, Any], ...]:
+        """The per-edit audit :meth:`commit` would give now, installing nothing.
+
+        A writer's dry run (a model writer repairs refused edits before it
+        commits). Advisory: the commit validates again under the lock.
+        """
+        self.revisions.revision()
+        facts = self._index.refresh(self.revisions.last_scan, self.revisions.last_linked)
+        audit, _ = self._validate(edits, facts, frozenset(batch_sources))
+        return tuple(audit)
+
     def _validate(
         self, edits: Sequence[TopicEdit], facts: dict[str, _TopicFacts],
         batch_sources: frozenset[str],

@@ -25,6 +25,10 @@ can wire to the workspace actor, and tests can record the call order:
 commit, for an exclusive :class:`~memory.writers._writer.GroupWriter`); it never
 fails a batch, it only hands back the ones it did not write.
 
+A writer may define ``async admit(batch)``: it is awaited first, outside
+the timeout, so a writer that must wait (a spent token budget) holds the
+batch back without failing it.
+
 Only the writer runs under ``timeout``: archive and commit are durable
 operations that a cancellation waits for anyway (``run_durable``), and
 timing them out would turn an installed commit into an unmarked one.
@@ -134,6 +138,11 @@ async def run_write_cycle(
     the original. Cancellation propagates untouched.
     """
     sid, ids = batch.session_id, batch.node_ids
+    admit = getattr(writer, "admit", None)
+    if admit is not None:
+        # A writer waiting for a budget (a model's daily tokens) waits here,
+        # before the timeout starts: a wait is neither a failure nor a mark.
+        await admit(batch)
     try:
         await archive(batch)
     except Exception as exc:  # noqa: BLE001 (every failure is an outcome; nothing marked)

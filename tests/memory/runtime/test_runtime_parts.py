@@ -27,7 +27,7 @@ async def test_statistics_is_a_frozen_snapshot(tmp_path: Path) -> None:
         after = rt.statistics()
     assert isinstance(after, RuntimeStatistics)
     assert after == RuntimeStatistics(in_flight=0, outcomes={"written": 1}, quarantined=0,
-                                      sessions_active=1)
+                                      sessions_active=1, writer={})
     assert before.outcomes == {}  # a snapshot: later jobs do not change it
     with pytest.raises(dataclasses.FrozenInstanceError):
         after.in_flight = 3  # type: ignore[misc]

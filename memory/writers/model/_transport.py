@@ -1,0 +1,159 @@
+"""One model endpoint over HTTP: a pooled client, bounded concurrency, retries.
+
+Every batch of every worker goes through one :class:`Endpoint` per base
+URL: one ``httpx.AsyncClient`` (its connection pool sized to the
+concurrency limit), a semaphore of ``concurrency`` requests in flight, and
+per request connect/read timeouts plus a total bound on the attempt.
+Retries follow :mod:`memory.writers.model._retry` (429, 5xx, connection
+errors and timeouts; never another 4xx); the semaphore is not held while
+backing off. A cancelled caller cancels its request: httpx closes the
+connection, so no request outlives the job that made it.
+
+The API key is read from the environment when the endpoint opens and kept
+only here; :func:`redact` scrubs it from any text built from a response
+(a server may echo headers), so it never reaches an error, a log or a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Self
+
+import anyio
+import httpx
+
+from memory.writers.model._retry import (
+    parse_retry_after,
+    retry_delay,
+    retryable_status,
+)
+from memory.writers.model._settings import ModelSettings
+from memory.writers.model._wire import ResponseUnreadable, auth_headers
+
+__all__ = ["CallStats", "Endpoint", "EndpointRefused", "EndpointUnavailable", "ModelCallFailed"]
+
+
+class ModelCallFailed(Exception):
+    """A call to the model endpoint failed for good; the message names the endpoint, never the key."""
+
+
+class EndpointRefused(ModelCallFailed):
+    """A 4xx other than 429: the request itself is wrong (never retried)."""
+
+    def __init__(self, what: str, status: int) -> None:
+        super().__init__(what)
+        self.status = status
+
+
+class EndpointUnavailable(ModelCallFailed):
+    """429, 5xx or connection errors on every attempt."""
+
+
+@dataclass(frozen=True, slots=True)
+class CallStats:
+    retries: int
+    seconds: float  # first byte sent to the last attempt's answer, backoffs included
+
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class Endpoint:
+    """See the module docstring. Use as ``async with`` or call :meth:`aclose`."""
+
+    def __init__(
+        self, settings: ModelSettings, *, env: Mapping[str, str] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None, sleep: Sleep = anyio.sleep,
+        clock: Callable[[], float] = time.time, rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        source = os.environ if env is None else env
+        self.__key = source.get(settings.key_variable) or None
+        self._transport = transport
+        self._sleep = sleep
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._client: httpx.AsyncClient | None = None
+        self._slots: anyio.Semaphore | None = None
+        self.in_flight = 0
+        self.peak_in_flight = 0
+
+    def __repr__(self) -> str:
+        return f"Endpoint({self.settings.base_url!r}, model={self.settings.model!r})"
+
+    def redact(self, text: str) -> str:
+        return text.replace(self.__key, "[redacted]") if self.__key else text
+
+    def _open(self) -> tuple[httpx.AsyncClient, anyio.Semaphore]:
+        if self._client is None or self._slots is None:
+            s = self.settings
+            self._client = httpx.AsyncClient(
+                base_url=s.base_url.rstrip("/"),
+                timeout=httpx.Timeout(connect=s.connect_timeout, read=s.read_timeout,
+                                      write=s.read_timeout, pool=None),
+                limits=httpx.Limits(max_connections=s.concurrency,
+                                    max_keepalive_connections=s.concurrency),
+                transport=self._transport,
+            )
+            self._slots = anyio.Semaphore(s.concurrency)
+        return self._client, self._slots
+
+    async def aclose(self) -> None:
+        client, self._client, self._slots = self._client, None, None
+        if client is not None:
+            with anyio.CancelScope(shield=True):
+                await client.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def post(
+        self, path: str, headers: Mapping[str, str], body: Mapping[str, Any],
+    ) -> tuple[object, CallStats]:
+        """POST ``body`` as JSON; the decoded 2xx body and the call's stats."""
+        client, slots = self._open()
+        policy = self.settings.retry
+        content = json.dumps(body).encode("utf-8")
+        sent = {**headers, **auth_headers(self.settings.provider, self.__key)}
+        started = anyio.current_time()
+        where = f"{self.settings.base_url.rstrip('/')}{path} (model {self.settings.model})"
+        last = "no attempt"
+        for attempt in range(1, policy.attempts + 1):
+            retry_after: float | None = None
+            try:
+                async with slots:
+                    self.in_flight += 1
+                    self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+                    try:
+                        with anyio.fail_after(self.settings.total_timeout):
+                            response = await client.post(path, content=content, headers=sent)
+                    finally:
+                        self.in_flight -= 1
+            except (httpx.TransportError, TimeoutError) as exc:
+                last = f"{type(exc).__name__}: {self.redact(str(exc)) or 'no detail'}"
+            else:
+                status = response.status_code
+                if 200 <= status < 300:
+                    try:
+                        document = response.json()
+                    except ValueError:
+                        raise ResponseUnreadable(
+                            f"{where} answered {status} with a body that is not JSON") from None
+                    return document, CallStats(attempt - 1, anyio.current_time() - started)
+                excerpt = self.redact(response.text[:300]).replace("\n", " ")
+                if not retryable_status(status):
+                    raise EndpointRefused(
+                        f"{where} refused the request with {status}: {excerpt}", status)
+                last = f"HTTP {status}: {excerpt}"
+                retry_after = parse_retry_after(response.headers.get("retry-after"), self._clock())
+            if attempt < policy.attempts:
+                await self._sleep(retry_delay(policy, attempt, retry_after, self._rng.random()))
+        raise EndpointUnavailable(f"{where} failed {policy.attempts} attempt(s); last: {last}")
