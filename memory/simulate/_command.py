@@ -82,6 +82,8 @@ def result_document(result: SimulationResult) -> dict[str, Any]:
         "turns_per_s": round(result.turns_per_s, 1),
         "turns": result.turns,
         "latency_ms": latency,
+        "latency_samples": {name: len(values) for name, values in sorted(
+            result.latencies.items())},
         "restarts": result.restarts,
         "quarantined": result.quarantined,
         "peak_rss_mb": round(result.peak_rss_mb, 1),
