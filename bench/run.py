@@ -16,7 +16,9 @@ with its exit status and the end of its stderr, and the others still run.
 The ledger baselines (``bench/baselines/``) and ``scriptorium simulate``
 are package code with their own JSON: this script turns it into the same
 rows (their figures are one run each; the simulate ceiling is measured
-here, in rounds, right before each simulate run).
+here, in rounds, right before each simulate run). The open-loop row runs
+the closed loop first, at the same size, to measure the capacity, then
+``simulate --rate`` at half of it.
 
 Run from the repository root::
 
@@ -28,6 +30,7 @@ Run from the repository root::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -244,6 +247,82 @@ def _recall_notes(data: Any) -> str:
             f"through `import jsonl` and written by the extractive writer at its boundary "
             f"({ingested}). Baseline tokens: {data['baseline']['counter']}; memory's: "
             "`rt.context`'s `.tokens` (the ledger's counter).")
+OPEN_LOOP = "simulate, open loop at half the closed-loop capacity"
+
+
+def _open_loop_rows(data: Any) -> list[Row]:
+    """``simulate --rate`` at half the capacity the closed loop measured right before it."""
+    latency = data.get("latency_ms", {})
+    loop = data["open_loop"]
+    closed = data["closed_loop"]
+    size = f"{data['sessions']} sessions x {closed['turns_per_session']} turns"
+    cycles = data.get("latency_samples", {}).get("due_to_durable_load", 0)
+    figure = f"write cycle p99, due to markers durable ({cycles:,} batches due under load)"
+    if cycles:
+        cycle_p99 = value_row(figure, Summary.single(latency["due_to_durable_load_p99"]), "ms",
+                              op="<=", bound=2_000)
+    else:  # no figure is no pass: the run was too small for a batch to come due under load
+        cycle_p99 = Row(figure, Summary.single(0), "ms", target="<= 2,000 ms", met=False,
+                        text="no batch came due under load: run a larger size")
+    rows: list[Row] = [
+        Row(f"capacity: closed-loop appending phase, {size}, measured right before",
+            Summary.single(closed["capacity"]), "turns/s"),
+        Row("offered (Poisson, half the capacity) / issued", Summary.single(loop["rate"]),
+            "turns/s", text=f"{loop['rate']:,.0f} / {loop['issued_per_s']:,.0f} turns/s"),
+        Row("late arrivals (their session still busy) / scheduled", Summary.single(loop["late"]),
+            "", text=(f"{loop['late']:,} / {loop['scheduled']:,} "
+                      f"(lateness p99 {loop['lateness_p99_ms']:,.1f} ms)")),
+        Row("write cycle p50, due to markers durable (batches due under load)",
+            Summary.single(latency.get("due_to_durable_load_p50", 0)), "ms"),
+        cycle_p99,
+        Row("append ack p50", Summary.single(latency.get("append_ack_p50", 0)), "ms"),
+        value_row("append ack p99", Summary.single(latency.get("append_ack_p99", 0)), "ms",
+                  op="<=", bound=5),
+    ]
+    for name, verdict in data["invariants"].items():
+        rows.append(Row(f"invariant: {name}", Summary.single(0), "", target="PASS",
+                        met=verdict == "PASS", text=verdict))
+    return rows
+
+
+def _open_loop(python: str, sessions: int, turns: int, timeout: float) -> Bench:
+    """The open-loop row; :func:`_run_open_loop` adds ``--rate`` once the capacity is known."""
+    return Bench(OPEN_LOOP, "memory/simulate/_open_loop.py",
+                 [python, "-c", "from memory.cli import main; main()", "simulate", "--json",
+                  "--sessions", str(sessions), "--turns", str(turns), "--seed", "1"],
+                 ["--sessions", "20", "--turns", "20"], _open_loop_rows, timeout=timeout)
+
+
+def _last_value(command: list[str], flag: str) -> str:
+    """The value the command line gives ``flag`` (its last occurrence wins, as in click)."""
+    return next(command[i + 1] for i in range(len(command) - 2, -1, -1) if command[i] == flag)
+
+
+def _run_open_loop(bench: Bench, quick: bool, timeout: float) -> Outcome:
+    """The closed loop at the same size (its appending phase is the capacity), then half of it."""
+    closed = _run(dataclasses.replace(bench, rows=lambda data: []), quick, timeout)
+    if closed.status != "ok":
+        closed.detail = f"the closed-loop run that measures the capacity: {closed.detail}"
+        return dataclasses.replace(closed, bench=bench)
+    data = closed.data
+    capacity = data["turns"] / data["workload_seconds"]
+    half = dataclasses.replace(bench, command=[*bench.command, "--rate", f"{capacity / 2:.1f}"])
+    outcome = _run(dataclasses.replace(half, rows=lambda data: []), quick, timeout)
+    outcome.bench = bench
+    outcome.seconds += closed.seconds
+    if outcome.status == "ok":
+        outcome.data["closed_loop"] = {
+            "capacity": round(capacity, 1), "turns_per_s": data["turns_per_s"],
+            "workload_seconds": data["workload_seconds"],
+            "turns_per_session": _last_value(
+                [*bench.command, *(bench.quick if quick else [])], "--turns"),
+            "invariants": data["invariants"]}
+        try:
+            bench.rows(outcome.data)
+        except (ValueError, KeyError, TypeError) as exc:
+            return Outcome(bench, "failed", outcome.seconds,
+                           detail=f"its --json output could not be read ({exc!r})")
+    return outcome
 
 
 EMULATED = ("EMULATED disk: a 2 ms sleep after every fsync and fdatasync, on the store's "
@@ -281,6 +360,8 @@ def _benches(python: str) -> list[Bench]:
         # Issue 15's target run: 1,000 concurrent sessions, 100,000 turns, extractive writer.
         _simulate(python, "simulate, target size", ["--sessions", "1000", "--turns", "100"],
                   2400.0, target_run=True),
+        # Issue 15's latency targets: the target size, open loop at half its capacity.
+        _open_loop(python, 1000, 100, 2400.0),
     ]
 
 
@@ -403,9 +484,13 @@ def main() -> int:
     for bench in benches:
         print(f"running {bench.name} ...", file=sys.stderr, flush=True)
         ceiling = None
-        if bench.name.startswith("simulate"):  # right before the run it is set against
+        if bench.name.startswith("simulate") and bench.name != OPEN_LOOP:
+            # right before the run it is set against
             ceiling = _format_ceiling(1_000 if args.quick else 4_000)
-        outcome = _run(bench, args.quick, max(args.timeout, bench.timeout))
+        if bench.name == OPEN_LOOP:
+            outcome = _run_open_loop(bench, args.quick, max(args.timeout, bench.timeout))
+        else:
+            outcome = _run(bench, args.quick, max(args.timeout, bench.timeout))
         if ceiling is not None and isinstance(outcome.data, dict):
             outcome.data["format_ceiling"] = ceiling.to_json()
         print(f"  {outcome.status} ({outcome.seconds:.1f} s) {outcome.detail.splitlines()[0]}"

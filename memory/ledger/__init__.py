@@ -11,6 +11,7 @@ from memory.ledger._ledger import DEFAULT_THRESHOLD as DEFAULT_THRESHOLD
 from memory.ledger._ledger import NodeRecords as NodeRecords
 from memory.ledger._ledger import ReferenceThresholdWarning as ReferenceThresholdWarning
 from memory.ledger._ledger import WritePolicy as WritePolicy
+from memory.ledger._ledger import batch_due_at as batch_due_at
 from memory.ledger._ledger import first_batch as first_batch
 from memory.ledger._ledger import owed_tokens as owed_tokens
 from memory.ledger._ledger import records_from_branch as records_from_branch
@@ -42,6 +43,7 @@ __all__ = [
     "SourceRecord",
     "TokenCounter",
     "WritePolicy",
+    "batch_due_at",
     "default_counter",
     "estimate_tokens",
     "first_batch",

@@ -43,6 +43,7 @@ __all__ = [
     "NodeRecords",
     "ReferenceThresholdWarning",
     "WritePolicy",
+    "batch_due_at",
     "first_batch",
     "is_runtime_turn",
     "message_text",
@@ -400,6 +401,30 @@ def should_write(
     if tokens >= policy.threshold:
         return True
     return tokens > 0 and now - owed[-1].timestamp >= policy.idle_after
+
+
+def batch_due_at(
+    batch: Sequence[SourceRecord], policy: WritePolicy, boundary_at: float | None = None
+) -> float:
+    """When the rules first called for ``batch``: the start of its write-cycle latency.
+
+    A latency measured from the batch's submission would hide the time it
+    waited behind the session's job in flight; this is the moment
+    :func:`should_write` (or the boundary) first held for it. A batch that
+    reaches the threshold was due when its last record was appended
+    (:func:`first_batch` ends at the record that reaches it); a shorter one
+    when its last record had been idle for ``idle_after``, or when a boundary
+    (started at ``boundary_at``) asked for it, whichever came first. A
+    shorter non-head tip written at a boundary is dated by the idle clause
+    too, which can only make its latency look longer, never shorter.
+    """
+    if not batch:
+        raise ValueError("a batch has at least one record")
+    last = batch[-1].timestamp
+    if owed_tokens(batch) >= policy.threshold:
+        return last
+    idle = last + policy.idle_after
+    return idle if boundary_at is None else min(idle, boundary_at)
 
 
 def should_write_at_boundary(

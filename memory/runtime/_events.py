@@ -9,8 +9,9 @@ simulator and the tests measure the runtime through the same stream
 Events an instrument reads (besides the log's ``job``, ``boundary``,
 ``skipped``, ``quarantined``...):
 
-- ``submitted`` (``session``, ``job``, ``node_ids``): a batch handed to the
-  writer pool, the delivery of each of its nodes;
+- ``submitted`` (``session``, ``job``, ``node_ids``, ``due_at``): a batch
+  handed to the writer pool, the delivery of each of its nodes, and when the
+  rules first called for it (``memory.ledger.batch_due_at``, wall clock);
 - ``job`` (``result``, ``seconds``, ``node_ids``): a job's outcome, with the
   time from submission to it;
 - ``marked`` (``session``, ``node_ids``, ``seconds``): markers merged for a
@@ -52,14 +53,21 @@ class EventTally:
     writer; ``written_batches``: every batch written, in order;
     ``marked``: every ``(session, node)`` whose marker merge was
     acknowledged; ``latencies``: seconds per ``write_cycle`` (submission to
-    outcome) and per ``marker_merge``. ``forward`` also receives every event.
+    outcome) and per ``marker_merge``, and per ``due_to_durable``: from a
+    batch becoming due (its first ``submitted``, so a retry counts from the
+    first) to the ``marked`` event of its markers, the full write cycle;
+    ``cycles`` holds the same as ``(due_at, durable_at)`` pairs.
+    ``forward`` also receives every event.
     """
 
     def __init__(self, forward: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.deliveries: Counter[tuple[str, str]] = Counter()
         self.written_batches: list[tuple[str, tuple[str, ...]]] = []
         self.marked: set[tuple[str, str]] = set()
-        self.latencies: dict[str, list[float]] = {"write_cycle": [], "marker_merge": []}
+        self.latencies: dict[str, list[float]] = {
+            "write_cycle": [], "marker_merge": [], "due_to_durable": []}
+        self._due: dict[tuple[str, str], float] = {}  # submitted, not marked yet
+        self.cycles: list[tuple[float, float]] = []  # (due_at, durable_at) per marked batch
         self._forward = forward
 
     def __call__(self, event: dict[str, Any]) -> None:
@@ -67,6 +75,10 @@ class EventTally:
             case "submitted":
                 session = event["session"]
                 self.deliveries.update((session, node) for node in event["node_ids"])
+                due_at = event.get("due_at")
+                if due_at is not None:
+                    for node in event["node_ids"]:
+                        self._due.setdefault((session, node), due_at)
             case "job":
                 if event.get("seconds") is not None:
                     self.latencies["write_cycle"].append(event["seconds"])
@@ -75,6 +87,11 @@ class EventTally:
             case "marked":
                 session = event["session"]
                 self.latencies["marker_merge"].append(event["seconds"])
+                dues = [due for node in event["node_ids"]
+                        if (due := self._due.pop((session, node), None)) is not None]
+                if dues:  # a repair's markers were never due as a batch
+                    self.cycles.append((min(dues), event["at"]))
+                    self.latencies["due_to_durable"].append(event["at"] - min(dues))
                 self.marked.update((session, node) for node in event["node_ids"])
         if self._forward is not None:
             self._forward(event)

@@ -44,8 +44,11 @@ class JobQueue:
         self._send, self.receive = anyio.create_memory_object_stream[WriteJob](
             max_buffer_size=math.inf)
 
-    def submit(self, batch: Batch, *, boundary: bool) -> WriteJob:
-        """Queue ``batch`` as a new job; it counts as in flight until :meth:`done`."""
+    def submit(self, batch: Batch, *, boundary: bool, due_at: float | None = None) -> WriteJob:
+        """Queue ``batch`` as a new job; it counts as in flight until :meth:`done`.
+
+        ``due_at``: when the rules first called for it (wall clock), for the event.
+        """
         job = WriteJob(next(self._ids), batch, boundary)
         if self.in_flight == 0:
             self._idle = anyio.Event()
@@ -53,7 +56,7 @@ class JobQueue:
         self._submitted_at[job.id] = anyio.current_time()
         if self._events.enabled:
             self._events.emit("submitted", session=batch.session_id, job=job.id,
-                              node_ids=list(batch.node_ids))
+                              node_ids=list(batch.node_ids), due_at=due_at)
         self._send.send_nowait(job)
         return job
 

@@ -64,6 +64,7 @@ from memory._errors import (
 from memory.ledger._claim import Claim
 from memory.ledger._ledger import (
     NodeRecords,
+    batch_due_at,
     first_batch,
     should_write,
     should_write_at_boundary,
@@ -211,6 +212,7 @@ class BoundaryResult:
     error: str | None = None  # the reason, for every outcome but WRITTEN
     batches: int = 0
     cause: BaseException | None = None  # the exception behind ERROR
+    requested_at: float | None = None  # the wall clock when it was asked for
 
     async def wait(self) -> BoundaryOutcome:
         await self.done.wait()
@@ -269,7 +271,8 @@ class SessionLedger:
 class JobSink(Protocol):
     """The job queue, as a session actor uses it (:class:`~memory.runtime._jobs.JobQueue`)."""
 
-    def submit(self, batch: Batch, *, boundary: bool) -> WriteJob: ...
+    def submit(self, batch: Batch, *, boundary: bool,
+               due_at: float | None = None) -> WriteJob: ...
 
     def done(self, job: WriteJob) -> None: ...
 
@@ -474,7 +477,8 @@ class MemorySessionActor(SessionActor):
     async def _start_boundary(self, *, from_watchdog: bool) -> BoundaryResult:
         updated_at = self.core.meta().get("updated_at")
         result = BoundaryResult(
-            updated_at if isinstance(updated_at, (int, float)) else None, from_watchdog
+            updated_at if isinstance(updated_at, (int, float)) else None, from_watchdog,
+            requested_at=self.runtime.config.clock(),
         )
         if self.ledger.boundary is None:
             self.ledger.boundary = result
@@ -694,7 +698,10 @@ class MemorySessionActor(SessionActor):
 
     def _submit(self, records: list[SourceRecord], *, boundary: bool) -> None:
         batch = Batch(self.session, tuple(records), render_prompt(records, ()))
-        self.ledger.in_flight = self.runtime.jobs.submit(batch, boundary=boundary)
+        opened = self.ledger.boundary
+        due_at = batch_due_at(records, self.runtime.config.policy,
+                              None if opened is None else opened.requested_at)
+        self.ledger.in_flight = self.runtime.jobs.submit(batch, boundary=boundary, due_at=due_at)
 
     async def _job_finished(self, job_id: int, outcome: WriteOutcome) -> None:
         ledger = self.ledger

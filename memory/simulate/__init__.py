@@ -1,7 +1,8 @@
 """Scriptorium `memory.simulate`: ``scriptorium simulate``: the stress harness and its oracle.
 
 Layout (see docs/architecture.md): ``_simulate`` the run; ``_agents``,
-``_outside`` the simulated agents; ``_faults`` the injected faults;
+``_outside`` the simulated agents; ``_open_loop`` the arrivals of ``--rate``;
+``_faults`` the injected faults;
 ``_oracle`` the invariants; ``_command`` the command and its report.
 """
 

@@ -28,6 +28,7 @@ oracle's "no turn appended twice" counts.
 from __future__ import annotations
 
 import random
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -132,6 +133,7 @@ class Agent:
     errors: int = 0  # calls that failed because the session actor could not be healed
     crashed: int = 0  # non-idempotent calls that crashed their actor (outcome unknown)
     retried: int = 0  # appends sent again after their session actor failed them
+    ack_seconds: list[float] = field(default_factory=list)  # per append: first send to return
     line: list[tuple[str, str]] = field(default_factory=list)  # (node id, role) of the head branch
     rng: random.Random = field(init=False)
     _ids: int = 0
@@ -158,29 +160,34 @@ class Agent:
         self.line = [(str(m["id"]), str(m["role"])) for m in branch]
 
     async def run(self, rt: MemoryRuntime) -> None:
+        """The closed loop: the next step as soon as the last one returned, until ``done``."""
         await self.resync(rt)
         while not self.done:
-            try:
-                await self.step(rt)
-            except StoreError:
-                # A refused request (a stale fork point, an outside writer moved the
-                # head): nothing changed; re-read and go on, as an agent would.
-                self.refused += 1
+            await self.arrive(rt)
+
+    async def arrive(self, rt: MemoryRuntime) -> None:
+        """One step, as an arrival of the open loop issues it; its expected refusals absorbed."""
+        try:
+            await self.step(rt)
+        except StoreError:
+            # A refused request (a stale fork point, an outside writer moved the
+            # head): nothing changed; re-read and go on, as an agent would.
+            self.refused += 1
+            await self.resync(rt)
+        except ActorError as error:
+            if isinstance(error, ActorCrashedError) and not error.redeliverable:
+                # A rewind, spawn or summary crashed its actor and was not delivered
+                # again: it may or may not have happened. Re-read, never repeat it.
+                self.crashed += 1
                 await self.resync(rt)
-            except ActorError as error:
-                if isinstance(error, ActorCrashedError) and not error.redeliverable:
-                    # A rewind, spawn or summary crashed its actor and was not delivered
-                    # again: it may or may not have happened. Re-read, never repeat it.
-                    self.crashed += 1
-                    await self.resync(rt)
-                    continue
-                # The message crashed its actor more often than redelivery allows
-                # (PoisonMessageError) or the supervisor gave the session up: counted and
-                # reported; the oracle still judges the files.
-                self.errors += 1
-                if self.errors > 3:
-                    raise
-                await self.resync(rt)
+                return
+            # The message crashed its actor more often than redelivery allows
+            # (PoisonMessageError) or the supervisor gave the session up: counted and
+            # reported; the oracle still judges the files.
+            self.errors += 1
+            if self.errors > 3:
+                raise
+            await self.resync(rt)
 
     async def _append(self, rt: MemoryRuntime, role: str, predecessor: str | None,
                       caller: str | None = None) -> str:
@@ -191,6 +198,7 @@ class Agent:
             message["predecessor"] = predecessor
         if caller is not None:
             message["caller"] = caller
+        sent = time.perf_counter()
         for attempt in range(1, APPEND_ATTEMPTS + 1):
             try:
                 node = await rt.sessions.append(self.session, message)
@@ -201,6 +209,7 @@ class Agent:
                 if attempt == APPEND_ATTEMPTS:
                     raise
                 self.retried += 1
+        self.ack_seconds.append(time.perf_counter() - sent)
         self.done_turns += 1
         self.acknowledged.add_view(self.session, node)
         return str(node["id"])

@@ -4,7 +4,9 @@ The report is what a newcomer reads first, so it says what was done (turns,
 branches, batches, faults injected), how fast (turns/s end to end, write
 cycle and marker merge p50/p99), what the supervisors healed (restarts,
 quarantined jobs, runtime crashes survived), the peak RSS, and then the
-oracle's table: PASS/FAIL per invariant. Any FAIL exits non-zero. With
+oracle's table: PASS/FAIL per invariant. ``--rate R`` runs the open loop
+(:mod:`memory.simulate._open_loop`) and adds what it offered, how many
+arrivals came late, and the latencies at that rate. Any FAIL exits non-zero. With
 ``--json`` exactly one JSON object goes to stdout and progress stays on
 stderr.
 
@@ -34,6 +36,7 @@ from memory._errors import SettingsError
 from memory.ledger._ledger import ReferenceThresholdWarning, threshold_warning
 from memory.runtime._settings import check_seconds, check_threshold
 from memory.simulate._faults import FAULTS, parse_faults
+from memory.simulate._open_loop import ARRIVALS
 from memory.simulate._simulate import SimulationConfig, SimulationResult
 from memory.simulate._simulate import simulate as run_simulation
 from memory.writers.model import model_settings
@@ -59,11 +62,29 @@ def result_document(result: SimulationResult) -> dict[str, Any]:
         for label, q in (("p50", 0.5), ("p99", 0.99))
     }
     config = result.config
+    loop = result.open_loop
+    open_loop = None
+    if loop is not None and config.rate is not None:
+        lateness = list(loop.lateness.values())
+        issued = sorted(loop.issued.values())
+        span = issued[-1] - issued[0] if len(issued) > 1 else 0.0
+        open_loop = {
+            "rate": config.rate,
+            "arrivals": config.arrivals,
+            "scheduled": len(loop.offsets),
+            "issued": len(loop.issued),
+            "late": loop.late,
+            "lateness_p99_ms": round(percentile(lateness, 0.99) * 1000, 3),
+            "lateness_max_ms": round(max(lateness, default=0.0) * 1000, 3),
+            "issued_per_s": round((len(issued) - 1) / span, 1) if span > 0 else 0.0,
+        }
     return {
         "invariants": {name: v.status for name, v in result.invariants.items()},
         "turns_per_s": round(result.turns_per_s, 1),
         "turns": result.turns,
         "latency_ms": latency,
+        "latency_samples": {name: len(values) for name, values in sorted(
+            result.latencies.items())},
         "restarts": result.restarts,
         "quarantined": result.quarantined,
         "peak_rss_mb": round(result.peak_rss_mb, 1),
@@ -82,16 +103,28 @@ def result_document(result: SimulationResult) -> dict[str, Any]:
         "state": config.state_dir,
         "problems": {n: v.problems for n, v in result.invariants.items() if v.problems},
         "notes": list(result.notes),
+        "open_loop": open_loop,
     }
 
 
 def render_report(result: SimulationResult) -> str:
     doc = result_document(result)
     lat = doc["latency_ms"]
+    loop = doc["open_loop"]
     lines = [
         (f"scriptorium simulate: {doc['sessions']} sessions, seed {doc['seed']}, "
         f"faults: {', '.join(doc['faults']) or 'none'}"),
         "",
+    ]
+    if loop is not None:
+        lines += [
+            (f"  open loop        {loop['rate']:>10} turns/s offered ({loop['arrivals']}), "
+             f"{loop['issued_per_s']} issued/s"),
+            (f"  late arrivals    {loop['late']:>10}   of {loop['scheduled']} (their session "
+             f"was still busy; lateness p99 {loop['lateness_p99_ms']:.1f} ms, "
+             f"max {loop['lateness_max_ms']:.1f} ms)"),
+        ]
+    lines += [
         (f"  turns            {doc['turns']:>10}   ({doc['turns_per_s']} turns/s end to end, "
         f"{doc['seconds']} s)"),
         (f"  appending        {doc['workload_seconds']:>10} s   (then the boundary for every "
@@ -102,6 +135,11 @@ def render_report(result: SimulationResult) -> str:
         f"p99 {lat.get('write_cycle_p99', 0):>8.1f} ms"),
         (f"  marker merge     p50 {lat.get('marker_merge_p50', 0):>8.1f} ms   "
         f"p99 {lat.get('marker_merge_p99', 0):>8.1f} ms"),
+        (f"  due -> durable   p50 {lat.get('due_to_durable_load_p50', 0):>8.1f} ms   "
+        f"p99 {lat.get('due_to_durable_load_p99', 0):>8.1f} ms   (batches due under load; "
+        f"all: p99 {lat.get('due_to_durable_p99', 0):.1f} ms)"),
+        (f"  append ack       p50 {lat.get('append_ack_p50', 0):>8.3f} ms   "
+        f"p99 {lat.get('append_ack_p99', 0):>8.3f} ms"),
         f"  restarts         {doc['restarts']:>10}   (supervisors healed crashed actors)",
         f"  quarantined      {doc['quarantined']:>10}",
         f"  runtime crashes  {doc['runtime_incarnations'] - 1:>10}   (reopened on the same state)",
@@ -199,11 +237,16 @@ def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, s
 @click.option("--model", default=None, help="--writer model: the model name.")
 @click.option("--provider", type=click.Choice(["openai", "anthropic"]), default=None,
               help="--writer model: the wire format (default openai).")
+@click.option("--rate", type=float, default=None, metavar="TURNS_PER_S",
+              help="Open loop: turns arrive at this average rate whatever the runtime does "
+                   "(default: closed loop, each agent's next turn when its last returned).")
+@click.option("--arrivals", type=click.Choice(ARRIVALS), default="poisson", show_default=True,
+              help="The open loop's arrival process (with --rate).")
 def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: str,
              as_json: bool, state_dir: str | None, compare: bool, threshold: int,
              idle_after: float | None, session_idle: float, watchdog_poll: float,
              writer: str, base_url: str | None, model: str | None,
-             provider: str | None) -> None:
+             provider: str | None, rate: float | None, arrivals: str) -> None:
     """Run concurrent simulated agents with seeded faults, then check every invariant."""
     model_config = None
     if writer == "model":  # settings from $SCRIPTORIUM_MODEL_* and the flags; key from env
@@ -219,6 +262,9 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
         raise click.BadParameter(str(exc), param_hint="--faults") from None
     if sessions < 1 or turns < 1:
         raise click.BadParameter("--sessions and --turns must be at least 1")
+    if rate is not None and not (math.isfinite(rate) and rate > 0):
+        raise click.BadParameter(f"--rate must be a positive number of turns/s, not {rate}",
+                                 param_hint="--rate")
     try:
         check_threshold(threshold, "--threshold")
         for flag, value in (("--idle-after", idle_after), ("--session-idle", session_idle),
@@ -241,7 +287,7 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
                                   faults=faults, progress=_Status(sys.stderr.isatty()),
                                   threshold=threshold, idle_after=idle_after,
                                   session_idle=session_idle, watchdog_poll=watchdog_poll,
-                                  model=model_config)
+                                  model=model_config, rate=rate, arrivals=arrivals)
         with warnings.catch_warnings():  # said once above, in one line
             warnings.simplefilter("ignore", ReferenceThresholdWarning)
             result = anyio.run(run_simulation, config, backend=backend)

@@ -11,12 +11,22 @@ every session (quarantined batches are released once, as an operator
 would), the pool drains, and :mod:`memory.simulate._oracle` checks the
 files. :mod:`memory.simulate._command` prints the result.
 
+With ``rate`` set the load is an open loop (:mod:`memory.simulate._open_loop`):
+``sessions x turns`` arrivals at ``rate`` turns/s, each one step of its
+agent, issued on their schedule whatever the runtime does; the agents'
+own idle pauses are off (the gaps of the schedule are the idleness). The
+write cycle is measured from a batch becoming due to its markers being
+durable (``due_to_durable``; ``due_to_durable_load`` keeps the batches
+that came due while turns were still arriving), and every append from its
+send to its acknowledgement (``append_ack``), in both loops.
+
 Everything here is orchestration; the rules live in the runtime.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import resource
 import subprocess
@@ -44,6 +54,7 @@ from memory.simulate._faults import (
     SimulatedCrash,
     is_injected,
 )
+from memory.simulate._open_loop import OpenLoop, arrival_offsets
 from memory.simulate._oracle import Evidence, Verdict, check_invariants, outside_evidence
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._writer import Writer
@@ -86,6 +97,8 @@ class SimulationConfig:
     fault_rates: Mapping[str, Any] = field(default_factory=dict)  # FaultPlan field overrides
     model: ModelSettings | None = None  # a model writer on this endpoint; None: extractive
     progress: Callable[[int, int], None] | None = None
+    rate: float | None = None  # turns/s of the open loop; None: the closed loop
+    arrivals: str = "poisson"  # the open loop's arrival process (see _open_loop.ARRIVALS)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_dir", state_path(self.state_dir))
@@ -111,6 +124,7 @@ class SimulationResult:
     workspace_id: str = ""
     evidence: Evidence | None = None
     workload_seconds: float = 0.0  # until the last agent finished; the rest is the boundary
+    open_loop: OpenLoop | None = None  # the arrivals, when ``config.rate`` is set
     notes: list[str] = field(default_factory=list)  # what the run left out, and why
 
     @property
@@ -131,6 +145,7 @@ class _Totals:
         default_factory=lambda: {"write_cycle": [], "marker_merge": []})
     written_batches: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     marked: set[tuple[str, str]] = field(default_factory=set)
+    cycles: list[tuple[float, float]] = field(default_factory=list)  # (due_at, durable_at)
     deliveries: int = 0
     restarts: int = 0
     quarantined: int = 0
@@ -144,6 +159,7 @@ class _Totals:
             self.latencies.setdefault(name, []).extend(values)
         self.written_batches.extend(tally.written_batches)
         self.marked |= tally.marked
+        self.cycles.extend(tally.cycles)
         self.deliveries += sum(tally.deliveries.values())
         self.restarts += restarts
         self.quarantined += outcomes.get("quarantined", 0)
@@ -279,6 +295,13 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
     workload_over = anyio.Event()  # the unlocked agent writes from then on, while marking goes on
     started = time.perf_counter()
     workload_done = 0.0
+    workload_wall = 0.0  # the runtime's clock (the wall) when the last arrival returned
+    open_loop = None
+    if config.rate is not None:
+        open_loop = OpenLoop(arrival_offsets(config.rate, config.sessions * config.turns,
+                                             arrivals=config.arrivals, seed=config.seed),
+                             config.sessions)
+    mix = config.mix if open_loop is None else dataclasses.replace(config.mix, idle=0.0)
     evidence_before: dict[str, float] = {}
     evidence_after: dict[str, float] = {}
     workspace_id = ""
@@ -302,7 +325,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
                             sid = await rt.sessions.create(title=f"agent {index}",
                                                            session_id=f"sim-{index:05d}")
                             agents.append(Agent(index, sid, config.turns, config.seed,
-                                                config.mix, acknowledged))
+                                                mix, acknowledged))
                         by_outside, by_agent, notes = outside_writers(
                             [a.session for a in agents], config, plan)
                         if by_outside:
@@ -311,8 +334,12 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
                             agent_started = True
                             background.start_soon(_agent, config, by_agent, agent_writes,
                                                   workload_over)
-                    await _run_agents(rt, agents, config)
+                    if open_loop is None:
+                        await _run_agents(rt, agents, config)
+                    else:
+                        await _run_open_loop(rt, agents, open_loop, config)
                     workload_done = workload_done or time.perf_counter()
+                    workload_wall = workload_wall or time.time()
                     workload_over.set()
                     if agent_started:
                         while not agent_writes:
@@ -344,6 +371,9 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
         config.state_dir, workspace_id, threshold=config.threshold,
         counter=default_counter(), evidence=evidence))
     result = _result(config, invariants, agents, totals, plan, seconds, outside)
+    result.latencies["due_to_durable_load"] = [
+        durable - due for due, durable in totals.cycles if due <= workload_wall]
+    result.open_loop = open_loop
     result.workspace_id = workspace_id
     result.workload_seconds = (workload_done or started) - started
     result.evidence = evidence
@@ -366,6 +396,31 @@ async def _run_agents(rt: MemoryRuntime, agents: list[Agent], config: Simulation
             for agent in agents:
                 if not agent.done:
                     tg.start_soon(agent.run, rt)
+        outer.cancel_scope.cancel()
+    if progress is not None:
+        progress(total, total)
+
+
+async def _run_open_loop(rt: MemoryRuntime, agents: list[Agent], loop: OpenLoop,
+                         config: SimulationConfig) -> None:
+    """This incarnation's share of the open loop: every agent re-reads its branch, then on."""
+    async with anyio.create_task_group() as tg:
+        for agent in agents:
+            tg.start_soon(agent.resync, rt)
+    total = len(loop.offsets)
+    progress = config.progress
+
+    async def issue(lane: int, _arrival: int) -> None:
+        await agents[lane].arrive(rt)
+
+    async def tick() -> None:
+        while progress is not None:
+            progress(len(loop.issued), total)
+            await anyio.sleep(0.25)
+
+    async with anyio.create_task_group() as outer:
+        outer.start_soon(tick)
+        await loop.run(issue)
         outer.cancel_scope.cancel()
     if progress is not None:
         progress(total, total)
@@ -472,7 +527,8 @@ def _result(
         injected={**plan.injected, "process-crashes": plan.process_crashes},
         outcomes=dict(totals.outcomes),
         actions=dict(actions),
-        latencies=totals.latencies,
+        latencies={**totals.latencies,
+                   "append_ack": [s for agent in agents for s in agent.ack_seconds]},
         deliveries=totals.deliveries,
         peak_rss_mb=peak,
     )
