@@ -14,7 +14,7 @@ import click
 from memory._errors import ScriptoriumMemoryError
 from memory.cli._cli import _config, _with_runtime, creating_state_options, emit_json
 from memory.cli._cli_errors import EXIT_USAGE, CliError
-from memory.runtime._import import ImportInterrupted, ImportReport, import_jsonl
+from memory.runtime._import import ImportInterruptedError, ImportReport, import_jsonl
 from memory.runtime._runtime import MemoryRuntime
 
 __all__ = ["import_group"]
@@ -45,7 +45,7 @@ def import_jsonl_command(file: str, session: str | None, state_dir: str,
     async def body(rt: MemoryRuntime) -> ImportReport:
         try:
             return await import_jsonl(rt, file, session=session)
-        except ImportInterrupted:
+        except ImportInterruptedError:
             raise  # the state could not be written: exit 3, run it again
         except ScriptoriumMemoryError as exc:  # a bad line, an unusable session id
             raise CliError(" ".join(str(exc).split()), EXIT_USAGE) from None

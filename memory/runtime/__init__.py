@@ -14,7 +14,7 @@ from memory.runtime._headless import SessionReport as SessionReport
 from memory.runtime._headless import run_headless as run_headless
 from memory.runtime._headless import run_once as run_once
 from memory.runtime._headless import run_triggers as run_triggers
-from memory.runtime._import import ImportInterrupted as ImportInterrupted
+from memory.runtime._import import ImportInterruptedError as ImportInterruptedError
 from memory.runtime._import import ImportLineError as ImportLineError
 from memory.runtime._import import ImportReport as ImportReport
 from memory.runtime._import import import_jsonl as import_jsonl
@@ -30,7 +30,7 @@ from memory.runtime._settings import read_settings as read_settings
 
 __all__ = [
     "BoundaryOutcome",
-    "ImportInterrupted",
+    "ImportInterruptedError",
     "ImportLineError",
     "ImportReport",
     "MemoryRuntime",

@@ -35,7 +35,7 @@ Contract:
 All or nothing: a checked file can still fail while it is appended (a full
 disk, a crash). The turns appended up to then stay (the store deletes
 nothing), and every line has an id, so running the same import again skips
-them and appends the rest: :class:`ImportInterrupted` says so.
+them and appends the rest: :class:`ImportInterruptedError` says so.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HistoryImportError",
-    "ImportInterrupted",
+    "ImportInterruptedError",
     "ImportLine",
     "ImportLineError",
     "ImportReport",
@@ -103,7 +103,7 @@ class ImportLineError(HistoryImportError):
         )
 
 
-class ImportInterrupted(HistoryImportError):
+class ImportInterruptedError(HistoryImportError):
     """Appending a checked file failed part way; running it again completes it."""
 
     def __init__(self, file: str, line: int, session: str, appended: int,
@@ -180,37 +180,37 @@ def _id_problem(value: object, what: str) -> str | None:
     return None if problem is None else f"{what} {value!r}: {problem}"
 
 
-class _BadLine(Exception):
+class _BadLineError(Exception):
     """What is wrong with one line (raised as :class:`ImportLineError` with its number)."""
 
 
 def _line_turn(record: Mapping[str, Any], now: float) -> tuple[str, str, float | None, str]:
-    """The checked role, content and time of a line, or _BadLine saying what is wrong."""
+    """The checked role, content and time of a line, or _BadLineError saying what is wrong."""
     refused = sorted(key for key in record if key in _REFUSED)
     if refused:
-        raise _BadLine(f"field {refused[0]!r} cannot be imported (a line's fields are "
+        raise _BadLineError(f"field {refused[0]!r} cannot be imported (a line's fields are "
                          "role, content, created_at, id, predecessor, speaker and metadata)")
     role = record.get("role")
     if role not in ROLES:
-        raise _BadLine(f"role {role!r} is not one of {', '.join(ROLES)}")
+        raise _BadLineError(f"role {role!r} is not one of {', '.join(ROLES)}")
     content = record.get("content")
     if not isinstance(content, str):
-        raise _BadLine("content is missing or not a string")
+        raise _BadLineError("content is missing or not a string")
     when = record.get("created_at")
     if when is not None:
         if isinstance(when, bool) or not isinstance(when, (int, float)) \
                 or not math.isfinite(when) or when < 0:
-            raise _BadLine(f"created_at {when!r} is not seconds since the epoch")
+            raise _BadLineError(f"created_at {when!r} is not seconds since the epoch")
         if when > now + CLOCK_SKEW:
-            raise _BadLine(f"created_at {when!r} is in the future (more than "
+            raise _BadLineError(f"created_at {when!r} is in the future (more than "
                              f"{CLOCK_SKEW:g} s ahead of this clock); give seconds, "
                              "not milliseconds")
         when = float(when)
     speaker = record.get("speaker")
     if speaker is not None and not isinstance(speaker, str):
-        raise _BadLine("speaker is not a string")
+        raise _BadLineError("speaker is not a string")
     if speaker is not None and record.get(SPEAKER_KEY, speaker) != speaker:
-        raise _BadLine(f"speaker and {SPEAKER_KEY} disagree")
+        raise _BadLineError(f"speaker and {SPEAKER_KEY} disagree")
     return role, content, when, speaker or ""
 
 
@@ -235,7 +235,7 @@ def parse_import_lines(data: bytes, file: str, *, now: float) -> list[ImportLine
             raise ImportLineError(file, number, "not a JSON object")
         try:
             role, content, when, speaker = _line_turn(record, now)
-        except _BadLine as exc:
+        except _BadLineError as exc:
             raise ImportLineError(file, number, str(exc)) from None
         named = "predecessor" in record and record["predecessor"] is not None
         predecessor = record["predecessor"] if named else previous
@@ -323,7 +323,7 @@ async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
     """Import the file at ``path`` into ``session`` (default: :func:`derived_session_id`).
 
     A session that does not exist is created. Raises :class:`ImportLineError`
-    (nothing imported), :class:`ImportInterrupted` (some turns appended: run
+    (nothing imported), :class:`ImportInterruptedError` (some turns appended: run
     it again), or the store's error for an unusable session id.
     """
     file = os.fspath(path)
@@ -352,7 +352,7 @@ async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
         try:
             await rt.sessions.append(sid, line.message(), created_at=line.created_at)
         except Exception as exc:
-            raise ImportInterrupted(file, line.number, sid, appended, exc) from exc
+            raise ImportInterruptedError(file, line.number, sid, appended, exc) from exc
         appended += 1
     return ImportReport(file, sid, created, appended, len(lines) - appended)
 

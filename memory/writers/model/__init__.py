@@ -10,7 +10,7 @@ usage file (totals for the audit, the daily budget across restarts).
 """
 
 from memory.writers.model._edits import EDITS_SCHEMA as EDITS_SCHEMA
-from memory.writers.model._edits import ActionsUnreadable as ActionsUnreadable
+from memory.writers.model._edits import ActionsUnreadableError as ActionsUnreadableError
 from memory.writers.model._edits import EditAction as EditAction
 from memory.writers.model._edits import parse_actions as parse_actions
 from memory.writers.model._edits import to_topic_edits as to_topic_edits
@@ -29,38 +29,38 @@ from memory.writers.model._settings import ModelSettings as ModelSettings
 from memory.writers.model._settings import model_settings as model_settings
 from memory.writers.model._transport import CallStats as CallStats
 from memory.writers.model._transport import Endpoint as Endpoint
-from memory.writers.model._transport import EndpointRefused as EndpointRefused
-from memory.writers.model._transport import EndpointUnavailable as EndpointUnavailable
-from memory.writers.model._transport import ModelCallFailed as ModelCallFailed
+from memory.writers.model._transport import EndpointRefusedError as EndpointRefusedError
+from memory.writers.model._transport import EndpointUnavailableError as EndpointUnavailableError
+from memory.writers.model._transport import ModelCallFailedError as ModelCallFailedError
 from memory.writers.model._usage import USAGE_FILE as USAGE_FILE
 from memory.writers.model._usage import UsageFile as UsageFile
 from memory.writers.model._usage import merge_usage as merge_usage
 from memory.writers.model._usage import read_model_usage as read_model_usage
 from memory.writers.model._wire import Completion as Completion
-from memory.writers.model._wire import ResponseUnreadable as ResponseUnreadable
+from memory.writers.model._wire import ResponseUnreadableError as ResponseUnreadableError
 from memory.writers.model._wire import build_request as build_request
 from memory.writers.model._wire import read_response as read_response
 from memory.writers.model._writer import ModelWriter as ModelWriter
-from memory.writers.model._writer import ModelWriterFailed as ModelWriterFailed
+from memory.writers.model._writer import ModelWriterFailedError as ModelWriterFailedError
 
 __all__ = [
     "EDITS_SCHEMA",
     "USAGE_FILE",
     "WRITING_RULES",
-    "ActionsUnreadable",
+    "ActionsUnreadableError",
     "CallStats",
     "Completion",
     "DailySpend",
     "EditAction",
     "Endpoint",
-    "EndpointRefused",
-    "EndpointUnavailable",
-    "ModelCallFailed",
+    "EndpointRefusedError",
+    "EndpointUnavailableError",
+    "ModelCallFailedError",
     "ModelSettings",
     "ModelWriter",
-    "ModelWriterFailed",
+    "ModelWriterFailedError",
     "Ranking",
-    "ResponseUnreadable",
+    "ResponseUnreadableError",
     "RetryPolicy",
     "UsageFile",
     "batch_budget_allows",

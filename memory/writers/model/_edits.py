@@ -14,7 +14,7 @@ touches. It sends *actions* (SPEC §5's writer form inside them):
 :func:`parse_actions` is strict: one JSON object ``{"edits": [...]}`` (a
 single surrounding code fence is tolerated, since text-mode models add
 one), every field typed, no unknown key. Any departure is an
-:class:`ActionsUnreadable` whose message goes back to the model in the
+:class:`ActionsUnreadableError` whose message goes back to the model in the
 repair loop. :func:`to_topic_edits` turns the actions into one
 :class:`~memory.workspace.TopicEdit` per file against a snapshot; the
 transaction validator then judges them.
@@ -33,7 +33,7 @@ from memory.workspace import TopicEdit
 __all__ = [
     "EDITS_SCHEMA",
     "EDITS_TOOL",
-    "ActionsUnreadable",
+    "ActionsUnreadableError",
     "EditAction",
     "parse_actions",
     "to_topic_edits",
@@ -72,7 +72,7 @@ _LABEL = re.compile(r"\[\^(?P<label>[A-Za-z0-9_-]+)\]")
 _HEADING = re.compile(r"(?P<hashes>#{1,6}) +\S")
 
 
-class ActionsUnreadable(ValueError):
+class ActionsUnreadableError(ValueError):
     """The model's answer is not the edits object; the message says what is wrong."""
 
 
@@ -90,49 +90,49 @@ def parse_actions(answer: str | dict[str, Any]) -> list[EditAction]:
     if isinstance(answer, str):
         text = answer.strip()
         if not text:
-            raise ActionsUnreadable("the answer is empty; send the JSON object {\"edits\": [...]}")
+            raise ActionsUnreadableError("the answer is empty; send the JSON object {\"edits\": [...]}")
         fenced = _FENCED.match(text)
         if fenced is not None:
             text = fenced.group("body").strip()
         try:
             document: object = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ActionsUnreadable(
+            raise ActionsUnreadableError(
                 f"the answer is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
                 "send only the JSON object {\"edits\": [...]}") from None
     else:
         document = answer
     if not isinstance(document, dict) or set(document) != {"edits"}:
-        raise ActionsUnreadable("the answer must be an object with the single key \"edits\"")
+        raise ActionsUnreadableError("the answer must be an object with the single key \"edits\"")
     edits = document["edits"]
     if not isinstance(edits, list):
-        raise ActionsUnreadable("\"edits\" must be a list")
+        raise ActionsUnreadableError("\"edits\" must be a list")
     return [_action(index, item) for index, item in enumerate(edits)]
 
 
 def _action(index: int, item: object) -> EditAction:
     where = f"edits[{index}]"
     if not isinstance(item, dict):
-        raise ActionsUnreadable(f"{where} must be an object")
+        raise ActionsUnreadableError(f"{where} must be an object")
     unknown = sorted(set(item) - _FIELDS)
     if unknown:
-        raise ActionsUnreadable(f"{where} has unknown key(s) {', '.join(unknown)}")
+        raise ActionsUnreadableError(f"{where} has unknown key(s) {', '.join(unknown)}")
     action = item.get("action")
     if action not in ("append", "write", "delete"):
-        raise ActionsUnreadable(f"{where}.action must be append, write or delete, not {action!r}")
+        raise ActionsUnreadableError(f"{where}.action must be append, write or delete, not {action!r}")
     path = item.get("path")
     if not isinstance(path, str) or not path:
-        raise ActionsUnreadable(f"{where}.path must be a non-empty string")
+        raise ActionsUnreadableError(f"{where}.path must be a non-empty string")
     section = item.get("section", "")
     text = item.get("text", "")
     if not isinstance(section, str) or not isinstance(text, str):
-        raise ActionsUnreadable(f"{where}.section and .text must be strings")
+        raise ActionsUnreadableError(f"{where}.section and .text must be strings")
     if action != "delete" and not text.strip():
-        raise ActionsUnreadable(f"{where} ({action} {path}) has no text")
+        raise ActionsUnreadableError(f"{where} ({action} {path}) has no text")
     blocks = item.get("delete_blocks", [])
     if not isinstance(blocks, list) or not all(
             isinstance(b, str) and _BLOCK_ID.fullmatch(b.lstrip("^")) for b in blocks):
-        raise ActionsUnreadable(f"{where}.delete_blocks must be a list of 8-hex block ids")
+        raise ActionsUnreadableError(f"{where}.delete_blocks must be a list of 8-hex block ids")
     return EditAction(action, path, section.strip(), text,
                       tuple(b.lstrip("^") for b in blocks))
 

@@ -17,7 +17,10 @@ from __future__ import annotations
 import datetime
 import email.utils
 import math
+import random
 from dataclasses import dataclass
+
+from supervisors import Backoff
 
 __all__ = [
     "DailySpend",
@@ -35,13 +38,10 @@ DAY = 86400.0
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """``attempts`` tries in all; delays ``initial * factor**n`` capped, +-``jitter`` of it."""
+    """``attempts`` tries in all, the pauses between them growing as ``backoff`` says."""
 
     attempts: int = 5
-    initial: float = 0.5
-    factor: float = 2.0
-    maximum: float = 30.0
-    jitter: float = 0.25
+    backoff: Backoff = Backoff(initial=0.5, factor=2.0, maximum=30.0, jitter=0.25)
     # A server asking for longer than this is treated as this (a job has a timeout).
     max_retry_after: float = 120.0
 
@@ -71,14 +71,14 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     return max(0.0, seconds)
 
 
-def retry_delay(policy: RetryPolicy, retry: int, retry_after: float | None, draw: float) -> float:
-    """The pause before retry number ``retry`` (1 = the first), ``draw`` uniform in [0, 1).
+def retry_delay(policy: RetryPolicy, retry: int, retry_after: float | None,
+                rng: random.Random) -> float:
+    """The pause before retry number ``retry`` (1 = the first), jittered with ``rng``.
 
     A server's ``Retry-After`` is a floor (capped by ``max_retry_after``): coming
     back earlier only earns another 429.
     """
-    base = min(policy.maximum, policy.initial * policy.factor ** max(0, retry - 1))
-    delay = base * (1.0 + policy.jitter * (2.0 * draw - 1.0))
+    delay = policy.backoff.delay(max(1, retry), rng)
     if retry_after is not None:
         delay = max(delay, min(retry_after, policy.max_retry_after))
     return max(0.0, delay)

@@ -58,8 +58,9 @@ _FLOATS = ("connect_timeout", "read_timeout", "total_timeout")
 _INTS = ("concurrency", "max_tokens", "repair_rounds", "structure_tokens", "full_files")
 _OPTIONAL_INTS = ("batch_tokens", "daily_tokens")
 _STRINGS = ("base_url", "model", "provider", "api_key_env", "mode")
-_RETRY = {"retry_attempts": "attempts", "retry_initial": "initial", "retry_maximum": "maximum"}
-KNOWN = frozenset((*_FLOATS, *_INTS, *_OPTIONAL_INTS, *_STRINGS, *_RETRY, "kind"))
+_RETRY_BACKOFF = {"retry_initial": "initial", "retry_maximum": "maximum"}
+KNOWN = frozenset((*_FLOATS, *_INTS, *_OPTIONAL_INTS, *_STRINGS, "retry_attempts",
+                   *_RETRY_BACKOFF, "kind"))
 
 
 def _check(name: str, value: object, where: str) -> object:
@@ -121,8 +122,12 @@ def model_settings(
     if merged.get("mode", "auto") not in ("auto", *MODES):
         raise SettingsError(where, f"mode must be auto or one of {', '.join(MODES)}")
     retry = RetryPolicy()
-    for name, attr in _RETRY.items():
+    backoff = retry.backoff
+    if "retry_attempts" in merged:
+        retry = replace(retry, attempts=merged.pop("retry_attempts"))
+    for name, attr in _RETRY_BACKOFF.items():
         if name in merged:
-            retry = replace(retry, **{attr: merged.pop(name)})
+            backoff = replace(backoff, **{attr: merged.pop(name)})
+    retry = replace(retry, backoff=backoff)
     known = {f.name for f in fields(ModelSettings)}
     return ModelSettings(retry=retry, **{k: v for k, v in merged.items() if k in known})

@@ -27,22 +27,23 @@ from typing import Any, Self
 import anyio
 import httpx
 
+from memory._errors import ScriptoriumMemoryError
 from memory.writers.model._retry import (
     parse_retry_after,
     retry_delay,
     retryable_status,
 )
 from memory.writers.model._settings import ModelSettings
-from memory.writers.model._wire import ResponseUnreadable, auth_headers
+from memory.writers.model._wire import ResponseUnreadableError, auth_headers
 
-__all__ = ["CallStats", "Endpoint", "EndpointRefused", "EndpointUnavailable", "ModelCallFailed"]
+__all__ = ["CallStats", "Endpoint", "EndpointRefusedError", "EndpointUnavailableError", "ModelCallFailedError"]
 
 
-class ModelCallFailed(Exception):
+class ModelCallFailedError(ScriptoriumMemoryError):
     """A call to the model endpoint failed for good; the message names the endpoint, never the key."""
 
 
-class EndpointRefused(ModelCallFailed):
+class EndpointRefusedError(ModelCallFailedError):
     """A 4xx other than 429: the request itself is wrong (never retried)."""
 
     def __init__(self, what: str, status: int) -> None:
@@ -50,7 +51,7 @@ class EndpointRefused(ModelCallFailed):
         self.status = status
 
 
-class EndpointUnavailable(ModelCallFailed):
+class EndpointUnavailableError(ModelCallFailedError):
     """429, 5xx or connection errors on every attempt."""
 
 
@@ -145,15 +146,15 @@ class Endpoint:
                     try:
                         document = response.json()
                     except ValueError:
-                        raise ResponseUnreadable(
+                        raise ResponseUnreadableError(
                             f"{where} answered {status} with a body that is not JSON") from None
                     return document, CallStats(attempt - 1, anyio.current_time() - started)
                 excerpt = self.redact(response.text[:300]).replace("\n", " ")
                 if not retryable_status(status):
-                    raise EndpointRefused(
+                    raise EndpointRefusedError(
                         f"{where} refused the request with {status}: {excerpt}", status)
                 last = f"HTTP {status}: {excerpt}"
                 retry_after = parse_retry_after(response.headers.get("retry-after"), self._clock())
             if attempt < policy.attempts:
-                await self._sleep(retry_delay(policy, attempt, retry_after, self._rng.random()))
-        raise EndpointUnavailable(f"{where} failed {policy.attempts} attempt(s); last: {last}")
+                await self._sleep(retry_delay(policy, attempt, retry_after, self._rng))
+        raise EndpointUnavailableError(f"{where} failed {policy.attempts} attempt(s); last: {last}")

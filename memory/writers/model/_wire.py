@@ -19,7 +19,7 @@ from typing import Any
 
 from memory.writers.model._edits import EDITS_SCHEMA, EDITS_TOOL
 
-__all__ = ["MODES", "PROVIDERS", "Completion", "ResponseUnreadable", "build_request",
+__all__ = ["MODES", "PROVIDERS", "Completion", "ResponseUnreadableError", "build_request",
            "read_response"]
 
 PROVIDERS = ("openai", "anthropic")
@@ -28,7 +28,7 @@ ANTHROPIC_VERSION = "2023-06-01"
 _TOOL_DESCRIPTION = "Record the memory edits for this batch."
 
 
-class ResponseUnreadable(ValueError):
+class ResponseUnreadableError(ValueError):
     """A 2xx body that is not a completion of the provider's format (not retried: a bug)."""
 
 
@@ -90,18 +90,18 @@ def _int(value: object) -> int:
 
 
 def read_response(provider: str, document: object) -> Completion:
-    """The completion in a 2xx body; :class:`ResponseUnreadable` if it has none."""
+    """The completion in a 2xx body; :class:`ResponseUnreadableError` if it has none."""
     if not isinstance(document, dict):
-        raise ResponseUnreadable("the response body is not a JSON object")
+        raise ResponseUnreadableError("the response body is not a JSON object")
     usage = document.get("usage") if isinstance(document.get("usage"), dict) else {}
     assert isinstance(usage, dict)
     if provider == "openai":
         choices = document.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise ResponseUnreadable("the response has no choices")
+            raise ResponseUnreadableError("the response has no choices")
         message = choices[0].get("message")
         if not isinstance(message, dict):
-            raise ResponseUnreadable("the response's first choice has no message")
+            raise ResponseUnreadableError("the response's first choice has no message")
         prompt, completion = _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens"))
         calls = message.get("tool_calls")
         if isinstance(calls, list) and calls:
@@ -109,14 +109,14 @@ def read_response(provider: str, document: object) -> Completion:
             arguments = function.get("arguments") if isinstance(function, dict) else None
             if isinstance(arguments, str):
                 return Completion(arguments, prompt, completion, arguments)
-            raise ResponseUnreadable("the tool call has no arguments")
+            raise ResponseUnreadableError("the tool call has no arguments")
         content = message.get("content")
         text = content if isinstance(content, str) else ""
         return Completion(text, prompt, completion, text)
     if provider == "anthropic":
         blocks = document.get("content")
         if not isinstance(blocks, list):
-            raise ResponseUnreadable("the response has no content list")
+            raise ResponseUnreadableError("the response has no content list")
         prompt, completion = _int(usage.get("input_tokens")), _int(usage.get("output_tokens"))
         texts: list[str] = []
         for block in blocks:

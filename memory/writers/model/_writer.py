@@ -13,7 +13,7 @@ SPEC §8's writer over any OpenAI-compatible or Anthropic endpoint. One
    validator judge the edits (``WorkspaceSnapshot.check``, a dry run of the
    commit); an unreadable answer or a refused edit goes back to the model
    with the reason, at most ``repair_rounds`` times, and then the write
-   raises :class:`ModelWriterFailed`: the cycle fails the batch and marks
+   raises :class:`ModelWriterFailedError`: the cycle fails the batch and marks
    nothing (SPEC §6.4), as for any writer that raises.
 
 Model writers are not exclusive: several workers call the model at once,
@@ -41,12 +41,12 @@ import anyio
 import anyio.to_thread
 import httpx
 
-from memory._errors import TopicError, describe_error
+from memory._errors import ScriptoriumMemoryError, TopicError, describe_error
 from memory.ledger import TokenCounter, default_counter
 from memory.workspace import TopicEdit, WorkspaceSnapshot
 from memory.writers._writer import Batch
 from memory.writers.model._edits import (
-    ActionsUnreadable,
+    ActionsUnreadableError,
     EditAction,
     parse_actions,
     to_topic_edits,
@@ -54,19 +54,19 @@ from memory.writers.model._edits import (
 from memory.writers.model._prompt import WRITING_RULES, Ranking, core_first, render_model_prompt
 from memory.writers.model._retry import DailySpend, batch_budget_allows, daily_wait
 from memory.writers.model._settings import ModelSettings
-from memory.writers.model._transport import Endpoint, EndpointRefused, Sleep
+from memory.writers.model._transport import Endpoint, EndpointRefusedError, Sleep
 from memory.writers.model._usage import UsageFile
 from memory.writers.model._wire import MODES, Completion, build_request, read_response
 from store import run_durable
 
-__all__ = ["ModelWriter", "ModelWriterFailed"]
+__all__ = ["ModelWriter", "ModelWriterFailedError"]
 
 _REUSABLE = 256  # batches whose edits are kept for a retry after a concurrent update
 USAGE_FLUSH = 1.0  # seconds between writes of the usage file
 _STEP_DOWN = (400, 422)
 
 
-class ModelWriterFailed(Exception):
+class ModelWriterFailedError(ScriptoriumMemoryError):
     """The model gave no acceptable edits for the batch; the message says why (never a key)."""
 
 
@@ -249,7 +249,7 @@ class ModelWriter:
                 estimate = self.count(WRITING_RULES) + sum(self.count(t) for _, t in turns)
                 if not batch_budget_allows(s.batch_tokens, usage["prompt_tokens"]
                                            + usage["completion_tokens"], estimate + s.max_tokens):
-                    raise ModelWriterFailed(
+                    raise ModelWriterFailedError(
                         f"session {batch.session_id}: the batch's token budget ({s.batch_tokens}) "
                         f"does not allow another call" + (f"; last refusal: {problems[0]}"
                                                           if problems else ""))
@@ -263,7 +263,7 @@ class ModelWriter:
                     audit = await workspace.check(edits, sources)
                     problems = [f"{entry.get('path')}: {entry.get('error')}" for entry in audit
                                 if entry.get("status") == "error"]
-            except ActionsUnreadable as exc:
+            except ActionsUnreadableError as exc:
                 problems = [str(exc)]
             if not problems:
                 if edits:  # "nothing to remember" is asked again on a retry
@@ -277,7 +277,7 @@ class ModelWriter:
                           ("user", "Your edits were refused:\n" + "\n".join(
                               f"- {p}" for p in problems[:20])
                            + "\nSend the complete corrected JSON object {\"edits\": [...]}.")]
-        raise ModelWriterFailed(
+        raise ModelWriterFailedError(
             f"session {batch.session_id}: no acceptable edits after {s.repair_rounds} repair "
             f"round(s) from {s.model}: {'; '.join(problems[:5])}")
 
@@ -289,7 +289,7 @@ class ModelWriter:
                 max_tokens=s.max_tokens)
             try:
                 document, stats = await self.endpoint.post(path, headers, body)
-            except EndpointRefused as exc:
+            except EndpointRefusedError as exc:
                 # auto: the endpoint does not take this structured form; the next one down.
                 if (s.mode == "auto" and exc.status in _STEP_DOWN
                         and self.mode != MODES[-1]):

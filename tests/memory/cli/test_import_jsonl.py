@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from memory.cli._cli import main
 from memory.cli._cli_errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, describe
-from memory.runtime import ImportInterrupted
+from memory.runtime import ImportInterruptedError
 from store import SessionCore
 
 LINES = [
@@ -92,7 +92,7 @@ def test_an_unsafe_session_id_or_a_missing_file_is_a_usage_error(tmp_path: Path)
 
 def test_an_import_stopped_part_way_exits_3_and_says_to_run_it_again() -> None:
     cause = OSError(errno.ENOSPC, "No space left on device")
-    message, code = describe(ImportInterrupted("h.jsonl", 3, "s1", 2, cause))
+    message, code = describe(ImportInterruptedError("h.jsonl", 3, "s1", 2, cause))
     assert code == EXIT_FAILURE
     assert message.startswith("h.jsonl:3: the import into session 's1' stopped")
     assert "run the same import again" in message

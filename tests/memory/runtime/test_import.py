@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from memory.runtime import ImportInterrupted, ImportLineError, import_jsonl
+from memory.runtime import ImportInterruptedError, ImportLineError, import_jsonl
 from memory.runtime._import import derived_session_id
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from store import SessionCore
@@ -192,7 +192,7 @@ async def test_an_import_stopped_part_way_is_completed_by_running_it_again(
     state = tmp_path / "state"
     files = DiskFullFromAppend(fill_on=3)
     async with open_runtime(state, config=config(files)) as rt:
-        with pytest.raises(ImportInterrupted) as caught:
+        with pytest.raises(ImportInterruptedError) as caught:
             await import_jsonl(rt, source, session="s1")
         files.freed = True
     assert caught.value.line == 3 and caught.value.appended == 2

@@ -41,7 +41,7 @@ def settings_for(server: ScriptedModel, provider: str, **overrides: Any) -> Mode
     options: dict[str, Any] = {
         "base_url": server.base_url, "model": "scripted-1", "provider": provider,
         "read_timeout": 0.3, "total_timeout": 5.0,
-        "retry": RetryPolicy(attempts=3, initial=0.01, maximum=0.05)}
+        "retry": RetryPolicy(attempts=3, backoff=Backoff(initial=0.01, maximum=0.05))}
     options.update(overrides)
     return ModelSettings(**options)
 

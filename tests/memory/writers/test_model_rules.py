@@ -12,7 +12,7 @@ import pytest
 from memory._errors import SettingsError
 from memory.workspace import normalise_topic, parse_topic
 from memory.writers.model import (
-    ActionsUnreadable,
+    ActionsUnreadableError,
     DailySpend,
     EditAction,
     RetryPolicy,
@@ -28,6 +28,7 @@ from memory.writers.model import (
     retryable_status,
     to_topic_edits,
 )
+from supervisors import Backoff
 
 NOON = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC).timestamp()
 
@@ -41,19 +42,20 @@ def test_only_429_and_5xx_are_retried() -> None:
 
 
 def test_backoff_grows_exponentially_within_its_jitter_and_cap() -> None:
-    policy = RetryPolicy(initial=0.5, factor=2.0, maximum=4.0, jitter=0.25)
+    policy = RetryPolicy(backoff=Backoff(initial=0.5, factor=2.0, maximum=4.0, jitter=0.25))
     rng = random.Random(3)
     for retry, base in ((1, 0.5), (2, 1.0), (3, 2.0), (4, 4.0), (9, 4.0)):
-        delays = [retry_delay(policy, retry, None, rng.random()) for _ in range(200)]
+        delays = [retry_delay(policy, retry, None, rng) for _ in range(200)]
         assert min(delays) >= base * 0.75 and max(delays) <= base * 1.25
         assert max(delays) - min(delays) > base * 0.3  # jitter spreads the workers
 
 
 def test_retry_after_is_a_floor_capped_by_the_policy() -> None:
-    policy = RetryPolicy(initial=0.5, max_retry_after=60.0)
-    assert retry_delay(policy, 1, 7.0, 0.0) == 7.0
-    assert retry_delay(policy, 1, 0.0, 0.5) == 0.5
-    assert retry_delay(policy, 1, 3600.0, 0.5) == 60.0
+    policy = RetryPolicy(max_retry_after=60.0, backoff=Backoff(initial=0.5, jitter=0.0))
+    rng = random.Random(0)
+    assert retry_delay(policy, 1, 7.0, rng) == 7.0
+    assert retry_delay(policy, 1, 0.0, rng) == 0.5
+    assert retry_delay(policy, 1, 3600.0, rng) == 60.0
 
 
 def test_retry_after_reads_seconds_and_http_dates_against_now() -> None:
@@ -128,7 +130,7 @@ def test_the_parser_reads_the_object_as_text_fenced_text_or_tool_arguments() -> 
     ('{"edits": [{"action": "write", "path": 3, "text": "x"}]}', "path"),
 ])
 def test_the_parser_refuses_anything_else_and_says_what(answer: str, says: str) -> None:
-    with pytest.raises(ActionsUnreadable, match=says):
+    with pytest.raises(ActionsUnreadableError, match=says):
         parse_actions(answer)
 
 

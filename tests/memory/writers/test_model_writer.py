@@ -27,16 +27,17 @@ from memory.workspace import WorkspaceSnapshot
 from memory.writers import Batch, run_write_cycle
 from memory.writers.model import (
     Endpoint,
-    EndpointRefused,
-    EndpointUnavailable,
+    EndpointRefusedError,
+    EndpointUnavailableError,
     ModelSettings,
     ModelWriter,
-    ModelWriterFailed,
+    ModelWriterFailedError,
     RetryPolicy,
     UsageFile,
     read_model_usage,
     render_model_prompt,
 )
+from supervisors import Backoff
 from tests.memory.runtime.test_runtime import chain, config
 from tests.model_server import completion_body, first_user_text, good_actions
 
@@ -51,7 +52,8 @@ def virtual_noon() -> float:
 def settings(**overrides: Any) -> ModelSettings:
     options: dict[str, Any] = {"base_url": "http://model.test/v1", "model": "mock-1",
                                "total_timeout": 5.0,
-                               "retry": RetryPolicy(attempts=3, initial=1.0, maximum=8.0)}
+                               "retry": RetryPolicy(attempts=3,
+                                                   backoff=Backoff(initial=1.0, maximum=8.0))}
     options.update(overrides)
     return ModelSettings(**options)
 
@@ -103,7 +105,7 @@ async def test_other_4xx_are_never_retried(status: int) -> None:
         return httpx.Response(status, text="no")
 
     async with Endpoint(settings(), transport=httpx.MockTransport(handler)) as endpoint:
-        with pytest.raises(EndpointRefused) as caught:
+        with pytest.raises(EndpointRefusedError) as caught:
             await endpoint.post("/chat/completions", {}, {})
     assert calls == 1 and caught.value.status == status
     assert "http://model.test/v1/chat/completions" in str(caught.value)
@@ -119,9 +121,10 @@ async def test_connection_errors_and_5xx_back_off_exponentially_then_give_up() -
             raise httpx.ConnectError("connection refused", request=request)
         return httpx.Response(503)
 
-    policy = RetryPolicy(attempts=4, initial=2.0, factor=2.0, maximum=60.0, jitter=0.25)
+    policy = RetryPolicy(attempts=4,
+                         backoff=Backoff(initial=2.0, factor=2.0, maximum=60.0, jitter=0.25))
     async with Endpoint(settings(retry=policy), transport=httpx.MockTransport(handler)) as endpoint:
-        with pytest.raises(EndpointUnavailable, match="failed 4 attempt"):
+        with pytest.raises(EndpointUnavailableError, match="failed 4 attempt"):
             await endpoint.post("/chat/completions", {}, {})
     gaps = [b - a for a, b in itertools.pairwise(times)]
     for gap, base in zip(gaps, (2.0, 4.0, 8.0), strict=True):
@@ -238,7 +241,7 @@ async def test_the_batch_budget_fails_a_batch_before_it_overspends() -> None:
 
     writer = ModelWriter(settings(batch_tokens=100, max_tokens=200),
                          transport=httpx.MockTransport(handler), counter=estimate_tokens)
-    with pytest.raises(ModelWriterFailed, match="token budget"):
+    with pytest.raises(ModelWriterFailedError, match="token budget"):
         await writer.write(batch_of("n1"), snapshot({}))
     await writer.aclose()
     assert calls == 0
