@@ -25,6 +25,8 @@ Run from the repository root::
     python bench/run.py              # every benchmark, rewrites bench/RESULTS.md
     python bench/run.py --quick      # smaller sizes, for a smoke run
     python bench/run.py --only store --only baselines --out /tmp/RESULTS.md
+    python bench/run.py --only recall --keep /tmp/outcomes.json  # the rest from an earlier
+                                                                  # run with the same --keep
 """
 
 from __future__ import annotations
@@ -472,14 +474,35 @@ def render(outcomes: list[Outcome], quick: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _load_kept(path: str | None, every: list[Bench], running: set[str]) -> list[Outcome]:
+    """The outcomes a ``--keep`` file holds for benchmarks not run this time."""
+    if path is None or not Path(path).exists():
+        return []
+    by_name = {bench.name: bench for bench in every}
+    return [Outcome(by_name[item["name"]], item["status"], item["seconds"], item["data"],
+                    item["detail"])
+            for item in json.loads(Path(path).read_text(encoding="utf-8"))
+            if item["name"] in by_name and item["name"] not in running]
+
+
+def _in_bench_order(every: list[Bench], outcomes: list[Outcome]) -> list[Outcome]:
+    order = {bench.name: i for i, bench in enumerate(every)}
+    return sorted(outcomes, key=lambda outcome: order[outcome.bench.name])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
     parser.add_argument("--only", action="append", default=[], help="run only these (repeat)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"))
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per benchmark")
+    parser.add_argument("--keep", default=None, metavar="JSON",
+                        help="outcomes file: the benchmarks not run now are taken from it, and "
+                             "every outcome is saved to it (one RESULTS.md from several runs)")
     args = parser.parse_args()
-    benches = [b for b in _benches(sys.executable) if not args.only or b.name in args.only]
+    every = _benches(sys.executable)
+    benches = [b for b in every if not args.only or b.name in args.only]
+    kept = _load_kept(args.keep, every, {b.name for b in benches})
     outcomes = []
     for bench in benches:
         print(f"running {bench.name} ...", file=sys.stderr, flush=True)
@@ -497,6 +520,11 @@ def main() -> int:
               if outcome.detail else f"  {outcome.status} ({outcome.seconds:.1f} s)",
               file=sys.stderr, flush=True)
         outcomes.append(outcome)
+    outcomes = _in_bench_order(every, [*kept, *outcomes])
+    if args.keep is not None:
+        Path(args.keep).write_text(json.dumps(
+            [{"name": o.bench.name, "status": o.status, "seconds": o.seconds, "data": o.data,
+              "detail": o.detail} for o in outcomes]), encoding="utf-8")
     Path(args.out).write_text(render(outcomes, args.quick), encoding="utf-8")
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

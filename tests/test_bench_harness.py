@@ -7,27 +7,17 @@ the order of interleaved rounds, ratios, and the met/missed verdicts.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.bench._modules import bench_module
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_harness", BENCH / "_harness.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["_harness"] = module  # dataclasses look their module up while building
-    spec.loader.exec_module(module)
-    return module
-
-
-h = _load()
+h = bench_module("_harness")
 
 
 def test_percentile_interpolates_between_closest_ranks() -> None:

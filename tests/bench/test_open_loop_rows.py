@@ -8,25 +8,12 @@ which no batch came due under load is a miss, not a vacuous pass.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.bench._modules import bench_module
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_run", BENCH / "run.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_run"] = module  # dataclasses look their module up while building
-    spec.loader.exec_module(module)
-    return module
-
-
-run = _load()
+run = bench_module("run")
 
 
 def _data(cycles: int, cycle_p99: float, ack_p99: float) -> dict[str, Any]:
