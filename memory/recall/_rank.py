@@ -5,12 +5,17 @@ ruled here, each rule a factor on the BM25 relevance (pure functions):
 
 - names: a unit whose speaker the query names counts more;
 - time: a unit dated inside a time the query names counts more, one dated
-  outside it less;
+  outside it less (a paragraph is dated by each of its footnotes' days, not
+  by the span between them: a fact said in May and in July is not of June);
 - branches: with a session, a turn on the asked branch keeps its score, a
   turn of another live branch (or another session) counts less, a turn only
   on rewound branches is left out unless asked for; a paragraph none of
   whose cited turns is on the branch counts less;
-- no repeats: a paragraph and the turns it cites are never both shown.
+- no repeats: a paragraph and the turns it cites are never both shown,
+  with one exception: a paragraph that merges turns of several times does
+  not hide those of a time the query names when it also cites turns outside
+  it (:func:`covered`): that turn is the evidence of the asked time, the
+  paragraph is not.
 
 Packing (:func:`pack_context`) fills a token
 budget with the best hits, each labelled with its provenance and time,
@@ -26,8 +31,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from memory.recall._query import ParsedQuery
-from memory.recall._units import Unit
+from memory.recall._query import ParsedQuery, TimeWindow
+from memory.recall._units import Unit, when_span
 
 __all__ = [
     "BranchView",
@@ -80,6 +85,16 @@ class Hit:
     on_branch: bool | None = None
     seq: int = 0
     when: str = ""  # the time as the file holds it (ISO for a turn, footnote times for a topic)
+    # The cited turns a paragraph stands for, which no-repeats hides (all of
+    # ``sources`` unless the query's time takes some out: :func:`covered`).
+    covers: tuple[tuple[str, str], ...] | None = None
+
+    @property
+    def hides(self) -> tuple[tuple[str, str], ...]:
+        """The turns a shown hit makes redundant: itself, or the turns a paragraph covers."""
+        if self.kind == "source":
+            return ((self.session or "", self.node_id or ""),)
+        return self.sources if self.covers is None else self.covers
 
     def as_json(self) -> dict[str, object]:
         document: dict[str, object] = {
@@ -141,6 +156,43 @@ def hit_of(unit: Unit, score: float, cited: Mapping[str, Unit],
                trust=unit.trust, on_branch=on, seq=unit.seq, when=unit.when)
 
 
+def footnote_spans(unit: Unit) -> list[tuple[float, float]]:
+    """A paragraph's days (one span per footnote time); a turn's own span."""
+    if unit.kind == "topic":
+        spans = [span for when in unit.when.split(", ") if (span := when_span(when))]
+        if spans:
+            return spans
+    if unit.start is None:
+        return []
+    return [(unit.start, unit.end if unit.end is not None else unit.start)]
+
+
+def in_windows(unit: Unit, windows: Sequence[TimeWindow]) -> bool | None:
+    """Whether ``unit`` is of a time in ``windows`` (None: undated)."""
+    spans = footnote_spans(unit)
+    if not spans:
+        return None
+    return any(w.overlaps(start, end) for start, end in spans for w in windows)
+
+
+def covered(unit: Unit, cited: Mapping[str, Unit],
+            windows: Sequence[TimeWindow]) -> tuple[tuple[str, str], ...]:
+    """The cited turns a paragraph hides: all, unless it merges times the query tells apart.
+
+    When some cited turns are of a time the query names and others are not,
+    the paragraph no longer stands for the former: they stay to be ranked
+    (and shown) as the evidence of the asked time.
+    """
+    turns = [u for key in unit.sources if (u := cited.get(key)) is not None]
+    pairs = tuple((u.session, u.node_id) for u in turns)
+    if not windows:
+        return pairs
+    inside = {(u.session, u.node_id) for u in turns if in_windows(u, windows)}
+    if not inside or len(inside) == len(pairs):
+        return pairs
+    return tuple(pair for pair in pairs if pair not in inside)
+
+
 def _names_in(query: ParsedQuery, speaker: str) -> bool:
     if not speaker:
         return False
@@ -181,13 +233,12 @@ def rank_units(
         score = relevance * (TOPIC_WEIGHT if unit.kind == "topic" else 1.0)
         if _names_in(query, unit.speaker):
             score *= NAME_BOOST
-        if query.windows and unit.start is not None:
-            end = unit.end if unit.end is not None else unit.start
-            if any(w.overlaps(unit.start, end) for w in query.windows):
-                score *= TIME_BOOST
-            else:
-                score *= TIME_MISS
+        timely = in_windows(unit, query.windows) if query.windows else None
+        if timely is not None:
+            score *= TIME_BOOST if timely else TIME_MISS
         hit = hit_of(unit, score, cited, view)
+        if unit.kind == "topic":
+            hit = dataclasses.replace(hit, covers=covered(unit, cited, query.windows))
         if view is not None:
             if unit.kind == "source":
                 if unit.session != view.session:
@@ -215,17 +266,18 @@ def _without_repeats(hits: Iterable[Hit]) -> list[Hit]:
     kept: list[Hit] = []
     shown: set[tuple[str, str]] = set()
     for hit in hits:
-        if hit.kind == "source":
-            pair = (hit.session or "", hit.node_id or "")
-            if pair in shown:
-                continue
-            shown.add(pair)
-        else:
-            if hit.sources and all(pair in shown for pair in hit.sources):
-                continue
-            shown.update(hit.sources)
+        if _redundant(hit, shown):
+            continue
+        shown.update(hit.hides)
         kept.append(hit)
     return kept
+
+
+def _redundant(hit: Hit, shown: set[tuple[str, str]]) -> bool:
+    """A turn already shown (or hidden); a paragraph all of whose cited turns are."""
+    if hit.kind == "source":
+        return hit.hides[0] in shown
+    return bool(hit.sources) and all(pair in shown for pair in hit.sources)
 
 
 def _label(hit: Hit) -> str:
@@ -279,15 +331,12 @@ def pack_context(
                 shown.add(pair)
 
     for hit in hits:
-        pairs = _pairs(hit)
-        if hit.kind == "source" and pairs[0] in shown:
-            continue
-        if hit.kind == "topic" and hit.sources and all(p in shown for p in hit.sources):
+        if _redundant(hit, shown):
             continue
         trial = [*groups, [hit]]
         if fits(trial):
             groups = trial
-            shown.update(pairs)
+            shown.update(hit.hides)
             placed.append(hit)
     if neighbours is not None:
         for index in range(len(groups)):
@@ -301,8 +350,3 @@ def pack_context(
     return Context(text, count(text) if text else 0, quoted, cited,
                    tuple(h for g in groups for h in g))
 
-
-def _pairs(hit: Hit) -> tuple[tuple[str, str], ...]:
-    if hit.kind == "source":
-        return ((hit.session or "", hit.node_id or ""),)
-    return hit.sources
