@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from memory.recall._query import ParsedQuery, TimeWindow
+from memory.recall._query import _WORD, ParsedQuery, TimeWindow
 from memory.recall._units import Unit, when_span
 
 __all__ = [
@@ -211,8 +211,12 @@ def rank_units(
     until: float | None = None,
     include_pending: bool = False,
     include_rewound: bool = False,
+    repeats: bool = False,
 ) -> list[Hit]:
     """Hits for ``matches`` (unit, BM25 relevance, higher better), best first.
+
+    ``repeats`` keeps the paragraphs and turns no-repeats would drop (for
+    :func:`notes_of`; :func:`without_repeats` drops them afterwards).
 
     ``cited`` maps the ``<sid>#source-<16hex>`` keys the paragraphs cite to
     their archived turns. ``since``/``until`` keep units whose time
@@ -254,14 +258,15 @@ def rank_units(
             hit = _rescored(hit, score)
         scored.append((-score, order, hit))
     scored.sort(key=lambda item: (item[0], item[1]))
-    return _without_repeats([hit for _, _, hit in scored])
+    ranked = [hit for _, _, hit in scored]
+    return ranked if repeats else without_repeats(ranked)
 
 
 def _rescored(hit: Hit, score: float) -> Hit:
     return dataclasses.replace(hit, score=score)
 
 
-def _without_repeats(hits: Iterable[Hit]) -> list[Hit]:
+def without_repeats(hits: Iterable[Hit]) -> list[Hit]:
     """Drop a turn a better paragraph cites, and a paragraph whose turns are all shown."""
     kept: list[Hit] = []
     shown: set[tuple[str, str]] = set()
@@ -273,6 +278,40 @@ def _without_repeats(hits: Iterable[Hit]) -> list[Hit]:
     return kept
 
 
+def _words(text: str) -> set[str]:
+    return {word.lower() for word in _WORD.findall(text)}
+
+
+def notes_of(hits: Sequence[Hit], turns: Mapping[tuple[str, str], str]
+             ) -> dict[tuple[str, str], list[Hit]]:
+    """The paragraphs among ``hits`` that say more than a turn they cite, by that turn.
+
+    ``turns`` maps a turn to its text. A paragraph "says more" when it holds
+    words that neither the turn nor the turn's label (its speaker, its day)
+    holds: a relative date resolved against the turn's time ("last year
+    (2022)"), a fact merged from another day. Shown next to the quoted turn,
+    it adds what the turn alone does not say, and the turn stays quoted.
+    """
+    notes: dict[tuple[str, str], list[Hit]] = {}
+    for hit in hits:
+        if hit.kind != "topic":
+            continue
+        said = _words(hit.text)
+        for pair in hit.sources:
+            text = turns.get(pair)
+            if text is None:
+                continue
+            if said - _words(text) - _label_words(hit, pair):
+                notes.setdefault(pair, []).append(hit)
+    return notes
+
+
+def _label_words(hit: Hit, pair: tuple[str, str]) -> set[str]:
+    """What a turn's label already says: the paragraph's own prefix (speaker, day)."""
+    head, colon, _ = hit.text.partition(": ")
+    return _words(head) if colon and len(head) < 80 else set()
+
+
 def _redundant(hit: Hit, shown: set[tuple[str, str]]) -> bool:
     """A turn already shown (or hidden); a paragraph all of whose cited turns are."""
     if hit.kind == "source":
@@ -280,15 +319,20 @@ def _redundant(hit: Hit, shown: set[tuple[str, str]]) -> bool:
     return bool(hit.sources) and all(pair in shown for pair in hit.sources)
 
 
-def _label(hit: Hit) -> str:
+def _label(hit: Hit, session: str | None = None) -> str:
     if hit.kind == "source":
         pending = " (pending)" if hit.trust != "trusted" else ""
-        return f"[{hit.time}] {hit.speaker}{pending} ({hit.session}/{hit.node_id})"
+        where = hit.node_id if hit.session == session else f"{hit.session}/{hit.node_id}"
+        return f"[{hit.time}] {hit.speaker}{pending} ({where})"
     return f"[{hit.time}] memory ({hit.file} ^{hit.block_id})"
 
 
-def _item(hit: Hit) -> str:
-    return f"- {_label(hit)}: {' '.join(hit.text.split())}"
+def _item(hit: Hit, session: str | None = None) -> str:
+    return f"- {_label(hit, session)}: {' '.join(hit.text.split())}"
+
+
+def _heading(session: str) -> str:
+    return f"Session {session}, its turns by node id:"
 
 
 def pack_context(
@@ -297,8 +341,15 @@ def pack_context(
     count: Callable[[str], int],
     *,
     neighbours: Callable[[Hit], Sequence[Hit]] | None = None,
+    session: str | None = None,
+    notes: Mapping[tuple[str, str], Sequence[Hit]] | None = None,
 ) -> Context:
     """The best ``hits`` that fit ``budget_tokens`` (whole block counted by ``count``).
+
+    With ``session`` (the session asked from) and two or more of its turns in
+    the block, each is labelled by its node id alone under one heading line
+    naming the session: the session id repeated on every line cost a tenth
+    of a block's tokens.
 
     A hit that does not fit is passed over (a shorter later one may fit).
     Then, while room is left, each quoted turn brings its adjacent turns
@@ -310,9 +361,16 @@ def pack_context(
     groups: list[list[Hit]] = []
     shown: set[tuple[str, str]] = set()
     placed: list[Hit] = []
+    noted: set[tuple[str, str | None]] = set()
 
     def text_of(candidate: list[list[Hit]]) -> str:
-        return "\n".join(_item(hit) for group in candidate for hit in group)
+        own = sum(hit.kind == "source" and hit.session == session
+                  for group in candidate for hit in group)
+        short = session if session is not None and own > 1 else None
+        items = [_item(hit, short) for group in candidate for hit in group]
+        if short is not None:
+            items.insert(0, _heading(short))
+        return "\n".join(items)
 
     def fits(candidate: list[list[Hit]]) -> bool:
         return count(text_of(candidate)) <= budget_tokens
@@ -324,20 +382,29 @@ def pack_context(
             pair = (extra.session or "", extra.node_id or "")
             if pair in shown:
                 continue
-            merged = sorted([*groups[index], extra], key=lambda h: h.seq)
+            merged = sorted([*groups[index], extra], key=lambda h: (h.kind != "source", h.seq))
             trial = [*groups[:index], merged, *groups[index + 1:]]
             if fits(trial):
                 groups = trial
                 shown.add(pair)
 
     for hit in hits:
-        if _redundant(hit, shown):
+        if _redundant(hit, shown) or (hit.kind == "topic" and (hit.file, hit.block_id) in noted):
             continue
         trial = [*groups, [hit]]
         if fits(trial):
             groups = trial
             shown.update(hit.hides)
             placed.append(hit)
+            # A paragraph that says more than the quoted turn goes right after it.
+            for note in (notes or {}).get(hit.hides[0], ()) if hit.kind == "source" else ():
+                if (note.file, note.block_id) in noted:
+                    continue
+                trial = [*groups[:-1], [*groups[-1], note]]
+                if fits(trial):
+                    groups = trial
+                    noted.add((note.file, note.block_id))
+                    shown.update(note.hides)
     if neighbours is not None:
         for index in range(len(groups)):
             if groups[index][0].kind == "source":

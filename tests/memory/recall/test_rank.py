@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 from memory.recall import Unit, parse_query, rank_units
@@ -49,3 +50,33 @@ def test_a_merged_paragraph_does_not_hide_the_turn_of_the_asked_time() -> None:
     # ...and with no time asked, or a time holding both days, it stands for both.
     assert [(k, n) for k, n, _ in ranked("swam lake")] == [("topic", None)]
     assert [(k, n) for k, n, _ in ranked("swam lake in 2023")] == [("topic", None)]
+
+
+def test_a_paragraph_that_says_more_than_its_quoted_turn_is_shown_with_it() -> None:
+    from memory.ledger import estimate_tokens
+    from memory.recall import Hit, pack_context
+    from memory.recall._rank import notes_of, without_repeats
+
+    said = Hit("source", "Yeah, I painted that lake sunrise last year! It's special to me.", 2.0,
+               "8 May 2023", "sources/openprogram/_v2/c.md", session="c", node_id="D1-14",
+               speaker="Melanie", seq=14)
+    other = dataclasses.replace(said, text="Painting is fun.", node_id="D1-16", seq=16, score=1.0)
+    resolved = Hit("topic", "Melanie (8 May 2023): Yeah, I painted that lake sunrise last year "
+                   "(2022)!", 0.5, "2023-05-08", "topics/notes.md", block_id="b1",
+                   sources=(("c", "D1-14"),))
+    same = dataclasses.replace(resolved, text="Melanie (8 May 2023): Painting is fun.",
+                               block_id="b2", sources=(("c", "D1-16"),))
+    ranked = [said, other, resolved, same]
+    turns = {("c", "D1-14"): said.text, ("c", "D1-16"): other.text}
+    notes = notes_of(ranked, turns)
+    assert notes == {("c", "D1-14"): [resolved]}  # "Painting is fun." says nothing more
+    hits = without_repeats(ranked)
+    assert [h.block_id for h in hits if h.kind == "topic"] == []  # no repeats drops both...
+    block = pack_context(hits, 200, estimate_tokens, notes=notes, session="c")
+    # ...but the one that resolves "last year" is shown right after the turn it cites
+    assert block.quoted == (("c", "D1-14"), ("c", "D1-16"))
+    assert [h.block_id for h in block.hits] == [None, "b1", None]
+    assert "(2022)" in block.text and block.cited == (("c", "D1-14"),)
+    # the session asked from is named once; its turns by node id
+    assert block.text.splitlines()[0] == "Session c, its turns by node id:"
+    assert "- [8 May 2023] Melanie (D1-14): Yeah" in block.text
