@@ -49,7 +49,7 @@ TIME_BOOST = 2.0
 TIME_MISS = 0.7
 OFF_BRANCH = 0.5
 OTHER_SESSION = 0.5
-TOPIC_WEIGHT = 0.3
+TOPIC_WEIGHT = 0.15
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,8 +241,7 @@ def rank_units(
         if timely is not None:
             score *= TIME_BOOST if timely else TIME_MISS
         hit = hit_of(unit, score, cited, view)
-        if unit.kind == "topic":
-            hit = dataclasses.replace(hit, covers=covered(unit, cited, query.windows))
+        covers = covered(unit, cited, query.windows) if unit.kind == "topic" else None
         if view is not None:
             if unit.kind == "source":
                 if unit.session != view.session:
@@ -253,17 +252,11 @@ def rank_units(
                     score *= OFF_BRANCH
             elif not hit.on_branch:
                 score *= OFF_BRANCH
-            hit = _rescored(hit, score)
-        else:
-            hit = _rescored(hit, score)
+        hit = dataclasses.replace(hit, score=score, covers=covers)
         scored.append((-score, order, hit))
     scored.sort(key=lambda item: (item[0], item[1]))
     ranked = [hit for _, _, hit in scored]
     return ranked if repeats else without_repeats(ranked)
-
-
-def _rescored(hit: Hit, score: float) -> Hit:
-    return dataclasses.replace(hit, score=score)
 
 
 def without_repeats(hits: Iterable[Hit]) -> list[Hit]:

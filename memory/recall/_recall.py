@@ -46,9 +46,10 @@ __all__ = ["CANDIDATES", "Recall", "TimeBound"]
 
 CANDIDATES = 200  # BM25 matches ranked further, per query
 # A word in more than this share of the units is left out of the MATCH (unless
-# every word is): FTS5 would score and sort every row holding it, and past half
-# the units its idf is clamped to nothing, so it ranks nothing anyway.
-COMMON = 0.5
+# every word is): FTS5 would score and sort every row holding it, while its idf
+# (log 4 at a fifth, clamped to nothing past half) decides nothing among the
+# candidates the rarer words bring (a word in under 2% of units: idf above 4).
+COMMON = 0.2
 COMMON_FLOOR = 5_000  # ...and in more units than this: below it, scoring them all is cheap
 TimeBound = float | datetime | None
 

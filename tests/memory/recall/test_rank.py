@@ -30,7 +30,7 @@ CITED = {"lake#source-m1": MAY, "lake#source-j1": JULY}
 
 
 def ranked(query: str) -> list[tuple[str, str | None, float]]:
-    hits = rank_units([(MERGED, 1.0), (MAY, 0.2), (JULY, 0.2)],
+    hits = rank_units([(MERGED, 1.0), (MAY, TOPIC_WEIGHT / 2), (JULY, TOPIC_WEIGHT / 2)],
                       parse_query(query, as_of=AS_OF), cited=CITED)
     return [(hit.kind, hit.node_id, hit.score) for hit in hits]
 
