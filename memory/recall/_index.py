@@ -146,6 +146,7 @@ class RecallIndex:
         self.revisions = RevisionCache(memory_dir)
         self._db: sqlite3.Connection | None = None
         self._wait = lock_timeout
+        self._total: tuple[str, int] | None = None
 
     # -- opening -----------------------------------------------------------------
 
@@ -420,6 +421,32 @@ class RecallIndex:
 
     # -- reading -----------------------------------------------------------------
 
+    def common_terms(self, expressions: Sequence[str], fraction: float,
+                     floor: int = 0) -> set[str]:
+        """Those of ``expressions`` (one quoted term each) matching over ``fraction`` of the units.
+
+        And over ``floor`` units: a term in fewer costs little to score.
+
+        Counted with a ``LIMIT`` inside the subquery, so a term costs at most
+        that many postings to read, not its whole doclist (fts5vocab's ``doc``
+        reads the whole doclist, as an unlimited ``count(*)`` does).
+        """
+        total = self.total()
+        bound = max(int(total * fraction), floor, 1)
+        if total < bound:
+            return set()
+        return {expression for expression in expressions if self.db.execute(
+            "SELECT count(*) FROM (SELECT rowid FROM fts WHERE fts MATCH ? LIMIT ?)",
+            (expression, bound)).fetchone()[0] >= bound}
+
+    def total(self) -> int:
+        """How many units the index holds (counted once per revision)."""
+        row = self.db.execute("SELECT value FROM meta WHERE key='revision'").fetchone()
+        revision = "" if row is None else str(row[0])
+        if self._total is None or self._total[0] != revision:
+            self._total = (revision, self.count())
+        return self._total[1]
+
     def search(self, expression: str, limit: int) -> list[tuple[int, float]]:
         """``(row id, bm25 score)`` of the best ``limit`` matches (lower score is better)."""
         return list(self.db.execute(
@@ -468,13 +495,19 @@ class RecallIndex:
 
     def by_anchor(self, keys: Iterable[str]) -> dict[str, Unit]:
         """The archived turns behind ``<sid>#source-<16hex>`` keys (those that exist)."""
-        found: dict[str, Unit] = {}
+        by_session: dict[str, list[str]] = {}
         for key in keys:
             session, _, anchor = key.partition("#")
-            row = self.db.execute("SELECT * FROM unit WHERE session=? AND anchor=? LIMIT 1",
-                                  (session, anchor)).fetchone()
-            if row is not None:
-                found[key] = _unit(row)
+            by_session.setdefault(session, []).append(anchor)
+        found: dict[str, Unit] = {}
+        for session, anchors in by_session.items():
+            for start in range(0, len(anchors), 500):
+                chunk = anchors[start:start + 500]
+                marks = ",".join("?" * len(chunk))
+                for row in self.db.execute(
+                        f"SELECT * FROM unit WHERE session=? AND anchor IN ({marks})"
+                        " ORDER BY id DESC", (session, *chunk)):
+                    found[f"{session}#{row[13]}"] = _unit(row)  # the first row wins
         return found
 
     def dump(self) -> list[tuple[object, ...]]:

@@ -5,12 +5,17 @@ ruled here, each rule a factor on the BM25 relevance (pure functions):
 
 - names: a unit whose speaker the query names counts more;
 - time: a unit dated inside a time the query names counts more, one dated
-  outside it less;
+  outside it less (a paragraph is dated by each of its footnotes' days, not
+  by the span between them: a fact said in May and in July is not of June);
 - branches: with a session, a turn on the asked branch keeps its score, a
   turn of another live branch (or another session) counts less, a turn only
   on rewound branches is left out unless asked for; a paragraph none of
   whose cited turns is on the branch counts less;
-- no repeats: a paragraph and the turns it cites are never both shown.
+- no repeats: a paragraph and the turns it cites are never both shown,
+  with one exception: a paragraph that merges turns of several times does
+  not hide those of a time the query names when it also cites turns outside
+  it (:func:`covered`): that turn is the evidence of the asked time, the
+  paragraph is not.
 
 Packing (:func:`pack_context`) fills a token
 budget with the best hits, each labelled with its provenance and time,
@@ -26,8 +31,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from memory.recall._query import ParsedQuery
-from memory.recall._units import Unit
+from memory.recall._query import _WORD, ParsedQuery, TimeWindow
+from memory.recall._units import Unit, when_span
 
 __all__ = [
     "BranchView",
@@ -44,7 +49,7 @@ TIME_BOOST = 2.0
 TIME_MISS = 0.7
 OFF_BRANCH = 0.5
 OTHER_SESSION = 0.5
-TOPIC_WEIGHT = 0.3
+TOPIC_WEIGHT = 0.15
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,16 @@ class Hit:
     on_branch: bool | None = None
     seq: int = 0
     when: str = ""  # the time as the file holds it (ISO for a turn, footnote times for a topic)
+    # The cited turns a paragraph stands for, which no-repeats hides (all of
+    # ``sources`` unless the query's time takes some out: :func:`covered`).
+    covers: tuple[tuple[str, str], ...] | None = None
+
+    @property
+    def hides(self) -> tuple[tuple[str, str], ...]:
+        """The turns a shown hit makes redundant: itself, or the turns a paragraph covers."""
+        if self.kind == "source":
+            return ((self.session or "", self.node_id or ""),)
+        return self.sources if self.covers is None else self.covers
 
     def as_json(self) -> dict[str, object]:
         document: dict[str, object] = {
@@ -141,6 +156,43 @@ def hit_of(unit: Unit, score: float, cited: Mapping[str, Unit],
                trust=unit.trust, on_branch=on, seq=unit.seq, when=unit.when)
 
 
+def footnote_spans(unit: Unit) -> list[tuple[float, float]]:
+    """A paragraph's days (one span per footnote time); a turn's own span."""
+    if unit.kind == "topic":
+        spans = [span for when in unit.when.split(", ") if (span := when_span(when))]
+        if spans:
+            return spans
+    if unit.start is None:
+        return []
+    return [(unit.start, unit.end if unit.end is not None else unit.start)]
+
+
+def in_windows(unit: Unit, windows: Sequence[TimeWindow]) -> bool | None:
+    """Whether ``unit`` is of a time in ``windows`` (None: undated)."""
+    spans = footnote_spans(unit)
+    if not spans:
+        return None
+    return any(w.overlaps(start, end) for start, end in spans for w in windows)
+
+
+def covered(unit: Unit, cited: Mapping[str, Unit],
+            windows: Sequence[TimeWindow]) -> tuple[tuple[str, str], ...]:
+    """The cited turns a paragraph hides: all, unless it merges times the query tells apart.
+
+    When some cited turns are of a time the query names and others are not,
+    the paragraph no longer stands for the former: they stay to be ranked
+    (and shown) as the evidence of the asked time.
+    """
+    turns = [u for key in unit.sources if (u := cited.get(key)) is not None]
+    pairs = tuple((u.session, u.node_id) for u in turns)
+    if not windows:
+        return pairs
+    inside = {(u.session, u.node_id) for u in turns if in_windows(u, windows)}
+    if not inside or len(inside) == len(pairs):
+        return pairs
+    return tuple(pair for pair in pairs if pair not in inside)
+
+
 def _names_in(query: ParsedQuery, speaker: str) -> bool:
     if not speaker:
         return False
@@ -159,8 +211,12 @@ def rank_units(
     until: float | None = None,
     include_pending: bool = False,
     include_rewound: bool = False,
+    repeats: bool = False,
 ) -> list[Hit]:
     """Hits for ``matches`` (unit, BM25 relevance, higher better), best first.
+
+    ``repeats`` keeps the paragraphs and turns no-repeats would drop (for
+    :func:`notes_of`; :func:`without_repeats` drops them afterwards).
 
     ``cited`` maps the ``<sid>#source-<16hex>`` keys the paragraphs cite to
     their archived turns. ``since``/``until`` keep units whose time
@@ -181,13 +237,11 @@ def rank_units(
         score = relevance * (TOPIC_WEIGHT if unit.kind == "topic" else 1.0)
         if _names_in(query, unit.speaker):
             score *= NAME_BOOST
-        if query.windows and unit.start is not None:
-            end = unit.end if unit.end is not None else unit.start
-            if any(w.overlaps(unit.start, end) for w in query.windows):
-                score *= TIME_BOOST
-            else:
-                score *= TIME_MISS
+        timely = in_windows(unit, query.windows) if query.windows else None
+        if timely is not None:
+            score *= TIME_BOOST if timely else TIME_MISS
         hit = hit_of(unit, score, cited, view)
+        covers = covered(unit, cited, query.windows) if unit.kind == "topic" else None
         if view is not None:
             if unit.kind == "source":
                 if unit.session != view.session:
@@ -198,45 +252,80 @@ def rank_units(
                     score *= OFF_BRANCH
             elif not hit.on_branch:
                 score *= OFF_BRANCH
-            hit = _rescored(hit, score)
-        else:
-            hit = _rescored(hit, score)
+        hit = dataclasses.replace(hit, score=score, covers=covers)
         scored.append((-score, order, hit))
     scored.sort(key=lambda item: (item[0], item[1]))
-    return _without_repeats([hit for _, _, hit in scored])
+    ranked = [hit for _, _, hit in scored]
+    return ranked if repeats else without_repeats(ranked)
 
 
-def _rescored(hit: Hit, score: float) -> Hit:
-    return dataclasses.replace(hit, score=score)
-
-
-def _without_repeats(hits: Iterable[Hit]) -> list[Hit]:
+def without_repeats(hits: Iterable[Hit]) -> list[Hit]:
     """Drop a turn a better paragraph cites, and a paragraph whose turns are all shown."""
     kept: list[Hit] = []
     shown: set[tuple[str, str]] = set()
     for hit in hits:
-        if hit.kind == "source":
-            pair = (hit.session or "", hit.node_id or "")
-            if pair in shown:
-                continue
-            shown.add(pair)
-        else:
-            if hit.sources and all(pair in shown for pair in hit.sources):
-                continue
-            shown.update(hit.sources)
+        if _redundant(hit, shown):
+            continue
+        shown.update(hit.hides)
         kept.append(hit)
     return kept
 
 
-def _label(hit: Hit) -> str:
+def _words(text: str) -> set[str]:
+    return {word.lower() for word in _WORD.findall(text)}
+
+
+def notes_of(hits: Sequence[Hit], turns: Mapping[tuple[str, str], str]
+             ) -> dict[tuple[str, str], list[Hit]]:
+    """The paragraphs among ``hits`` that say more than a turn they cite, by that turn.
+
+    ``turns`` maps a turn to its text. A paragraph "says more" when it holds
+    words that neither the turn nor the turn's label (its speaker, its day)
+    holds: a relative date resolved against the turn's time ("last year
+    (2022)"), a fact merged from another day. Shown next to the quoted turn,
+    it adds what the turn alone does not say, and the turn stays quoted.
+    """
+    notes: dict[tuple[str, str], list[Hit]] = {}
+    for hit in hits:
+        if hit.kind != "topic":
+            continue
+        said = _words(hit.text)
+        for pair in hit.sources:
+            text = turns.get(pair)
+            if text is None:
+                continue
+            if said - _words(text) - _label_words(hit, pair):
+                notes.setdefault(pair, []).append(hit)
+    return notes
+
+
+def _label_words(hit: Hit, pair: tuple[str, str]) -> set[str]:
+    """What a turn's label already says: the paragraph's own prefix (speaker, day)."""
+    head, colon, _ = hit.text.partition(": ")
+    return _words(head) if colon and len(head) < 80 else set()
+
+
+def _redundant(hit: Hit, shown: set[tuple[str, str]]) -> bool:
+    """A turn already shown (or hidden); a paragraph all of whose cited turns are."""
+    if hit.kind == "source":
+        return hit.hides[0] in shown
+    return bool(hit.sources) and all(pair in shown for pair in hit.sources)
+
+
+def _label(hit: Hit, session: str | None = None) -> str:
     if hit.kind == "source":
         pending = " (pending)" if hit.trust != "trusted" else ""
-        return f"[{hit.time}] {hit.speaker}{pending} ({hit.session}/{hit.node_id})"
+        where = hit.node_id if hit.session == session else f"{hit.session}/{hit.node_id}"
+        return f"[{hit.time}] {hit.speaker}{pending} ({where})"
     return f"[{hit.time}] memory ({hit.file} ^{hit.block_id})"
 
 
-def _item(hit: Hit) -> str:
-    return f"- {_label(hit)}: {' '.join(hit.text.split())}"
+def _item(hit: Hit, session: str | None = None) -> str:
+    return f"- {_label(hit, session)}: {' '.join(hit.text.split())}"
+
+
+def _heading(session: str) -> str:
+    return f"Session {session}, its turns by node id:"
 
 
 def pack_context(
@@ -245,8 +334,15 @@ def pack_context(
     count: Callable[[str], int],
     *,
     neighbours: Callable[[Hit], Sequence[Hit]] | None = None,
+    session: str | None = None,
+    notes: Mapping[tuple[str, str], Sequence[Hit]] | None = None,
 ) -> Context:
     """The best ``hits`` that fit ``budget_tokens`` (whole block counted by ``count``).
+
+    With ``session`` (the session asked from) and two or more of its turns in
+    the block, each is labelled by its node id alone under one heading line
+    naming the session: the session id repeated on every line cost a tenth
+    of a block's tokens.
 
     A hit that does not fit is passed over (a shorter later one may fit).
     Then, while room is left, each quoted turn brings its adjacent turns
@@ -258,9 +354,16 @@ def pack_context(
     groups: list[list[Hit]] = []
     shown: set[tuple[str, str]] = set()
     placed: list[Hit] = []
+    noted: set[tuple[str, str | None]] = set()
 
     def text_of(candidate: list[list[Hit]]) -> str:
-        return "\n".join(_item(hit) for group in candidate for hit in group)
+        own = sum(hit.kind == "source" and hit.session == session
+                  for group in candidate for hit in group)
+        short = session if session is not None and own > 1 else None
+        items = [_item(hit, short) for group in candidate for hit in group]
+        if short is not None:
+            items.insert(0, _heading(short))
+        return "\n".join(items)
 
     def fits(candidate: list[list[Hit]]) -> bool:
         return count(text_of(candidate)) <= budget_tokens
@@ -272,23 +375,29 @@ def pack_context(
             pair = (extra.session or "", extra.node_id or "")
             if pair in shown:
                 continue
-            merged = sorted([*groups[index], extra], key=lambda h: h.seq)
+            merged = sorted([*groups[index], extra], key=lambda h: (h.kind != "source", h.seq))
             trial = [*groups[:index], merged, *groups[index + 1:]]
             if fits(trial):
                 groups = trial
                 shown.add(pair)
 
     for hit in hits:
-        pairs = _pairs(hit)
-        if hit.kind == "source" and pairs[0] in shown:
-            continue
-        if hit.kind == "topic" and hit.sources and all(p in shown for p in hit.sources):
+        if _redundant(hit, shown) or (hit.kind == "topic" and (hit.file, hit.block_id) in noted):
             continue
         trial = [*groups, [hit]]
         if fits(trial):
             groups = trial
-            shown.update(pairs)
+            shown.update(hit.hides)
             placed.append(hit)
+            # A paragraph that says more than the quoted turn goes right after it.
+            for note in (notes or {}).get(hit.hides[0], ()) if hit.kind == "source" else ():
+                if (note.file, note.block_id) in noted:
+                    continue
+                trial = [*groups[:-1], [*groups[-1], note]]
+                if fits(trial):
+                    groups = trial
+                    noted.add((note.file, note.block_id))
+                    shown.update(note.hides)
     if neighbours is not None:
         for index in range(len(groups)):
             if groups[index][0].kind == "source":
@@ -301,8 +410,3 @@ def pack_context(
     return Context(text, count(text) if text else 0, quoted, cited,
                    tuple(h for g in groups for h in g))
 
-
-def _pairs(hit: Hit) -> tuple[tuple[str, str], ...]:
-    if hit.kind == "source":
-        return ((hit.session or "", hit.node_id or ""),)
-    return hit.sources

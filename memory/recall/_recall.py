@@ -34,8 +34,10 @@ from memory.recall._rank import (
     Context,
     Hit,
     hit_of,
+    notes_of,
     pack_context,
     rank_units,
+    without_repeats,
 )
 from memory.recall._units import Unit
 from store import DurableFiles
@@ -43,6 +45,12 @@ from store import DurableFiles
 __all__ = ["CANDIDATES", "Recall", "TimeBound"]
 
 CANDIDATES = 200  # BM25 matches ranked further, per query
+# A word in more than this share of the units is left out of the MATCH (unless
+# every word is): FTS5 would score and sort every row holding it, while its idf
+# (log 4 at a fifth, clamped to nothing past half) decides nothing among the
+# candidates the rarer words bring (a word in under 2% of units: idf above 4).
+COMMON = 0.2
+COMMON_FLOOR = 5_000  # ...and in more units than this: below it, scoring them all is cheap
 TimeBound = float | datetime | None
 
 
@@ -106,11 +114,11 @@ class Recall:
 
     def _ranked(
         self, parsed: ParsedQuery, view: BranchView | None, since: float | None,
-        until: float | None, include_pending: bool,
+        until: float | None, include_pending: bool, repeats: bool = False,
     ) -> list[Hit]:
         """Under the lock, inside the read snapshot: sync, match, rank."""
         index = self.index
-        expression = _expression(parsed)
+        expression = _expression(parsed, index)
         matches = index.search(expression, CANDIDATES)
         # A time the query names: its units are candidates even if BM25 alone
         # ranks them below the cut (a name that matches half the session).
@@ -131,7 +139,7 @@ class Recall:
                                  for key in unit.sources})
         return rank_units([(unit, relevance) for _, unit, relevance in found], parsed,
                           cited=cited, view=view, since=since, until=until,
-                          include_pending=include_pending)
+                          include_pending=include_pending, repeats=repeats)
 
     def recall_blocking(
         self, query: str, *, k: int, view: BranchView | None, since: TimeBound,
@@ -154,14 +162,20 @@ class Recall:
         with self._lock:
             self.index.sync()
             with self.index.snapshot():
-                hits = self._ranked(parsed, view, None, None, False)
+                ranked = self._ranked(parsed, view, None, None, False, repeats=True)
+                hits = without_repeats(ranked)
+                turns = {(h.session or "", h.node_id or ""): h.text
+                         for h in ranked if h.kind == "source"}
+                notes = notes_of(ranked, turns)
 
                 def neighbours(hit: Hit) -> list[Hit]:
                     return [hit_of(unit, 0.0, {}, view)
                             for unit in self.index.neighbours(hit.file, hit.seq)
                             if unit.trust == "trusted" and _fits_view(unit, view)]
 
-                return pack_context(hits, budget_tokens, self.count, neighbours=neighbours)
+                return pack_context(hits, budget_tokens, self.count, neighbours=neighbours,
+                                    session=None if view is None else view.session,
+                                    notes=notes)
 
     # -- the async face ------------------------------------------------------------
 
@@ -186,8 +200,14 @@ class Recall:
             query, budget_tokens=budget_tokens, view=view, as_of=as_of))
 
 
-def _expression(parsed: ParsedQuery) -> str:
-    return fts_expression(parsed.terms)
+def _expression(parsed: ParsedQuery, index: RecallIndex) -> str:
+    """The MATCH expression of the query's words, the common ones left out (:data:`COMMON`)."""
+    if len(parsed.terms) < 2:
+        return fts_expression(parsed.terms)
+    quoted = {term: fts_expression((term,)) for term in parsed.terms}
+    common = index.common_terms(list(quoted.values()), COMMON, COMMON_FLOOR)
+    kept = tuple(term for term in parsed.terms if quoted[term] not in common)
+    return fts_expression(kept or parsed.terms)
 
 
 def _fits_view(unit: Unit, view: BranchView | None) -> bool:

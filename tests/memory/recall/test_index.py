@@ -247,3 +247,32 @@ def test_the_index_lives_where_the_issue_says_in_wal_mode(tmp_path: Path) -> Non
     for suffix in ("", "-wal", "-shm"):  # owner-only, like everything in <state> (SPEC §3)
         assert stat.S_IMODE(os.stat(index.path + suffix).st_mode) == 0o600, suffix
     index.close()
+
+
+def test_a_word_in_most_units_is_left_out_of_the_match(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """FTS5 would score every row holding it; past half the units its idf is clamped to nothing."""
+    import memory.recall._recall as recall_module
+
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    append_records(str(memory), "s1", [frame("s1", f"n{i}", f"a common plain note {i}")
+                                       for i in range(20)], DurableFiles())
+    append_records(str(memory), "s2", [frame("s2", f"r{i}", "a common rare note")
+                                       for i in range(2)], DurableFiles())
+    recall = Recall(str(memory), counter=estimate_tokens)
+    recall.sync_blocking()
+    assert recall.index.common_terms(['"common"', '"rare"'], 0.5) == {'"common"'}
+    monkeypatch.setattr(recall_module, "COMMON_FLOOR", 0)
+    found = {(h.session, h.node_id) for h in recall.recall_blocking(
+        "common rare", k=50, view=None, since=None, until=None, include_pending=False)}
+    assert found == {("s2", "r0"), ("s2", "r1")}
+    # a query of common words only still searches for them
+    assert len(recall.recall_blocking("common note", k=50, view=None, since=None, until=None,
+                                      include_pending=False)) == 22
+    # below the floor (a small workspace) every word is searched: the rules may lift any unit
+    monkeypatch.setattr(recall_module, "COMMON_FLOOR", 5_000)
+    assert len(recall.recall_blocking("common rare", k=50, view=None, since=None, until=None,
+                                      include_pending=False)) == 22
+    recall.close()
