@@ -9,11 +9,17 @@ way is exit 3 and says to run it again.
 
 from __future__ import annotations
 
+import math
+import sys
+import warnings
+
 import click
 
 from memory._errors import ScriptoriumMemoryError
-from memory.cli._cli import _config, _with_runtime, creating_state_options, emit_json
+from memory.cli._cli import _with_runtime, creating_state_options, emit_json
 from memory.cli._cli_errors import EXIT_USAGE, CliError
+from memory.ledger import ReferenceThresholdWarning, WritePolicy
+from memory.runtime import RuntimeConfig
 from memory.runtime._import import ImportInterruptedError, ImportReport, import_jsonl
 from memory.runtime._runtime import MemoryRuntime
 
@@ -50,10 +56,26 @@ def import_jsonl_command(file: str, session: str | None, state_dir: str,
         except ScriptoriumMemoryError as exc:  # a bad line, an unusable session id
             raise CliError(" ".join(str(exc).split()), EXIT_USAGE) from None
 
-    report = _with_runtime(state_dir, _config(state_dir, 4, {}), "asyncio", body)
+    report = _with_runtime(state_dir, _append_only_config(), "asyncio", body)
     if as_json:
         emit_json(report.to_json())
         return
     new = " (new session)" if report.created_session else ""
     click.echo(f"{report.session}{new}: imported {report.imported} turn(s), skipped "
                f"{report.skipped} already there")
+
+
+def _append_only_config() -> RuntimeConfig:
+    """A runtime that appends and never writes memory: no trigger, no boundary, no poll.
+
+    An import only brings turns in. Writing them is ``run``'s or ``memory
+    write``'s job, with the writer the state is configured for: the
+    runtime's default writer, firing on an imported file's first 16,000
+    tokens, would write a model-writer state's memory with the extractive
+    writer.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReferenceThresholdWarning)  # never reached anyway
+        policy = WritePolicy(threshold=sys.maxsize, idle_after=math.inf)
+    return RuntimeConfig(writer_workers=1, policy=policy, session_idle=math.inf,
+                         watchdog_poll=math.inf)

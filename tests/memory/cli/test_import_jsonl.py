@@ -96,3 +96,20 @@ def test_an_import_stopped_part_way_exits_3_and_says_to_run_it_again() -> None:
     assert code == EXIT_FAILURE
     assert message.startswith("h.jsonl:3: the import into session 's1' stopped")
     assert "run the same import again" in message
+
+
+def test_an_import_appends_and_never_writes_memory(tmp_path: Path) -> None:
+    """Writing is run's or memory write's, with the state's own writer (a model, say)."""
+    state = tmp_path / "state"
+    words = " ".join(f"fact{i} about the garden" for i in range(400))
+    lines = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{words} {i}",
+              "id": f"t{i}"} for i in range(60)]  # far over a 16,000-token threshold
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    code, _, err = run("import", "jsonl", str(path), "--session", "big", "--state", str(state))
+    assert code == EXIT_OK, err
+    nodes = SessionCore.open(str(state), "big").nodes()
+    assert len(nodes) == 60
+    assert not [n.id for n in nodes if any(k.startswith("memory_written_") for k in n.metadata)]
+    assert not (state / "memory" / "topics").exists() or not any(
+        (state / "memory" / "topics").iterdir())
