@@ -315,6 +315,8 @@ class ActorCell:
                         self.dropped_replies += 1
                         slot = None
                 self._current = None
+                if self.closed:  # closed while it was handled: its caller has been failed
+                    return Exit.STOPPED
                 mailbox.pop_head()
                 self.processed += 1
                 if slot is not None and not slot.done and not slot.resolve(reply):
@@ -356,6 +358,9 @@ class ActorCell:
         else:
             # Its effect may have happened before the crash: never repeat it.
             error = ActorCrashedError(self.name, envelope.message, redeliverable=False)
+        ordinary = self.mailbox.ordinary
+        if not ordinary or ordinary[0] is not envelope:
+            return  # the cell was closed meanwhile: the close failed its caller
         self.mailbox.pop_head()
         self.dead_letters += 1
         if envelope.slot is not None:

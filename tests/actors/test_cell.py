@@ -352,3 +352,34 @@ async def test_a_failing_factory_is_a_crash_not_a_hang() -> None:
     with pytest.raises(OSError, match="cannot rebuild"):
         await cell.run_incarnation()
     assert (cell.state, cell.statistics().crashes) == (ActorState.RESTARTING, 1)
+
+
+class ClosesItsOwnCell(Actor):
+    """Its cell is closed while a message is being handled (the handler then returns)."""
+
+    async def handle(self, message: Any) -> Any:
+        if message == "close me":
+            assert self._ref is not None
+            self._ref.cell.close(None)  # as a supervisor giving the key up would
+            return "handled"
+        if message == "close me and crash":
+            assert self._ref is not None
+            self._ref.cell.close(None)
+            raise RuntimeError("crashed after the close")
+        return message
+
+
+async def test_a_cell_closed_while_a_message_is_handled_ends_cleanly() -> None:
+    """The queued callers are failed by the close; the handled one is not popped twice."""
+    with pytest.raises(ActorStoppedError):  # the close, not an IndexError from the loop
+        async with open_actor(ClosesItsOwnCell(), name="closing") as ref:
+            with pytest.raises(ActorStoppedError):
+                await ref.call("close me")
+            await ref.call("after")
+
+
+async def test_a_cell_closed_while_a_message_crashes_its_actor_ends_with_the_crash() -> None:
+    with pytest.raises(RuntimeError, match="crashed after the close"):  # not an IndexError
+        async with open_actor(ClosesItsOwnCell(), name="closing") as ref:
+            with pytest.raises(ActorStoppedError):
+                await ref.call("close me and crash")
