@@ -11,6 +11,7 @@ the journal; ``_sessions`` lists the sessions of a state directory.
 from ._actor import Append as Append
 from ._actor import FindNodes as FindNodes
 from ._actor import GetBranch as GetBranch
+from ._actor import GetMeta as GetMeta
 from ._actor import InsertSummary as InsertSummary
 from ._actor import ListBranches as ListBranches
 from ._actor import MergeMetadata as MergeMetadata
@@ -95,6 +96,7 @@ __all__ = [
     "Fingerprint",
     "FutureTimestampError",
     "GetBranch",
+    "GetMeta",
     "HeadFieldError",
     "InsertSummary",
     "InvalidNodeError",

@@ -287,6 +287,9 @@ def check_new_node(index: SessionIndex, session: str, node: Node, head: object) 
     """
     if node.id in index.nodes:
         raise DuplicateNodeError(session, node.id)
+    if node.id == ROOT:  # a node so named would make every walk through it loop (SPEC §4)
+        raise InvalidNodeError(session, node.id, f"{ROOT!r} is the predecessor of a session's "
+                               "first turn, not a node id; give the turn another id")
     if node.caller:
         validate_id(node.caller, "caller id", session)
     if node.predecessor is not None and node.predecessor != ROOT:

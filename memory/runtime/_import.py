@@ -11,8 +11,9 @@ the store holds, with their own times. ``scriptorium import jsonl FILE``
 Contract:
 
 - **the whole file is checked before anything is written**: JSON, fields,
-  ids, times (a finite number, not beyond the clock's skew), predecessors
-  (``"ROOT"``, an earlier line's id or a turn the session holds), what the
+  ids (``"ROOT"`` is no turn's), times (a finite number, not beyond the
+  clock's skew), predecessors (an earlier line's id, a turn the session
+  holds, or ``"ROOT"`` for the session's first turn only), what the
   store itself would refuse (reserved keys, sizes), and each line whose id
   the session already holds (:class:`ImportLineError` names the file, the
   line and what to do; nothing of the file is imported);
@@ -25,6 +26,10 @@ Contract:
   a second import;
 - a line without ``predecessor`` follows the line before it; the first line
   follows the session's head (a new session: ``ROOT``);
+- **after an import that appended turns, the head is the file's last line**:
+  lines equal to turns already there are shared (their ids come from what
+  they say), so a second file forks off that prefix, and recall ranks the
+  head's branch first;
 - ``speaker`` is the turn's speaker name, stored as ``speaker_display`` (the
   reference agent's field, which the ledger and the archive read); every
   other field is metadata;
@@ -55,6 +60,7 @@ from store import (
     CLOCK_SKEW,
     RESERVED_KEYS,
     FindNodes,
+    GetMeta,
     InvalidRequestError,
     SessionExistsError,
     citable_id_problem,
@@ -250,6 +256,10 @@ def parse_import_lines(data: bytes, file: str, *, now: float) -> list[ImportLine
         if problem is not None:
             raise ImportLineError(file, number, problem)
         assert isinstance(node_id, str)
+        if node_id == ROOT:
+            raise ImportLineError(file, number, f"id {ROOT!r} is the predecessor of a "
+                                  "session's first turn, not a turn's id; give this line "
+                                  "another id")
         if node_id in seen:
             raise ImportLineError(file, number, f"id {node_id!r} is also line {seen[node_id]}'s")
         if node_id == predecessor:
@@ -275,15 +285,22 @@ def _store_problem(exc: InvalidRequestError) -> str:
 
 
 def plan_import(lines: Sequence[ImportLine], file: str, session: str,
-                held: Mapping[str, Mapping[str, Any]]) -> list[ImportLine]:
+                held: Mapping[str, Mapping[str, Any]], *,
+                has_first_turn: bool = False) -> list[ImportLine]:
     """The lines still to append, given the views ``held`` of the session's turns they name.
 
     A line whose id is held as the same turn is left out; held as another
     turn, or naming a predecessor neither the file (before it) nor the
-    session holds, it is an :class:`ImportLineError`.
+    session holds, it is an :class:`ImportLineError`. So is a line to append
+    that names ``"ROOT"`` when the session already has its first turn
+    (``has_first_turn``: a head and a turn on its branch) or an earlier line
+    to append will have become it: the store keeps one top-level
+    conversation (a display root aside), and refusing that only while
+    appending would leave the file half imported for good.
     """
     earlier: set[str] = set()
     todo: list[ImportLine] = []
+    started: int | None = None  # the first line to append that starts the conversation
     for line in lines:
         if line.named_predecessor and line.predecessor != ROOT \
                 and line.predecessor not in earlier and line.predecessor not in held:
@@ -293,7 +310,17 @@ def plan_import(lines: Sequence[ImportLine], file: str, session: str,
                 f"turn of session {session!r}")
         stored = held.get(line.id)
         if stored is None:
+            if line.predecessor == ROOT and line.metadata.get("display") != "root" \
+                    and (has_first_turn or started is not None):
+                first = (f"session {session!r}'s first turn" if has_first_turn
+                         else f"line {started}")
+                raise ImportLineError(
+                    file, line.number,
+                    f"predecessor {ROOT!r} would start a second conversation after {first} "
+                    "(a session has one first turn); name the turn this line follows")
             todo.append(line)
+            if started is None and line.metadata.get("display") != "root":
+                started = line.number
         else:
             pairs = [("role", line.role, stored.get("role")),
                      ("content", line.content, stored.get("content"))]
@@ -337,8 +364,8 @@ async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
     names = tuple({name for line in lines
                    for name in (line.id, line.predecessor) if name is not None})
     exists = await anyio.to_thread.run_sync(_session_exists, rt.state_dir, sid)
-    held = await _held(rt, sid, names) if exists else {}
-    todo = plan_import(lines, file, sid, held)
+    held, first_turn = await _held(rt, sid, names) if exists else ({}, False)
+    todo = plan_import(lines, file, sid, held, has_first_turn=first_turn)
     created = False
     if not exists:
         try:
@@ -346,7 +373,8 @@ async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
                                      session_id=sid)
             created = True
         except SessionExistsError:  # created meanwhile by someone else: check against it
-            todo = plan_import(lines, file, sid, await _held(rt, sid, names))
+            held, first_turn = await _held(rt, sid, names)
+            todo = plan_import(lines, file, sid, held, has_first_turn=first_turn)
     appended = 0
     for line in todo:
         try:
@@ -354,11 +382,28 @@ async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
         except Exception as exc:
             raise ImportInterruptedError(file, line.number, sid, appended, exc) from exc
         appended += 1
+    if appended:  # recall ranks the head's branch first: the imported turns are the live ones
+        try:
+            await rt.sessions.set_head(sid, lines[-1].id)
+        except Exception as exc:
+            raise ImportInterruptedError(file, lines[-1].number, sid, appended, exc) from exc
     return ImportReport(file, sid, created, appended, len(lines) - appended)
 
 
 async def _held(rt: MemoryRuntime, session: str,
-                names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    held: dict[str, dict[str, Any]] = await rt.session_ref(session).call(
+                names: tuple[str, ...]) -> tuple[dict[str, dict[str, Any]], bool]:
+    """The views of the turns of ``names`` the session holds, and whether it has its first turn.
+
+    The store refuses a second top-level turn while meta.json names a head
+    and the session holds a conversational turn; the head's branch is
+    where that turn is (or was, before the branch forked).
+    """
+    ref = rt.session_ref(session)
+    held: dict[str, dict[str, Any]] = await ref.call(
         FindNodes(names), timeout=rt.config.call_timeout)
-    return held
+    meta: dict[str, Any] = await ref.call(GetMeta(), timeout=rt.config.call_timeout)
+    first_turn = False
+    if meta.get("head_id") is not None:
+        first_turn = any(m.get("role") in ROLES and m.get("display") != "root"
+                         for m in await rt.sessions.get_branch(session))
+    return held, first_turn

@@ -23,7 +23,7 @@ from actors import (
     open_actor,
     redeliverable,
 )
-from store import SessionCore, StoreError, UnsafeIdError
+from store import InvalidNodeError, SessionCore, StoreError, UnsafeIdError
 from store._actor import (
     Append,
     CheckpointJournal,
@@ -260,3 +260,15 @@ def test_which_session_messages_may_be_redelivered() -> None:
               SpawnBranch("u1", "agent_spawn", "p"), InsertSummary(("u1",), "s")]
     assert [redeliverable(m) for m in safe] == [True] * len(safe)
     assert [redeliverable(m) for m in unsafe] == [False] * len(unsafe)
+
+
+async def test_a_turn_named_root_is_refused_naming_the_session(tmp_path: Path) -> None:
+    """ "ROOT" is the first turn's predecessor (SPEC §4): a node so named loops every walk."""
+    _new_session(tmp_path)
+    async with open_actor(SessionActor(tmp_path, "s1")) as ref:
+        with pytest.raises(InvalidNodeError, match="'ROOT'.*'s1'.*another id"):
+            await ref.call(Append({"id": "ROOT", "role": "user", "content": "a"}))
+        assert _node_files(tmp_path, "s1") == {}  # nothing written
+        await ref.call(Append({"id": "u1", "role": "user", "content": "b"}))
+        assert [m["id"] for m in await ref.call(GetBranch())] == ["u1"]  # still readable
+        assert ref.statistics().crashes == 0

@@ -80,6 +80,24 @@ def test_a_bad_line_is_one_line_naming_the_file_and_line_and_imports_nothing(
     assert not (state / "sessions" / "s1").exists()
 
 
+def test_a_line_the_store_would_refuse_later_is_a_bad_line_up_front(tmp_path: Path) -> None:
+    """'ROOT' as an id, or as a second first turn's predecessor: exit 2, not 3 for ever."""
+    state = tmp_path / "state"
+    for extra, says in (
+        ('{"role": "user", "content": "x", "id": "ROOT"}', "id 'ROOT' is the predecessor"),
+        ('{"role": "user", "content": "x", "predecessor": "ROOT"}',
+         "predecessor 'ROOT' would start a second conversation after line 1"),
+    ):
+        source = history(tmp_path, [extra])
+        for _ in range(2):  # and the same again: nothing half imported to finish
+            code, out, err = run("import", "jsonl", str(source), "--session", "s1",
+                                 "--state", str(state))
+            assert code == EXIT_USAGE and out == ""
+            (line,) = err.splitlines()
+            assert line.startswith(f"Error: {source}:3: {says}"), line
+            assert not (state / "sessions" / "s1").exists()
+
+
 def test_an_unsafe_session_id_or_a_missing_file_is_a_usage_error(tmp_path: Path) -> None:
     state, source = tmp_path / "state", history(tmp_path)
     code, _, err = run("import", "jsonl", str(source), "--session", "../x", "--state", str(state))

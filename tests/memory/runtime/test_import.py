@@ -70,7 +70,8 @@ async def test_a_file_imports_with_its_times_ids_speakers_and_branches(tmp_path:
         assert report.session == derived_session_id(source.read_bytes())
         assert (report.created_session, report.imported, report.skipped) == (True, 4, 0)
         branch = await rt.sessions.get_branch(report.session)
-        assert [m["id"] for m in branch] == ["D1-1", "D1-2", branch[2]["id"]]  # the head
+        # the head is the file's last line, here a fork from the first turn
+        assert [m["id"] for m in branch] == ["D1-1", "D1-4"]
         assert branch[0]["img_url"] == "http://example.invalid/a.jpg"  # metadata kept
     found = turns(state, report.session)
     third = found[2][0]
@@ -129,6 +130,11 @@ BAD_LINES = [
     ({"role": "user", "content": "x", "timestamp": T0}, "'timestamp'"),
     ({"role": "user", "content": "x", "caller": "D1-1"}, "'caller'"),
     ({"role": "user", "content": "x", "speaker": 3}, "speaker"),
+    # the first turn's predecessor is no turn's id (every walk through it would loop)
+    ({"role": "user", "content": "x", "id": "ROOT"}, "id 'ROOT' is the predecessor"),
+    # a session has one first turn, and line 1 becomes it
+    ({"role": "user", "content": "x", "predecessor": "ROOT"},
+     "would start a second conversation after line 1"),
 ]
 
 
@@ -161,6 +167,59 @@ async def test_an_id_the_session_holds_as_another_turn_is_a_bad_line(tmp_path: P
         source = write_lines(tmp_path / "history.jsonl", LINES)
         with pytest.raises(ImportLineError, match=r":2: id 'D1-2' is already another turn"):
             await import_jsonl(rt, source, session=sid)
+    assert session_files(state) == before
+
+
+async def test_a_line_naming_root_in_a_session_with_its_first_turn_is_a_bad_line(
+    tmp_path: Path,
+) -> None:
+    """The store refuses a second top-level turn; caught up front, not half way for good."""
+    state = tmp_path / "state"
+    async with open_runtime(state, config=config()) as rt:
+        sid = await rt.sessions.create(session_id="s1")
+        await rt.sessions.append(sid, {"id": "old", "role": "user", "content": "before"})
+    before = session_files(state)
+    source = write_lines(tmp_path / "history.jsonl", [
+        {"role": "user", "content": "a", "predecessor": "old"},
+        {"role": "user", "content": "b", "predecessor": "ROOT"}])
+    async with open_runtime(state, config=config()) as rt:
+        for _ in range(2):  # the same again: nothing half imported to finish
+            with pytest.raises(ImportLineError,
+                               match=r":2: predecessor 'ROOT' would start a second "
+                                     r"conversation after session 's1'\'s first turn"):
+                await import_jsonl(rt, source, session=sid)
+    assert session_files(state) == before
+    # a display root may start a chain at any time: the store takes it, so does the plan
+    root = write_lines(tmp_path / "root.jsonl", [
+        {"role": "user", "content": "", "predecessor": "ROOT", "display": "root"}])
+    async with open_runtime(state, config=config()) as rt:
+        assert (await import_jsonl(rt, root, session=sid)).imported == 1
+
+
+async def test_the_head_moves_to_the_tip_of_an_imported_conversation(tmp_path: Path) -> None:
+    """Lines equal to turns already there are shared; the new turns fork off, and are live.
+
+    Recall ranks the head's branch first, so a head left at the old tip would
+    treat every turn the second file adds as off-branch.
+    """
+    def line(n: int) -> dict[str, Any]:
+        return {"role": ("user", "assistant")[n % 2], "content": f"turn {n}"}
+
+    state = tmp_path / "state"
+    first = write_lines(tmp_path / "first.jsonl", [line(0), line(1), line(2)])
+    second = write_lines(tmp_path / "second.jsonl", [line(0), line(1), line(5), line(6)])
+    async with open_runtime(state, config=config()) as rt:
+        await import_jsonl(rt, first, session="s1")
+        old_tip = (await rt.sessions.get_branch("s1"))[-1]["id"]
+        report = await import_jsonl(rt, second, session="s1")
+        assert (report.imported, report.skipped) == (2, 2)  # the shared prefix, once
+        branch = await rt.sessions.get_branch("s1")
+        assert [m["content"] for m in branch] == ["turn 0", "turn 1", "turn 5", "turn 6"]
+        # importing it again changes nothing, also not a head moved elsewhere since
+        await rt.sessions.set_head("s1", old_tip)
+        before = session_files(state)
+        assert (await import_jsonl(rt, second, session="s1")).imported == 0
+        assert (await rt.sessions.get_branch("s1"))[-1]["id"] == old_tip
     assert session_files(state) == before
 
 
