@@ -227,3 +227,21 @@ async def test_no_api_key_reaches_the_state_dir_or_the_log(
         assert KEY not in repr(run.writer) and KEY not in repr(run.writer.endpoint)
         assert KEY not in json.dumps(run.writer.statistics())
     assert KEY not in caplog.text
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_an_answer_of_no_edits_logs_the_batch_and_marks_it(
+    tmp_path: Path, provider: str,
+) -> None:
+    # "never" is no behaviour: a second call would fail the batch.
+    with ScriptedModel(["nothing"], default="never").running() as server:
+        run = await Run(tmp_path, server, provider)()
+    assert server.behaviours == ["nothing"]  # asked once, never again
+    assert run.outcome is BoundaryOutcome.WRITTEN
+    assert run.marked == sorted(NODES)
+    log = (run.state / "memory" / "topics" / "conversations.md").read_text()
+    assert ": nothing new to keep (4 turns).[^e-" in log
+    assert log.count("openprogram/") >= 4  # every turn of the batch is cited
+    assert not (run.state / "memory" / "topics" / "notes.md").exists()
+    [usage] = run.usage()
+    assert usage["result"] == "ok" and usage["calls"] == 1
