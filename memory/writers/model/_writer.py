@@ -57,7 +57,7 @@ from memory.writers.model._edits import (
 )
 from memory.writers.model._prompt import WRITING_RULES, Ranking, core_first, render_model_prompt
 from memory.writers.model._retry import DailySpend, batch_budget_allows, daily_wait
-from memory.writers.model._settings import ModelSettings
+from memory.writers.model._settings import ModelSettings, redact_url
 from memory.writers.model._transport import Endpoint, EndpointRefusedError, Sleep
 from memory.writers.model._usage import UsageFile
 from memory.writers.model._wire import MODES, Completion, build_request, read_response
@@ -141,7 +141,7 @@ class ModelWriter:
                                           dict[str, str | None]]] = OrderedDict()
 
     def __repr__(self) -> str:
-        return f"ModelWriter({self.settings.provider}, {self.settings.base_url!r}, " \
+        return f"ModelWriter({self.settings.provider}, {redact_url(self.settings.base_url)!r}, " \
                f"model={self.settings.model!r})"
 
     async def aclose(self) -> None:
