@@ -115,7 +115,8 @@ class ScriptedModel:
                 break
         body = json.loads(raw or b"{}")
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        self.requests.append({"path": scope["path"], "headers": headers, "body": body})
+        self.requests.append({"path": scope["path"], "query": scope["query_string"].decode(),
+                              "headers": headers, "body": body})
         provider = "anthropic" if scope["path"].endswith("/messages") else "openai"
         if self.refuse_response_format and "response_format" in body:
             self.behaviours.append("refuse_format")
@@ -169,6 +170,8 @@ class ScriptedModel:
             answer = '{"edits": [{"action": "append", "path": '
         elif behaviour == "empty":
             answer = ""
+        elif behaviour == "nothing":  # nothing worth remembering, as the prompt allows
+            answer = {"edits": []}
         else:
             raise ValueError(f"unknown behaviour {behaviour!r}")
         await _reply(send, 200, completion_body(provider, body, answer))

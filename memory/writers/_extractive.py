@@ -89,8 +89,8 @@ from memory.writers._writer import Batch
 
 __all__ = [
     "CONVERSATIONS", "EVIDENCE_LIMIT", "SHARD_BYTES", "SHARD_LIMIT", "ExtractiveWriter",
-    "carries_a_fact", "extract_edits", "facts_of", "is_small_talk", "speaker_name", "subject_of",
-    "useful_sentences",
+    "carries_a_fact", "extract_edits", "facts_of", "is_small_talk", "log_nothing_new",
+    "speaker_name", "subject_of", "useful_sentences",
 ]
 
 _SUBJECTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
@@ -670,29 +670,13 @@ def extract_edits(
     def subject(path: str, title: str) -> _Subject:
         found = subjects.get(path)
         if found is None:
-            found = subjects[path] = _Subject(path, title, [], {}, {}, set())
-            number = 1
-            while (shard := _shard_path(path, number)) in present:
-                found.shards.append(shard)
-                try:
-                    facts = index.facts(shard, workspace.read(shard))
-                except TopicError:  # not UTF-8, or a link: routed around like a broken file
-                    facts = None
-                if facts is None:
-                    found.broken.add(shard)
-                    found.sizes[shard] = SHARD_LIMIT
-                else:
-                    found.sizes[shard] = facts[1]
-                    for key in facts[0]:
-                        found.home.setdefault(key, shard)
-                number += 1
+            found = subjects[path] = _open_subject(path, title, workspace, present, index)
         return found
 
     def draft_of(known: _Subject, shard: str) -> _Draft:
         draft = drafts.get(shard)
         if draft is None:
-            text = workspace.read(shard) if shard in present else None
-            draft = drafts[shard] = _Draft.open(shard, known.title_of(shard), text)
+            draft = drafts[shard] = _open_draft(known, shard, workspace, present)
         return draft
 
     chatter: dict[str, SourceRecord] = {}
@@ -711,16 +695,73 @@ def extract_edits(
             cited = draft_of(known, shard).add(fact, record) or cited
         if not cited:
             chatter.setdefault(record.source_id, record)
-    if chatter:
-        log = subject(*_CONVERSATIONS)
-        logged = frozenset[str]().union(*(
-            index.cited(shard, workspace.read(shard))
-            for shard in log.shards if shard not in log.broken
-        ))
-        fresh = [record for handle, record in chatter.items() if handle_key(handle) not in logged]
-        if fresh:
-            draft_of(log, log.place()).log(fresh)
-    return [drafts[path].edit() for path in sorted(drafts) if drafts[path].changed]
+    edits = [drafts[path].edit() for path in drafts if drafts[path].changed]
+    edits += log_nothing_new(list(chatter.values()), workspace, index)
+    return sorted(edits, key=lambda edit: edit.path)
+
+
+def log_nothing_new(
+    records: Sequence[SourceRecord], workspace: WorkspaceSnapshot,
+    index: _FactIndex | None = None,
+) -> list[TopicEdit]:
+    """The edit logging ``records`` as one "nothing new to keep" unit in :data:`CONVERSATIONS`.
+
+    A batch is marked only when its commit changes memory (SPEC §6.4), so a
+    writer that finds nothing worth keeping in some turns still has to cite
+    them, or their batch stays owed and blocks its branch. The unit cites
+    every trusted record that no conversation-log unit cites yet; none
+    left gives no edit (a re-delivered batch changes nothing). Pure and
+    blocking (it reads the snapshot): the extractive writer's chatter and a
+    model's empty answer both end here.
+    """
+    index = index if index is not None else _FactIndex()
+    fresh_by_handle = {record.source_id: record for record in records if record.trusted}
+    if not fresh_by_handle:
+        return []
+    present = set(workspace.topic_paths)
+    log = _open_subject(*_CONVERSATIONS, workspace, present, index)
+    logged = frozenset[str]().union(*(
+        index.cited(shard, workspace.read(shard))
+        for shard in log.shards if shard not in log.broken
+    ))
+    fresh = [record for handle, record in fresh_by_handle.items()
+             if handle_key(handle) not in logged]
+    if not fresh:
+        return []
+    shard = log.place()
+    draft = _open_draft(log, shard, workspace, present)
+    draft.log(fresh)
+    return [draft.edit()]
+
+
+def _open_subject(
+    path: str, title: str, workspace: WorkspaceSnapshot, present: set[str], index: _FactIndex,
+) -> _Subject:
+    """A subject's shards on ``workspace``: how full each is and where each fact lives."""
+    found = _Subject(path, title, [], {}, {}, set())
+    number = 1
+    while (shard := _shard_path(path, number)) in present:
+        found.shards.append(shard)
+        try:
+            facts = index.facts(shard, workspace.read(shard))
+        except TopicError:  # not UTF-8, or a link: routed around like a broken file
+            facts = None
+        if facts is None:
+            found.broken.add(shard)
+            found.sizes[shard] = SHARD_LIMIT
+        else:
+            found.sizes[shard] = facts[1]
+            for key in facts[0]:
+                found.home.setdefault(key, shard)
+        number += 1
+    return found
+
+
+def _open_draft(
+    known: _Subject, shard: str, workspace: WorkspaceSnapshot, present: set[str],
+) -> _Draft:
+    text = workspace.read(shard) if shard in present else None
+    return _Draft.open(shard, known.title_of(shard), text)
 
 
 class ExtractiveWriter:

@@ -12,6 +12,7 @@ file is refused, so it is never on disk under the state directory.
 from __future__ import annotations
 
 import math
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -20,7 +21,44 @@ from memory._errors import SettingsError
 from memory.writers.model._retry import RetryPolicy
 from memory.writers.model._wire import MODES, PROVIDERS
 
-__all__ = ["ENV_PREFIX", "ModelSettings", "model_settings"]
+__all__ = ["ENV_PREFIX", "ModelSettings", "model_settings", "redact_url", "split_query"]
+
+_HIDDEN = "[redacted]"
+
+
+def redact_url(url: str) -> str:
+    """``url`` fit to print: its userinfo and every query value (and fragment) replaced.
+
+    A base URL may carry a credential (``http://user:secret@host/v1``, or
+    ``?api_key=secret``); an endpoint's name goes into errors, events and
+    the log, so it is printed only through this. Query keys are kept (they
+    say which parameter was set); a bare query part counts as a value. A
+    URL that does not parse is not printed at all.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "[an unparsable URL, redacted]"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{_HIDDEN}@{netloc.rpartition('@')[2]}"
+    query = "&".join(f"{piece.partition('=')[0]}={_HIDDEN}" if "=" in piece else _HIDDEN
+                     for piece in parts.query.split("&") if piece)
+    fragment = _HIDDEN if parts.fragment else ""
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+
+
+def split_query(url: str) -> tuple[str, str]:
+    """``url`` without its query (and fragment), and the query: paths join before the query.
+
+    ``http://host/v1?api-version=2024-02-01`` (Azure style) is the base
+    ``http://host/v1`` and the query ``api-version=2024-02-01`` that every
+    request carries; appending a path to the whole string would put it
+    after the query.
+    """
+    base, _, rest = url.partition("?")
+    base = base.partition("#")[0]
+    return base, rest.partition("#")[0]
 
 ENV_PREFIX = "SCRIPTORIUM_MODEL_"
 _SECRET_KEYS = frozenset({"api_key", "key", "token", "authorization"})
@@ -46,6 +84,12 @@ class ModelSettings:
     structure_tokens: int = 6000  # the workspace part of the prompt
     full_files: int = 3  # related files shown in full within structure_tokens
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def __repr__(self) -> str:
+        # Settings are logged freely: the base URL only with its credentials hidden.
+        shown = ", ".join(f"{f.name}={redact_url(self.base_url)!r}" if f.name == "base_url"
+                          else f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
+        return f"ModelSettings({shown})"
 
     @property
     def key_variable(self) -> str:

@@ -12,14 +12,20 @@ connection, so no request outlives the job that made it.
 The API key is read from the environment when the endpoint opens and kept
 only here; :func:`redact` scrubs it from any text built from a response
 (a server may echo headers), so it never reaches an error, a log or a file.
+Credentials in the base URL (userinfo, query values) are scrubbed the same
+way, and the endpoint is named only as :func:`redact_url` prints it. A query
+in the base URL (``/v1?api-version=...``) is sent with every request, after
+the joined path.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
@@ -33,10 +39,25 @@ from memory.writers.model._retry import (
     retry_delay,
     retryable_status,
 )
-from memory.writers.model._settings import ModelSettings
+from memory.writers.model._settings import ModelSettings, redact_url, split_query
 from memory.writers.model._wire import ResponseUnreadableError, auth_headers
 
 __all__ = ["CallStats", "Endpoint", "EndpointRefusedError", "EndpointUnavailableError", "ModelCallFailedError"]
+
+
+class _RedactedURLs(logging.Filter):
+    """httpx logs each request's full URL (INFO): printed here only as :func:`redact_url` does."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(isinstance(a, httpx.URL) for a in record.args):
+            record.args = tuple(redact_url(str(a)) if isinstance(a, httpx.URL) else a
+                                for a in record.args)
+        return True
+
+
+_HTTPX_LOG = logging.getLogger("httpx")
+if not any(isinstance(f, _RedactedURLs) for f in _HTTPX_LOG.filters):
+    _HTTPX_LOG.addFilter(_RedactedURLs())
 
 
 class ModelCallFailedError(ScriptoriumMemoryError):
@@ -75,6 +96,8 @@ class Endpoint:
         self.settings = settings
         source = os.environ if env is None else env
         self.__key = source.get(settings.key_variable) or None
+        self._base, self._query = split_query(settings.base_url)
+        self.__url_secrets = _url_secrets(settings.base_url)
         self._transport = transport
         self._sleep = sleep
         self._clock = clock
@@ -85,16 +108,20 @@ class Endpoint:
         self.peak_in_flight = 0
 
     def __repr__(self) -> str:
-        return f"Endpoint({self.settings.base_url!r}, model={self.settings.model!r})"
+        return f"Endpoint({redact_url(self.settings.base_url)!r}, model={self.settings.model!r})"
 
     def redact(self, text: str) -> str:
-        return text.replace(self.__key, "[redacted]") if self.__key else text
+        for secret in (self.__key, *self.__url_secrets):
+            if secret:
+                text = text.replace(secret, "[redacted]")
+        return text
 
     def _open(self) -> tuple[httpx.AsyncClient, anyio.Semaphore]:
         if self._client is None or self._slots is None:
             s = self.settings
             self._client = httpx.AsyncClient(
-                base_url=s.base_url.rstrip("/"),
+                base_url=self._base.rstrip("/"),
+                params=httpx.QueryParams(self._query) if self._query else None,
                 timeout=httpx.Timeout(connect=s.connect_timeout, read=s.read_timeout,
                                       write=s.read_timeout, pool=None),
                 limits=httpx.Limits(max_connections=s.concurrency,
@@ -125,7 +152,8 @@ class Endpoint:
         content = json.dumps(body).encode("utf-8")
         sent = {**headers, **auth_headers(self.settings.provider, self.__key)}
         started = anyio.current_time()
-        where = f"{self.settings.base_url.rstrip('/')}{path} (model {self.settings.model})"
+        url = self._base.rstrip("/") + path + (f"?{self._query}" if self._query else "")
+        where = f"{redact_url(url)} (model {self.settings.model})"
         last = "no attempt"
         for attempt in range(1, policy.attempts + 1):
             retry_after: float | None = None
@@ -158,3 +186,21 @@ class Endpoint:
             if attempt < policy.attempts:
                 await self._sleep(retry_delay(policy, attempt, retry_after, self._rng))
         raise EndpointUnavailableError(f"{where} failed {policy.attempts} attempt(s); last: {last}")
+
+
+def _url_secrets(url: str) -> tuple[str, ...]:
+    """What :func:`redact_url` hides in ``url``, to scrub from text a server echoes.
+
+    Longest first, so a password is not half-replaced inside its userinfo;
+    pieces shorter than four characters are left (no credential is that short,
+    and replacing them would garble every message).
+    """
+    base, query = split_query(url)
+    netloc = base.partition("//")[2].partition("/")[0]
+    pieces = [netloc.rpartition("@")[0]] if "@" in netloc else []
+    pieces += [part for part in pieces[0].split(":")] if pieces else []
+    for piece in query.split("&"):
+        pieces.append(piece.partition("=")[2] if "=" in piece else piece)
+    for piece in list(pieces):
+        pieces.append(urllib.parse.unquote(piece))
+    return tuple(sorted({p for p in pieces if len(p) >= 4}, key=len, reverse=True))

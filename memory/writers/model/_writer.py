@@ -15,6 +15,9 @@ SPEC §8's writer over any OpenAI-compatible or Anthropic endpoint. One
    with the reason, at most ``repair_rounds`` times, and then the write
    raises :class:`ModelWriterFailedError`: the cycle fails the batch and marks
    nothing (SPEC §6.4), as for any writer that raises.
+   An answer of no edits ("nothing worth remembering") becomes the
+   extractive writer's "nothing new to keep" unit citing the batch, so the
+   batch is marked instead of being asked again every cycle.
 
 Model writers are not exclusive: several workers call the model at once,
 and a commit may meet ``ConcurrentUpdateError``. The runtime then runs the
@@ -44,6 +47,7 @@ import httpx
 from memory._errors import ScriptoriumMemoryError, TopicError, describe_error
 from memory.ledger import TokenCounter, default_counter
 from memory.workspace import TopicEdit, WorkspaceSnapshot
+from memory.writers._extractive import log_nothing_new
 from memory.writers._writer import Batch
 from memory.writers.model._edits import (
     ActionsUnreadableError,
@@ -53,7 +57,7 @@ from memory.writers.model._edits import (
 )
 from memory.writers.model._prompt import WRITING_RULES, Ranking, core_first, render_model_prompt
 from memory.writers.model._retry import DailySpend, batch_budget_allows, daily_wait
-from memory.writers.model._settings import ModelSettings
+from memory.writers.model._settings import ModelSettings, redact_url
 from memory.writers.model._transport import Endpoint, EndpointRefusedError, Sleep
 from memory.writers.model._usage import UsageFile
 from memory.writers.model._wire import MODES, Completion, build_request, read_response
@@ -131,12 +135,13 @@ class ModelWriter:
         self._pending: dict[str, float] = {}  # usage not yet in the usage file
         self._pending_tokens = 0
         self._flushed_at = -math.inf
+        # None: the model found nothing to keep (the log unit is made again on the new base).
         self._reusable: OrderedDict[tuple[str, tuple[str, ...]],
-                                    tuple[tuple[TopicEdit, ...], dict[str, str | None]]] = \
-            OrderedDict()
+                                    tuple[tuple[TopicEdit, ...] | None,
+                                          dict[str, str | None]]] = OrderedDict()
 
     def __repr__(self) -> str:
-        return f"ModelWriter({self.settings.provider}, {self.settings.base_url!r}, " \
+        return f"ModelWriter({self.settings.provider}, {redact_url(self.settings.base_url)!r}, " \
                f"model={self.settings.model!r})"
 
     async def aclose(self) -> None:
@@ -175,6 +180,8 @@ class ModelWriter:
                 self._emit("model_usage", batch, result="reused", prompt_tokens=0,
                            completion_tokens=0, seconds=0.0, retries=0, calls=0, repairs=0)
                 await self._save({"reused": 1}, 0)
+                if kept_edits is None:
+                    return await self._nothing_new(batch, workspace)
                 return list(kept_edits)
         usage: Counter[str] = Counter()
         started = anyio.current_time()
@@ -266,11 +273,11 @@ class ModelWriter:
             except ActionsUnreadableError as exc:
                 problems = [str(exc)]
             if not problems:
-                if edits:  # "nothing to remember" is asked again on a retry
-                    self._reusable[(batch.session_id, batch.node_ids)] = (tuple(edits), bases)
-                    while len(self._reusable) > _REUSABLE:
-                        self._reusable.popitem(last=False)
-                return edits
+                self._reusable[(batch.session_id, batch.node_ids)] = (
+                    (tuple(edits), bases) if edits else (None, {}))
+                while len(self._reusable) > _REUSABLE:
+                    self._reusable.popitem(last=False)
+                return edits or await self._nothing_new(batch, workspace)
             if round_ < s.repair_rounds:
                 usage["repairs"] += 1
                 turns += [("assistant", completion.raw_text or "(empty)"),
@@ -280,6 +287,16 @@ class ModelWriter:
         raise ModelWriterFailedError(
             f"session {batch.session_id}: no acceptable edits after {s.repair_rounds} repair "
             f"round(s) from {s.model}: {'; '.join(problems[:5])}")
+
+    async def _nothing_new(self, batch: Batch, workspace: WorkspaceSnapshot) -> list[TopicEdit]:
+        """The model answered ``{"edits": []}``: the batch's turns logged as nothing new to keep.
+
+        The prompt allows that answer, and an empty edit list would leave the
+        batch owed (SPEC §6.4) and sent to the model again every cycle until
+        it is quarantined. So, like the extractive writer's chatter, the
+        turns are cited by one conversation-log unit and the batch is marked.
+        """
+        return await anyio.to_thread.run_sync(log_nothing_new, batch.records, workspace)
 
     async def _call(self, turns: Sequence[tuple[str, str]], usage: Counter[str]) -> Completion:
         s = self.settings

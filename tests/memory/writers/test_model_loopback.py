@@ -206,24 +206,74 @@ async def test_a_cancelled_job_leaves_no_request_running(tmp_path: Path, provide
     assert run.marked == [] and server.disconnects == 1
 
 
+URL_KEY = "sk-in-url-" + secrets.token_hex(16)
+URL_FORMS = {  # how the base URL is given: as is, or carrying a credential of its own
+    "plain": "{url}",
+    "userinfo": "http://user:{key}@{rest}",
+    "query": "{url}?api_key={key}",
+}
+
+
+@pytest.mark.parametrize("url_form", URL_FORMS)
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_no_api_key_reaches_the_state_dir_or_the_log(
-    tmp_path: Path, provider: str, caplog: pytest.LogCaptureFixture,
+    tmp_path: Path, provider: str, url_form: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level("DEBUG")
+
+    def base_url(server: ScriptedModel) -> str:
+        return URL_FORMS[url_form].format(url=server.base_url, key=URL_KEY,
+                                          rest=server.base_url.removeprefix("http://"))
+
     with ScriptedModel(["401"]).running() as server:
-        refused = await Run(tmp_path / "a", server, provider)()
+        refused = await Run(tmp_path / "a", server, provider, base_url=base_url(server))()
     with ScriptedModel(["500", "good"]).running() as server:
-        written = await Run(tmp_path / "b", server, provider)()
+        written = await Run(tmp_path / "b", server, provider, base_url=base_url(server))()
         headers = server.requests[0]["headers"]
-    assert KEY in (headers.get("authorization", "") + headers.get("x-api-key", ""))  # it was sent
+    if url_form == "plain":  # (httpx sends userinfo as Basic auth instead)
+        assert KEY in (headers.get("authorization", "") + headers.get("x-api-key", ""))  # sent
     assert refused.outcome is not BoundaryOutcome.WRITTEN
     assert written.outcome is BoundaryOutcome.WRITTEN
-    for root, _, files in os.walk(tmp_path):
-        for name in files:
-            assert KEY.encode() not in Path(root, name).read_bytes(), name
-    for run in (refused, written):
-        assert KEY not in json.dumps(run.events, default=str)
-        assert KEY not in repr(run.writer) and KEY not in repr(run.writer.endpoint)
-        assert KEY not in json.dumps(run.writer.statistics())
-    assert KEY not in caplog.text
+    [job] = refused.jobs()
+    assert "refused the request with 401" in job["error"]  # the failure was reported
+    for secret in (KEY, URL_KEY):
+        for root, _, files in os.walk(tmp_path):
+            for name in files:
+                assert secret.encode() not in Path(root, name).read_bytes(), name
+        for run in (refused, written):
+            assert secret not in json.dumps(run.events, default=str)
+            assert secret not in repr(run.writer) and secret not in repr(run.writer.endpoint)
+            assert secret not in repr(run.writer.settings)
+            assert secret not in json.dumps(run.writer.statistics())
+        assert secret not in caplog.text
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_query_in_the_base_url_follows_the_joined_path_on_every_request(
+    tmp_path: Path, provider: str,
+) -> None:
+    with ScriptedModel(["500", "good"]).running() as server:
+        run = await Run(tmp_path, server, provider,
+                        base_url=server.base_url + "?api-version=2024-02-01")()
+    assert run.outcome is BoundaryOutcome.WRITTEN
+    path = "/v1/messages" if provider == "anthropic" else "/v1/chat/completions"
+    assert [(r["path"], r["query"]) for r in server.requests] == \
+        [(path, "api-version=2024-02-01")] * 2  # the retry keeps it too
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_an_answer_of_no_edits_logs_the_batch_and_marks_it(
+    tmp_path: Path, provider: str,
+) -> None:
+    # "never" is no behaviour: a second call would fail the batch.
+    with ScriptedModel(["nothing"], default="never").running() as server:
+        run = await Run(tmp_path, server, provider)()
+    assert server.behaviours == ["nothing"]  # asked once, never again
+    assert run.outcome is BoundaryOutcome.WRITTEN
+    assert run.marked == sorted(NODES)
+    log = (run.state / "memory" / "topics" / "conversations.md").read_text()
+    assert ": nothing new to keep (4 turns).[^e-" in log
+    assert log.count("openprogram/") >= 4  # every turn of the batch is cited
+    assert not (run.state / "memory" / "topics" / "notes.md").exists()
+    [usage] = run.usage()
+    assert usage["result"] == "ok" and usage["calls"] == 1

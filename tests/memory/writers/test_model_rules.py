@@ -28,6 +28,7 @@ from memory.writers.model import (
     retryable_status,
     to_topic_edits,
 )
+from memory.writers.model._settings import ModelSettings, redact_url, split_query
 from supervisors import Backoff
 
 NOON = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC).timestamp()
@@ -257,3 +258,38 @@ def test_bad_settings_name_the_source_and_never_echo_a_key(
     with pytest.raises(SettingsError, match=says) as caught:
         model_settings(table, env, {})
     assert "sk-x" not in str(caught.value)
+
+
+REDACTED_URLS = [
+    ("http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1"),
+    ("http://user:s3cret@host/v1", "http://[redacted]@host/v1"),
+    ("http://s3cret@host:8080/v1", "http://[redacted]@host:8080/v1"),
+    ("https://host/v1?api_key=s3cret", "https://host/v1?api_key=[redacted]"),
+    ("https://host/v1?api-version=2024-02-01&key=s3cret",
+     "https://host/v1?api-version=[redacted]&key=[redacted]"),
+    ("https://host/v1?s3cret", "https://host/v1?[redacted]"),
+    ("https://u:p%40ss@host/v1?k=s3cret#s3cret", "https://[redacted]@host/v1?k=[redacted]#[redacted]"),
+    ("https://host/a@b/v1", "https://host/a@b/v1"),  # an @ in the path is no userinfo
+    ("http://[::1/v1?k=s3cret", "[an unparsable URL, redacted]"),
+]
+
+
+@pytest.mark.parametrize(("url", "shown"), REDACTED_URLS)
+def test_a_base_url_is_printed_without_its_credentials(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+    assert "s3cret" not in repr(ModelSettings(base_url=url, model="m"))
+
+
+SPLIT_URLS = [
+    ("http://host/v1", ("http://host/v1", "")),
+    ("http://host/v1/?api-version=2024-02-01", ("http://host/v1/", "api-version=2024-02-01")),
+    ("http://host/v1?a=1&b=2#frag", ("http://host/v1", "a=1&b=2")),
+    ("http://host/v1#frag", ("http://host/v1", "")),
+]
+
+
+@pytest.mark.parametrize(("url", "parts"), SPLIT_URLS)
+def test_a_base_url_splits_into_the_base_paths_join_and_the_query(
+    url: str, parts: tuple[str, str],
+) -> None:
+    assert split_query(url) == parts

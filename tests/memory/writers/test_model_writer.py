@@ -112,6 +112,25 @@ async def test_other_4xx_are_never_retried(status: int) -> None:
 
 
 @pytest.mark.virtual_time
+@pytest.mark.parametrize("status", [401, 500])
+async def test_credentials_in_the_base_url_are_in_no_failure_message(status: int) -> None:
+    secret = "pw-" + "9f3c" * 6
+
+    async def handler(request: httpx.Request) -> httpx.Response:  # echoes what it got
+        return httpx.Response(status, text=f"bad url {request.url} (password {secret})")
+
+    url = f"http://user:{secret}@model.test/v1?api-version=2024-02-01&api_key={secret}"
+    async with Endpoint(settings(base_url=url), transport=httpx.MockTransport(handler)) as ep:
+        with pytest.raises((EndpointRefusedError, EndpointUnavailableError)) as caught:
+            await ep.post("/chat/completions", {}, {})
+    message = str(caught.value)
+    assert secret not in message and secret not in repr(ep)
+    assert "http://[redacted]@model.test/v1/chat/completions?api-version=[redacted]&" \
+           "api_key=[redacted] (model mock-1)" in message  # the endpoint is still named
+    assert f"HTTP {status}" in message or f"with {status}" in message
+
+
+@pytest.mark.virtual_time
 async def test_connection_errors_and_5xx_back_off_exponentially_then_give_up() -> None:
     times: list[float] = []
 
