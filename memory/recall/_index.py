@@ -285,17 +285,26 @@ class RecallIndex:
         except (FileNotFoundError, NotADirectoryError):
             return None
 
+    def _read_if_touched(
+        self, relative: str, stat: os.stat_result, known: tuple[object, ...] | None,
+    ) -> tuple[str, bytes, str] | None:
+        """Its stat signature, bytes and digest; None if the signature is known or it is gone."""
+        signature = _signature(stat)
+        if known is not None and known[1] == signature:
+            return None
+        data = self._read(relative)
+        if data is None:
+            return None
+        return signature, data, hashlib.sha256(data).hexdigest()
+
     def _sync_topic(
         self, relative: str, stat: os.stat_result, known: tuple[object, ...] | None,
         counts: list[int],
     ) -> None:
-        signature = _signature(stat)
-        if known is not None and known[1] == signature:
+        read = self._read_if_touched(relative, stat, known)
+        if read is None:
             return
-        data = self._read(relative)
-        if data is None:
-            return
-        digest = hashlib.sha256(data).hexdigest()
+        signature, data, digest = read
         if known is None or known[2] != digest:
             self.step("topic")
             counts[0] += 1
@@ -313,13 +322,10 @@ class RecallIndex:
         self, relative: str, session: str, stat: os.stat_result,
         known: tuple[object, ...] | None, counts: list[int],
     ) -> None:
-        signature = _signature(stat)
-        if known is not None and known[1] == signature:
+        read = self._read_if_touched(relative, stat, known)
+        if read is None:
             return
-        data = self._read(relative)
-        if data is None:
-            return
-        digest = hashlib.sha256(data).hexdigest()
+        signature, data, digest = read
         if known is not None and known[2] == digest:
             self._record_file(relative, "archive", signature, digest, len(data),
                               int(str(known[4])), bool(known[5]))
