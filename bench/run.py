@@ -27,6 +27,7 @@ Run from the repository root::
     python bench/run.py --only store --only baselines --out /tmp/RESULTS.md
     python bench/run.py --only recall --keep /tmp/outcomes.json  # the rest from an earlier
                                                                   # run with the same --keep
+    python bench/run.py --render --keep /tmp/outcomes.json       # RESULTS.md from it alone
 """
 
 from __future__ import annotations
@@ -499,9 +500,17 @@ def main() -> int:
     parser.add_argument("--keep", default=None, metavar="JSON",
                         help="outcomes file: the benchmarks not run now are taken from it, and "
                              "every outcome is saved to it (one RESULTS.md from several runs)")
+    parser.add_argument("--render", action="store_true",
+                        help="run nothing: write RESULTS.md from the --keep file alone")
     args = parser.parse_args()
     every = _benches(sys.executable)
-    benches = [b for b in every if not args.only or b.name in args.only]
+    unknown = sorted(set(args.only) - {b.name for b in every})
+    if unknown:  # a typo would otherwise rewrite RESULTS.md with nothing run
+        parser.error(f"no benchmark named {', '.join(map(repr, unknown))}; the names are: "
+                     + ", ".join(repr(b.name) for b in every))
+    if args.render and args.keep is None:
+        parser.error("--render shows the outcomes of a --keep file: name it with --keep")
+    benches = [] if args.render else [b for b in every if not args.only or b.name in args.only]
     kept = _load_kept(args.keep, every, {b.name for b in benches})
     outcomes = []
     for bench in benches:
