@@ -102,10 +102,15 @@ class CommitEdits(Idempotent, Request[list[dict[str, Any]]]):
 
 @dataclass(frozen=True, slots=True)
 class CheckEdits(Idempotent, Request[Any]):
-    """The audit committing ``edits`` for ``batch_sources`` would give now (installs nothing)."""
+    """The audit committing ``edits`` for ``batch_sources`` would give now (installs nothing).
+
+    With ``base_revision``, :class:`~memory._errors.ConcurrentUpdateError` once memory moved
+    past it (see :meth:`~memory.workspace.Transactions.check`).
+    """
 
     edits: tuple[TopicEdit, ...]
     batch_sources: frozenset[str]
+    base_revision: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +257,8 @@ class WorkspaceActor(Actor):
                 return await run_durable(self._commit, batches, edits, base)
             case CheckEdits():
                 return await run_durable(lambda: self.transactions.check(
-                    message.edits, batch_sources=message.batch_sources))
+                    message.edits, batch_sources=message.batch_sources,
+                    base_revision=message.base_revision))
             case CitedSources():
                 return await run_durable(self.transactions.cited_keys)
             case BatchesCovered(batches):

@@ -50,10 +50,14 @@ class WorkspaceSteps:
 
     async def snapshot(self) -> WorkspaceSnapshot:
         view: WorkspaceSnapshot = await self.workspace.call(TakeSnapshot())
-        return replace(view, check=self.check)
+        base = view.revision
 
-    async def check(self, edits: Sequence[TopicEdit], sources: frozenset[str]) -> Any:
-        return await self.workspace.call(CheckEdits(tuple(edits), sources))
+        async def check(edits: Sequence[TopicEdit], sources: frozenset[str]) -> Any:
+            # Bound to the snapshot: a dry run after another commit raises
+            # ConcurrentUpdateError rather than refusing the writer's edits.
+            return await self.workspace.call(CheckEdits(tuple(edits), sources, base))
+
+        return replace(view, check=check)
 
     async def commit(self, batches: Sequence[Batch], edits: Sequence[TopicEdit], base: str) -> Any:
         return await self.workspace.call(

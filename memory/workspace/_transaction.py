@@ -396,13 +396,20 @@ class Transactions:
 
     def check(
         self, edits: Sequence[TopicEdit], *, batch_sources: frozenset[str] | set[str],
+        base_revision: str | None = None,
     ) -> tuple[dict[str, Any], ...]:
         """The per-edit audit :meth:`commit` would give now, installing nothing.
 
         A writer's dry run (a model writer repairs refused edits before it
-        commits). Advisory: the commit validates again under the lock.
+        commits). Advisory: the commit validates again under the lock. Edits
+        made against ``base_revision`` are judged only while memory is still
+        there: once another commit landed, their files no longer hold what the
+        writer read, and the audit would blame the writer for that commit's
+        blocks. :class:`ConcurrentUpdateError` then, as :meth:`commit` raises.
         """
-        self.revisions.revision()
+        current = self.revisions.revision()
+        if base_revision is not None and current != base_revision:
+            raise ConcurrentUpdateError(base_revision, current)
         facts = self._index.refresh(self.revisions.last_scan, self.revisions.last_linked)
         audit, _ = self._validate(edits, facts, frozenset(batch_sources))
         return tuple(audit)

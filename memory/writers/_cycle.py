@@ -122,6 +122,13 @@ def _failed(
     return WriteOutcome((), (), audit, kind, error)
 
 
+def _concurrent(sid: str, ids: tuple[str, ...], exc: Exception) -> CommitRejectedError:
+    """A commit refused for another commit that landed first: retried, never a failure of its own."""
+    rejected = CommitRejectedError(sid, ids, f"the commit was refused: {describe_error(exc)}")
+    rejected.retryable = True
+    return rejected
+
+
 async def run_write_cycle(
     batch: Batch,
     writer: Writer,
@@ -161,6 +168,10 @@ async def run_write_cycle(
     try:
         with anyio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
             output = await writer.write(batch, view)
+    except ConcurrentUpdateError as exc:
+        # The writer's dry run found memory moved past its snapshot: contention,
+        # retried on a fresh snapshot exactly like a commit refused for it.
+        return _failed(FailureKind.REJECTED, _concurrent(sid, ids, exc), exc)
     except Exception as exc:  # noqa: BLE001 (a writer may raise anything)
         return _failed(
             FailureKind.WRITER, WriterFailedError(sid, ids, f"the writer raised {exc!r}"), exc
@@ -191,7 +202,7 @@ async def run_write_cycle(
         try:
             audit = tuple(await commit(batch, edits, view.revision))
         except Exception as exc:  # noqa: BLE001 (every failure is an outcome; nothing marked)
-            rejected = CommitRejectedError(sid, ids, f"the commit was refused: {describe_error(exc)}")
+            rejected = _concurrent(sid, ids, exc)
             # A refusal other than a concurrent update will refuse the same edits again.
             rejected.retryable = isinstance(exc, ConcurrentUpdateError) or not isinstance(
                 exc, TransactionError

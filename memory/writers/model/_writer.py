@@ -44,7 +44,12 @@ import anyio
 import anyio.to_thread
 import httpx
 
-from memory._errors import ScriptoriumMemoryError, TopicError, describe_error
+from memory._errors import (
+    ConcurrentUpdateError,
+    ScriptoriumMemoryError,
+    TopicError,
+    describe_error,
+)
 from memory.ledger import TokenCounter, default_counter
 from memory.workspace import TopicEdit, WorkspaceSnapshot
 from memory.writers._extractive import log_nothing_new
@@ -203,6 +208,13 @@ class ModelWriter:
                               "seconds": seconds},
                              usage["prompt_tokens"] + usage["completion_tokens"])
 
+    def _keep(self, batch: Batch, edits: Sequence[TopicEdit], bases: dict[str, str | None]) -> None:
+        """Keep accepted edits for a retry of the same batch (see :meth:`write`)."""
+        self._reusable[(batch.session_id, batch.node_ids)] = (
+            (tuple(edits), bases) if edits else (None, {}))
+        while len(self._reusable) > _REUSABLE:
+            self._reusable.popitem(last=False)
+
     def _spent_today(self, spend: DailySpend) -> None:
         """Take the larger of what this writer and the usage file say today's spend is."""
         if spend.day > self.daily.day or (spend.day == self.daily.day
@@ -267,16 +279,19 @@ class ModelWriter:
                 edits, bases = await anyio.to_thread.run_sync(_edits_and_bases, actions, read)
                 problems = _local_problems(edits)
                 if not problems and edits and workspace.check is not None:
-                    audit = await workspace.check(edits, sources)
+                    try:
+                        audit = await workspace.check(edits, sources)
+                    except ConcurrentUpdateError:
+                        # Memory moved under the snapshot: the cycle retries, and
+                        # these edits serve again if their files did not change.
+                        self._keep(batch, edits, bases)
+                        raise
                     problems = [f"{entry.get('path')}: {entry.get('error')}" for entry in audit
                                 if entry.get("status") == "error"]
             except ActionsUnreadableError as exc:
                 problems = [str(exc)]
             if not problems:
-                self._reusable[(batch.session_id, batch.node_ids)] = (
-                    (tuple(edits), bases) if edits else (None, {}))
-                while len(self._reusable) > _REUSABLE:
-                    self._reusable.popitem(last=False)
+                self._keep(batch, edits, bases)
                 return edits or await self._nothing_new(batch, workspace)
             if round_ < s.repair_rounds:
                 usage["repairs"] += 1

@@ -19,6 +19,7 @@ import anyio
 import httpx
 import pytest
 
+from memory._errors import ConcurrentUpdateError
 from memory.ledger import estimate_tokens
 from memory.ledger._records import SourceRecord
 from memory.runtime._runtime import open_runtime
@@ -294,8 +295,16 @@ async def test_edits_are_reused_when_their_files_did_not_change_and_redone_when_
 async def test_two_workers_racing_call_the_model_again_only_for_a_touched_file(
     tmp_path: Path, same_file: bool, expected_calls: int,
 ) -> None:
-    both_asked = anyio.Event()
+    # The order is forced: both workers take their snapshot, alpha's edits commit,
+    # and only then does beta get its answer, so beta's dry run and commit both
+    # meet memory moved past its snapshot. That is contention, retried; never a
+    # refusal sent to the model to repair (it was once: "block ids would vanish").
+    both_asked, alpha_written = anyio.Event(), anyio.Event()
     asked: list[str] = []
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event["event"] == "job" and event["session"] == "alpha":
+            alpha_written.set()
 
     async def handler(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
@@ -305,25 +314,29 @@ async def test_two_workers_racing_call_the_model_again_only_for_a_touched_file(
         if len(asked) == 2:
             both_asked.set()
         await both_asked.wait()  # both workers hold a snapshot from before either commit
+        if session == "beta":
+            await alpha_written.wait()
         return good(request, "topics/notes.md" if same_file else f"topics/{session}.md")
 
     writer = ModelWriter(settings(), transport=httpx.MockTransport(handler))
-    async with open_runtime(tmp_path, writer, config=config(writer_workers=2)) as rt:
+    async with open_runtime(tmp_path, writer,
+                            config=config(writer_workers=2, on_event=on_event)) as rt:
         sessions = [await rt.sessions.create(session_id=s) for s in ("alpha", "beta")]
         for sid in sessions:
             await chain(rt, sid, "ROOT", [f"{sid}1", f"{sid}2"])
-        results: list[BoundaryOutcome] = []
+        results: dict[str, BoundaryOutcome] = {}
 
         async def flush(sid: str) -> None:
-            results.append(await rt.flush(sid))
+            results[sid] = await rt.flush(sid)
 
         async with anyio.create_task_group() as tg:
             for sid in sessions:
                 tg.start_soon(flush, sid)
     await writer.aclose()
-    assert results == [BoundaryOutcome.WRITTEN] * 2
-    assert len(asked) == expected_calls
-    assert writer.totals["reused"] >= (0 if same_file else 1)
+    assert results == dict.fromkeys(sessions, BoundaryOutcome.WRITTEN)
+    assert sorted(asked) == sorted(["alpha", "beta", "beta"][:expected_calls])
+    assert writer.totals["repairs"] == 0
+    assert writer.totals["reused"] == (0 if same_file else 1)
 
 
 # -- the bounded prompt -------------------------------------------------------------------
@@ -395,3 +408,9 @@ def test_the_dry_run_gives_the_commits_verdicts_and_installs_nothing(tmp_path: P
     committed = transactions.commit(edits, base_revision=before,
                                     batch_sources={"openprogram/s1/n1"})
     assert [e["status"] for e in committed.audit[:3]] == [e["status"] for e in audit]
+    # Judged against a revision memory has left, the edits are not refused: the
+    # writer is told memory moved, as the commit would tell it.
+    with pytest.raises(ConcurrentUpdateError):
+        transactions.check(edits[:1], batch_sources={"openprogram/s1/n1"}, base_revision=before)
+    assert transactions.check(edits[:1], batch_sources={"openprogram/s1/n1"},
+                              base_revision=committed.revision)
