@@ -341,6 +341,9 @@ def _benches(python: str) -> list[Bench]:
               _harness_rows),
         Bench("store", "bench/session_store.py", script("session_store"), ["--repeat", "5"],
               _harness_rows),
+        # Issue 15's premise, measured: what one group-committed log buys over per-session flushes.
+        Bench("shared_flush", "bench/shared_flush.py", script("shared_flush"), ["--repeat", "5"],
+              _harness_rows),
         # What the journal saves where a flush costs what commodity SSDs charge: emulated.
         Bench("store, fsync +2 ms (emulated)", "bench/session_store.py",
               [*script("session_store"), "--fsync-latency-ms", "2"], ["--repeat", "5"],

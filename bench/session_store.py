@@ -102,6 +102,11 @@ class EmulatedSlowFsync(DurableFiles):
         if self.latency:
             time.sleep(self.latency)
 
+    def _flush_filesystem(self, fd: int, path: str) -> None:
+        super()._flush_filesystem(fd, path)
+        if self.latency:
+            time.sleep(self.latency)
+
 
 def _log_record(entries: list[tuple[str, bytes]]) -> bytes:
     """A length-prefixed record naming each file: what a log must hold to replay them."""

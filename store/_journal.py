@@ -14,7 +14,8 @@ fsync): readers, the reference agent included, never see a torn file and
 see the new bytes at once (installs are never deferred behind an overlay),
 and the journal is what makes them durable. The mutation is acknowledged.
 Later the journal is *checkpointed*: ``sync_paths`` every file it names
-(each once, then their directories), then truncate it durably. That
+(each once, then their directories; from a handful of files on, one
+``syncfs`` that concurrent checkpoints share), then truncate it durably. That
 happens when the owner is idle or closes, and before the journal grows past
 a bound, so the per-file flushes are paid once per checkpoint, off the
 critical path, and meta.json (in every append's record) once per

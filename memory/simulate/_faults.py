@@ -229,7 +229,7 @@ class FaultyDisk(DurableFiles):
         plan = self.plan
         if not plan.enabled:
             return
-        if step in ("fsync", "rename") and plan.on("slow-disk") and self._decide(
+        if step in ("fsync", "syncfs", "rename") and plan.on("slow-disk") and self._decide(
             "slow-disk", plan.slow_rate
         ):
             plan.injected["slow-disk"] += 1

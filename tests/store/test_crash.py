@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from store._durable import TEMP_SUFFIX, DurableFiles
+from store._durable import BULK_SYNC_FILES, HAS_SYNCFS, TEMP_SUFFIX, DurableFiles
 from store._journal import JOURNAL_NAME
 from store._session import SessionCore
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
@@ -190,17 +190,22 @@ def test_a_batch_and_an_append_cost_one_flush_on_the_critical_path(tmp_path: Pat
     for i in range(64):
         core.append({"id": f"n{i}", "content": str(i), "predecessor": f"n{i-1}" if i else "ROOT"})
     core.close()
-    counting = FaultyFiles(only=frozenset({"fsync", "fsync_dir"}))
+    counting = FaultyFiles(only=frozenset({"fsync", "fsync_dir", "syncfs"}))
     core = SessionCore.open(state, "s", files=counting)
     core.merge_node_metadata_batch({f"n{i}": {MARK: "w-1"} for i in range(64)})
     assert counting.steps == [("fsync", str(state / "sessions" / "s" / JOURNAL_NAME))]
     for i in range(64, 74):
         core.append({"id": f"n{i}", "content": str(i)})
     assert len(counting.steps) == 1 + 10
-    # the checkpoint, off the critical path: each file once (meta.json once for
-    # ten appends), both directories, the truncation
+    # the checkpoint, off the critical path: one syncfs of the filesystem where
+    # there is one, else each file once (meta.json once for ten appends) and both
+    # directories; then the truncation
     core.retire_journals()
-    assert len(counting.steps) == 11 + 64 + 10 + 1 + 2 + 1
+    synced = [step for step, _ in counting.steps[11:]]
+    if HAS_SYNCFS:
+        assert synced == ["syncfs", "fsync"]
+    else:
+        assert len(synced) == 64 + 10 + 1 + 2 + 1 and "syncfs" not in synced
 
 
 def test_the_first_record_also_syncs_the_new_journal_entry(tmp_path: Path) -> None:
@@ -341,3 +346,72 @@ def test_adopting_another_owners_records_crash_at_every_step(tmp_path: Path) -> 
         assert acked <= (ids[7:] == ["a7"]), k
         if ids[7:] == ["a7"]:
             assert core.node("a7").predecessor == "u6"  # B continued A's head
+
+
+@pytest.mark.skipif(not HAS_SYNCFS, reason="the bulk checkpoint needs syncfs (Linux)")
+def test_a_bulk_checkpoint_crash_at_every_step(tmp_path: Path) -> None:
+    """A checkpoint of many files syncs them with one syncfs; a crash anywhere loses nothing."""
+    nodes = ["u0", "a1", "u2", "a3", "u4", "a5"]
+
+    def merged(state: Path) -> None:
+        core = SessionCore.open(state, "s")
+        core.merge_node_metadata_batch({n: {MARK: "w-1"} for n in nodes[:4]})
+        assert core.statistics().journal_files >= BULK_SYNC_FILES  # left outstanding
+
+    def check(state: Path, before: dict[str, bytes], core: SessionCore, acked: bool) -> None:
+        assert all(core.node(n).metadata[MARK] == "w-1" for n in nodes[:4])
+        if acked:
+            assert all(core.node(n).metadata[MARK] == "w-2" for n in nodes[4:])
+
+    def retire(core: SessionCore) -> None:
+        core.merge_node_metadata_batch({n: {MARK: "w-2"} for n in nodes[4:]})
+        core.retire_journals()
+
+    def run(files: DurableFiles) -> None:
+        state = _build(tmp_path)
+        merged(state)
+        retire(SessionCore.open(state, "s", files=files))
+
+    steps = FaultyFiles()
+    run(steps)
+    assert "syncfs" in [step for step, _ in steps.steps]
+    _crash_everywhere(tmp_path, retire, check, prepare=merged)
+
+
+class DirtyTracking(DurableFiles):
+    """Which installed files no flush has covered yet: what a power loss could take."""
+
+    def __init__(self) -> None:
+        self.dirty: set[str] = set()
+        self.truncated_dirty: list[set[str]] = []
+
+    def _replace(self, temp: str, final: str) -> None:
+        super()._replace(temp, final)
+        self.dirty.add(final)
+
+    def _flush(self, fd: int, path: str, *, data_only: bool = False) -> None:
+        super()._flush(fd, path, data_only=data_only)
+        self.dirty.discard(path)
+
+    def _flush_filesystem(self, fd: int, path: str) -> None:
+        super()._flush_filesystem(fd, path)
+        self.dirty.clear()
+
+    def _step(self, step: str, path: str) -> None:
+        if step == "truncate":
+            self.truncated_dirty.append(set(self.dirty))
+
+
+@pytest.mark.parametrize("merged", [1, 6])  # 3 files: fsync each; 8: one syncfs
+def test_no_journal_is_truncated_while_a_file_it_names_is_unflushed(
+    tmp_path: Path, merged: int,
+) -> None:
+    state = _build(tmp_path)
+    files = DirtyTracking()
+    core = SessionCore.open(state, "s", files=files)
+    core.merge_node_metadata_batch({n: {MARK: "w-1"} for n in
+                                    ["u0", "a1", "u2", "a3", "u4", "a5"][:merged]})
+    core.append({"id": "u6", "content": "more"})
+    assert files.dirty  # installed unsynced, resting on the journal
+    core.retire_journals()
+    assert files.truncated_dirty == [set()]

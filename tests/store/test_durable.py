@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import stat
+import threading
 from pathlib import Path
 
 import pytest
 
-from store._durable import TEMP_SUFFIX, DurableFiles, run_durable
+from store._durable import TEMP_SUFFIX, DurableFiles, SharedFilesystemSync, run_durable
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
 
 
@@ -79,3 +81,48 @@ async def test_run_durable_is_one_hop(tmp_path: Path) -> None:
     target = tmp_path / "y"
     await run_durable(DurableFiles().write_atomic, str(target), b"data")
     assert target.read_bytes() == b"data"
+
+
+def test_a_filesystem_sync_started_before_a_request_does_not_serve_it() -> None:
+    """Two syncs for a caller who asks while one runs; later callers share one."""
+    shared = SharedFilesystemSync()
+    first_running, let_first_finish = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def flush() -> None:
+        calls.append(len(calls))
+        if len(calls) == 1:
+            first_running.set()
+            let_first_finish.wait(10)
+
+    first = threading.Thread(target=shared.sync, args=(flush,))
+    first.start()
+    assert first_running.wait(10)
+    returned_after: list[int] = []
+
+    def late() -> None:
+        shared.sync(flush)
+        returned_after.append(len(calls))
+
+    waiting = [threading.Thread(target=late) for _ in range(3)]
+    for thread in waiting:
+        thread.start()
+    let_first_finish.set()
+    for thread in (first, *waiting):
+        thread.join(10)
+    # each late caller returned only after a sync that began after its request
+    assert returned_after and all(n >= 2 for n in returned_after)
+    assert shared.calls == len(calls) <= 4
+
+
+def test_a_failed_filesystem_sync_serves_nobody() -> None:
+    shared = SharedFilesystemSync()
+
+    def failing() -> None:
+        raise OSError(errno.EIO, "injected")
+
+    with pytest.raises(OSError):
+        shared.sync(failing)
+    done: list[bool] = []
+    shared.sync(lambda: done.append(True))
+    assert done == [True] and shared.calls == 1

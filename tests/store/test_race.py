@@ -47,6 +47,9 @@ class NoSyncFiles(DurableFiles):
     def _flush(self, fd: int, path: str, *, data_only: bool = False) -> None:
         pass
 
+    def _flush_filesystem(self, fd: int, path: str) -> None:
+        pass
+
 
 def _session(state: Path) -> SessionCore:
     core = SessionCore.create(state, "race", files=NoSyncFiles())
