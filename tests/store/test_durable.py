@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import stat
 import threading
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from store import _durable as durable_module
 from store._durable import TEMP_SUFFIX, DurableFiles, SharedFilesystemSync, run_durable
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
 
@@ -126,3 +128,23 @@ def test_a_failed_filesystem_sync_serves_nobody() -> None:
     done: list[bool] = []
     shared.sync(lambda: done.append(True))
     assert done == [True] and shared.calls == 1
+
+
+@pytest.mark.skipif(not durable_module.HAS_SYNCFS, reason="syncfs (Linux) only")
+def test_a_refused_syncfs_falls_back_to_a_flush_per_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    paths = [tmp_path / f"f{i}" for i in range(durable_module.BULK_SYNC_FILES)]
+    for path in paths:
+        path.write_bytes(b"x")
+
+    def refused(fd: int) -> int:
+        ctypes.set_errno(errno.ENOSYS)
+        return -1
+
+    monkeypatch.setattr(durable_module, "_SYNCFS", refused)
+    files = FaultyFiles()
+    files.sync_paths([str(p) for p in paths])  # no error: the per-file flushes ran
+    steps = [step for step, _ in files.steps]
+    assert steps == ["syncfs", *["fsync"] * len(paths), "fsync_dir"]
+    assert durable_module._SYNCFS is None  # not asked again
