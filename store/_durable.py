@@ -144,17 +144,25 @@ class DurableFiles:
         All temp files are written and synced first, then renamed in order,
         then each distinct directory is synced once. A crash leaves every
         file either old or new (not necessarily all on the same side: a
-        caller that needs "all files or none" journals first).
+        caller that needs "all files or none" journals first). From
+        :data:`BULK_SYNC_FILES` files on, as in :meth:`sync_paths`, the temp
+        files are synced by one shared ``syncfs`` before the renames, and
+        the renames by another: two flushes instead of one per file and
+        directory (a group's archive appends, one file per session).
         """
+        files = list(files)
+        bulk = len(files) >= BULK_SYNC_FILES and _SYNCFS is not None
         pending: list[tuple[str, str]] = []
         try:
             for path, data in files:
-                pending.append((self._write_temp(path, data, sync=True), path))
+                pending.append((self._write_temp(path, data, sync=not bulk), path))
+            if bulk and not self._bulk_sync(pending[0][0]):
+                bulk = False
+                self._sync_each(temp for temp, _ in pending)
         except BaseException:
             for temp, _ in pending:
                 _unlink_quietly(temp)
             raise
-        directories: dict[str, None] = {}
         for index, (temp, path) in enumerate(pending):
             try:
                 self._replace(temp, path)
@@ -162,8 +170,9 @@ class DurableFiles:
                 for leftover, _ in pending[index:]:
                     _unlink_quietly(leftover)
                 raise
-            directories[os.path.dirname(path) or "."] = None
-        for directory in directories:
+        if bulk and self._bulk_sync(pending[0][1]):
+            return
+        for directory in dict.fromkeys(os.path.dirname(path) or "." for _, path in pending):
             self.fsync_dir(directory)
 
     def replace_unsynced(self, path: str, data: bytes) -> None:
@@ -210,18 +219,14 @@ class DurableFiles:
         share it (:class:`SharedFilesystemSync`). A checkpoint of 32 node
         files costs one flush instead of 33.
         """
-        global _SYNCFS
         paths = list(paths)
-        if len(paths) >= BULK_SYNC_FILES and _SYNCFS is not None:
-            try:
-                _SHARED_SYNC.sync(lambda: self.sync_filesystem(paths[0]))
-                return
-            except OSError as exc:
-                # a sandbox that filters the call: sync file by file from now on
-                if exc.errno not in _NO_SYNCFS:
-                    raise
-                _SYNCFS = None
-        directories: dict[str, None] = {}
+        if len(paths) >= BULK_SYNC_FILES and self._bulk_sync(paths[0]):
+            return
+        self._sync_each(paths)
+        for directory in dict.fromkeys(os.path.dirname(path) or "." for path in paths):
+            self.fsync_dir(directory)
+
+    def _sync_each(self, paths: Iterable[str]) -> None:
         for path in paths:
             with _naming(path):
                 self._step("fsync", path)
@@ -230,9 +235,21 @@ class DurableFiles:
                     self._flush(fd, path)
                 finally:
                     os.close(fd)
-            directories[os.path.dirname(path) or "."] = None
-        for directory in directories:
-            self.fsync_dir(directory)
+
+    def _bulk_sync(self, path: str) -> bool:
+        """One shared ``syncfs`` of ``path``'s filesystem; False where there is none (sync each)."""
+        global _SYNCFS
+        if _SYNCFS is None:
+            return False
+        try:
+            _SHARED_SYNC.sync(lambda: self.sync_filesystem(path))
+        except OSError as exc:
+            # a sandbox that filters the call: sync file by file from now on
+            if exc.errno not in _NO_SYNCFS:
+                raise
+            _SYNCFS = None
+            return False
+        return True
 
     def sync_filesystem(self, path: str) -> None:
         """One ``syncfs`` of the filesystem holding ``path`` (Linux only; see :meth:`sync_paths`)."""

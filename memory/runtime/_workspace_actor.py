@@ -283,7 +283,8 @@ class WorkspaceActor(Actor):
 
     def _archive(self, batches: Sequence[Batch]) -> list[AppendResult]:
         with self._lock():  # another runtime may append to the same archive
-            return [self.archives.append(batch.session_id, batch.records) for batch in batches]
+            return self.archives.append_many(
+                [(batch.session_id, batch.records) for batch in batches])
 
     def _commit(
         self, batches: Sequence[Batch], edits: Sequence[TopicEdit], base: str

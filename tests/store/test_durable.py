@@ -148,3 +148,65 @@ def test_a_refused_syncfs_falls_back_to_a_flush_per_file(
     steps = [step for step, _ in files.steps]
     assert steps == ["syncfs", *["fsync"] * len(paths), "fsync_dir"]
     assert durable_module._SYNCFS is None  # not asked again
+
+
+class UnflushedAtRename(DurableFiles):
+    """Records, at every rename, whether the temp file's bytes were flushed first."""
+
+    def __init__(self) -> None:
+        self.unflushed: set[str] = set()
+        self.renamed_unflushed: list[str] = []
+        self.steps: list[str] = []
+
+    def _write_all(self, fd: int, temp: str, data: bytes) -> None:
+        super()._write_all(fd, temp, data)
+        self.unflushed.add(temp)
+
+    def _flush(self, fd: int, path: str, *, data_only: bool = False) -> None:
+        super()._flush(fd, path, data_only=data_only)
+        self.unflushed.discard(path)
+
+    def _flush_filesystem(self, fd: int, path: str) -> None:
+        super()._flush_filesystem(fd, path)
+        self.unflushed.clear()
+
+    def _step(self, step: str, path: str) -> None:
+        self.steps.append(step)
+
+    def _replace(self, temp: str, final: str) -> None:
+        if temp in self.unflushed:
+            self.renamed_unflushed.append(final)
+        super()._replace(temp, final)
+
+
+@pytest.mark.parametrize("count", [1, 3, 8])
+def test_several_files_are_each_flushed_before_their_rename(tmp_path: Path, count: int) -> None:
+    files = UnflushedAtRename()
+    targets = [(str(tmp_path / f"f{i}"), b"new %d" % i) for i in range(count)]
+    files.write_atomic_many(targets)
+    assert files.renamed_unflushed == []
+    assert all(Path(path).read_bytes() == data for path, data in targets)
+    bulk = durable_module.HAS_SYNCFS and count >= durable_module.BULK_SYNC_FILES
+    assert files.steps.count("syncfs") == (2 if bulk else 0)
+    assert files.steps.count("fsync") == (0 if bulk else count)
+
+
+def test_a_crash_at_any_step_of_a_bulk_install_leaves_each_file_old_or_new(
+    tmp_path: Path,
+) -> None:
+    paths = [tmp_path / f"f{i}" for i in range(6)]
+
+    def reset() -> None:
+        for path in paths:
+            path.write_bytes(b"old")
+
+    def install(files: DurableFiles) -> None:
+        files.write_atomic_many([(str(p), b"new") for p in paths])
+
+    reset()
+    total = count_steps(install)
+    for k in range(total):
+        reset()
+        with pytest.raises(SimulatedCrash):
+            install(FaultyFiles(crash_at=k))
+        assert all(p.read_bytes() in (b"old", b"new") for p in paths)

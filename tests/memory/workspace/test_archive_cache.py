@@ -171,3 +171,41 @@ async def test_append_through_run_durable(tmp_path: Path) -> None:
     result = await run_durable(cache.append, "s1", [rec(0), rec(1)])
     assert result.added == ("openprogram/s1/m0", "openprogram/s1/m1")
     assert len((await run_durable(cache.scan, "s1")).frames) == 2
+
+
+SESSIONS = ["a", "b", "c", "d", "e"]
+
+
+def test_a_groups_appends_are_the_appends_one_by_one(tmp_path: Path) -> None:
+    """Same files, same results, same cache as appending each session alone."""
+    alone, together = str(tmp_path / "alone"), str(tmp_path / "together")
+    batches = [(sid, [rec(i, sid) for i in range(3)]) for sid in SESSIONS]
+    batches.append(("a", [rec(2, "a"), rec(3, "a")]))  # a session twice: on its first plan
+    batches.append(("b", [rec(0, "b")]))  # nothing new
+    one_by_one = ArchiveCache(alone, tz=UTC)
+    expected = [one_by_one.append(sid, records) for sid, records in batches]
+    grouped = ArchiveCache(together, tz=UTC)
+    assert grouped.append_many(batches) == expected
+    for sid in SESSIONS:
+        assert _bytes(together, sid) == _bytes(alone, sid)
+        assert grouped.scan(sid) == parse_archive(_bytes(together, sid), sid)
+
+
+def test_a_group_append_crash_at_any_step_leaves_each_archive_old_or_new(tmp_path: Path) -> None:
+    memory = str(tmp_path)
+    for sid in SESSIONS:
+        append_records(memory, sid, [rec(0, sid)], DurableFiles(), tz=UTC)
+    old = {sid: _bytes(memory, sid) for sid in SESSIONS}
+    batches = [(sid, [rec(1, sid), rec(2, sid)]) for sid in SESSIONS]
+    new = {sid: plan_append(old[sid], sid, records, tz=UTC)[0] for sid, records in batches}
+    steps = count_steps(lambda f: ArchiveCache(memory, f, tz=UTC).append_many(batches))
+    for sid in SESSIONS:
+        _write(memory, old[sid], sid)
+    for k in range(steps):
+        cache = ArchiveCache(memory, FaultyFiles(crash_at=k), tz=UTC)
+        with pytest.raises(SimulatedCrash):
+            cache.append_many(batches)
+        for sid in SESSIONS:
+            assert _bytes(memory, sid) in (old[sid], new[sid]), (k, sid)
+            assert cache.scan(sid) == parse_archive(_bytes(memory, sid), sid)
+            _write(memory, old[sid], sid)
