@@ -39,10 +39,23 @@ from memory.writers.model._retry import (
     retry_delay,
     retryable_status,
 )
-from memory.writers.model._settings import ModelSettings, redact_url, split_query
+from memory.writers.model._settings import (
+    ModelSettings,
+    check_base_url,
+    redact_url,
+    split_query,
+)
 from memory.writers.model._wire import ResponseUnreadableError, auth_headers
 
-__all__ = ["CallStats", "Endpoint", "EndpointRefusedError", "EndpointUnavailableError", "ModelCallFailedError"]
+__all__ = [
+    "CallStats",
+    "Endpoint",
+    "EndpointRefusedError",
+    "EndpointUnavailableError",
+    "EndpointUnreachableError",
+    "ModelCallFailedError",
+    "probe_endpoint",
+]
 
 
 class _RedactedURLs(logging.Filter):
@@ -76,6 +89,50 @@ class EndpointUnavailableError(ModelCallFailedError):
     """429, 5xx or connection errors on every attempt."""
 
 
+class EndpointUnreachableError(EndpointUnavailableError):
+    """Nothing accepts a connection at the base URL's host and port (see :func:`probe_endpoint`)."""
+
+
+async def probe_endpoint(settings: ModelSettings) -> None:
+    """Raise :class:`EndpointUnreachableError` unless something listens at the base URL.
+
+    A TCP connect to its host and port, within ``connect_timeout``; nothing
+    is sent, so no key, no request and no cost. For a command that is about
+    to run many batches (``simulate``): without it, a base URL with nothing
+    behind it cost every batch its retries and ended in failed invariants
+    that never named the endpoint. The message names the URL as
+    :func:`redact_url` prints it, and what to do.
+    """
+    parts = urllib.parse.urlsplit(check_base_url(settings.base_url, "base_url"))
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with anyio.fail_after(settings.connect_timeout):
+            stream = await anyio.connect_tcp(host, port)
+    except TimeoutError:
+        reason = f"no answer within {settings.connect_timeout:g} s"
+    except OSError as exc:
+        reason = _connect_failure(exc)
+    else:
+        await stream.aclose()
+        return
+    raise EndpointUnreachableError(
+        f"nothing answers at {redact_url(settings.base_url)} ({reason}); start the model "
+        f"server there, or pass the URL it listens on with --base-url")
+
+
+def _connect_failure(exc: OSError) -> str:
+    """Why a connect failed, in words: anyio's "all attempts failed" hides the errno in a cause."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError):
+            words = os.strerror(seen.errno) if seen.errno and seen.errno > 0 else seen.strerror
+            if words:
+                return words[0].lower() + words[1:]
+        seen = seen.__cause__
+    return str(exc) or type(exc).__name__
+
+
 @dataclass(frozen=True, slots=True)
 class CallStats:
     retries: int
@@ -94,6 +151,7 @@ class Endpoint:
         clock: Callable[[], float] = time.time, rng: random.Random | None = None,
     ) -> None:
         self.settings = settings
+        check_base_url(settings.base_url, "base_url")  # a usage error now, not retried later
         source = os.environ if env is None else env
         self.__key = source.get(settings.key_variable) or None
         self._base, self._query = split_query(settings.base_url)
