@@ -74,7 +74,12 @@ if not any(isinstance(f, _RedactedURLs) for f in _HTTPX_LOG.filters):
 
 
 class ModelCallFailedError(ScriptoriumMemoryError):
-    """A call to the model endpoint failed for good; the message names the endpoint, never the key."""
+    """A call to the model endpoint failed for good; the message names the endpoint, never the key.
+
+    ``retries``: the attempts it made after the first (the usage counts them).
+    """
+
+    retries = 0
 
 
 class EndpointRefusedError(ModelCallFailedError):
@@ -232,18 +237,25 @@ class Endpoint:
                     try:
                         document = response.json()
                     except ValueError:
-                        raise ResponseUnreadableError(
-                            f"{where} answered {status} with a body that is not JSON") from None
+                        unreadable = ResponseUnreadableError(
+                            f"{where} answered {status} with a body that is not JSON")
+                        unreadable.retries = attempt - 1
+                        raise unreadable from None
                     return document, CallStats(attempt - 1, anyio.current_time() - started)
                 excerpt = self.redact(response.text[:300]).replace("\n", " ")
                 if not retryable_status(status):
-                    raise EndpointRefusedError(
+                    refused = EndpointRefusedError(
                         f"{where} refused the request with {status}: {excerpt}", status)
+                    refused.retries = attempt - 1
+                    raise refused
                 last = f"HTTP {status}: {excerpt}"
                 retry_after = parse_retry_after(response.headers.get("retry-after"), self._clock())
             if attempt < policy.attempts:
                 await self._sleep(retry_delay(policy, attempt, retry_after, self._rng))
-        raise EndpointUnavailableError(f"{where} failed {policy.attempts} attempt(s); last: {last}")
+        unavailable = EndpointUnavailableError(
+            f"{where} failed {policy.attempts} attempt(s); last: {last}")
+        unavailable.retries = policy.attempts - 1
+        raise unavailable
 
 
 def _url_secrets(url: str) -> tuple[str, ...]:

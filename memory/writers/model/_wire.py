@@ -31,6 +31,8 @@ _TOOL_DESCRIPTION = "Record the memory edits for this batch."
 class ResponseUnreadableError(ValueError):
     """A 2xx body that is not a completion of the provider's format (not retried: a bug)."""
 
+    retries = 0  # attempts before the one that answered it (set by the transport)
+
 
 @dataclass(frozen=True, slots=True)
 class Completion:

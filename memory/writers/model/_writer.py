@@ -63,9 +63,20 @@ from memory.writers.model._edits import (
 from memory.writers.model._prompt import WRITING_RULES, Ranking, core_first, render_model_prompt
 from memory.writers.model._retry import DailySpend, batch_budget_allows, daily_wait
 from memory.writers.model._settings import ModelSettings, redact_url
-from memory.writers.model._transport import Endpoint, EndpointRefusedError, Sleep
+from memory.writers.model._transport import (
+    Endpoint,
+    EndpointRefusedError,
+    ModelCallFailedError,
+    Sleep,
+)
 from memory.writers.model._usage import UsageFile
-from memory.writers.model._wire import MODES, Completion, build_request, read_response
+from memory.writers.model._wire import (
+    MODES,
+    Completion,
+    ResponseUnreadableError,
+    build_request,
+    read_response,
+)
 from store import run_durable
 
 __all__ = ["ModelWriter", "ModelWriterFailedError"]
@@ -319,17 +330,18 @@ class ModelWriter:
             path, headers, body = build_request(
                 s.provider, model=s.model, system=WRITING_RULES, turns=turns, mode=self.mode,
                 max_tokens=s.max_tokens)
+            usage["calls"] += 1  # a call made counts, answered or not
             try:
                 document, stats = await self.endpoint.post(path, headers, body)
-            except EndpointRefusedError as exc:
+            except (ModelCallFailedError, ResponseUnreadableError) as exc:
+                usage["retries"] += exc.retries
                 # auto: the endpoint does not take this structured form; the next one down.
-                if (s.mode == "auto" and exc.status in _STEP_DOWN
-                        and self.mode != MODES[-1]):
+                if (isinstance(exc, EndpointRefusedError) and s.mode == "auto"
+                        and exc.status in _STEP_DOWN and self.mode != MODES[-1]):
                     self.mode = MODES[MODES.index(self.mode) + 1]
                     self._emit_plain("model_mode", mode=self.mode, status=exc.status)
                     continue
                 raise
-            usage["calls"] += 1
             usage["retries"] += stats.retries
             completion = read_response(s.provider, document)
             usage["prompt_tokens"] += completion.prompt_tokens
