@@ -44,6 +44,7 @@ from memory.writers.model._wire import Completion as Completion
 from memory.writers.model._wire import ResponseUnreadableError as ResponseUnreadableError
 from memory.writers.model._wire import build_request as build_request
 from memory.writers.model._wire import read_response as read_response
+from memory.writers.model._wire import refuses_form as refuses_form
 from memory.writers.model._writer import ModelWriter as ModelWriter
 from memory.writers.model._writer import ModelWriterFailedError as ModelWriterFailedError
 
@@ -81,6 +82,7 @@ __all__ = [
     "read_model_usage",
     "read_response",
     "redact_url",
+    "refuses_form",
     "render_model_prompt",
     "retry_delay",
     "retryable_status",

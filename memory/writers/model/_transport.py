@@ -85,9 +85,10 @@ class ModelCallFailedError(ScriptoriumMemoryError):
 class EndpointRefusedError(ModelCallFailedError):
     """A 4xx other than 429: the request itself is wrong (never retried)."""
 
-    def __init__(self, what: str, status: int) -> None:
+    def __init__(self, what: str, status: int, body: str = "") -> None:
         super().__init__(what)
         self.status = status
+        self.body = body  # the start of the refusal's body, redacted
 
 
 class EndpointUnavailableError(ModelCallFailedError):
@@ -245,7 +246,7 @@ class Endpoint:
                 excerpt = self.redact(response.text[:300]).replace("\n", " ")
                 if not retryable_status(status):
                     refused = EndpointRefusedError(
-                        f"{where} refused the request with {status}: {excerpt}", status)
+                        f"{where} refused the request with {status}: {excerpt}", status, excerpt)
                     refused.retries = attempt - 1
                     raise refused
                 last = f"HTTP {status}: {excerpt}"

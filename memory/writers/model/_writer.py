@@ -7,8 +7,10 @@ SPEC §8's writer over any OpenAI-compatible or Anthropic endpoint. One
    reads topic files);
 2. asks the endpoint for the edits, structured as strongly as it accepts:
    ``json_schema``, else a forced tool call, else JSON in the text. In
-   ``auto`` mode a 400/422 steps the mode down once for the endpoint and
-   the call is sent again (the refusal is the endpoint's, not the batch's);
+   ``auto`` mode a 400/422 that names the form it refused
+   (:func:`~memory.writers.model._wire.refuses_form`) steps the mode down
+   for the endpoint and the call is sent again; any other 400/422 is the
+   batch's refusal: the batch fails and the mode stays;
 3. reads the answer strictly (:mod:`._edits`) and has the transaction's
    validator judge the edits (``WorkspaceSnapshot.check``, a dry run of the
    commit); an unreadable answer or a refused edit goes back to the model
@@ -62,7 +64,7 @@ from memory.writers.model._edits import (
 )
 from memory.writers.model._prompt import WRITING_RULES, Ranking, core_first, render_model_prompt
 from memory.writers.model._retry import DailySpend, batch_budget_allows, daily_wait
-from memory.writers.model._settings import ModelSettings, redact_url
+from memory.writers.model._settings import ENV_PREFIX, ModelSettings, redact_url
 from memory.writers.model._transport import (
     Endpoint,
     EndpointRefusedError,
@@ -76,6 +78,7 @@ from memory.writers.model._wire import (
     ResponseUnreadableError,
     build_request,
     read_response,
+    refuses_form,
 )
 from store import run_durable
 
@@ -335,13 +338,20 @@ class ModelWriter:
                 document, stats = await self.endpoint.post(path, headers, body)
             except (ModelCallFailedError, ResponseUnreadableError) as exc:
                 usage["retries"] += exc.retries
-                # auto: the endpoint does not take this structured form; the next one down.
-                if (isinstance(exc, EndpointRefusedError) and s.mode == "auto"
+                if not (isinstance(exc, EndpointRefusedError) and s.mode == "auto"
                         and exc.status in _STEP_DOWN and self.mode != MODES[-1]):
-                    self.mode = MODES[MODES.index(self.mode) + 1]
-                    self._emit_plain("model_mode", mode=self.mode, status=exc.status)
-                    continue
-                raise
+                    raise
+                # auto: the endpoint says it does not take this structured form: the
+                # next one down, for the endpoint's life. A refusal that does not say
+                # so is this batch's: it fails, and the mode stays.
+                if not refuses_form(s.provider, self.mode, exc.body):
+                    raise EndpointRefusedError(
+                        f"{exc}; if the endpoint does not take {self.mode} output, set "
+                        f"mode = \"{MODES[MODES.index(self.mode) + 1]}\" in [writer] "
+                        f"(or ${ENV_PREFIX}MODE)", exc.status, exc.body) from None
+                self.mode = MODES[MODES.index(self.mode) + 1]
+                self._emit_plain("model_mode", mode=self.mode, status=exc.status)
+                continue
             usage["retries"] += stats.retries
             completion = read_response(s.provider, document)
             usage["prompt_tokens"] += completion.prompt_tokens

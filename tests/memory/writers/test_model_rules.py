@@ -25,6 +25,7 @@ from memory.writers.model import (
     parse_actions,
     parse_retry_after,
     read_response,
+    refuses_form,
     retry_delay,
     retryable_status,
     to_topic_edits,
@@ -318,3 +319,22 @@ def test_a_base_url_with_a_credential_is_refused_without_it() -> None:
     with pytest.raises(SettingsError) as caught:
         model_settings({}, {}, {"base_url": "ftp://user:s3cret@host/v1?key=s3cret", "model": "m"})
     assert "s3cret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("provider", "mode", "refusal", "refused"), [
+    ("openai", "json_schema", "response_format is not supported", True),
+    ("openai", "json_schema", "Unsupported value: 'json_schema'", True),
+    ("openai", "json_schema", "maximum context length is 8192 tokens", False),
+    ("openai", "json_schema", "", False),
+    ("openai", "json_schema", "tool_choice is not supported", False),  # not what was sent
+    ("openai", "tools", "This model does not support tools", True),
+    ("openai", "tools", "function calling is not enabled", True),
+    ("openai", "tools", "max_tokens is too large", False),
+    ("anthropic", "json_schema", "tool_choice: unknown type", True),  # sent as a forced tool
+    ("anthropic", "json_schema", "prompt is too long", False),
+    ("openai", "text", "response_format", False),  # nothing below text
+])
+def test_a_refusal_names_the_structured_form_or_is_the_batchs(
+    provider: str, mode: str, refusal: str, refused: bool,
+) -> None:
+    assert refuses_form(provider, mode, refusal) is refused
