@@ -28,8 +28,11 @@ already has when every file they touch reads the same as before, and
 calls the model again only when one changed.
 
 Budgets: a batch whose calls would pass ``batch_tokens`` fails (it would
-again); past ``daily_tokens`` (UTC day) :meth:`admit`, which the cycle
-awaits before its timeout starts, makes the batch wait for the next day.
+again); past ``daily_tokens`` (UTC day) :meth:`deferral` says how long until
+the next day, and the runtime's pool offers the batch again then, holding
+no worker meanwhile (neither failed nor marked); :meth:`admit`, which a
+cycle run on its own (backfill) awaits before its timeout starts, waits
+that long instead.
 Usage (model, tokens, latency, retries, rounds) goes to ``on_event`` per
 batch and adds up in :meth:`statistics`.
 """
@@ -178,12 +181,27 @@ class ModelWriter:
                     "repairs", "reused", "failed")},
                 "seconds": round(self.seconds, 6), "daily_tokens": self.daily.tokens}
 
-    async def admit(self, batch: Batch) -> None:
-        """Wait while the daily budget is spent (the cycle awaits this before its timeout)."""
+    async def deferral(self, batch: Batch) -> float:
+        """Seconds until ``batch`` may call the model: 0, or until the next UTC day.
+
+        Past ``daily_tokens`` (this writer's spend, or the usage file's, which
+        other runtimes add to) it is the time to midnight UTC. It does not
+        wait: the pool puts the job back to be offered again then, and the
+        worker takes other work (``model_budget_wait`` says so).
+        """
         if self.settings.daily_tokens is not None and self.usage_file is not None:
-            self._spent_today(await run_durable(self.usage_file.daily))
-        while (wait := daily_wait(self.settings.daily_tokens, self.daily, self.clock())) > 0:
+            try:
+                self._spent_today(await run_durable(self.usage_file.daily))
+            except Exception as exc:  # noqa: BLE001 - judged on this writer's own count
+                self._emit_plain("model_usage_unread", error=describe_error(exc))
+        wait = daily_wait(self.settings.daily_tokens, self.daily, self.clock())
+        if wait > 0:
             self._emit("model_budget_wait", batch, seconds=wait, daily_tokens=self.daily.tokens)
+        return wait
+
+    async def admit(self, batch: Batch) -> None:
+        """Wait while the daily budget is spent: for a cycle run without the pool (backfill)."""
+        while (wait := await self.deferral(batch)) > 0:
             await self.sleep(wait)
 
     async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> list[TopicEdit]:
