@@ -41,7 +41,7 @@ from memory.ledger._ledger import (
 )
 from memory.ledger._records import MARKER_KEY
 from memory.maintenance._audit import audit, read_audit_inputs
-from memory.recall import Context, Hit, SyncReport
+from memory.recall import MAX_QUERY_CHARS, Context, Hit, SyncReport
 from memory.runtime._config import apply_timings
 from memory.runtime._headless import SessionReport, run_headless, run_once, run_triggers
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
@@ -734,7 +734,10 @@ def _repair_lost_markers(state_dir: str, report: dict[str, Any],
 # -- recall (issue 13): search, context, reindex ------------------------------------
 
 
-def _recall_target(sid: str | None, tip: str | None) -> None:
+def _recall_target(sid: str | None, tip: str | None, query: str) -> None:
+    if len(query) > MAX_QUERY_CHARS:  # recall bounds it; say so rather than drop it silently
+        click.echo(f"scriptorium: warning: the query is {len(query):,} characters; only its "
+                   f"first {MAX_QUERY_CHARS:,} are searched", err=True)
     if tip is not None and sid is None:
         raise click.UsageError("--tip needs --session: a tip names a node of one session")
     if sid is not None:
@@ -752,7 +755,7 @@ def _recall_target(sid: str | None, tip: str | None) -> None:
 def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_pending: bool,
                   state_dir: str, as_json: bool) -> None:
     """The best units of memory for QUERY: topic paragraphs and archived turns."""
-    _recall_target(sid, tip)
+    _recall_target(sid, tip, query)
 
     async def body(rt: MemoryRuntime) -> list[Hit]:
         return await rt.recall(query, k=k, session=sid, tip=tip,
@@ -781,7 +784,7 @@ def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_
 def memory_context(query: str, budget: int, sid: str | None, tip: str | None, state_dir: str,
                    as_json: bool) -> None:
     """A block for a prompt: the memory QUERY needs, within --budget tokens."""
-    _recall_target(sid, tip)
+    _recall_target(sid, tip, query)
 
     async def body(rt: MemoryRuntime) -> Context:
         return await rt.context(query, budget_tokens=budget, session=sid, tip=tip)
