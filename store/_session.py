@@ -381,7 +381,7 @@ class SessionCore:
         ``created_at`` (seconds since the epoch) is the turn's own time, for
         history imported from elsewhere; it takes the place of the message's
         ``timestamp``, and without either the turn is stamped now. Either must
-        be a finite number at most :data:`CLOCK_SKEW` seconds ahead of this
+        be a finite number >= 0 at most :data:`CLOCK_SKEW` seconds ahead of this
         core's clock (:class:`~store._errors.FutureTimestampError` otherwise),
         also on a repeat: a request is valid or not whatever the session holds.
         A repeat keeps the stored time (times are not part of what makes a
@@ -428,13 +428,16 @@ class SessionCore:
             return AppendedTurn(node_to_message(self._append_locked(node), self.session), True)
 
     def _check_turn_time(self, when: object, node_id: str) -> None:
-        """A turn's own time: None (now), or finite seconds not beyond the clock's skew."""
+        """A turn's own time: None (now), or finite seconds >= 0 not beyond the clock's skew."""
         if when is None:
             return
         if isinstance(when, bool) or not isinstance(when, (int, float)):
             raise InvalidNodeError(self.session, node_id, "created_at is not a number")
         if not math.isfinite(when):
             raise InvalidNodeError(self.session, node_id, f"created_at {when!r} is not finite")
+        if when < 0:
+            raise InvalidNodeError(self.session, node_id, f"created_at {when!r} is before the "
+                                   "epoch; give unix seconds (a time at or after 1970)")
         now = self._clock()
         if when > now + CLOCK_SKEW:
             raise FutureTimestampError(self.session, node_id, float(when), now, CLOCK_SKEW)

@@ -15,7 +15,8 @@ Each request takes the next behaviour of ``script`` (then ``default``):
 * ``outside``: cites a handle outside the batch; ``sources``: edits
   ``sources/``; ``malformed``: not JSON; ``empty``: an empty completion;
 * ``429`` (``Retry-After: <retry_after>``), ``500``, ``401`` (the body
-  echoes the request's credential header: a key must not leak from it);
+  echoes the request's credential header: a key must not leak from it),
+  ``400`` (over the context length: a refusal naming no structured form);
 * ``slow``: answers after ``slow_seconds``; ``reset``: announces a body
   and closes the connection half-way through it.
 
@@ -131,6 +132,10 @@ class ScriptedModel:
             return
         if behaviour == "500":
             await _reply(send, 500, {"error": "upstream failed"})
+            return
+        if behaviour == "400":  # the batch's own refusal: it names no structured form
+            await _reply(send, 400, {"error": {"message": "This model's maximum context length "
+                                               "is 8192 tokens; reduce the messages."}})
             return
         if behaviour == "401":
             echoed = headers.get("authorization") or headers.get("x-api-key") or ""

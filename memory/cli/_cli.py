@@ -41,13 +41,15 @@ from memory.ledger._ledger import (
 )
 from memory.ledger._records import MARKER_KEY
 from memory.maintenance._audit import audit, read_audit_inputs
-from memory.recall import Context, Hit, SyncReport
+from memory.recall import MAX_QUERY_CHARS, Context, Hit, SyncReport
 from memory.runtime._config import apply_timings
 from memory.runtime._headless import SessionReport, run_headless, run_once, run_triggers
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory.runtime._settings import (
+    MODEL_FLAGS,
     Timings,
     check_lock_timeout,
+    check_model_flags,
     check_seconds,
     check_threshold,
     model_writer_for,
@@ -56,7 +58,7 @@ from memory.runtime._settings import (
 )
 from memory.simulate._command import simulate
 from memory.workspace._workspace_id import read_workspace_id
-from memory.writers.model import ModelWriter, read_model_usage
+from memory.writers.model import ModelWriter, read_model_usage, redact_url
 from store import (
     LOCK_TIMEOUT,
     ChainCycleError,
@@ -198,13 +200,36 @@ def _writer(state_dir: str, flags: dict[str, Any],
     The API key is read from the environment variable the settings name.
     """
     try:
-        if writer_kind(state_dir, flags.get("writer")) != "model":
+        kind = writer_kind(state_dir, flags.get("writer"))
+        check_model_flags(kind, flags)
+        if kind != "model":
             return None
-        return model_writer_for(state_dir, {k: flags.get(k) for k in
-                                            ("base_url", "model", "provider")},
+        return model_writer_for(state_dir, {k: flags.get(k) for k in MODEL_FLAGS},
                                 on_event=on_event)
     except SettingsError as exc:
         raise CliError.of(exc) from None
+
+
+def _writer_document(writer: ModelWriter | None) -> dict[str, Any]:
+    """Which writer wrote, for a command's output (the base URL without its credentials)."""
+    if writer is None:
+        return {"kind": "extractive"}
+    s = writer.settings
+    return {"kind": "model", "model": s.model, "provider": s.provider,
+            "base_url": redact_url(s.base_url)}
+
+
+def _say_writer(writer: ModelWriter | None, as_json: bool) -> None:
+    """Name the writer that wrote, on stderr (with ``--json`` it is in the document).
+
+    After the run, not before: a command that fails says its one error line alone.
+    """
+    if as_json:
+        return
+    document = _writer_document(writer)
+    line = ("extractive (built-in)" if document["kind"] != "model" else
+            f"model {document['model']} ({document['provider']}) at {document['base_url']}")
+    click.echo(f"scriptorium: writer: {line}", err=True)
 
 
 def _with_runtime(
@@ -406,19 +431,23 @@ def _short(text: str, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def _report_writes(reports: dict[str, SessionReport], as_json: bool) -> None:
+def _report_writes(reports: dict[str, SessionReport], as_json: bool,
+                   writer: ModelWriter | None) -> None:
     """Per session its outcome and reason; exit 1 when any session still owes what was covered.
 
     ``--json``: ``{"sessions": {sid: outcome}, "reasons": {sid: reason},
-    "owed": {sid: [node ids] or null}}`` (docs/decisions.md, "Boundaries end";
-    null: unknown, the session's ``error`` kept them from being computed).
+    "owed": {sid: [node ids] or null}, "writer": {kind, ...}}`` (docs/decisions.md,
+    "Boundaries end"; null: unknown, the session's ``error`` kept them from
+    being computed). In text the writer is named on stderr once the run is
+    done (:func:`_say_writer`), so stdout keeps one line per session.
     """
     ordered = sorted(reports.items())
     if as_json:
         emit_json({"sessions": {sid: r.outcome for sid, r in ordered},
                    "reasons": {sid: r.reason for sid, r in ordered},
                    "owed": {sid: None if r.owed is None else list(r.owed)
-                            for sid, r in ordered}})
+                            for sid, r in ordered},
+                   "writer": _writer_document(writer)})
     else:
         for session, report in ordered:
             click.echo(f"{session}: {report.outcome}: {report.reason}")
@@ -454,18 +483,21 @@ LOCK_TIMEOUT_OPTION = click.option(
 @click.argument("sid", required=False)
 @click.option("--force", is_flag=True, help="Run the session boundary (SPEC §6.6), not the trigger.")
 @LOCK_TIMEOUT_OPTION
+@writer_options
 @runtime_options
 @timing_options
 @state_options
 def memory_write(sid: str | None, force: bool, lock_timeout: float, threshold: int | None,
                  workers: int, backend: str, state_dir: str, as_json: bool,
-                 **timings: float | None) -> None:
+                 writer: str | None, base_url: str | None, model: str | None,
+                 provider: str | None, **timings: float | None) -> None:
     """Run the write cycle now, for SID or every session.
 
     Prints each session's outcome and why: written (nothing the command
     covers is still owed), not due (the trigger rule does not call for a
     write; --force writes anyway), owed, no progress, quarantined, failed or
-    error. Exits 1 unless every session is written or not due.
+    error, then which writer wrote (chosen as for ``scriptorium run``).
+    Exits 1 unless every session is written or not due.
     """
     if sid is not None:  # '' is not "every session"
         validate_id(sid, "session id")
@@ -482,7 +514,11 @@ def memory_write(sid: str | None, force: bool, lock_timeout: float, threshold: i
 
     config = _config(state_dir, workers, {"threshold": threshold, **timings},
                      lock_timeout=lock_timeout)
-    _report_writes(_with_runtime(state_dir, config, backend, body), as_json)
+    model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
+                                       "provider": provider}, None)
+    reports = _with_runtime(state_dir, config, backend, body, model_writer)
+    _say_writer(model_writer, as_json)
+    _report_writes(reports, as_json, model_writer)
 
 
 @memory.command("release")
@@ -540,8 +576,9 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
     model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
                                        "provider": provider}, log)
     if once:
-        _report_writes(_with_runtime(state_dir, config, backend, run_once, model_writer),
-                       as_json)
+        reports = _with_runtime(state_dir, config, backend, run_once, model_writer)
+        _say_writer(model_writer, as_json)
+        _report_writes(reports, as_json, model_writer)
         return
 
     async def headless() -> None:
@@ -615,11 +652,16 @@ def memory_migrate(threshold: int | None, workers: int, backend: str, state_dir:
 
 
 @memory.command("backfill")
+@writer_options
 @runtime_options
 @state_options
 def memory_backfill(threshold: int | None, workers: int, backend: str, state_dir: str,
-                    as_json: bool) -> None:
-    """Write every trusted archived source that no topic cites yet (SPEC §6.8)."""
+                    as_json: bool, writer: str | None, base_url: str | None, model: str | None,
+                    provider: str | None) -> None:
+    """Write every trusted archived source that no topic cites yet (SPEC §6.8).
+
+    The writer is chosen as for ``scriptorium run`` and named in the output.
+    """
     progress = _ProgressBar("backfilling", not as_json and sys.stderr.isatty())
 
     async def body(rt: MemoryRuntime) -> dict[str, Any]:
@@ -630,9 +672,12 @@ def memory_backfill(threshold: int | None, workers: int, backend: str, state_dir
         return report.as_json()
 
     config = _config(state_dir, workers, {"threshold": threshold})
-    document = _with_runtime(state_dir, config, backend, body)
+    model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
+                                       "provider": provider}, None)
+    document = _with_runtime(state_dir, config, backend, body, model_writer)
+    _say_writer(model_writer, as_json)
     if as_json:
-        emit_json(document)
+        emit_json({**document, "writer": _writer_document(model_writer)})
     else:
         click.echo(" ".join(f"{k}={v}" for k, v in document.items()))
     if document.get("status") != "ok":
@@ -689,7 +734,10 @@ def _repair_lost_markers(state_dir: str, report: dict[str, Any],
 # -- recall (issue 13): search, context, reindex ------------------------------------
 
 
-def _recall_target(sid: str | None, tip: str | None) -> None:
+def _recall_target(sid: str | None, tip: str | None, query: str) -> None:
+    if len(query) > MAX_QUERY_CHARS:  # recall bounds it; say so rather than drop it silently
+        click.echo(f"scriptorium: warning: the query is {len(query):,} characters; only its "
+                   f"first {MAX_QUERY_CHARS:,} are searched", err=True)
     if tip is not None and sid is None:
         raise click.UsageError("--tip needs --session: a tip names a node of one session")
     if sid is not None:
@@ -707,7 +755,7 @@ def _recall_target(sid: str | None, tip: str | None) -> None:
 def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_pending: bool,
                   state_dir: str, as_json: bool) -> None:
     """The best units of memory for QUERY: topic paragraphs and archived turns."""
-    _recall_target(sid, tip)
+    _recall_target(sid, tip, query)
 
     async def body(rt: MemoryRuntime) -> list[Hit]:
         return await rt.recall(query, k=k, session=sid, tip=tip,
@@ -736,7 +784,7 @@ def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_
 def memory_context(query: str, budget: int, sid: str | None, tip: str | None, state_dir: str,
                    as_json: bool) -> None:
     """A block for a prompt: the memory QUERY needs, within --budget tokens."""
-    _recall_target(sid, tip)
+    _recall_target(sid, tip, query)
 
     async def body(rt: MemoryRuntime) -> Context:
         return await rt.context(query, budget_tokens=budget, session=sid, tip=tip)

@@ -60,6 +60,10 @@ class JobQueue:
         self._send.send_nowait(job)
         return job
 
+    def offer_again(self, job: WriteJob) -> None:
+        """Put ``job`` back in the queue (the writer deferred it); it stayed in flight meanwhile."""
+        self._send.send_nowait(job)
+
     def done(self, job: WriteJob) -> None:
         """``job`` no longer counts for :meth:`drain` (marked, failed, or abandoned)."""
         self.in_flight -= 1

@@ -20,6 +20,10 @@ Failure policy (SPEC §7; the choice is recorded in docs/decisions.md):
   a failing model endpoint is not hammered.
 - A rejected commit or an empty change is the writer's answer, not a
   crash: reported, the worker goes on.
+- A batch the writer cannot take yet (a model's daily budget is spent:
+  ``deferral``) is neither run nor reported: it goes back to the queue to
+  be offered again when the writer can take it, and the worker takes the
+  next job. A wait of hours holds no worker.
 
 The cycle itself (:mod:`memory.runtime._write_cycle`) retries a concurrent
 update and counts an already-cited batch as written. What a worker needs
@@ -56,6 +60,12 @@ class PoolHost(Protocol):
 
     async def write_group(self, batches: Sequence[Batch]) -> list[WriteOutcome]:
         """The write cycle for ``batches``, one outcome each (one transaction when it can)."""
+
+    async def deferral(self, batch: Batch) -> float:
+        """Seconds the writer asks ``batch`` to wait before it is written (0: now)."""
+
+    def defer_job(self, job: WriteJob, delay: float) -> None:
+        """Offer ``job`` to the workers again after ``delay`` seconds; it stays in flight."""
 
     def record_outcome(self, job: WriteJob, outcome: WriteOutcome) -> None:
         """Count ``job``'s outcome (statistics, the ``job`` event) before it is reported."""
@@ -140,6 +150,17 @@ class WriterWorker(Actor):
         unreported = list(jobs)
         failure: Exception | None = None
         try:
+            ready = []
+            for job in jobs:
+                delay = await self.runtime.deferral(job.batch)
+                if delay > 0:  # offered again later; this worker goes on
+                    self.runtime.defer_job(job, delay)
+                    unreported.remove(job)
+                else:
+                    ready.append(job)
+            jobs = ready
+            if not jobs:
+                return
             try:
                 outcomes = await self.runtime.write_group([job.batch for job in jobs])
             except Exception as exc:  # noqa: BLE001 - reported for every job, then re-raised

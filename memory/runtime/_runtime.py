@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import anyio
 
 from actors import ActorError, ActorRef, MailboxOptions, Request, open_actor
-from memory._errors import BoundaryError, RecallError
+from memory._errors import BoundaryError, RecallError, describe_error
 from memory.ledger._records import MARKER_KEY, SourceRecord
 from memory.maintenance._backfill import BackfillReport, backfill
 from memory.maintenance._migrate import MigrationReport, Progress, migrate
@@ -290,11 +290,13 @@ class MemoryRuntime:
                 self.watchdog_ref.cast_nowait(Touched(session, float(updated_at)))
 
     async def write_cycle(self, batch: Batch) -> WriteOutcome:
-        """One batch through archive → writer → commit (SPEC §6.4), as workers and backfill run it.
+        """One batch through archive → writer → commit (SPEC §6.4), as workers run it.
 
-        See :class:`~memory.runtime._write_cycle.WriteCycle`.
+        The worker asked the writer's ``deferral`` first, so the writer's
+        ``admit`` (a wait) is not awaited here; backfill, which has no pool,
+        awaits it (:meth:`backfill`). See :class:`~memory.runtime._write_cycle.WriteCycle`.
         """
-        return await self.cycle.write(batch)
+        return await self.cycle.write(batch, admitted=True)
 
     @property
     def groups_batches(self) -> bool:
@@ -309,6 +311,34 @@ class MemoryRuntime:
         grouped = await self.cycle.group(batches)
         return [outcome if outcome is not None else await self.write_cycle(batch)
                 for batch, outcome in zip(batches, grouped, strict=True)]
+
+    async def deferral(self, batch: Batch) -> float:
+        """Seconds the writer asks ``batch`` to wait (a spent model budget); 0 if it cannot say."""
+        try:
+            return await self.cycle.deferral(batch)
+        except Exception as exc:  # noqa: BLE001 - the cycle meets the writer's trouble itself
+            self.emit("deferral_unknown", session=batch.session_id, error=describe_error(exc))
+            return 0.0
+
+    def defer_job(self, job: WriteJob, delay: float) -> None:
+        """``job`` goes back to the queue after ``delay`` seconds; it stays in flight meanwhile.
+
+        Neither failed nor marked, and no worker waits for it. A runtime
+        closing has no timers left: the job is abandoned (its session plans
+        again next time; the batch stays owed).
+        """
+        self.emit("deferred", session=job.batch.session_id, job=job.id,
+                  nodes=len(job.batch.node_ids), seconds=delay)
+        try:
+            self.timers.call_later(delay, lambda: self._offer_again(job))
+        except RuntimeError:
+            self.abandon_job(job)
+
+    def _offer_again(self, job: WriteJob) -> None:
+        try:
+            self.jobs.offer_again(job)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self.abandon_job(job)
 
     async def migrate(self, progress: Progress | None = None) -> MigrationReport:
         """SPEC §6.7: position cursors in runtime.json become markers (no-op without cursors)."""
@@ -342,7 +372,7 @@ class MemoryRuntime:
             return view.revision
 
         return await backfill(
-            self.memory_dir, write_batch=self.write_cycle, cited=lambda s: handle_key(s) in cited,
+            self.memory_dir, write_batch=self.cycle.write, cited=lambda s: handle_key(s) in cited,
             revision=revision, threshold=self.config.policy.threshold,
             counter=self.config.counter, progress=progress)
 

@@ -37,10 +37,12 @@ from memory._errors import SettingsError
 from memory.writers.model import ModelWriter, UsageFile, model_settings
 
 __all__ = [
+    "MODEL_FLAGS",
     "SETTINGS_FILE",
     "SettingsError",
     "Timings",
     "check_lock_timeout",
+    "check_model_flags",
     "check_seconds",
     "check_threshold",
     "model_writer_for",
@@ -139,6 +141,23 @@ def writer_kind(state_dir: str | os.PathLike[str], flag: str | None,
         raise SettingsError("--writer", f"the writer is one of {', '.join(WRITER_KINDS)}, "
                                         f"not {kind!r}")
     return str(kind)
+
+
+MODEL_FLAGS = ("base_url", "model", "provider")  # the command line's model writer options
+
+
+def check_model_flags(kind: str, flags: Mapping[str, Any]) -> None:
+    """A model writer's option given while another writer is chosen: :class:`SettingsError`.
+
+    ``--base-url`` without ``--writer model`` (and no ``kind = "model"``
+    elsewhere) did nothing, silently; the user believed a model wrote.
+    """
+    given = [f"--{name.replace('_', '-')}" for name in MODEL_FLAGS if flags.get(name) is not None]
+    if kind != "model" and given:
+        named = " and ".join(given)
+        raise SettingsError(given[0], f"{named} {'is an option' if len(given) == 1 else 'are options'}"
+                                      f" of the model writer, and the writer here is {kind}; "
+                                      f"add --writer model, or drop {named}")
 
 
 def model_writer_for(

@@ -54,6 +54,17 @@ class Timers:
             raise RuntimeError("the runtime's timers are not running")
         self._group.start_soon(later)
 
+    def call_later(self, delay: float, action: Callable[[], None]) -> None:
+        """Run ``action`` after ``delay`` seconds; RuntimeError when the timers are not running."""
+
+        async def later() -> None:
+            await anyio.sleep(delay)
+            action()
+
+        if self._group is None:
+            raise RuntimeError("the runtime's timers are not running")
+        self._group.start_soon(later)
+
     def retry(self, session: str, failures: int) -> None:
         """``RetryDue`` after the retry backoff for ``failures`` consecutive failures."""
         self.cast_later(session, RetryDue(), self._retry.delay(failures, self._rng))

@@ -91,8 +91,17 @@ class WriteCycle:
         writer = self._writer()
         return bool(getattr(writer, "exclusive", False)) and isinstance(writer, GroupWriter)
 
-    async def write(self, batch: Batch) -> WriteOutcome:
-        """One batch through archive → writer → commit (SPEC §6.4)."""
+    async def deferral(self, batch: Batch) -> float:
+        """Seconds the writer asks ``batch`` to wait (its optional ``deferral``; 0: now)."""
+        hook = getattr(self._writer(), "deferral", None)
+        return 0.0 if hook is None else float(await hook(batch))
+
+    async def write(self, batch: Batch, *, admitted: bool = False) -> WriteOutcome:
+        """One batch through archive → writer → commit (SPEC §6.4).
+
+        ``admitted``: the pool asked :meth:`deferral` already, so the writer's
+        ``admit`` (a wait) is skipped.
+        """
         writer = self._writer()
         steps = WorkspaceSteps(self._workspace())
 
@@ -107,7 +116,7 @@ class WriteCycle:
             for _ in range(1 + CONCURRENT_RETRIES):
                 outcome = await run_write_cycle(
                     batch, writer, snapshot=steps.snapshot, archive=archive, commit=commit,
-                    timeout=self._timeout)
+                    timeout=self._timeout, admit=not admitted)
                 if not (outcome.failure is FailureKind.REJECTED and outcome.error is not None
                         and isinstance(outcome.error.__cause__, ConcurrentUpdateError)):
                     break

@@ -34,12 +34,12 @@ import orjson
 
 from memory._errors import SettingsError
 from memory.ledger._ledger import ReferenceThresholdWarning, threshold_warning
-from memory.runtime._settings import check_seconds, check_threshold
+from memory.runtime._settings import check_model_flags, check_seconds, check_threshold
 from memory.simulate._faults import FAULTS, parse_faults
 from memory.simulate._open_loop import ARRIVALS
 from memory.simulate._simulate import SimulationConfig, SimulationResult
 from memory.simulate._simulate import simulate as run_simulation
-from memory.writers.model import model_settings
+from memory.writers.model import EndpointUnreachableError, model_settings, probe_endpoint
 from store import state_path
 
 __all__ = ["percentile", "render_report", "result_document", "simulate"]
@@ -179,6 +179,12 @@ class _Status:
 BASELINES = Path(__file__).resolve().parents[2] / "bench" / "baselines"
 
 
+class EndpointUnreachable(click.ClickException):
+    """``--writer model`` with nothing listening at ``--base-url``: one line, the usage code."""
+
+    exit_code = 2
+
+
 class BaselinesMissingError(click.ClickException):
     """``--compare`` outside a source checkout: a usage error, said in one line."""
 
@@ -249,6 +255,10 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
              provider: str | None, rate: float | None, arrivals: str) -> None:
     """Run concurrent simulated agents with seeded faults, then check every invariant."""
     model_config = None
+    try:
+        check_model_flags(writer, {"base_url": base_url, "model": model, "provider": provider})
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from None
     if writer == "model":  # settings from $SCRIPTORIUM_MODEL_* and the flags; key from env
         try:
             model_config = model_settings({}, os.environ, {
@@ -273,6 +283,11 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
                 check_seconds(value, flag, flag.lstrip("-").replace("-", "_"))
     except SettingsError as exc:
         raise click.UsageError(str(exc)) from None
+    if model_config is not None:  # before a run whose every batch would fail on it
+        try:
+            anyio.run(probe_endpoint, model_config, backend=backend)
+        except EndpointUnreachableError as exc:
+            raise EndpointUnreachable(str(exc)) from None
     baselines = load_baselines() if compare else None  # before a run that may take minutes
     if (warning := threshold_warning(threshold)) is not None:
         click.echo(f"scriptorium: warning: {warning}", err=True)

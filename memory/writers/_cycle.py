@@ -27,7 +27,10 @@ fails a batch, it only hands back the ones it did not write.
 
 A writer may define ``async admit(batch)``: it is awaited first, outside
 the timeout, so a writer that must wait (a spent token budget) holds the
-batch back without failing it.
+batch back without failing it. The runtime's pool asks the writer's
+``async deferral(batch) -> seconds`` instead and puts a batch that must
+wait back in the queue, so no worker waits; it then runs the cycle with
+``admit=False``.
 
 Only the writer runs under ``timeout``: archive and commit are durable
 operations that a cancellation waits for anyway (``run_durable``), and
@@ -137,19 +140,22 @@ async def run_write_cycle(
     archive: ArchiveStep,
     commit: CommitStep,
     timeout: float | None = DEFAULT_WRITER_TIMEOUT,
+    admit: bool = True,
 ) -> WriteOutcome:
     """Run one batch through archive -> writer -> commit; see the module docstring.
+
+    ``admit=False``: the caller already asked the writer's ``deferral``.
 
     Never raises for a failed step (``Exception``): the outcome says which
     step failed and carries a :class:`WriteCycleError` whose ``__cause__`` is
     the original. Cancellation propagates untouched.
     """
     sid, ids = batch.session_id, batch.node_ids
-    admit = getattr(writer, "admit", None)
-    if admit is not None:
+    admission = getattr(writer, "admit", None) if admit else None
+    if admission is not None:
         # A writer waiting for a budget (a model's daily tokens) waits here,
         # before the timeout starts: a wait is neither a failure nor a mark.
-        await admit(batch)
+        await admission(batch)
     try:
         await archive(batch)
     except Exception as exc:  # noqa: BLE001 (every failure is an outcome; nothing marked)

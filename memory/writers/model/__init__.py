@@ -26,12 +26,16 @@ from memory.writers.model._retry import parse_retry_after as parse_retry_after
 from memory.writers.model._retry import retry_delay as retry_delay
 from memory.writers.model._retry import retryable_status as retryable_status
 from memory.writers.model._settings import ModelSettings as ModelSettings
+from memory.writers.model._settings import check_base_url as check_base_url
 from memory.writers.model._settings import model_settings as model_settings
+from memory.writers.model._settings import redact_url as redact_url
 from memory.writers.model._transport import CallStats as CallStats
 from memory.writers.model._transport import Endpoint as Endpoint
 from memory.writers.model._transport import EndpointRefusedError as EndpointRefusedError
 from memory.writers.model._transport import EndpointUnavailableError as EndpointUnavailableError
+from memory.writers.model._transport import EndpointUnreachableError as EndpointUnreachableError
 from memory.writers.model._transport import ModelCallFailedError as ModelCallFailedError
+from memory.writers.model._transport import probe_endpoint as probe_endpoint
 from memory.writers.model._usage import USAGE_FILE as USAGE_FILE
 from memory.writers.model._usage import UsageFile as UsageFile
 from memory.writers.model._usage import merge_usage as merge_usage
@@ -40,6 +44,7 @@ from memory.writers.model._wire import Completion as Completion
 from memory.writers.model._wire import ResponseUnreadableError as ResponseUnreadableError
 from memory.writers.model._wire import build_request as build_request
 from memory.writers.model._wire import read_response as read_response
+from memory.writers.model._wire import refuses_form as refuses_form
 from memory.writers.model._writer import ModelWriter as ModelWriter
 from memory.writers.model._writer import ModelWriterFailedError as ModelWriterFailedError
 
@@ -55,6 +60,7 @@ __all__ = [
     "Endpoint",
     "EndpointRefusedError",
     "EndpointUnavailableError",
+    "EndpointUnreachableError",
     "ModelCallFailedError",
     "ModelSettings",
     "ModelWriter",
@@ -65,14 +71,18 @@ __all__ = [
     "UsageFile",
     "batch_budget_allows",
     "build_request",
+    "check_base_url",
     "core_first",
     "daily_wait",
     "merge_usage",
     "model_settings",
     "parse_actions",
     "parse_retry_after",
+    "probe_endpoint",
     "read_model_usage",
     "read_response",
+    "redact_url",
+    "refuses_form",
     "render_model_prompt",
     "retry_delay",
     "retryable_status",

@@ -21,7 +21,10 @@ from memory._errors import SettingsError
 from memory.writers.model._retry import RetryPolicy
 from memory.writers.model._wire import MODES, PROVIDERS
 
-__all__ = ["ENV_PREFIX", "ModelSettings", "model_settings", "redact_url", "split_query"]
+__all__ = [
+    "ENV_PREFIX", "ModelSettings", "check_base_url", "model_settings", "redact_url",
+    "split_query",
+]
 
 _HIDDEN = "[redacted]"
 
@@ -130,7 +133,27 @@ def _check(name: str, value: object, where: str) -> object:
     return number
 
 
-def _layer(settings: dict[str, Any], source: Mapping[str, Any], where: str) -> None:
+def check_base_url(url: str, where: str) -> str:
+    """``url`` if it is an ``http(s)://`` URL with a host; else :class:`SettingsError` at once.
+
+    A base URL that is no HTTP URL (``notaurl``, ``ftp://x``) fails the
+    same way on every attempt: retried as a connection error it cost each
+    batch its whole backoff and said nothing of the cause.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host, _port = parts.hostname, parts.port  # a bad port raises here
+    except ValueError:
+        host = None
+        parts = urllib.parse.urlsplit("")
+    if parts.scheme not in ("http", "https") or not host:
+        raise SettingsError(where, f"base_url {redact_url(url)!r} is not an http:// or https:// "
+                                   "URL with a host; give one such as http://127.0.0.1:8000/v1")
+    return url
+
+
+def _layer(settings: dict[str, Any], source: Mapping[str, Any], where: str,
+           origins: dict[str, str] | None = None) -> None:
     for name, value in source.items():
         if value is None or name == "kind":
             continue
@@ -141,6 +164,8 @@ def _layer(settings: dict[str, Any], source: Mapping[str, Any], where: str) -> N
             raise SettingsError(where, f"unknown writer setting {name}; the settings are "
                                        f"{', '.join(sorted(KNOWN))}")
         settings[name] = _check(name, value, where)
+        if origins is not None:
+            origins[name] = where
 
 
 def model_settings(
@@ -149,14 +174,17 @@ def model_settings(
 ) -> ModelSettings:
     """Pure: the layered settings; :class:`SettingsError` naming the source of a bad value."""
     merged: dict[str, Any] = {}
-    _layer(merged, table, where)
+    origins: dict[str, str] = {}  # which source set each value, to name it in an error
+    _layer(merged, table, where, origins)
     from_env = {name: env[ENV_PREFIX + name.upper()] for name in KNOWN - {"kind"}
                 if ENV_PREFIX + name.upper() in env}
     if (ENV_PREFIX + "API_KEY") in env:
         raise SettingsError(ENV_PREFIX + "API_KEY", "name the key's variable with "
                             f"{ENV_PREFIX}API_KEY_ENV instead; the key itself is not a setting")
-    _layer(merged, from_env, f"${ENV_PREFIX}*")
-    _layer(merged, flags, "the command line")
+    for name, value in from_env.items():
+        _layer(merged, {name: value}, f"${ENV_PREFIX}{name.upper()}", origins)
+    for name, value in flags.items():
+        _layer(merged, {name: value}, f"--{name.replace('_', '-')}", origins)
     for name in ("base_url", "model"):
         if not merged.get(name):
             raise SettingsError(where, f"the model writer needs {name} (--{name.replace('_', '-')},"
@@ -165,6 +193,7 @@ def model_settings(
         raise SettingsError(where, f"provider must be one of {', '.join(PROVIDERS)}")
     if merged.get("mode", "auto") not in ("auto", *MODES):
         raise SettingsError(where, f"mode must be auto or one of {', '.join(MODES)}")
+    check_base_url(merged["base_url"], origins.get("base_url", where))
     retry = RetryPolicy()
     backoff = retry.backoff
     if "retry_attempts" in merged:

@@ -39,10 +39,23 @@ from memory.writers.model._retry import (
     retry_delay,
     retryable_status,
 )
-from memory.writers.model._settings import ModelSettings, redact_url, split_query
+from memory.writers.model._settings import (
+    ModelSettings,
+    check_base_url,
+    redact_url,
+    split_query,
+)
 from memory.writers.model._wire import ResponseUnreadableError, auth_headers
 
-__all__ = ["CallStats", "Endpoint", "EndpointRefusedError", "EndpointUnavailableError", "ModelCallFailedError"]
+__all__ = [
+    "CallStats",
+    "Endpoint",
+    "EndpointRefusedError",
+    "EndpointUnavailableError",
+    "EndpointUnreachableError",
+    "ModelCallFailedError",
+    "probe_endpoint",
+]
 
 
 class _RedactedURLs(logging.Filter):
@@ -61,19 +74,69 @@ if not any(isinstance(f, _RedactedURLs) for f in _HTTPX_LOG.filters):
 
 
 class ModelCallFailedError(ScriptoriumMemoryError):
-    """A call to the model endpoint failed for good; the message names the endpoint, never the key."""
+    """A call to the model endpoint failed for good; the message names the endpoint, never the key.
+
+    ``retries``: the attempts it made after the first (the usage counts them).
+    """
+
+    retries = 0
 
 
 class EndpointRefusedError(ModelCallFailedError):
     """A 4xx other than 429: the request itself is wrong (never retried)."""
 
-    def __init__(self, what: str, status: int) -> None:
+    def __init__(self, what: str, status: int, body: str = "") -> None:
         super().__init__(what)
         self.status = status
+        self.body = body  # the start of the refusal's body, redacted
 
 
 class EndpointUnavailableError(ModelCallFailedError):
     """429, 5xx or connection errors on every attempt."""
+
+
+class EndpointUnreachableError(EndpointUnavailableError):
+    """Nothing accepts a connection at the base URL's host and port (see :func:`probe_endpoint`)."""
+
+
+async def probe_endpoint(settings: ModelSettings) -> None:
+    """Raise :class:`EndpointUnreachableError` unless something listens at the base URL.
+
+    A TCP connect to its host and port, within ``connect_timeout``; nothing
+    is sent, so no key, no request and no cost. For a command that is about
+    to run many batches (``simulate``): without it, a base URL with nothing
+    behind it cost every batch its retries and ended in failed invariants
+    that never named the endpoint. The message names the URL as
+    :func:`redact_url` prints it, and what to do.
+    """
+    parts = urllib.parse.urlsplit(check_base_url(settings.base_url, "base_url"))
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with anyio.fail_after(settings.connect_timeout):
+            stream = await anyio.connect_tcp(host, port)
+    except TimeoutError:
+        reason = f"no answer within {settings.connect_timeout:g} s"
+    except OSError as exc:
+        reason = _connect_failure(exc)
+    else:
+        await stream.aclose()
+        return
+    raise EndpointUnreachableError(
+        f"nothing answers at {redact_url(settings.base_url)} ({reason}); start the model "
+        f"server there, or pass the URL it listens on with --base-url")
+
+
+def _connect_failure(exc: OSError) -> str:
+    """Why a connect failed, in words: anyio's "all attempts failed" hides the errno in a cause."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError):
+            words = os.strerror(seen.errno) if seen.errno and seen.errno > 0 else seen.strerror
+            if words:
+                return words[0].lower() + words[1:]
+        seen = seen.__cause__
+    return str(exc) or type(exc).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +157,7 @@ class Endpoint:
         clock: Callable[[], float] = time.time, rng: random.Random | None = None,
     ) -> None:
         self.settings = settings
+        check_base_url(settings.base_url, "base_url")  # a usage error now, not retried later
         source = os.environ if env is None else env
         self.__key = source.get(settings.key_variable) or None
         self._base, self._query = split_query(settings.base_url)
@@ -174,18 +238,25 @@ class Endpoint:
                     try:
                         document = response.json()
                     except ValueError:
-                        raise ResponseUnreadableError(
-                            f"{where} answered {status} with a body that is not JSON") from None
+                        unreadable = ResponseUnreadableError(
+                            f"{where} answered {status} with a body that is not JSON")
+                        unreadable.retries = attempt - 1
+                        raise unreadable from None
                     return document, CallStats(attempt - 1, anyio.current_time() - started)
                 excerpt = self.redact(response.text[:300]).replace("\n", " ")
                 if not retryable_status(status):
-                    raise EndpointRefusedError(
-                        f"{where} refused the request with {status}: {excerpt}", status)
+                    refused = EndpointRefusedError(
+                        f"{where} refused the request with {status}: {excerpt}", status, excerpt)
+                    refused.retries = attempt - 1
+                    raise refused
                 last = f"HTTP {status}: {excerpt}"
                 retry_after = parse_retry_after(response.headers.get("retry-after"), self._clock())
             if attempt < policy.attempts:
                 await self._sleep(retry_delay(policy, attempt, retry_after, self._rng))
-        raise EndpointUnavailableError(f"{where} failed {policy.attempts} attempt(s); last: {last}")
+        unavailable = EndpointUnavailableError(
+            f"{where} failed {policy.attempts} attempt(s); last: {last}")
+        unavailable.retries = policy.attempts - 1
+        raise unavailable
 
 
 def _url_secrets(url: str) -> tuple[str, ...]:

@@ -20,7 +20,7 @@ from typing import Any
 from memory.writers.model._edits import EDITS_SCHEMA, EDITS_TOOL
 
 __all__ = ["MODES", "PROVIDERS", "Completion", "ResponseUnreadableError", "build_request",
-           "read_response"]
+           "read_response", "refuses_form"]
 
 PROVIDERS = ("openai", "anthropic")
 MODES = ("json_schema", "tools", "text")
@@ -30,6 +30,8 @@ _TOOL_DESCRIPTION = "Record the memory edits for this batch."
 
 class ResponseUnreadableError(ValueError):
     """A 2xx body that is not a completion of the provider's format (not retried: a bug)."""
+
+    retries = 0  # attempts before the one that answered it (set by the transport)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,28 @@ def build_request(
         return "/messages", {"content-type": "application/json",
                              "anthropic-version": ANTHROPIC_VERSION}, body
     raise ValueError(f"unknown provider {provider!r}; one of {', '.join(PROVIDERS)}")
+
+
+# What a refusal of each structured form names: the request field it refused.
+_FORM_WORDS = {"response_format": ("response_format", "json_schema", "structured output",
+                                   "guided"),
+               "tools": ("tool", "function")}
+
+
+def refuses_form(provider: str, mode: str, refusal: str) -> bool:
+    """Pure: whether a 400/422's body says the endpoint does not take ``mode``'s form.
+
+    It must name the field the form was sent in (``response_format`` for
+    OpenAI's json_schema; ``tools``/``tool_choice`` for a forced tool, which
+    is also how Anthropic takes json_schema). A refusal that names neither
+    (a prompt over the context length, a bad ``max_tokens``) is the batch's,
+    and stepping down on it weakened every later batch for nothing.
+    """
+    if mode == "text":
+        return False
+    form = "response_format" if provider == "openai" and mode == "json_schema" else "tools"
+    text = refusal.lower()
+    return any(word in text for word in _FORM_WORDS[form])
 
 
 def auth_headers(provider: str, api_key: str | None) -> dict[str, str]:

@@ -7,8 +7,10 @@ SPEC §8's writer over any OpenAI-compatible or Anthropic endpoint. One
    reads topic files);
 2. asks the endpoint for the edits, structured as strongly as it accepts:
    ``json_schema``, else a forced tool call, else JSON in the text. In
-   ``auto`` mode a 400/422 steps the mode down once for the endpoint and
-   the call is sent again (the refusal is the endpoint's, not the batch's);
+   ``auto`` mode a 400/422 that names the form it refused
+   (:func:`~memory.writers.model._wire.refuses_form`) steps the mode down
+   for the endpoint and the call is sent again; any other 400/422 is the
+   batch's refusal: the batch fails and the mode stays;
 3. reads the answer strictly (:mod:`._edits`) and has the transaction's
    validator judge the edits (``WorkspaceSnapshot.check``, a dry run of the
    commit); an unreadable answer or a refused edit goes back to the model
@@ -26,8 +28,11 @@ already has when every file they touch reads the same as before, and
 calls the model again only when one changed.
 
 Budgets: a batch whose calls would pass ``batch_tokens`` fails (it would
-again); past ``daily_tokens`` (UTC day) :meth:`admit`, which the cycle
-awaits before its timeout starts, makes the batch wait for the next day.
+again); past ``daily_tokens`` (UTC day) :meth:`deferral` says how long until
+the next day, and the runtime's pool offers the batch again then, holding
+no worker meanwhile (neither failed nor marked); :meth:`admit`, which a
+cycle run on its own (backfill) awaits before its timeout starts, waits
+that long instead.
 Usage (model, tokens, latency, retries, rounds) goes to ``on_event`` per
 batch and adds up in :meth:`statistics`.
 """
@@ -62,10 +67,22 @@ from memory.writers.model._edits import (
 )
 from memory.writers.model._prompt import WRITING_RULES, Ranking, core_first, render_model_prompt
 from memory.writers.model._retry import DailySpend, batch_budget_allows, daily_wait
-from memory.writers.model._settings import ModelSettings, redact_url
-from memory.writers.model._transport import Endpoint, EndpointRefusedError, Sleep
+from memory.writers.model._settings import ENV_PREFIX, ModelSettings, redact_url
+from memory.writers.model._transport import (
+    Endpoint,
+    EndpointRefusedError,
+    ModelCallFailedError,
+    Sleep,
+)
 from memory.writers.model._usage import UsageFile
-from memory.writers.model._wire import MODES, Completion, build_request, read_response
+from memory.writers.model._wire import (
+    MODES,
+    Completion,
+    ResponseUnreadableError,
+    build_request,
+    read_response,
+    refuses_form,
+)
 from store import run_durable
 
 __all__ = ["ModelWriter", "ModelWriterFailedError"]
@@ -164,12 +181,27 @@ class ModelWriter:
                     "repairs", "reused", "failed")},
                 "seconds": round(self.seconds, 6), "daily_tokens": self.daily.tokens}
 
-    async def admit(self, batch: Batch) -> None:
-        """Wait while the daily budget is spent (the cycle awaits this before its timeout)."""
+    async def deferral(self, batch: Batch) -> float:
+        """Seconds until ``batch`` may call the model: 0, or until the next UTC day.
+
+        Past ``daily_tokens`` (this writer's spend, or the usage file's, which
+        other runtimes add to) it is the time to midnight UTC. It does not
+        wait: the pool puts the job back to be offered again then, and the
+        worker takes other work (``model_budget_wait`` says so).
+        """
         if self.settings.daily_tokens is not None and self.usage_file is not None:
-            self._spent_today(await run_durable(self.usage_file.daily))
-        while (wait := daily_wait(self.settings.daily_tokens, self.daily, self.clock())) > 0:
+            try:
+                self._spent_today(await run_durable(self.usage_file.daily))
+            except Exception as exc:  # noqa: BLE001 - judged on this writer's own count
+                self._emit_plain("model_usage_unread", error=describe_error(exc))
+        wait = daily_wait(self.settings.daily_tokens, self.daily, self.clock())
+        if wait > 0:
             self._emit("model_budget_wait", batch, seconds=wait, daily_tokens=self.daily.tokens)
+        return wait
+
+    async def admit(self, batch: Batch) -> None:
+        """Wait while the daily budget is spent: for a cycle run without the pool (backfill)."""
+        while (wait := await self.deferral(batch)) > 0:
             await self.sleep(wait)
 
     async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> list[TopicEdit]:
@@ -319,17 +351,25 @@ class ModelWriter:
             path, headers, body = build_request(
                 s.provider, model=s.model, system=WRITING_RULES, turns=turns, mode=self.mode,
                 max_tokens=s.max_tokens)
+            usage["calls"] += 1  # a call made counts, answered or not
             try:
                 document, stats = await self.endpoint.post(path, headers, body)
-            except EndpointRefusedError as exc:
-                # auto: the endpoint does not take this structured form; the next one down.
-                if (s.mode == "auto" and exc.status in _STEP_DOWN
-                        and self.mode != MODES[-1]):
-                    self.mode = MODES[MODES.index(self.mode) + 1]
-                    self._emit_plain("model_mode", mode=self.mode, status=exc.status)
-                    continue
-                raise
-            usage["calls"] += 1
+            except (ModelCallFailedError, ResponseUnreadableError) as exc:
+                usage["retries"] += exc.retries
+                if not (isinstance(exc, EndpointRefusedError) and s.mode == "auto"
+                        and exc.status in _STEP_DOWN and self.mode != MODES[-1]):
+                    raise
+                # auto: the endpoint says it does not take this structured form: the
+                # next one down, for the endpoint's life. A refusal that does not say
+                # so is this batch's: it fails, and the mode stays.
+                if not refuses_form(s.provider, self.mode, exc.body):
+                    raise EndpointRefusedError(
+                        f"{exc}; if the endpoint does not take {self.mode} output, set "
+                        f"mode = \"{MODES[MODES.index(self.mode) + 1]}\" in [writer] "
+                        f"(or ${ENV_PREFIX}MODE)", exc.status, exc.body) from None
+                self.mode = MODES[MODES.index(self.mode) + 1]
+                self._emit_plain("model_mode", mode=self.mode, status=exc.status)
+                continue
             usage["retries"] += stats.retries
             completion = read_response(s.provider, document)
             usage["prompt_tokens"] += completion.prompt_tokens

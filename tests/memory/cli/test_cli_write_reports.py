@@ -71,7 +71,7 @@ def test_run_once_reports_each_session_and_writes_the_others(state: Path) -> Non
     assert done.returncode == 1, done  # one session is still owed
     report = json.loads(done.stdout)
     assert report["sessions"] == {"bad": "error", "good": "written"}
-    assert set(report) == {"sessions", "reasons", "owed"}
+    assert set(report) == {"sessions", "reasons", "owed", "writer"}
     assert "broken" in report["reasons"]["bad"]
     assert "nothing the session boundary covers is owed" in report["reasons"]["good"]
     assert report["owed"] == {"bad": None, "good": []}  # None: unknown, the walk failed

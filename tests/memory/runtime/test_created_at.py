@@ -119,3 +119,20 @@ def test_the_store_checks_against_its_own_clock(tmp_path: Path) -> None:
         core.append({"id": "u1", "content": "hi"}, created_at=NOW)
     core.append({"id": "u1", "content": "hi"}, created_at=MAY_2023 - 86_400)
     assert core.node("u1").created_at == MAY_2023 - 86_400
+
+
+@pytest.mark.parametrize("bad", [-1, -0.5, -MAY_2023])
+async def test_a_time_before_the_epoch_is_refused_naming_the_session_and_node(
+        tmp_path: Path, bad: float) -> None:
+    """A negative time is no turn's time (a sign slip, a delta taken for a time): refused."""
+    async with open_runtime(tmp_path, config=config()) as rt:
+        sid = await rt.sessions.create(session_id="s1")
+        with pytest.raises(InvalidNodeError, match="created_at") as caught:
+            await rt.sessions.append(sid, {"id": "u1", "content": "hi"}, created_at=bad)
+        assert (caught.value.session, caught.value.node) == ("s1", "u1")
+        assert "'s1'" in str(caught.value) and "'u1'" in str(caught.value)
+        with pytest.raises(InvalidNodeError, match="created_at"):  # the message's own time
+            await rt.sessions.append(sid, {"id": "u1", "content": "hi", "timestamp": bad})
+        assert await rt.sessions.get_branch(sid) == []  # nothing was written
+        view = await rt.sessions.append(sid, {"id": "u1", "content": "hi"}, created_at=0.0)
+        assert view["timestamp"] == 0.0  # the epoch itself is a time

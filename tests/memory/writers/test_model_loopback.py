@@ -149,6 +149,7 @@ FAILED = [
     (["reset"] * 3, "RemoteProtocolError"),
     (["slow"] * 3, "ReadTimeout"),
     (["401"], "refused the request with 401"),
+    (["400"], "refused the request with 400"),  # names no structured form: the batch's
 ]
 
 
@@ -168,6 +169,15 @@ async def test_a_batch_the_model_gets_wrong_fails_and_marks_nothing(
     assert KEY not in job["error"]
     [usage] = run.usage()
     assert usage["result"] == "failed"
+    # Every call made counts, answered or not: one per repair round, or one call
+    # whose attempts all failed (its retries with it); the usage file says the same.
+    posts = 1 if script[0] in ("500", "429", "reset", "slow", "401", "400") else len(script)
+    assert (usage["calls"], usage["retries"]) == (posts, len(script) - posts)
+    saved = read_model_usage(str(run.state / "memory"))["models"]["scripted-1"]
+    assert (saved["calls"], saved["retries"], saved["failed"]) == (posts, len(script) - posts, 1)
+    assert run.writer.mode == "json_schema"  # no failure of a batch weakens the next ones
+    if script == ["400"]:
+        assert 'set mode = "tools"' in job["error"]  # what to do if it was the form after all
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)

@@ -15,6 +15,7 @@ from memory.writers.model import (
     ActionsUnreadableError,
     DailySpend,
     EditAction,
+    Endpoint,
     RetryPolicy,
     batch_budget_allows,
     build_request,
@@ -24,6 +25,7 @@ from memory.writers.model import (
     parse_actions,
     parse_retry_after,
     read_response,
+    refuses_form,
     retry_delay,
     retryable_status,
     to_topic_edits,
@@ -293,3 +295,46 @@ def test_a_base_url_splits_into_the_base_paths_join_and_the_query(
     url: str, parts: tuple[str, str],
 ) -> None:
     assert split_query(url) == parts
+
+
+@pytest.mark.parametrize("url", ["notaurl", "ftp://x/v1", "http://", "127.0.0.1:8000/v1",
+                                 "http://host:port/v1", "file:///tmp/v1"])
+def test_a_base_url_that_is_no_http_url_is_refused_at_once_naming_its_source(url: str) -> None:
+    """Not retried as a connection error: the settings refuse it, naming where it came from."""
+    with pytest.raises(SettingsError, match="not an http:// or https:// URL") as caught:
+        model_settings({}, {}, {"base_url": url, "model": "m"})
+    assert caught.value.where == "--base-url"
+    with pytest.raises(SettingsError) as caught:
+        model_settings({}, {"SCRIPTORIUM_MODEL_BASE_URL": url, "SCRIPTORIUM_MODEL_MODEL": "m"},
+                       {})
+    assert caught.value.where == "$SCRIPTORIUM_MODEL_BASE_URL"
+    with pytest.raises(SettingsError) as caught:
+        model_settings({"base_url": url, "model": "m"}, {}, {}, where="s/scriptorium.toml [writer]")
+    assert caught.value.where == "s/scriptorium.toml [writer]"
+    with pytest.raises(SettingsError, match="base_url"):  # settings built by hand: the endpoint
+        Endpoint(ModelSettings(base_url=url, model="m"))
+
+
+def test_a_base_url_with_a_credential_is_refused_without_it() -> None:
+    with pytest.raises(SettingsError) as caught:
+        model_settings({}, {}, {"base_url": "ftp://user:s3cret@host/v1?key=s3cret", "model": "m"})
+    assert "s3cret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("provider", "mode", "refusal", "refused"), [
+    ("openai", "json_schema", "response_format is not supported", True),
+    ("openai", "json_schema", "Unsupported value: 'json_schema'", True),
+    ("openai", "json_schema", "maximum context length is 8192 tokens", False),
+    ("openai", "json_schema", "", False),
+    ("openai", "json_schema", "tool_choice is not supported", False),  # not what was sent
+    ("openai", "tools", "This model does not support tools", True),
+    ("openai", "tools", "function calling is not enabled", True),
+    ("openai", "tools", "max_tokens is too large", False),
+    ("anthropic", "json_schema", "tool_choice: unknown type", True),  # sent as a forced tool
+    ("anthropic", "json_schema", "prompt is too long", False),
+    ("openai", "text", "response_format", False),  # nothing below text
+])
+def test_a_refusal_names_the_structured_form_or_is_the_batchs(
+    provider: str, mode: str, refusal: str, refused: bool,
+) -> None:
+    assert refuses_form(provider, mode, refusal) is refused

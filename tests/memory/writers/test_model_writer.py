@@ -212,6 +212,44 @@ async def test_a_cancelled_call_cancels_its_request_at_once() -> None:
         assert ended == [cancelled_at] and endpoint.in_flight == 0
 
 
+# -- structured output: when to step down ----------------------------------------------
+
+
+@pytest.mark.virtual_time
+@pytest.mark.parametrize(("refusal", "steps_down"), [
+    ("This model's maximum context length is 8192 tokens.", False),
+    ("", False),  # says nothing: the batch's refusal, not the form's
+    ("Invalid parameter: 'response_format' of type 'json_schema' is not supported.", True),
+])
+async def test_a_400_steps_the_mode_down_only_when_it_names_the_structured_form(
+    refusal: str, steps_down: bool,
+) -> None:
+    """A refusal that is the batch's own must not weaken every later batch's output."""
+    bodies: list[dict[str, Any]] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        if len(bodies) == 1:
+            return httpx.Response(400, json={"error": {"message": refusal}})
+        if "response_format" in bodies[-1] and steps_down:
+            return httpx.Response(400, json={"error": {"message": refusal}})
+        return good(request)
+
+    writer = ModelWriter(settings(), transport=httpx.MockTransport(handler))
+    if steps_down:  # refused for the form: sent again as a forced tool call, and kept so
+        assert await writer.write(batch_of("n1"), snapshot({}))
+        assert await writer.write(batch_of("n2"), snapshot({}))
+        assert writer.mode == "tools"
+        assert ["response_format" in b for b in bodies] == [True, False, False]
+    else:  # the batch fails with the refusal and what to do; the next batch keeps the form
+        with pytest.raises(EndpointRefusedError, match='400.*set mode = "tools"'):
+            await writer.write(batch_of("n1"), snapshot({}))
+        assert writer.mode == "json_schema"
+        assert await writer.write(batch_of("n2"), snapshot({}))
+        assert ["response_format" in b for b in bodies] == [True, True]
+    await writer.aclose()
+
+
 # -- budgets -----------------------------------------------------------------------------
 
 
