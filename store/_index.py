@@ -84,11 +84,15 @@ class SessionIndex:
     max_seq: int = -1
     # Unparsable node files: skipped (their nodes are unknown) and reported.
     problems: list[NodeFileError] = field(default_factory=list)
+    # node id -> hash of the file bytes its node was decoded from, for the
+    # nodes loaded from disk and not changed since (see load_index).
+    digests: dict[str, int] = field(default_factory=dict)
 
     def add(self, node: Node, filename: str | None = None) -> None:
         """Index a node that is newer (higher seq) than every indexed node."""
         self.nodes[node.id] = node
         self.files[node.id] = filename if filename is not None else node_filename(node)
+        self.digests.pop(node.id, None)
         if node.predecessor is not None:
             self.children.setdefault(node.predecessor, []).append(node.id)
         self.max_seq = max(self.max_seq, node.seq)
@@ -96,6 +100,7 @@ class SessionIndex:
     def replace(self, node: Node) -> None:
         """Swap in a node whose structure is unchanged (a metadata merge)."""
         self.nodes[node.id] = node
+        self.digests.pop(node.id, None)  # its bytes are no longer the ones loaded
 
     def first_node(self) -> Node | None:
         """The node with the lowest seq (dict order is seq order)."""
@@ -121,12 +126,22 @@ def read_capped(path: str, rel: str, cap: int) -> bytes:
     return data
 
 
-def load_index(session_dir: str, rel_dir: str, cap: int) -> SessionIndex:
+def load_index(
+    session_dir: str, rel_dir: str, cap: int, previous: SessionIndex | None = None
+) -> SessionIndex:
     """Read every node file of ``session_dir/history`` into a fresh index.
 
     ``rel_dir`` is the session directory relative to the state directory,
     used to name files in errors. Temp files and foreign files are ignored;
     unparsable node files are recorded in ``problems``.
+
+    Every file is read again. With ``previous`` (the index this one
+    replaces), a file whose name and bytes are those ``previous`` decoded
+    its node from keeps that very node object instead of being parsed again:
+    the reload the lost-marker scan asks for on every changed session
+    costs the reads, not a parse per node, and whoever caches by node
+    identity (the ledger's records) keeps its cache. Any other byte
+    difference, whatever the timestamps say, is parsed.
     """
     history = os.path.join(session_dir, HISTORY)
     try:
@@ -146,7 +161,7 @@ def load_index(session_dir: str, rel_dir: str, cap: int) -> SessionIndex:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        _load_entries(index, history, rel_dir, cap, entries)
+        _load_entries(index, history, rel_dir, cap, entries, previous)
     finally:
         if was_enabled:
             gc.enable()
@@ -155,15 +170,21 @@ def load_index(session_dir: str, rel_dir: str, cap: int) -> SessionIndex:
 
 def _load_entries(
     index: SessionIndex, history: str, rel_dir: str, cap: int,
-    entries: list[tuple[int, str, str, str]],
+    entries: list[tuple[int, str, str, str]], previous: SessionIndex | None,
 ) -> None:
+    known = previous.digests if previous is not None else {}
     for seq, name, letter, file_id in entries:
         rel = f"{rel_dir}/{HISTORY}/{name}"
         try:
             data = read_capped(os.path.join(history, name), rel, cap)
-            node = decode_node(data, rel, cap)
-            if node.id != file_id or node.seq != seq or ROLE_LETTERS[node.role] != letter:
-                raise NodeFileError(rel, "its id, seq or role does not match its file name")
+            digest = hash(data)
+            if (previous is not None and known.get(file_id) == digest
+                    and previous.files.get(file_id) == name):
+                node = previous.nodes[file_id]  # the same bytes decoded and checked before
+            else:
+                node = decode_node(data, rel, cap)
+                if node.id != file_id or node.seq != seq or ROLE_LETTERS[node.role] != letter:
+                    raise NodeFileError(rel, "its id, seq or role does not match its file name")
             if node.id in index.nodes:
                 raise NodeFileError(rel, f"node id {node.id!r} is already used by another file")
         except NodeFileError as exc:
@@ -173,3 +194,4 @@ def _load_entries(
             index.problems.append(NodeFileError(rel, f"unreadable ({exc.strerror})"))
             continue
         index.add(node, name)
+        index.digests[node.id] = digest

@@ -680,7 +680,8 @@ class SessionCore:
             raise SessionNotFoundError(self.session, self._rel) from None
         self._meta = decode_meta(meta_bytes, f"{self._rel}/{META}")
         self._meta_bytes = meta_bytes
-        self._index = load_index(self.directory, self._rel, self._cap)
+        # Unchanged files keep their node objects (see load_index).
+        self._index = load_index(self.directory, self._rel, self._cap, self._index)
         self._fingerprint = fingerprint
         self._rebuilds += 1
 
