@@ -46,6 +46,7 @@ __all__ = [
     "batch_due_at",
     "first_batch",
     "is_runtime_turn",
+    "may_write",
     "message_text",
     "owed_tail",
     "owed_tokens",
@@ -401,6 +402,21 @@ def should_write(
     if tokens >= policy.threshold:
         return True
     return tokens > 0 and now - owed[-1].timestamp >= policy.idle_after
+
+
+def may_write(
+    owed: Sequence[SourceRecord], now: float, policy: WritePolicy = WritePolicy()
+) -> bool:
+    """Whether :func:`should_write` can hold for ``owed`` or any part of it.
+
+    False means no subsequence of ``owed`` triggers a write: its tokens are
+    below the threshold and none of its records is idle. The runtime asks
+    this before removing the records other jobs hold (which needs a read of
+    the claim file), since after most appends the answer is no.
+    """
+    if sum(max(record.tokens, 0) for record in owed) >= policy.threshold:
+        return True  # (a part's tokens never exceed the sum of the positive ones)
+    return any(now - record.timestamp >= policy.idle_after for record in owed)
 
 
 def batch_due_at(

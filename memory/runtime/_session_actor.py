@@ -66,6 +66,7 @@ from memory.ledger._ledger import (
     NodeRecords,
     batch_due_at,
     first_batch,
+    may_write,
     should_write,
     should_write_at_boundary,
     uncitable,
@@ -364,6 +365,9 @@ class MemorySessionActor(SessionActor):
         self.records = NodeRecords(session, counter=runtime.config.counter)
         self._doing = ""  # the planning step under way, for an error's reason
         self._claims: SessionClaims | None = None
+        # Another runtime's claim as read in this message (see _claim_holder).
+        self._holder: Claim | None = None
+        self._holder_read = False
 
     @property
     def claims(self) -> SessionClaims:
@@ -384,9 +388,16 @@ class MemorySessionActor(SessionActor):
         Walks back from the tip and stops at the newest own marker, so the cost
         follows the backlog; a branch with no own marker is read whole.
         """
+        return self._not_busy(self._owed_tail(tip))
+
+    def _owed_tail(self, tip: str | None) -> list[SourceRecord]:
+        """SPEC §6.2 on the branch at ``tip``, jobs in flight included."""
         core = self.core
-        owed = self.records.owed(core.nodes_back(tip), lambda: core.branch_nodes(tip),
+        return self.records.owed(core.nodes_back(tip), lambda: core.branch_nodes(tip),
                                  self.runtime.workspace_id)
+
+    def _not_busy(self, owed: list[SourceRecord]) -> list[SourceRecord]:
+        """``owed`` minus this runtime's job in flight and the batch another runtime claims."""
         busy: set[str] = set()
         job = self.ledger.in_flight
         if job is not None:
@@ -399,7 +410,22 @@ class MemorySessionActor(SessionActor):
         return owed
 
     def _claim_holder(self) -> Claim | None:
-        return self.claims.holder(self.runtime.claims.instance_id, self.runtime.config.clock())
+        """Another runtime's live claim: a hint read without the lock, once per message.
+
+        The stat behind it is a syscall on the event loop's thread; one per
+        message is as fresh as one per read (a claim written during the
+        message is ordered after it), and the decision itself is always
+        taken under the session lock (``claim_batch`` reads the file
+        again). A claim or release of ours (a thread hop) forgets it.
+        """
+        if not self._holder_read:
+            self._holder = self.claims.holder(self.runtime.claims.instance_id,
+                                              self.runtime.config.clock())
+            self._holder_read = True
+        return self._holder
+
+    def _forget_holder(self) -> None:
+        self._holder, self._holder_read = None, False
 
     # -- messages -----------------------------------------------------------------
 
@@ -451,6 +477,7 @@ class MemorySessionActor(SessionActor):
             self.ref.cast_nowait(RepairMarkers())
 
     async def handle(self, message: Any) -> Any:
+        self._forget_holder()
         try:
             return await super().handle(message)
         except SESSION_ERRORS as exc:
@@ -621,8 +648,13 @@ class MemorySessionActor(SessionActor):
             head = self.core.head
             if head is None:
                 return None
-            owed = self.owed(head)
-            if should_write(owed, config.clock(), config.policy):
+            owed = self._owed_tail(head)
+            now = config.clock()
+            # After each append: the claim is read only when the trigger can fire at all.
+            if not may_write(owed, now, config.policy):
+                return None
+            owed = self._not_busy(owed)
+            if should_write(owed, now, config.policy):
                 return first_batch(owed, config.policy.threshold)
             return None
         for _, owed in self._boundary_branches(self.owed):
@@ -678,6 +710,7 @@ class MemorySessionActor(SessionActor):
 
     async def _claim(self, node_ids: tuple[str, ...]) -> bool:
         claims = self.runtime.claims
+        self._forget_holder()
         taken = await run_durable(self.claims.claim_batch, node_ids, claims.instance_id,
                                   self.runtime.config.clock(), claims.lease)
         if taken:
@@ -685,6 +718,7 @@ class MemorySessionActor(SessionActor):
         return taken
 
     async def _release_claim(self) -> None:
+        self._forget_holder()
         await run_durable(self.claims.release, self.runtime.claims.instance_id)
         self.runtime.claims.released(self.session)
 
@@ -758,6 +792,7 @@ class MemorySessionActor(SessionActor):
         error: BaseException | None = None
         for _ in range(attempts):
             try:
+                self._forget_holder()
                 await run_durable(self._mark_and_release, marks)
                 break
             except SESSION_ERRORS as exc:
