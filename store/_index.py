@@ -23,6 +23,7 @@ the bare read + parse of the same files.
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 from dataclasses import dataclass, field
 
@@ -74,6 +75,9 @@ def file_stamp(path: str) -> FileStamp | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+_VERSIONS = itertools.count(1)  # next() is atomic: indexes of several threads share it
+
+
 @dataclass
 class SessionIndex:
     """Structure of one session's DAG; nodes in seq order."""
@@ -87,9 +91,17 @@ class SessionIndex:
     # node id -> hash of the file bytes its node was decoded from, for the
     # nodes loaded from disk and not changed since (see load_index).
     digests: dict[str, int] = field(default_factory=dict)
+    # A number no other index state has had (in this process), new on every
+    # add and replace: whoever derived something from the index at one
+    # version can tell it is unchanged, or changed by exactly one add.
+    version: int = field(default_factory=lambda: next(_VERSIONS))
+    added_after: int | None = None  # the version the latest add was made on (None: a replace)
+    last_added: str | None = None  # the node that add added
 
     def add(self, node: Node, filename: str | None = None) -> None:
         """Index a node that is newer (higher seq) than every indexed node."""
+        self.added_after, self.version = self.version, next(_VERSIONS)
+        self.last_added = node.id
         self.nodes[node.id] = node
         self.files[node.id] = filename if filename is not None else node_filename(node)
         self.digests.pop(node.id, None)
@@ -99,6 +111,8 @@ class SessionIndex:
 
     def replace(self, node: Node) -> None:
         """Swap in a node whose structure is unchanged (a metadata merge)."""
+        self.version = next(_VERSIONS)
+        self.added_after = self.last_added = None
         self.nodes[node.id] = node
         self.digests.pop(node.id, None)  # its bytes are no longer the ones loaded
 

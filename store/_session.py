@@ -293,6 +293,21 @@ class SessionCore:
         self._refresh()
         return list_tips(self._index, self._meta)
 
+    @property
+    def index_version(self) -> tuple[int, int | None, str | None]:
+        """``(version, added_after, last_added)`` of the index (after the freshness check).
+
+        ``version`` is new whenever a node is added or replaced or the index
+        is rebuilt, and never repeats in the process; when the latest change
+        was one add, ``added_after`` is the version it was made on and
+        ``last_added`` the node it added. A reader that keeps something it
+        derived from the nodes uses it as that result's key (the ledger's
+        owed tail after an append: the previous tail and one node).
+        """
+        self._refresh()
+        index = self._index
+        return index.version, index.added_after, index.last_added
+
     def is_stale(self) -> bool:
         """True when another process wrote since the index was built (two stat calls)."""
         return Fingerprint.of(self.directory) != self._fingerprint

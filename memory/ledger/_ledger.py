@@ -30,7 +30,7 @@ from memory._errors import (
 )
 from memory.ledger._records import MARKER_KEY, SourceMeta, SourceRecord, normalize_label
 from memory.ledger._tokens import TokenCounter, estimate_tokens
-from store import Node, StoreError, citable_id_problem, node_to_message
+from store import Node, SessionCore, StoreError, citable_id_problem, node_to_message
 
 __all__ = [
     "ALLOWED_THRESHOLDS",
@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_THRESHOLD",
     "RUNTIME_SOURCES",
     "NodeRecords",
+    "OwedTails",
     "ReferenceThresholdWarning",
     "WritePolicy",
     "batch_due_at",
@@ -355,6 +356,74 @@ class NodeRecords:
             records = (self.of(node) for node in whole_branch())
             owed = unwritten_turns([r for r in records if r is not None], workspace_id)
         return owed
+
+
+# SPEC §4: the predecessor of a session's first turn; a walk ends there, even
+# when a display-root node is named so.
+_ROOT = "ROOT"
+
+
+class OwedTails:
+    """What each tip of one session owes (SPEC §6.2), kept from one append to the next.
+
+    The trigger asks after every append what the head branch owes, and until
+    a branch has an own marker the answer is the whole branch: walking it
+    again each time made the event loop's work per turn grow with the
+    session. The tails are kept for the index version they were computed on
+    (``SessionCore.index_version``). When the only change since is one added
+    node, every kept tail still holds (a new node lies on no older tip's
+    branch) and the new node's tail is its predecessor's plus its own record.
+    Any other change (a merge, a rewind, a rebuild after an outside write)
+    forgets them all. A tail is computed exactly as :meth:`NodeRecords.owed`.
+    """
+
+    def __init__(self, records: NodeRecords, workspace_id: str) -> None:
+        self.records = records
+        self.workspace_id = workspace_id
+        self._version: int | None = None
+        self._kept: dict[str, list[SourceRecord]] = {}
+
+    def of(self, core: SessionCore, tip: str | None) -> list[SourceRecord]:
+        """The owed tail of the branch ending at ``tip`` (default: the head), oldest first."""
+        start = tip if tip is not None else core.head
+        if start is None:
+            return []
+        version, added_after, added = core.index_version
+        if version != self._version:
+            if self._version is None or added_after != self._version:
+                self._kept.clear()
+            self._version = version
+        found = self._kept.get(start)
+        if found is None and start == added:
+            found = self._extended(core, start)
+        if found is None:
+            found = self.records.owed(core.nodes_back(start), lambda: core.branch_nodes(start),
+                                      self.workspace_id)
+            if core.index_version[0] != version:
+                return found  # the index moved under the walk: keep nothing
+        self._kept[start] = found
+        return list(found)
+
+    def _extended(self, core: SessionCore, tip: str) -> list[SourceRecord] | None:
+        """The tail of a node just added after a kept tip, or None to walk instead."""
+        node = core.node(tip)
+        previous = node.predecessor
+        if previous is None or previous == _ROOT:
+            return None
+        before = self._kept.get(previous)
+        if before is None:
+            return None
+        if node.display == "root" or node.rewound:  # not on its own branch (store.branch)
+            return before
+        try:
+            record = self.records.of(node)
+        except LedgerError:
+            return None  # the walk raises it, naming the oldest refused node
+        if record is None:
+            return before
+        if record.marker == self.workspace_id:
+            return []
+        return [*before, record]
 
 
 def owed_tokens(records: Sequence[SourceRecord]) -> int:

@@ -64,6 +64,7 @@ from memory._errors import (
 from memory.ledger._claim import Claim
 from memory.ledger._ledger import (
     NodeRecords,
+    OwedTails,
     batch_due_at,
     first_batch,
     may_write,
@@ -363,6 +364,7 @@ class MemorySessionActor(SessionActor):
         self.runtime = runtime
         self.ledger = runtime.ledger(session)
         self.records = NodeRecords(session, counter=runtime.config.counter)
+        self.tails = OwedTails(self.records, runtime.workspace_id)
         self._doing = ""  # the planning step under way, for an error's reason
         self._claims: SessionClaims | None = None
         # Another runtime's claim as read in this message (see _claim_holder).
@@ -392,9 +394,7 @@ class MemorySessionActor(SessionActor):
 
     def _owed_tail(self, tip: str | None) -> list[SourceRecord]:
         """SPEC §6.2 on the branch at ``tip``, jobs in flight included."""
-        core = self.core
-        return self.records.owed(core.nodes_back(tip), lambda: core.branch_nodes(tip),
-                                 self.runtime.workspace_id)
+        return self.tails.of(self.core, tip)
 
     def _not_busy(self, owed: list[SourceRecord]) -> list[SourceRecord]:
         """``owed`` minus this runtime's job in flight and the batch another runtime claims."""
@@ -479,6 +479,12 @@ class MemorySessionActor(SessionActor):
     async def handle(self, message: Any) -> Any:
         self._forget_holder()
         try:
+            core = self._core
+            if isinstance(message, RepairMarkers) and message.reload and core is not None:
+                # It reads every file in its first thread hop: the freshness
+                # check (two stats on the event loop) would decide nothing.
+                with core.trusting_index():
+                    return await self.dispatch(message)
             return await super().handle(message)
         except SESSION_ERRORS as exc:
             if self._core is None:  # the session cannot be opened: no boundary waits on it
@@ -623,14 +629,8 @@ class MemorySessionActor(SessionActor):
     def _still_owed(self, *, boundary: bool) -> list[tuple[str, list[str]]]:
         """See :class:`StillOwed`: what the rules cover and is not marked yet, in flight or not."""
         config = self.runtime.config
-        workspace = self.runtime.workspace_id
-        core = self.core
-
-        def owed(tip: str) -> list[SourceRecord]:
-            return self.records.owed(core.nodes_back(tip), lambda: core.branch_nodes(tip),
-                                     workspace)
-
-        head = core.head
+        owed = self._owed_tail
+        head = self.core.head
         if boundary:
             return [(tip, [r.message_id for r in records])
                     for tip, records in self._boundary_branches(owed)]
