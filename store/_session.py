@@ -294,19 +294,26 @@ class SessionCore:
         return list_tips(self._index, self._meta)
 
     @property
-    def index_version(self) -> tuple[int, int | None, str | None]:
-        """``(version, added_after, last_added)`` of the index (after the freshness check).
+    def index_version(self) -> int:
+        """The index's version (after the freshness check): a key for what a reader derives.
 
-        ``version`` is new whenever a node is added or replaced or the index
-        is rebuilt, and never repeats in the process; when the latest change
-        was one add, ``added_after`` is the version it was made on and
-        ``last_added`` the node it added. A reader that keeps something it
-        derived from the nodes uses it as that result's key (the ledger's
-        owed tail after an append: the previous tail and one node).
+        New whenever a node is added or replaced, or a rebuild finds other
+        nodes than the index held; it never repeats in the process. A
+        rebuild that finds exactly the nodes held (a reload of unchanged
+        files) keeps it.
         """
         self._refresh()
-        index = self._index
-        return index.version, index.added_after, index.last_added
+        return self._index.version
+
+    def added_since(self, version: int) -> list[str] | None:
+        """Ids of the nodes added since the index was at ``version``, oldest first.
+
+        None when anything else changed meanwhile (a merge, a rewind, a
+        rebuild that found other nodes), or ``version`` is unknown: then
+        whatever was derived at ``version`` must be derived again.
+        """
+        self._refresh()
+        return self._index.added_since(version)
 
     def is_stale(self) -> bool:
         """True when another process wrote since the index was built (two stat calls)."""
@@ -695,8 +702,13 @@ class SessionCore:
             raise SessionNotFoundError(self.session, self._rel) from None
         self._meta = decode_meta(meta_bytes, f"{self._rel}/{META}")
         self._meta_bytes = meta_bytes
-        # Unchanged files keep their node objects (see load_index).
-        self._index = load_index(self.directory, self._rel, self._cap, self._index)
+        # Unchanged files keep their node objects (see load_index), and an
+        # index that finds exactly the nodes it held keeps its version.
+        index = load_index(self.directory, self._rel, self._cap, self._index)
+        if index.same_nodes(self._index):
+            self._index.digests = index.digests
+        else:
+            self._index = index
         self._fingerprint = fingerprint
         self._rebuilds += 1
 

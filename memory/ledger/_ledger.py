@@ -370,11 +370,13 @@ class OwedTails:
     a branch has an own marker the answer is the whole branch: walking it
     again each time made the event loop's work per turn grow with the
     session. The tails are kept for the index version they were computed on
-    (``SessionCore.index_version``). When the only change since is one added
-    node, every kept tail still holds (a new node lies on no older tip's
-    branch) and the new node's tail is its predecessor's plus its own record.
-    Any other change (a merge, a rewind, a rebuild after an outside write)
-    forgets them all. A tail is computed exactly as :meth:`NodeRecords.owed`.
+    (``SessionCore.index_version``). When the only changes since are added
+    nodes (``SessionCore.added_since``), every kept tail still holds (a new
+    node lies on no older tip's branch) and a new node's tail is its
+    predecessor's plus its own record; the predecessor's is then dropped (a
+    tip queried again after it grew a child is walked). Any other change
+    (a merge, a rewind, a rebuild after an outside write) forgets them all.
+    A tail is computed exactly as :meth:`NodeRecords.owed`.
     """
 
     def __init__(self, records: NodeRecords, workspace_id: str) -> None:
@@ -388,42 +390,46 @@ class OwedTails:
         start = tip if tip is not None else core.head
         if start is None:
             return []
-        version, added_after, added = core.index_version
+        version = core.index_version
         if version != self._version:
-            if self._version is None or added_after != self._version:
+            added = core.added_since(self._version) if self._version is not None else None
+            if added is None:
                 self._kept.clear()
+            else:
+                for node_id in added:
+                    self._extend(core, node_id)
             self._version = version
         found = self._kept.get(start)
-        if found is None and start == added:
-            found = self._extended(core, start)
         if found is None:
             found = self.records.owed(core.nodes_back(start), lambda: core.branch_nodes(start),
                                       self.workspace_id)
-            if core.index_version[0] != version:
+            if core.index_version != version:
                 return found  # the index moved under the walk: keep nothing
-        self._kept[start] = found
+            self._kept[start] = found
         return list(found)
 
-    def _extended(self, core: SessionCore, tip: str) -> list[SourceRecord] | None:
-        """The tail of a node just added after a kept tip, or None to walk instead."""
-        node = core.node(tip)
+    def _extend(self, core: SessionCore, node_id: str) -> None:
+        """Keep the tail of ``node_id``, just added, if its predecessor's is kept."""
+        node = core.node(node_id)
         previous = node.predecessor
         if previous is None or previous == _ROOT:
-            return None
-        before = self._kept.get(previous)
+            return
+        before = self._kept.pop(previous, None)
         if before is None:
-            return None
+            return
         if node.display == "root" or node.rewound:  # not on its own branch (store.branch)
-            return before
+            self._kept[node_id] = before
+            return
         try:
             record = self.records.of(node)
         except LedgerError:
-            return None  # the walk raises it, naming the oldest refused node
+            return  # the walk raises it, naming the oldest refused node
         if record is None:
-            return before
-        if record.marker == self.workspace_id:
-            return []
-        return [*before, record]
+            self._kept[node_id] = before
+        elif record.marker == self.workspace_id:
+            self._kept[node_id] = []
+        else:
+            self._kept[node_id] = [*before, record]
 
 
 def owed_tokens(records: Sequence[SourceRecord]) -> int:

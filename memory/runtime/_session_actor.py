@@ -82,7 +82,9 @@ from memory.workspace._quarantine import QuarantineEntry, is_quarantined
 from memory.writers._cycle import FailureKind, WriteOutcome
 from memory.writers._prompt import render_prompt
 from memory.writers._writer import Batch
-from store import SessionActor, StoreError, TipMoved, run_durable
+from store import SessionActor, SessionCore, StoreError, TipMoved, run_durable
+
+ROOT = "ROOT"  # SPEC §4: the predecessor of a session's first turn; a walk ends there
 
 __all__ = [
     "SESSION_ERRORS",
@@ -365,6 +367,7 @@ class MemorySessionActor(SessionActor):
         self.ledger = runtime.ledger(session)
         self.records = NodeRecords(session, counter=runtime.config.counter)
         self.tails = OwedTails(self.records, runtime.workspace_id)
+        self._consistent: ConsistentSince | None = None  # see _repair_markers
         self._doing = ""  # the planning step under way, for an error's reason
         self._claims: SessionClaims | None = None
         # Another runtime's claim as read in this message (see _claim_holder).
@@ -914,17 +917,17 @@ class MemorySessionActor(SessionActor):
         """
         core = self.core
         workspace_id = self.runtime.workspace_id
-        branches: list[list[SourceRecord]] = []
-        for row in core.list_branches():
-            try:
-                nodes = core.branch_nodes(row["head_msg_id"])
-                records = [r for r in map(self.records.of, nodes) if r is not None]
-            except (StoreError, LedgerError):
-                continue
-            branches.append(records)
+        consistent = self._consistent
+        if consistent is not None and consistent.still(core, workspace_id):
+            return []
+        self._consistent = None
+        version, merged = core.index_version, core.meta().get("merged_heads")
+        branches, walked = listed_branches(core, self.records)
         candidates = sorted({record.source_id for records in branches
                              for record in stranded_records(records, workspace_id)})
         if not candidates:
+            if core.index_version == version:
+                self._consistent = ConsistentSince(version, merged, walked)
             return []
         archived, cited = await self.runtime.workspace_ref.call(
             SourcesInMemory(tuple(candidates)))
@@ -945,6 +948,64 @@ class MemorySessionActor(SessionActor):
         """Markers of ``node_ids`` are durable, merged in ``seconds`` (an instrument's event)."""
         self.runtime.emit("marked", session=self.session, node_ids=list(node_ids),
                           seconds=seconds)
+
+
+def listed_branches(
+    core: SessionCore, records: NodeRecords
+) -> tuple[list[list[SourceRecord]], set[str]]:
+    """The records of every listed branch that can be walked, and the ids of their nodes.
+
+    A branch that cannot be walked is skipped (its error belongs to whoever reads it).
+    """
+    branches: list[list[SourceRecord]] = []
+    walked: set[str] = set()
+    for row in core.list_branches():
+        try:
+            nodes = core.branch_nodes(row["head_msg_id"])
+            found = [r for r in map(records.of, nodes) if r is not None]
+        except (StoreError, LedgerError):
+            continue
+        branches.append(found)
+        walked.update(node.id for node in nodes)
+    return branches, walked
+
+
+class ConsistentSince:
+    """A session the lost-marker repair found consistent, and what may change without a walk.
+
+    A lost marker is an unmarked record behind an own marker on a branch.
+    After a walk that found none, ``covered`` holds every node of the
+    walked branches: the branch ending at any of them has none either (its
+    records are a prefix of a walked branch's, and the newest own marker of
+    a prefix is no newer). Adding nodes cannot create one unless a new node
+    carries an own marker or continues a node outside ``covered``: an added
+    node only removes tips (a child), the trunk can only move onto new
+    nodes, and a tip's branch is its predecessor's plus unmarked new turns.
+    Anything else since (a merge, a rewind, a rebuild that found other
+    nodes, ``merged_heads`` changed, which decides which tips are listed)
+    means walking again.
+    """
+
+    def __init__(self, version: int, merged: object, covered: set[str]) -> None:
+        self.version = version
+        self.merged = merged
+        self.covered = covered
+
+    def still(self, core: SessionCore, workspace_id: str) -> bool:
+        """True if the session is still consistent; then it is kept for its current version."""
+        added = core.added_since(self.version)
+        if added is None or core.meta().get("merged_heads") != self.merged:
+            return False
+        for node_id in added:
+            node = core.node(node_id)
+            if node.metadata.get(MARKER_KEY) == workspace_id:
+                return False
+            previous = node.predecessor
+            if previous is not None and previous != ROOT and previous not in self.covered:
+                return False
+            self.covered.add(node_id)
+        self.version = core.index_version
+        return True
 
 
 def _span(node_ids: tuple[str, ...]) -> str:

@@ -83,16 +83,15 @@ def test_kept_tails_match_a_fresh_walk(
     core = SessionCore.create(tmp_path, "s")
     other = SessionCore.open(tmp_path, "s")
     tails = OwedTails(NodeRecords("s"), OURS)
-    extend = OwedTails._extended
+    extend = OwedTails._extend
     extended = 0
 
-    def counted(self: OwedTails, core: SessionCore, tip: str) -> list[SourceRecord] | None:
+    def counted(self: OwedTails, core: SessionCore, node_id: str) -> None:
         nonlocal extended
-        found = extend(self, core, tip)
-        extended += found is not None
-        return found
+        extend(self, core, node_id)
+        extended += node_id in self._kept
 
-    monkeypatch.setattr(OwedTails, "_extended", counted)
+    monkeypatch.setattr(OwedTails, "_extend", counted)
     for serial in range(90):
         step(rng, core, other, serial)
         tips = [None, *(row["head_msg_id"] for row in core.list_branches())]
@@ -111,8 +110,11 @@ class IndexOnly:
         self.head: str | None = None
 
     @property
-    def index_version(self) -> tuple[int, int | None, str | None]:
-        return self.index.version, self.index.added_after, self.index.last_added
+    def index_version(self) -> int:
+        return self.index.version
+
+    def added_since(self, version: int) -> list[str] | None:
+        return self.index.added_since(version)
 
     def node(self, node_id: str) -> Node:
         return self.index.nodes[node_id]
