@@ -23,11 +23,12 @@ the bare read + parse of the same files.
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 from dataclasses import dataclass, field
 
-from ._errors import NodeFileError
-from ._format import decode_node, node_filename, parse_filename
+from ._errors import NodeFileError, StoreError
+from ._format import decode_node, encode_node, node_filename, parse_filename
 from ._node import ROLE_LETTERS, Node
 
 __all__ = ["FileStamp", "Fingerprint", "SessionIndex", "file_stamp", "load_index", "read_capped"]
@@ -74,6 +75,10 @@ def file_stamp(path: str) -> FileStamp | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+_VERSIONS = itertools.count(1)  # next() is atomic: indexes of several threads share it
+ADDS_KEPT = 256  # adds an index remembers (SessionIndex.added_since)
+
+
 @dataclass
 class SessionIndex:
     """Structure of one session's DAG; nodes in seq order."""
@@ -84,22 +89,59 @@ class SessionIndex:
     max_seq: int = -1
     # Unparsable node files: skipped (their nodes are unknown) and reported.
     problems: list[NodeFileError] = field(default_factory=list)
+    # node id -> hash of the file bytes its node was decoded from, for the
+    # nodes loaded from disk and not changed since (see load_index).
+    digests: dict[str, int] = field(default_factory=dict)
+    # A number no other index state has had (in this process), new on every
+    # add and replace: whoever derived something from the index at one
+    # version can tell it is unchanged, or which nodes were added since.
+    version: int = field(default_factory=lambda: next(_VERSIONS))
+    # (version before, node id) of the latest adds since the last replace, oldest first.
+    adds: list[tuple[int, str]] = field(default_factory=list)
 
     def add(self, node: Node, filename: str | None = None) -> None:
         """Index a node that is newer (higher seq) than every indexed node."""
+        self.adds.append((self.version, node.id))
+        if len(self.adds) > ADDS_KEPT:
+            del self.adds[: len(self.adds) - ADDS_KEPT]
+        self.version = next(_VERSIONS)
         self.nodes[node.id] = node
         self.files[node.id] = filename if filename is not None else node_filename(node)
+        self.digests.pop(node.id, None)
         if node.predecessor is not None:
             self.children.setdefault(node.predecessor, []).append(node.id)
         self.max_seq = max(self.max_seq, node.seq)
 
     def replace(self, node: Node) -> None:
         """Swap in a node whose structure is unchanged (a metadata merge)."""
+        self.version = next(_VERSIONS)
+        self.adds.clear()
         self.nodes[node.id] = node
+        self.digests.pop(node.id, None)  # its bytes are no longer the ones loaded
 
     def first_node(self) -> Node | None:
         """The node with the lowest seq (dict order is seq order)."""
         return next(iter(self.nodes.values()), None)
+
+    def added_since(self, version: int) -> list[str] | None:
+        """The ids of the nodes added since ``version``, oldest first; None if anything else changed.
+
+        None also when ``version`` is not this index's, or too many adds ago.
+        """
+        if version == self.version:
+            return []
+        for position, (before, _) in enumerate(self.adds):
+            if before == version:
+                return [node_id for _, node_id in self.adds[position:]]
+        return None
+
+    def same_nodes(self, other: SessionIndex) -> bool:
+        """The same node objects under the same file names, and the same skipped files."""
+        if len(self.nodes) != len(other.nodes) or self.files != other.files:
+            return False
+        if any(other.nodes.get(node_id) is not node for node_id, node in self.nodes.items()):
+            return False
+        return [str(p) for p in self.problems] == [str(p) for p in other.problems]
 
 
 def read_capped(path: str, rel: str, cap: int) -> bytes:
@@ -121,12 +163,24 @@ def read_capped(path: str, rel: str, cap: int) -> bytes:
     return data
 
 
-def load_index(session_dir: str, rel_dir: str, cap: int) -> SessionIndex:
+def load_index(
+    session_dir: str, rel_dir: str, cap: int, previous: SessionIndex | None = None
+) -> SessionIndex:
     """Read every node file of ``session_dir/history`` into a fresh index.
 
     ``rel_dir`` is the session directory relative to the state directory,
     used to name files in errors. Temp files and foreign files are ignored;
     unparsable node files are recorded in ``problems``.
+
+    Every file is read again. With ``previous`` (the index this one
+    replaces), a file whose name and bytes are those ``previous`` decoded
+    its node from (a 64-bit hash of them), or, for a node ``previous``
+    holds from our own write, exactly its encoding, keeps that very node
+    object instead of being parsed again: the reload the lost-marker scan
+    asks for on every changed session costs the reads, not a parse per
+    node, and whoever caches by node identity (the ledger's records) keeps
+    its cache. Any other byte difference, whatever the timestamps say, is
+    parsed.
     """
     history = os.path.join(session_dir, HISTORY)
     try:
@@ -146,24 +200,40 @@ def load_index(session_dir: str, rel_dir: str, cap: int) -> SessionIndex:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        _load_entries(index, history, rel_dir, cap, entries)
+        _load_entries(index, history, rel_dir, cap, entries, previous)
     finally:
         if was_enabled:
             gc.enable()
     return index
 
 
+def _encodes_to(node: Node, data: bytes, cap: int) -> bool:
+    """Whether ``data`` is exactly the file our own write of ``node`` installs."""
+    try:
+        return encode_node(node, "", cap) == data
+    except StoreError:
+        return False
+
+
 def _load_entries(
     index: SessionIndex, history: str, rel_dir: str, cap: int,
-    entries: list[tuple[int, str, str, str]],
+    entries: list[tuple[int, str, str, str]], previous: SessionIndex | None,
 ) -> None:
+    known = previous.digests if previous is not None else {}
     for seq, name, letter, file_id in entries:
         rel = f"{rel_dir}/{HISTORY}/{name}"
         try:
             data = read_capped(os.path.join(history, name), rel, cap)
-            node = decode_node(data, rel, cap)
-            if node.id != file_id or node.seq != seq or ROLE_LETTERS[node.role] != letter:
-                raise NodeFileError(rel, "its id, seq or role does not match its file name")
+            digest = hash(data)
+            held = previous.nodes.get(file_id) if previous is not None else None
+            if (held is not None and previous is not None and previous.files.get(file_id) == name
+                    and (known.get(file_id) == digest
+                         or (file_id not in known and _encodes_to(held, data, cap)))):
+                node = held  # the same bytes, decoded and checked before (or written from it)
+            else:
+                node = decode_node(data, rel, cap)
+                if node.id != file_id or node.seq != seq or ROLE_LETTERS[node.role] != letter:
+                    raise NodeFileError(rel, "its id, seq or role does not match its file name")
             if node.id in index.nodes:
                 raise NodeFileError(rel, f"node id {node.id!r} is already used by another file")
         except NodeFileError as exc:
@@ -173,3 +243,4 @@ def _load_entries(
             index.problems.append(NodeFileError(rel, f"unreadable ({exc.strerror})"))
             continue
         index.add(node, name)
+        index.digests[node.id] = digest

@@ -293,6 +293,28 @@ class SessionCore:
         self._refresh()
         return list_tips(self._index, self._meta)
 
+    @property
+    def index_version(self) -> int:
+        """The index's version (after the freshness check): a key for what a reader derives.
+
+        New whenever a node is added or replaced, or a rebuild finds other
+        nodes than the index held; it never repeats in the process. A
+        rebuild that finds exactly the nodes held (a reload of unchanged
+        files) keeps it.
+        """
+        self._refresh()
+        return self._index.version
+
+    def added_since(self, version: int) -> list[str] | None:
+        """Ids of the nodes added since the index was at ``version``, oldest first.
+
+        None when anything else changed meanwhile (a merge, a rewind, a
+        rebuild that found other nodes), or ``version`` is unknown: then
+        whatever was derived at ``version`` must be derived again.
+        """
+        self._refresh()
+        return self._index.added_since(version)
+
     def is_stale(self) -> bool:
         """True when another process wrote since the index was built (two stat calls)."""
         return Fingerprint.of(self.directory) != self._fingerprint
@@ -683,7 +705,13 @@ class SessionCore:
             raise SessionNotFoundError(self.session, self._rel) from None
         self._meta = decode_meta(meta_bytes, f"{self._rel}/{META}")
         self._meta_bytes = meta_bytes
-        self._index = load_index(self.directory, self._rel, self._cap)
+        # Unchanged files keep their node objects (see load_index), and an
+        # index that finds exactly the nodes it held keeps its version.
+        index = load_index(self.directory, self._rel, self._cap, self._index)
+        if index.same_nodes(self._index):
+            self._index.digests = index.digests
+        else:
+            self._index = index
         self._fingerprint = fingerprint
         self._rebuilds += 1
 

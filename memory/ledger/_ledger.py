@@ -30,7 +30,7 @@ from memory._errors import (
 )
 from memory.ledger._records import MARKER_KEY, SourceMeta, SourceRecord, normalize_label
 from memory.ledger._tokens import TokenCounter, estimate_tokens
-from store import Node, StoreError, citable_id_problem, node_to_message
+from store import Node, SessionCore, StoreError, citable_id_problem, node_to_message
 
 __all__ = [
     "ALLOWED_THRESHOLDS",
@@ -41,11 +41,13 @@ __all__ = [
     "DEFAULT_THRESHOLD",
     "RUNTIME_SOURCES",
     "NodeRecords",
+    "OwedTails",
     "ReferenceThresholdWarning",
     "WritePolicy",
     "batch_due_at",
     "first_batch",
     "is_runtime_turn",
+    "may_write",
     "message_text",
     "owed_tail",
     "owed_tokens",
@@ -356,6 +358,80 @@ class NodeRecords:
         return owed
 
 
+# SPEC §4: the predecessor of a session's first turn; a walk ends there, even
+# when a display-root node is named so.
+_ROOT = "ROOT"
+
+
+class OwedTails:
+    """What each tip of one session owes (SPEC §6.2), kept from one append to the next.
+
+    The trigger asks after every append what the head branch owes, and until
+    a branch has an own marker the answer is the whole branch: walking it
+    again each time made the event loop's work per turn grow with the
+    session. The tails are kept for the index version they were computed on
+    (``SessionCore.index_version``). When the only changes since are added
+    nodes (``SessionCore.added_since``), every kept tail still holds (a new
+    node lies on no older tip's branch) and a new node's tail is its
+    predecessor's plus its own record; the predecessor's is then dropped (a
+    tip queried again after it grew a child is walked). Any other change
+    (a merge, a rewind, a rebuild after an outside write) forgets them all.
+    A tail is computed exactly as :meth:`NodeRecords.owed`.
+    """
+
+    def __init__(self, records: NodeRecords, workspace_id: str) -> None:
+        self.records = records
+        self.workspace_id = workspace_id
+        self._version: int | None = None
+        self._kept: dict[str, list[SourceRecord]] = {}
+
+    def of(self, core: SessionCore, tip: str | None) -> list[SourceRecord]:
+        """The owed tail of the branch ending at ``tip`` (default: the head), oldest first."""
+        start = tip if tip is not None else core.head
+        if start is None:
+            return []
+        version = core.index_version
+        if version != self._version:
+            added = core.added_since(self._version) if self._version is not None else None
+            if added is None:
+                self._kept.clear()
+            else:
+                for node_id in added:
+                    self._extend(core, node_id)
+            self._version = version
+        found = self._kept.get(start)
+        if found is None:
+            found = self.records.owed(core.nodes_back(start), lambda: core.branch_nodes(start),
+                                      self.workspace_id)
+            if core.index_version != version:
+                return found  # the index moved under the walk: keep nothing
+            self._kept[start] = found
+        return list(found)
+
+    def _extend(self, core: SessionCore, node_id: str) -> None:
+        """Keep the tail of ``node_id``, just added, if its predecessor's is kept."""
+        node = core.node(node_id)
+        previous = node.predecessor
+        if previous is None or previous == _ROOT:
+            return
+        before = self._kept.pop(previous, None)
+        if before is None:
+            return
+        if node.display == "root" or node.rewound:  # not on its own branch (store.branch)
+            self._kept[node_id] = before
+            return
+        try:
+            record = self.records.of(node)
+        except LedgerError:
+            return  # the walk raises it, naming the oldest refused node
+        if record is None:
+            self._kept[node_id] = before
+        elif record.marker == self.workspace_id:
+            self._kept[node_id] = []
+        else:
+            self._kept[node_id] = [*before, record]
+
+
 def owed_tokens(records: Sequence[SourceRecord]) -> int:
     return sum(record.tokens for record in records)
 
@@ -401,6 +477,21 @@ def should_write(
     if tokens >= policy.threshold:
         return True
     return tokens > 0 and now - owed[-1].timestamp >= policy.idle_after
+
+
+def may_write(
+    owed: Sequence[SourceRecord], now: float, policy: WritePolicy = WritePolicy()
+) -> bool:
+    """Whether :func:`should_write` can hold for ``owed`` or any part of it.
+
+    False means no subsequence of ``owed`` triggers a write: its tokens are
+    below the threshold and none of its records is idle. The runtime asks
+    this before removing the records other jobs hold (which needs a read of
+    the claim file), since after most appends the answer is no.
+    """
+    if sum(max(record.tokens, 0) for record in owed) >= policy.threshold:
+        return True  # (a part's tokens never exceed the sum of the positive ones)
+    return any(now - record.timestamp >= policy.idle_after for record in owed)
 
 
 def batch_due_at(

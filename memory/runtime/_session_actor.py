@@ -64,8 +64,10 @@ from memory._errors import (
 from memory.ledger._claim import Claim
 from memory.ledger._ledger import (
     NodeRecords,
+    OwedTails,
     batch_due_at,
     first_batch,
+    may_write,
     should_write,
     should_write_at_boundary,
     uncitable,
@@ -80,7 +82,9 @@ from memory.workspace._quarantine import QuarantineEntry, is_quarantined
 from memory.writers._cycle import FailureKind, WriteOutcome
 from memory.writers._prompt import render_prompt
 from memory.writers._writer import Batch
-from store import SessionActor, StoreError, TipMoved, run_durable
+from store import SessionActor, SessionCore, StoreError, TipMoved, run_durable
+
+ROOT = "ROOT"  # SPEC §4: the predecessor of a session's first turn; a walk ends there
 
 __all__ = [
     "SESSION_ERRORS",
@@ -362,8 +366,13 @@ class MemorySessionActor(SessionActor):
         self.runtime = runtime
         self.ledger = runtime.ledger(session)
         self.records = NodeRecords(session, counter=runtime.config.counter)
+        self.tails = OwedTails(self.records, runtime.workspace_id)
+        self._consistent: ConsistentSince | None = None  # see _repair_markers
         self._doing = ""  # the planning step under way, for an error's reason
         self._claims: SessionClaims | None = None
+        # Another runtime's claim as read in this message (see _claim_holder).
+        self._holder: Claim | None = None
+        self._holder_read = False
 
     @property
     def claims(self) -> SessionClaims:
@@ -384,9 +393,14 @@ class MemorySessionActor(SessionActor):
         Walks back from the tip and stops at the newest own marker, so the cost
         follows the backlog; a branch with no own marker is read whole.
         """
-        core = self.core
-        owed = self.records.owed(core.nodes_back(tip), lambda: core.branch_nodes(tip),
-                                 self.runtime.workspace_id)
+        return self._not_busy(self._owed_tail(tip))
+
+    def _owed_tail(self, tip: str | None) -> list[SourceRecord]:
+        """SPEC §6.2 on the branch at ``tip``, jobs in flight included."""
+        return self.tails.of(self.core, tip)
+
+    def _not_busy(self, owed: list[SourceRecord]) -> list[SourceRecord]:
+        """``owed`` minus this runtime's job in flight and the batch another runtime claims."""
         busy: set[str] = set()
         job = self.ledger.in_flight
         if job is not None:
@@ -399,7 +413,22 @@ class MemorySessionActor(SessionActor):
         return owed
 
     def _claim_holder(self) -> Claim | None:
-        return self.claims.holder(self.runtime.claims.instance_id, self.runtime.config.clock())
+        """Another runtime's live claim: a hint read without the lock, once per message.
+
+        The stat behind it is a syscall on the event loop's thread; one per
+        message is as fresh as one per read (a claim written during the
+        message is ordered after it), and the decision itself is always
+        taken under the session lock (``claim_batch`` reads the file
+        again). A claim or release of ours (a thread hop) forgets it.
+        """
+        if not self._holder_read:
+            self._holder = self.claims.holder(self.runtime.claims.instance_id,
+                                              self.runtime.config.clock())
+            self._holder_read = True
+        return self._holder
+
+    def _forget_holder(self) -> None:
+        self._holder, self._holder_read = None, False
 
     # -- messages -----------------------------------------------------------------
 
@@ -451,7 +480,14 @@ class MemorySessionActor(SessionActor):
             self.ref.cast_nowait(RepairMarkers())
 
     async def handle(self, message: Any) -> Any:
+        self._forget_holder()
         try:
+            core = self._core
+            if isinstance(message, RepairMarkers) and message.reload and core is not None:
+                # It reads every file in its first thread hop: the freshness
+                # check (two stats on the event loop) would decide nothing.
+                with core.trusting_index():
+                    return await self.dispatch(message)
             return await super().handle(message)
         except SESSION_ERRORS as exc:
             if self._core is None:  # the session cannot be opened: no boundary waits on it
@@ -596,14 +632,8 @@ class MemorySessionActor(SessionActor):
     def _still_owed(self, *, boundary: bool) -> list[tuple[str, list[str]]]:
         """See :class:`StillOwed`: what the rules cover and is not marked yet, in flight or not."""
         config = self.runtime.config
-        workspace = self.runtime.workspace_id
-        core = self.core
-
-        def owed(tip: str) -> list[SourceRecord]:
-            return self.records.owed(core.nodes_back(tip), lambda: core.branch_nodes(tip),
-                                     workspace)
-
-        head = core.head
+        owed = self._owed_tail
+        head = self.core.head
         if boundary:
             return [(tip, [r.message_id for r in records])
                     for tip, records in self._boundary_branches(owed)]
@@ -621,8 +651,13 @@ class MemorySessionActor(SessionActor):
             head = self.core.head
             if head is None:
                 return None
-            owed = self.owed(head)
-            if should_write(owed, config.clock(), config.policy):
+            owed = self._owed_tail(head)
+            now = config.clock()
+            # After each append: the claim is read only when the trigger can fire at all.
+            if not may_write(owed, now, config.policy):
+                return None
+            owed = self._not_busy(owed)
+            if should_write(owed, now, config.policy):
                 return first_batch(owed, config.policy.threshold)
             return None
         for _, owed in self._boundary_branches(self.owed):
@@ -678,6 +713,7 @@ class MemorySessionActor(SessionActor):
 
     async def _claim(self, node_ids: tuple[str, ...]) -> bool:
         claims = self.runtime.claims
+        self._forget_holder()
         taken = await run_durable(self.claims.claim_batch, node_ids, claims.instance_id,
                                   self.runtime.config.clock(), claims.lease)
         if taken:
@@ -685,6 +721,7 @@ class MemorySessionActor(SessionActor):
         return taken
 
     async def _release_claim(self) -> None:
+        self._forget_holder()
         await run_durable(self.claims.release, self.runtime.claims.instance_id)
         self.runtime.claims.released(self.session)
 
@@ -758,6 +795,7 @@ class MemorySessionActor(SessionActor):
         error: BaseException | None = None
         for _ in range(attempts):
             try:
+                self._forget_holder()
                 await run_durable(self._mark_and_release, marks)
                 break
             except SESSION_ERRORS as exc:
@@ -879,17 +917,17 @@ class MemorySessionActor(SessionActor):
         """
         core = self.core
         workspace_id = self.runtime.workspace_id
-        branches: list[list[SourceRecord]] = []
-        for row in core.list_branches():
-            try:
-                nodes = core.branch_nodes(row["head_msg_id"])
-                records = [r for r in map(self.records.of, nodes) if r is not None]
-            except (StoreError, LedgerError):
-                continue
-            branches.append(records)
+        consistent = self._consistent
+        if consistent is not None and consistent.still(core, workspace_id):
+            return []
+        self._consistent = None
+        version, merged = core.index_version, core.meta().get("merged_heads")
+        branches, walked = listed_branches(core, self.records)
         candidates = sorted({record.source_id for records in branches
                              for record in stranded_records(records, workspace_id)})
         if not candidates:
+            if core.index_version == version:
+                self._consistent = ConsistentSince(version, merged, walked)
             return []
         archived, cited = await self.runtime.workspace_ref.call(
             SourcesInMemory(tuple(candidates)))
@@ -910,6 +948,64 @@ class MemorySessionActor(SessionActor):
         """Markers of ``node_ids`` are durable, merged in ``seconds`` (an instrument's event)."""
         self.runtime.emit("marked", session=self.session, node_ids=list(node_ids),
                           seconds=seconds)
+
+
+def listed_branches(
+    core: SessionCore, records: NodeRecords
+) -> tuple[list[list[SourceRecord]], set[str]]:
+    """The records of every listed branch that can be walked, and the ids of their nodes.
+
+    A branch that cannot be walked is skipped (its error belongs to whoever reads it).
+    """
+    branches: list[list[SourceRecord]] = []
+    walked: set[str] = set()
+    for row in core.list_branches():
+        try:
+            nodes = core.branch_nodes(row["head_msg_id"])
+            found = [r for r in map(records.of, nodes) if r is not None]
+        except (StoreError, LedgerError):
+            continue
+        branches.append(found)
+        walked.update(node.id for node in nodes)
+    return branches, walked
+
+
+class ConsistentSince:
+    """A session the lost-marker repair found consistent, and what may change without a walk.
+
+    A lost marker is an unmarked record behind an own marker on a branch.
+    After a walk that found none, ``covered`` holds every node of the
+    walked branches: the branch ending at any of them has none either (its
+    records are a prefix of a walked branch's, and the newest own marker of
+    a prefix is no newer). Adding nodes cannot create one unless a new node
+    carries an own marker or continues a node outside ``covered``: an added
+    node only removes tips (a child), the trunk can only move onto new
+    nodes, and a tip's branch is its predecessor's plus unmarked new turns.
+    Anything else since (a merge, a rewind, a rebuild that found other
+    nodes, ``merged_heads`` changed, which decides which tips are listed)
+    means walking again.
+    """
+
+    def __init__(self, version: int, merged: object, covered: set[str]) -> None:
+        self.version = version
+        self.merged = merged
+        self.covered = covered
+
+    def still(self, core: SessionCore, workspace_id: str) -> bool:
+        """True if the session is still consistent; then it is kept for its current version."""
+        added = core.added_since(self.version)
+        if added is None or core.meta().get("merged_heads") != self.merged:
+            return False
+        for node_id in added:
+            node = core.node(node_id)
+            if node.metadata.get(MARKER_KEY) == workspace_id:
+                return False
+            previous = node.predecessor
+            if previous is not None and previous != ROOT and previous not in self.covered:
+                return False
+            self.covered.add(node_id)
+        self.version = core.index_version
+        return True
 
 
 def _span(node_ids: tuple[str, ...]) -> str:

@@ -384,6 +384,49 @@ def test_an_outside_write_triggers_exactly_one_rebuild(tmp_path: Path) -> None:
     assert ours.statistics().index_rebuilds == rebuilds + 1
 
 
+def test_a_reload_reuses_unchanged_nodes_and_parses_every_changed_file(tmp_path: Path) -> None:
+    """A reload keeps the node objects of byte-identical files, and sees any other byte change.
+
+    The outside rewrite keeps the file's name and size and restores every
+    timestamp (the same-tick case the reload exists for): only the bytes
+    tell, and they must.
+    """
+    core = SessionCore.create(tmp_path, "s")
+    for turn in ("u1", "u2", "u3"):
+        core.append({"id": turn, "content": "q"})
+    core.reload()  # every node now comes from disk
+    before = {node.id: node for node in core.nodes()}
+    history = tmp_path / "sessions" / "s" / "history"
+    target = next(history.glob("*-u2.json"))
+    folder, own = os.stat(history), os.stat(target)
+    data = target.read_bytes()
+    changed = data.replace(b'"q"', b'"Q"')
+    assert changed != data and len(changed) == len(data)
+    target.write_bytes(changed)  # in place, same size
+    os.utime(target, ns=(own.st_atime_ns, own.st_mtime_ns))
+    os.utime(history, ns=(folder.st_atime_ns, folder.st_mtime_ns))
+    assert not core.is_stale()  # the fingerprint cannot see it
+    core.reload()
+    after = {node.id: node for node in core.nodes()}
+    assert after["u2"].output == "Q"
+    assert after["u1"] is before["u1"] and after["u3"] is before["u3"]
+    assert core.get_branch()[1]["content"] == "Q"
+
+
+def test_a_node_changed_by_our_own_merge_is_parsed_again_on_reload(tmp_path: Path) -> None:
+    """Our own merge replaces a node in memory: its loaded bytes no longer vouch for it."""
+    core = SessionCore.create(tmp_path, "s")
+    core.append({"id": "u1", "content": "q"})
+    core.reload()
+    target = next((tmp_path / "sessions" / "s" / "history").glob("*-u1.json"))
+    loaded = target.read_bytes()
+    core.merge_node_metadata_batch({"u1": {"k": "v"}})
+    assert core.node("u1").metadata["k"] == "v"
+    target.write_bytes(loaded)  # the agent writes back what it read before our merge
+    core.reload()
+    assert "k" not in core.node("u1").metadata
+
+
 def test_list_sessions(tmp_path: Path) -> None:
     SessionCore.create(tmp_path, "old", clock=lambda: 1.0)
     SessionCore.create(tmp_path, "new", clock=lambda: 2.0)

@@ -18,6 +18,7 @@ from memory.ledger._ledger import (
     ReferenceThresholdWarning,
     WritePolicy,
     first_batch,
+    may_write,
     message_text,
     records_from_branch,
     should_write,
@@ -248,6 +249,44 @@ def test_idleness_is_measured_from_the_last_owed_record() -> None:
     owed[-1] = SourceRecord("s", "late", "user", "x", 5_000.0, "user", tokens=1)
     assert not should_write(owed, 5_000.0 + 3599.0, policy)
     assert should_write(owed, 5_000.0 + 3600.0, policy)
+
+
+TOKENS = st.one_of(st.sampled_from([-4_000, 0, 1, 3_999, 4_000, 8_000]), st.integers(-50, 9_000))
+
+
+@given(st.lists(st.tuples(TOKENS, st.floats(0.0, 10_000.0)), max_size=8),
+       st.lists(st.booleans(), min_size=8, max_size=8),
+       st.one_of(st.floats(0.0, 3_000.0), st.floats(0.0, 20_000.0)))
+def test_may_write_holds_whenever_any_part_of_the_owed_tail_triggers(
+    shape: list[tuple[int, float]], kept: list[bool], now: float
+) -> None:
+    """The runtime skips reading the claim file when may_write is False: never a missed write.
+
+    Whatever other jobs hold is removed from the owed tail after the check,
+    so the check must cover every subsequence.
+    """
+    policy = WritePolicy(threshold=8_000, idle_after=3600.0)
+    owed = [SourceRecord("s", f"n{i}", "user", "x", at, "user", tokens=tokens)
+            for i, (tokens, at) in enumerate(shape)]
+    part = [record for record, keep in zip(owed, kept) if keep]
+    if should_write(part, now, policy):
+        assert may_write(owed, now, policy)
+    if should_write(owed, now, policy):
+        assert may_write(owed, now, policy)
+
+
+def test_may_write_is_false_for_a_short_fresh_tail() -> None:
+    policy = WritePolicy(threshold=8_000, idle_after=3600.0)
+    assert not may_write(sized(4_000, 3_999, at=1_000.0), 1_000.0 + 3599.0, policy)
+    assert not may_write([], 10**6, policy)
+    # an old record ahead of a fresh one: a part of the tail may be idle
+    owed = sized(1, 1, at=0.0)
+    owed[-1] = SourceRecord("s", "late", "user", "x", 5_000.0, "user", tokens=1)
+    assert may_write(owed, 3600.0, policy) and not should_write(owed, 3600.0, policy)
+    # a counter's negative count cannot hide a part that reaches the threshold
+    mixed = [SourceRecord("s", "big", "user", "x", 0.0, "user", tokens=8_000),
+             SourceRecord("s", "odd", "user", "x", 0.0, "user", tokens=-4_000)]
+    assert may_write(mixed, 1.0, policy) and should_write(mixed[:1], 1.0, policy)
 
 
 def test_session_boundary_writes_the_head_fully_and_other_tips_at_the_threshold() -> None:

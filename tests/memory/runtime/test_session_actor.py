@@ -20,11 +20,11 @@ import pytest
 
 from memory.ledger._claim import Claim, decode_claim
 from memory.ledger._records import MARKER_KEY
-from memory.runtime._claims import ClaimsLedger, SessionClaims
+from memory.runtime._claims import ClaimFile, ClaimsLedger, SessionClaims
 from memory.runtime._runtime import MemoryRuntime, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome, BoundaryResult, Flush
 from memory.writers._extractive import ExtractiveWriter
-from store import CLAIM_NAME, SessionCore
+from store import CLAIM_NAME, DurableFiles, SessionCore, SessionLock
 from tests.faults import FaultyWriter
 from tests.memory.runtime.test_runtime import chain, tally
 from tests.memory.runtime.test_runtime_failures import marked, virtual_config
@@ -177,3 +177,38 @@ async def test_the_check_catches_a_claim_that_does_not_catch_up(
 ) -> None:
     with pytest.raises(AssertionError, match="delivered again"):
         await check_the_claim_confirms_the_batch(tmp_path, monkeypatch, catch_up=False)
+
+
+def other_runtime_claims(state: Path, sid: str, nodes: list[str], now: float) -> ClaimFile:
+    """Another runtime's live claim on ``nodes``, written behind this runtime's back."""
+    directory = str(state / "sessions" / sid)
+    claim = ClaimFile(directory, DurableFiles())
+    with SessionLock(directory):
+        assert claim.take("r-other", nodes, now, lease=3600.0)
+    return claim
+
+
+async def check_a_claim_between_messages(tmp_path: Path) -> None:
+    """A claim written between two messages is read by the next one; the trigger waits for it."""
+    async with open_runtime(tmp_path, ExtractiveWriter(), config=virtual_config()) as rt:
+        sid = await rt.sessions.create(title="shared")
+        await chain(rt, sid, "ROOT", ["u1", "a1"])  # far below the threshold
+        assert [r.message_id for r in await rt.pending(sid)] == ["u1", "a1"]  # read: no claim
+        claim = other_runtime_claims(tmp_path, sid, ["u1", "a1"], rt.config.clock())
+        assert [r.message_id for r in await rt.pending(sid)] == [], "the new claim was missed"
+        await rt.sessions.append(sid, {"id": "u2", "role": "user", "content": "word " * 8_000,
+                                       "predecessor": "a1"})  # the trigger fires
+        await anyio.sleep(30)  # virtual: the session looks again meanwhile
+        assert delivered(rt) == {}, "a batch another runtime claims was delivered"
+        with SessionLock(claim.path.rsplit("/", 1)[0]):
+            assert claim.give_back("r-other")
+        with anyio.fail_after(600):
+            while sorted(marked(tmp_path, sid)) != ["a1", "u1", "u2"]:
+                await anyio.sleep(1)
+        await rt.drain()
+        assert delivered(rt) == dict.fromkeys(["u1", "a1", "u2"], 1)
+
+
+@pytest.mark.virtual_time(wait_for_threads=True)
+async def test_a_claim_written_between_messages_is_seen_and_waited_for(tmp_path: Path) -> None:
+    await check_a_claim_between_messages(tmp_path)
