@@ -34,13 +34,16 @@ import hashlib
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
 from memory.recall._embedding import Embedder, pack_vector, unit_vector, unpack_vector
+from memory.recall._rank import SqlBound
 from memory.recall._units import Unit, source_units, topic_units
 from memory.workspace import (
+    RACY_NS,
     ArchiveScan,
     RevisionCache,
     decode_topic,
@@ -60,6 +63,10 @@ _ARCHIVE_HEADER = b"<!-- openprogram-source-archive:v2 -->\n\n"
 _WEIGHTS = (1.0, 0.6, 0.4, 0.5)
 # How many turns either side count as a turn's surroundings.
 REACH = 3
+# The longest a sync trusts the directories' stats without scanning the files (s).
+FULL_SCAN_EVERY = 1.0
+# The directories every recall file lies under (whether or not they exist yet).
+_RECALL_DIRECTORIES = ("", "topics", "sources", "sources/openprogram", "sources/openprogram/_v2")
 
 _SCHEMA = (
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -110,6 +117,15 @@ def _signature(stat: os.stat_result) -> str:
     return f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
 
 
+def _directory_stamp(memory_dir: str, relative: str) -> tuple[int, int, int] | None:
+    """``(inode, mtime ns, ctime ns)`` of a directory (a link followed); None if there is none."""
+    try:
+        stat = os.stat(os.path.join(memory_dir, relative))
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns
+
+
 def _is_topic(relative: str) -> bool:
     return relative.startswith("topics/") and relative.endswith(".md") and "/." not in relative
 
@@ -136,6 +152,7 @@ class RecallIndex:
         lock_timeout: float | None = None,
         step: Callable[[str], None] | None = None,
         embedder: Embedder | None = None,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.memory_dir = memory_dir
         self.embedder = embedder
@@ -147,6 +164,11 @@ class RecallIndex:
         self._db: sqlite3.Connection | None = None
         self._wait = lock_timeout
         self._total: tuple[str, int] | None = None
+        self.clock = clock
+        # After a full scan: (revision, when it began in clock ns, directory stamps).
+        self._quiet: tuple[str, int, dict[str, tuple[int, int, int] | None]] | None = None
+        self._common: dict[tuple[str, int], bool] = {}  # (term, bound) -> common (per revision)
+        self.rows_read = 0  # unit rows a ranked query read (tests look at it)
 
     # -- opening -----------------------------------------------------------------
 
@@ -203,6 +225,7 @@ class RecallIndex:
         return "" if self.embedder is None else "model:" + self.embedder.name
 
     def _delete_files(self) -> None:
+        self._quiet = None
         if self._db is not None:
             with contextlib.suppress(sqlite3.Error):
                 self._db.close()
@@ -225,12 +248,18 @@ class RecallIndex:
         report = self.sync()
         return SyncReport(report.revision, report.files, report.added, report.removed, True)
 
-    def sync(self, *, lock_timeout: float | None | _Default = _DEFAULT) -> SyncReport:
+    def sync(self, *, lock_timeout: float | None | _Default = _DEFAULT,
+             full: bool = False) -> SyncReport:
         """Bring the index to the files' current state; a no-op at the same revision.
 
         A damaged index found on the way is rebuilt (once). ``lock_timeout``
-        bounds the wait for write.lock (default: the index's own).
+        bounds the wait for write.lock (default: the index's own). Unless
+        ``full``, a sync whose directories say nothing changed (:meth:`quiet`)
+        does not scan the files.
         """
+        known = self._quiet
+        if not full and known is not None and self.quiet():
+            return SyncReport(known[0], 0, 0, 0)
         self._wait = self.lock_timeout if isinstance(lock_timeout, _Default) else lock_timeout
         try:
             return self._sync()
@@ -242,12 +271,55 @@ class RecallIndex:
             report = self._sync()
             return SyncReport(report.revision, report.files, report.added, report.removed, True)
 
+    # -- the cheap check --------------------------------------------------------------
+
+    def quiet(self) -> bool:
+        """Whether the files recall reads are known unchanged since the last scan, by a few stats.
+
+        Every write scriptorium makes under ``<state>/memory`` replaces a file
+        (temp file, rename), and a rename moves its directory's mtime; a new
+        directory moves its parent's. So when every directory that holds (or
+        leads to) a topic file or an archive has the stat it had at the last
+        full scan, nothing recall reads changed, and the scan is skipped.
+        Trusted only when those stats were older than :data:`RACY_NS` at that
+        scan (a rename in the same timestamp tick leaves an mtime as it was),
+        and for at most :data:`FULL_SCAN_EVERY` seconds: an outside writer
+        that writes a file in place moves no directory, and is seen by the
+        full scan that follows within that time.
+        """
+        if self._quiet is None:
+            return False
+        _, scanned_at, directories = self._quiet
+        if self.clock() - scanned_at > FULL_SCAN_EVERY * 1e9:
+            return False
+        return all(_directory_stamp(self.memory_dir, relative) == stamp
+                   for relative, stamp in directories.items())
+
+    def _remember_quiet(self, revision: str, scanned_at: int,
+                        scan: Sequence[tuple[str, os.stat_result]]) -> None:
+        """Keep the directories' stats after a full scan begun at ``scanned_at`` (ns)."""
+        wanted = set(_RECALL_DIRECTORIES)
+        for relative, _ in scan:
+            if _is_topic(relative) or _archive_session(relative) is not None:
+                parent = os.path.dirname(relative)
+                while parent and parent not in wanted:
+                    wanted.add(parent)
+                    parent = os.path.dirname(parent)
+        directories = {relative: _directory_stamp(self.memory_dir, relative)
+                       for relative in sorted(wanted)}
+        settled = all(stamp is None or max(stamp[1], stamp[2]) < scanned_at - RACY_NS
+                      for stamp in directories.values())
+        self._quiet = (revision, scanned_at, directories) if settled else None
+
     def _sync(self) -> SyncReport:
         db = self.db
+        self._quiet = None
         with workspace_lock(self.memory_dir, self.files, timeout=self._wait):
+            scanned_at = self.clock()
             revision = self.revisions.revision()
             row = db.execute("SELECT value FROM meta WHERE key='revision'").fetchone()
             if row is not None and row[0] == revision:
+                self._remember_quiet(revision, scanned_at, self.revisions.last_scan)
                 return SyncReport(revision, 0, 0, 0)
             scan = list(self.revisions.last_scan)
             db.execute("BEGIN IMMEDIATE")
@@ -276,6 +348,7 @@ class RecallIndex:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
+            self._remember_quiet(revision, scanned_at, scan)
         return SyncReport(revision, counts[0], counts[1], counts[2])
 
     def _read(self, relative: str) -> bytes | None:
@@ -435,15 +508,22 @@ class RecallIndex:
 
         Counted with a ``LIMIT`` inside the subquery, so a term costs at most
         that many postings to read, not its whole doclist (fts5vocab's ``doc``
-        reads the whole doclist, as an unlimited ``count(*)`` does).
+        reads the whole doclist, as an unlimited ``count(*)`` does); and once
+        per revision of the index: the words a workspace is asked about
+        recur (a name, "near" in every question), and a common one costs
+        the most to count.
         """
         total = self.total()
         bound = max(int(total * fraction), floor, 1)
         if total < bound:
             return set()
-        return {expression for expression in expressions if self.db.execute(
-            "SELECT count(*) FROM (SELECT rowid FROM fts WHERE fts MATCH ? LIMIT ?)",
-            (expression, bound)).fetchone()[0] >= bound}
+        known = self._common
+        for expression in expressions:
+            if (expression, bound) not in known:
+                known[expression, bound] = self.db.execute(
+                    "SELECT count(*) FROM (SELECT rowid FROM fts WHERE fts MATCH ? LIMIT ?)",
+                    (expression, bound)).fetchone()[0] >= bound
+        return {expression for expression in expressions if known[expression, bound]}
 
     def total(self) -> int:
         """How many units the index holds (counted once per revision)."""
@@ -451,6 +531,7 @@ class RecallIndex:
         revision = "" if row is None else str(row[0])
         if self._total is None or self._total[0] != revision:
             self._total = (revision, self.count())
+            self._common = {}
         return self._total[1]
 
     def search(self, expression: str, limit: int) -> list[tuple[int, float]]:
@@ -458,6 +539,25 @@ class RecallIndex:
         return list(self.db.execute(
             "SELECT rowid, rank FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?",
             (expression, limit)))
+
+    def bounded(self, expression: str, bound: SqlBound) -> Iterator[tuple[Unit, float, float]]:
+        """``(unit, bm25 score, bound)`` of every match, best ``bound`` first (both lower better).
+
+        Lazy: SQLite scores and sorts the matches once, and a unit's row is
+        read only when the caller takes it, so a caller that stops early
+        reads few rows.
+        """
+        # Only the id and the numbers go through the sort; a unit's row is
+        # read when the caller takes it.
+        cursor = self.db.execute(
+            f"SELECT fts.rowid, fts.rank, {bound.order} AS bound FROM fts"
+            f" JOIN unit ON unit.id = fts.rowid WHERE fts MATCH ? AND {bound.where}"
+            " ORDER BY bound", (*bound.order_params, expression, *bound.where_params))
+        while batch := cursor.fetchmany(16):
+            units = self.units([row[0] for row in batch])
+            self.rows_read += len(batch)
+            for ident, rank, order_value in batch:
+                yield units[ident], float(rank), float(order_value)
 
     def search_within(self, expression: str, start: float, end: float,
                       limit: int) -> list[tuple[int, float]]:

@@ -38,10 +38,13 @@ __all__ = [
     "BranchView",
     "Context",
     "Hit",
+    "SqlBound",
     "hit_of",
     "pack_context",
     "rank_units",
     "render_time",
+    "scored_hit",
+    "sql_bound",
 ]
 
 NAME_BOOST = 1.6
@@ -201,6 +204,55 @@ def _names_in(query: ParsedQuery, speaker: str) -> bool:
     return any(term in words for term in query.terms)
 
 
+def scored_hit(
+    unit: Unit,
+    relevance: float,
+    query: ParsedQuery,
+    *,
+    cited: Mapping[str, Unit],
+    view: BranchView | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    include_pending: bool = False,
+    include_rewound: bool = False,
+) -> Hit | None:
+    """``unit`` as a hit scored by every rule (``relevance``: BM25, higher better); None if left out.
+
+    Left out: a pending turn unless asked for, a unit outside
+    ``[since, until)`` (an undated one whenever either is given), a turn
+    only on rewound branches unless ``include_rewound``.
+    """
+    if unit.kind == "source" and unit.trust != "trusted" and not include_pending:
+        return None
+    if since is not None or until is not None:
+        if unit.start is None:
+            return None
+        end = unit.end if unit.end is not None else unit.start
+        if since is not None and end <= since:
+            return None
+        if until is not None and unit.start >= until:
+            return None
+    score = relevance * (TOPIC_WEIGHT if unit.kind == "topic" else 1.0)
+    if _names_in(query, unit.speaker):
+        score *= NAME_BOOST
+    timely = in_windows(unit, query.windows) if query.windows else None
+    if timely is not None:
+        score *= TIME_BOOST if timely else TIME_MISS
+    hit = hit_of(unit, score, cited, view)
+    covers = covered(unit, cited, query.windows) if unit.kind == "topic" else None
+    if view is not None:
+        if unit.kind == "source":
+            if unit.session != view.session:
+                score *= OTHER_SESSION
+            elif unit.node_id not in view.on_branch:
+                if unit.node_id not in view.live and not include_rewound:
+                    return None  # only on rewound branches
+                score *= OFF_BRANCH
+        elif not hit.on_branch:
+            score *= OFF_BRANCH
+    return dataclasses.replace(hit, score=score, covers=covers)
+
+
 def rank_units(
     matches: Sequence[tuple[Unit, float]],
     query: ParsedQuery,
@@ -213,7 +265,7 @@ def rank_units(
     include_rewound: bool = False,
     repeats: bool = False,
 ) -> list[Hit]:
-    """Hits for ``matches`` (unit, BM25 relevance, higher better), best first.
+    """Hits for ``matches`` (unit, BM25 relevance, higher better), best first (:func:`scored_hit`).
 
     ``repeats`` keeps the paragraphs and turns no-repeats would drop (for
     :func:`notes_of`; :func:`without_repeats` drops them afterwards).
@@ -224,39 +276,79 @@ def rank_units(
     """
     scored: list[tuple[float, int, Hit]] = []
     for order, (unit, relevance) in enumerate(matches):
-        if unit.kind == "source" and unit.trust != "trusted" and not include_pending:
-            continue
-        if since is not None or until is not None:
-            if unit.start is None:
-                continue
-            end = unit.end if unit.end is not None else unit.start
-            if since is not None and end <= since:
-                continue
-            if until is not None and unit.start >= until:
-                continue
-        score = relevance * (TOPIC_WEIGHT if unit.kind == "topic" else 1.0)
-        if _names_in(query, unit.speaker):
-            score *= NAME_BOOST
-        timely = in_windows(unit, query.windows) if query.windows else None
-        if timely is not None:
-            score *= TIME_BOOST if timely else TIME_MISS
-        hit = hit_of(unit, score, cited, view)
-        covers = covered(unit, cited, query.windows) if unit.kind == "topic" else None
-        if view is not None:
-            if unit.kind == "source":
-                if unit.session != view.session:
-                    score *= OTHER_SESSION
-                elif unit.node_id not in view.on_branch:
-                    if unit.node_id not in view.live and not include_rewound:
-                        continue  # only on rewound branches
-                    score *= OFF_BRANCH
-            elif not hit.on_branch:
-                score *= OFF_BRANCH
-        hit = dataclasses.replace(hit, score=score, covers=covers)
-        scored.append((-score, order, hit))
+        hit = scored_hit(unit, relevance, query, cited=cited, view=view, since=since,
+                         until=until, include_pending=include_pending,
+                         include_rewound=include_rewound)
+        if hit is not None:
+            scored.append((-hit.score, order, hit))
     scored.sort(key=lambda item: (item[0], item[1]))
     ranked = [hit for _, _, hit in scored]
     return ranked if repeats else without_repeats(ranked)
+
+
+@dataclass(frozen=True, slots=True)
+class SqlBound:
+    """The rules as SQL over a row of ``unit`` joined to its ``fts`` match.
+
+    ``order`` is an expression over ``fts.rank`` (BM25, lower better) and
+    the unit's columns whose negation is never below the score
+    :func:`scored_hit` gives that unit: the factors SQL can tell exactly
+    (a paragraph's weight, another session, pending turns, ``since`` and
+    ``until``, a turn's time) are exact, the others are bounded from above
+    (a speaker whose name may be a query word counts as named; a paragraph
+    whose footnotes' span meets a window as of it; the branch, which only
+    lowers a score, as on it). ``where`` keeps the rows :func:`scored_hit`
+    can keep. So reading rows in ``order`` and scoring them exactly, every
+    row not read yet scores at most the bound of the last one read.
+    """
+
+    order: str
+    order_params: tuple[object, ...]
+    where: str
+    where_params: tuple[object, ...]
+
+
+def sql_bound(
+    query: ParsedQuery,
+    *,
+    view: BranchView | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    include_pending: bool = False,
+) -> SqlBound:
+    """The :class:`SqlBound` of these rules (the same arguments as :func:`scored_hit`)."""
+    factors = [f"(CASE WHEN unit.kind = 'topic' THEN {TOPIC_WEIGHT!r} ELSE 1.0 END)"]
+    order_params: list[object] = []
+    if query.terms:
+        # SQLite's lower() folds ASCII only: a name with other letters counts as named.
+        named = " OR ".join("instr(lower(unit.speaker), ?) > 0" for _ in query.terms)
+        factors.append(f"(CASE WHEN unit.speaker = '' THEN 1.0 WHEN {named}"
+                       f" OR unit.speaker GLOB '*[^ -~]*' THEN {NAME_BOOST!r} ELSE 1.0 END)")
+        order_params += query.terms
+    if query.windows:
+        inside = " OR ".join("(unit.start < ? AND unit.finish > ?)" for _ in query.windows)
+        factors.append(f"(CASE WHEN unit.start IS NULL THEN 1.0 WHEN {inside}"
+                       f" THEN {TIME_BOOST!r} ELSE {TIME_MISS!r} END)")
+        for window in query.windows:
+            order_params += [window.end, window.start]
+    if view is not None:
+        factors.append(f"(CASE WHEN unit.kind = 'source' AND unit.session != ?"
+                       f" THEN {OTHER_SESSION!r} ELSE 1.0 END)")
+        order_params.append(view.session)
+    where: list[str] = []
+    where_params: list[object] = []
+    if not include_pending:
+        where.append("NOT (unit.kind = 'source' AND unit.trust != 'trusted')")
+    if since is not None or until is not None:
+        where.append("unit.start IS NOT NULL")
+    if since is not None:
+        where.append("coalesce(unit.finish, unit.start) > ?")
+        where_params.append(since)
+    if until is not None:
+        where.append("unit.start < ?")
+        where_params.append(until)
+    return SqlBound("fts.rank * " + " * ".join(factors), tuple(order_params),
+                    " AND ".join(where) or "1", tuple(where_params))
 
 
 def without_repeats(hits: Iterable[Hit]) -> list[Hit]:
