@@ -11,6 +11,7 @@ from memory.ledger._dates import DaySpan as DaySpan
 from memory.ledger._dates import RelativeDate as RelativeDate
 from memory.ledger._dates import absolute_day as absolute_day
 from memory.ledger._dates import annotate_relative_dates as annotate_relative_dates
+from memory.ledger._dates import describe_from as describe_from
 from memory.ledger._dates import relative_dates as relative_dates
 from memory.ledger._dates import resolve_relative_dates as resolve_relative_dates
 from memory.ledger._ledger import ALLOWED_THRESHOLDS as ALLOWED_THRESHOLDS
@@ -56,6 +57,7 @@ __all__ = [
     "annotate_relative_dates",
     "batch_due_at",
     "default_counter",
+    "describe_from",
     "estimate_tokens",
     "first_batch",
     "lost_markers",

@@ -49,6 +49,7 @@ __all__ = [
     "RelativeDate",
     "absolute_day",
     "annotate_relative_dates",
+    "describe_from",
     "relative_dates",
     "resolve_relative_dates",
 ]
@@ -133,7 +134,8 @@ class RelativeDate:
     said: -1 a past span ("last week", "yesterday", "two days ago"), 0 the
     current one ("this week", "today"), 1 a coming one. ``counted`` says
     that it counts units away ("two days ago", "in three weeks") rather than
-    naming the adjacent one ("last week").
+    naming the adjacent one ("last week"). ``weekday`` is the day a
+    weekday expression names ("last Friday": 4; Monday is 0), else None.
     """
 
     start: int
@@ -142,6 +144,7 @@ class RelativeDate:
     span: DaySpan
     step: int
     counted: bool = False
+    weekday: int | None = None
 
 
 def _day(day: datetime.date) -> DaySpan:
@@ -253,8 +256,11 @@ def relative_dates(text: str, today: datetime.date) -> list[RelativeDate]:
             span, step, counted = _resolve(match, today)
         except (OverflowError, ValueError):  # "in 900 years" near the end of the calendar
             continue
+        what = (match.group("what") or "").lower()
+        weekday = None if what in ("", "week", "weekend", "month", "year") else _WEEKDAYS[
+            what[:3]]
         found.append(RelativeDate(match.start(), match.end(), match.group(0), span, step,
-                                  counted))
+                                  counted, weekday))
     return found
 
 
@@ -276,6 +282,39 @@ def annotate_relative_dates(
         at = date.end
     parts.append(text[at:])
     return "".join(parts)
+
+
+_WEEKDAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def describe_from(date: RelativeDate, said: datetime.date) -> str:
+    """``date`` as seen from the day it was ``said``, in the speaker's own unit.
+
+    A reader who sees a turn long after it was said needs the span, but the
+    speaker chose its size: "last week" is a week, not a day of it, and
+    "the week of 29 May 2023" makes the reader do the calendar to relate it
+    to the turn. So a week or a weekend is related to the day said: "the
+    week before 9 June 2023", "the weekend after 3 June 2023", "the week of
+    9 June 2023" (this week), a counted one "two weekends before 17 July
+    2023" (the speaker's count); a weekday is too, with its day: "the
+    Friday before 15 July 2023, 14 July 2023". A single day (yesterday, two
+    days ago), a month or a year is :meth:`DaySpan.describe`: "5 July 2023",
+    "May 2023", "2022".
+    """
+    day = absolute_day(said)
+    span = date.span
+    side = "before" if span.last < said else "after" if span.first > said else "of"
+    if date.weekday is not None:
+        if side == "of":
+            return span.describe()
+        return f"the {_WEEKDAY_NAMES[date.weekday]} {side} {day}, {span.describe()}"
+    if span.unit not in ("week", "weekend"):
+        return span.describe()
+    if date.counted and side != "of":
+        words = date.words.split()
+        count = " ".join(words[:-1] if date.step < 0 else words[1:])  # "two weeks (ago)"
+        return f"{count} {side} {day}"
+    return f"the {span.unit} {side} {day}"
 
 
 def resolve_relative_dates(text: str, today: datetime.date) -> str:

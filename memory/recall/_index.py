@@ -518,6 +518,8 @@ class RecallIndex:
         if total < bound:
             return set()
         known = self._common
+        if len(known) > 10_000:  # a long quiet spell of ever new words
+            known.clear()
         for expression in expressions:
             if (expression, bound) not in known:
                 known[expression, bound] = self.db.execute(

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from memory.ledger import annotate_relative_dates, describe_from
 from memory.recall._query import _WORD, ParsedQuery, TimeWindow
 from memory.recall._units import Unit, when_span
 
@@ -44,6 +45,7 @@ __all__ = [
     "rank_units",
     "render_time",
     "scored_hit",
+    "shown_text",
     "sql_bound",
 ]
 
@@ -412,8 +414,44 @@ def _label(hit: Hit, session: str | None = None) -> str:
     return f"[{hit.time}] memory ({hit.file} ^{hit.block_id})"
 
 
-def _item(hit: Hit, session: str | None = None) -> str:
-    return f"- {_label(hit, session)}: {' '.join(hit.text.split())}"
+def shown_text(hit: Hit) -> str:
+    """What a block shows of a hit: a turn's relative dates resolved from the day it was said.
+
+    "I went hiking last week", said on 25 August 2023 and read months
+    later, is shown "I went hiking last week (the week before 25 August
+    2023)" (:func:`memory.ledger.describe_from`, the same resolution the
+    writer applies to its paragraphs); the words said stay as they were. A
+    paragraph's text is the writer's, dates already resolved.
+    """
+    if hit.kind != "source" or not hit.when:
+        return hit.text
+    try:
+        said = datetime.fromisoformat(hit.when).date()
+    except ValueError:
+        return hit.text
+    return annotate_relative_dates(hit.text, said, lambda date: describe_from(date, said))
+
+
+def known_words_text(hit: Hit) -> str:
+    """What a turn shown in a block already tells, for :func:`notes_of`.
+
+    The writer's paragraph of a turn resolves its dates too ("last week (the
+    week of 14 August 2023)"); next to the turn shown with its dates
+    resolved, a paragraph that adds only those adds nothing. So: the shown
+    text, and the turn with its dates as the writer writes them.
+    """
+    if hit.kind != "source" or not hit.when:
+        return hit.text
+    try:
+        said = datetime.fromisoformat(hit.when).date()
+    except ValueError:
+        return hit.text
+    return shown_text(hit) + " " + annotate_relative_dates(
+        hit.text, said, lambda date: date.span.describe())
+
+
+def _item(hit: Hit, session: str | None = None, text: str | None = None) -> str:
+    return f"- {_label(hit, session)}: {' '.join((hit.text if text is None else text).split())}"
 
 
 def _heading(session: str) -> str:
@@ -448,11 +486,18 @@ def pack_context(
     placed: list[Hit] = []
     noted: set[tuple[str, str | None]] = set()
 
+    texts: dict[Hit, str] = {}  # a hit's shown text, resolved once
+
+    def text_for(hit: Hit) -> str:
+        if hit not in texts:
+            texts[hit] = shown_text(hit)
+        return texts[hit]
+
     def text_of(candidate: list[list[Hit]]) -> str:
         own = sum(hit.kind == "source" and hit.session == session
                   for group in candidate for hit in group)
         short = session if session is not None and own > 1 else None
-        items = [_item(hit, short) for group in candidate for hit in group]
+        items = [_item(hit, short, text_for(hit)) for group in candidate for hit in group]
         if short is not None:
             items.insert(0, _heading(short))
         return "\n".join(items)

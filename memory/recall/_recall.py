@@ -35,6 +35,7 @@ from memory.recall._rank import (
     Context,
     Hit,
     hit_of,
+    known_words_text,
     notes_of,
     pack_context,
     rank_units,
@@ -225,7 +226,7 @@ class Recall:
             with self.index.snapshot():
                 ranked = self._ranked(parsed, view, None, None, False, repeats=True)
                 hits = without_repeats(ranked)
-                turns = {(h.session or "", h.node_id or ""): h.text
+                turns = {(h.session or "", h.node_id or ""): known_words_text(h)
                          for h in ranked if h.kind == "source"}
                 notes = notes_of(ranked, turns)
 

@@ -10,6 +10,7 @@ from memory.ledger import (
     RelativeDate,
     absolute_day,
     annotate_relative_dates,
+    describe_from,
     relative_dates,
     resolve_relative_dates,
 )
@@ -124,3 +125,30 @@ def test_another_rendering_is_placed_where_the_writers_is() -> None:
     assert annotate_relative_dates("Yesterday's game, then last week.", FRIDAY, render) == (
         "Yesterday's (day -1) game, then last week (week -1).")
     assert annotate_relative_dates("No dates here.", FRIDAY, render) == "No dates here."
+
+
+# (said on, text, the span as seen from the day said: what a context block shows)
+FROM_THE_DAY_SAID = [
+    (FRIDAY, "I gave a talk last week.", "the week before 9 June 2023"),
+    (FRIDAY, "We went camping last weekend.", "the weekend before 9 June 2023"),
+    (SUNDAY, "We camped two weekends ago.", "two weekends before 16 July 2023"),
+    (FRIDAY, "The move is in two weeks.", "two weeks after 9 June 2023"),
+    (FRIDAY, "We go camping this weekend.", "the weekend after 9 June 2023"),
+    (SUNDAY, "We rest this weekend.", "the weekend of 16 July 2023"),
+    (FRIDAY, "It is busy this week.", "the week of 9 June 2023"),
+    (FRIDAY, "I met her last Friday.", "the Friday before 9 June 2023, 2 June 2023"),
+    (FRIDAY, "The exam is next Monday.", "the Monday after 9 June 2023, 12 June 2023"),
+    (FRIDAY, "I swam this Friday.", "9 June 2023"),
+    (FRIDAY, "I went to a support group yesterday.", "8 June 2023"),
+    (FRIDAY, "I lost it two days ago.", "7 June 2023"),
+    (FRIDAY, "I got hurt last month.", "May 2023"),
+    (FRIDAY, "We had a blast last year.", "2022"),
+]
+
+
+@pytest.mark.parametrize(("said", "text", "expected"), FROM_THE_DAY_SAID)
+def test_a_span_seen_from_the_day_said_keeps_the_speakers_unit(
+    said: datetime.date, text: str, expected: str,
+) -> None:
+    [date] = relative_dates(text, said)
+    assert describe_from(date, said) == expected
