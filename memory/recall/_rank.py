@@ -27,6 +27,7 @@ after every addition, so ``tokens <= budget`` holds for any counter.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -425,11 +426,7 @@ def shown_text(hit: Hit) -> str:
     """
     if hit.kind != "source" or not hit.when:
         return hit.text
-    try:
-        said = datetime.fromisoformat(hit.when).date()
-    except ValueError:
-        return hit.text
-    return annotate_relative_dates(hit.text, said, lambda date: describe_from(date, said))
+    return _resolved(hit.text, hit.when, False)
 
 
 def known_words_text(hit: Hit) -> str:
@@ -442,12 +439,20 @@ def known_words_text(hit: Hit) -> str:
     """
     if hit.kind != "source" or not hit.when:
         return hit.text
+    return _resolved(hit.text, hit.when, False) + " " + _resolved(hit.text, hit.when, True)
+
+
+@functools.lru_cache(maxsize=8192)
+def _resolved(text: str, when: str, as_writer: bool) -> str:
+    """``text`` said at ``when`` (ISO) with its relative dates resolved (memoised: a turn
+    is shown again and again)."""
     try:
-        said = datetime.fromisoformat(hit.when).date()
+        said = datetime.fromisoformat(when).date()
     except ValueError:
-        return hit.text
-    return shown_text(hit) + " " + annotate_relative_dates(
-        hit.text, said, lambda date: date.span.describe())
+        return text
+    if as_writer:
+        return annotate_relative_dates(text, said, lambda date: date.span.describe())
+    return annotate_relative_dates(text, said, lambda date: describe_from(date, said))
 
 
 def _item(hit: Hit, session: str | None = None, text: str | None = None) -> str:
@@ -486,18 +491,20 @@ def pack_context(
     placed: list[Hit] = []
     noted: set[tuple[str, str | None]] = set()
 
-    texts: dict[Hit, str] = {}  # a hit's shown text, resolved once
+    # Each hit's line, made once per label form: by id(hit), the hit kept so its id stays its own.
+    lines: dict[tuple[int, str | None], tuple[Hit, str]] = {}
 
-    def text_for(hit: Hit) -> str:
-        if hit not in texts:
-            texts[hit] = shown_text(hit)
-        return texts[hit]
+    def line(hit: Hit, short: str | None) -> str:
+        known = lines.get((id(hit), short))
+        if known is None:
+            known = lines[id(hit), short] = (hit, _item(hit, short, shown_text(hit)))
+        return known[1]
 
     def text_of(candidate: list[list[Hit]]) -> str:
         own = sum(hit.kind == "source" and hit.session == session
                   for group in candidate for hit in group)
         short = session if session is not None and own > 1 else None
-        items = [_item(hit, short, text_for(hit)) for group in candidate for hit in group]
+        items = [line(hit, short) for group in candidate for hit in group]
         if short is not None:
             items.insert(0, _heading(short))
         return "\n".join(items)
