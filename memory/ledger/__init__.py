@@ -3,9 +3,17 @@
 Layout (see docs/architecture.md): ``_records`` the unit of memory;
 ``_ledger`` the record filter, speaker authority, the marker walk and
 batches; ``_tokens`` the token counters; ``_lost_markers`` markers whose
-evidence is gone; ``_claim`` the batch claims between runtimes.
+evidence is gone; ``_claim`` the batch claims between runtimes; ``_dates`` relative dates
+("last week") as spans of days, for the writer and recall alike.
 """
 
+from memory.ledger._dates import DaySpan as DaySpan
+from memory.ledger._dates import RelativeDate as RelativeDate
+from memory.ledger._dates import absolute_day as absolute_day
+from memory.ledger._dates import annotate_relative_dates as annotate_relative_dates
+from memory.ledger._dates import describe_from as describe_from
+from memory.ledger._dates import relative_dates as relative_dates
+from memory.ledger._dates import resolve_relative_dates as resolve_relative_dates
 from memory.ledger._ledger import ALLOWED_THRESHOLDS as ALLOWED_THRESHOLDS
 from memory.ledger._ledger import DEFAULT_THRESHOLD as DEFAULT_THRESHOLD
 from memory.ledger._ledger import NodeRecords as NodeRecords
@@ -37,20 +45,27 @@ __all__ = [
     "ALLOWED_THRESHOLDS",
     "DEFAULT_THRESHOLD",
     "MARKER_KEY",
+    "DaySpan",
     "NodeRecords",
     "ReferenceThresholdWarning",
+    "RelativeDate",
     "SourceMeta",
     "SourceRecord",
     "TokenCounter",
     "WritePolicy",
+    "absolute_day",
+    "annotate_relative_dates",
     "batch_due_at",
     "default_counter",
+    "describe_from",
     "estimate_tokens",
     "first_batch",
     "lost_markers",
     "normalize_label",
     "owed_tokens",
     "records_from_branch",
+    "relative_dates",
+    "resolve_relative_dates",
     "should_write",
     "should_write_at_boundary",
     "source_anchor",

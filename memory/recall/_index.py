@@ -34,25 +34,29 @@ import hashlib
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
 from memory.recall._embedding import Embedder, pack_vector, unit_vector, unpack_vector
+from memory.recall._rank import SqlBound
 from memory.recall._units import Unit, source_units, topic_units
 from memory.workspace import (
+    RACY_NS,
     ArchiveScan,
     RevisionCache,
     decode_topic,
     parse_archive,
     workspace_lock,
 )
-from store import FILE_MODE, DurableFiles
+from store import FILE_MODE, DurableFiles, StoreError, decode_node, parse_filename
 
-__all__ = ["INDEX_PATH", "SCHEMA_VERSION", "IndexedUnit", "RecallIndex", "SyncReport"]
+__all__ = ["INDEX_PATH", "SCHEMA_VERSION", "IndexedUnit", "Predecessors", "RecallIndex",
+           "SyncReport", "surroundings"]
 
 INDEX_PATH = ".scriptorium/recall.sqlite"
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"  # 5: a turn's surroundings from the DAG
 _ARCHIVE_PREFIX = "sources/openprogram/_v2/"
 _ARCHIVE_HEADER = b"<!-- openprogram-source-archive:v2 -->\n\n"
 # bm25 weights of the FTS columns: the words, the speaker, the heading path, and
@@ -60,6 +64,10 @@ _ARCHIVE_HEADER = b"<!-- openprogram-source-archive:v2 -->\n\n"
 _WEIGHTS = (1.0, 0.6, 0.4, 0.5)
 # How many turns either side count as a turn's surroundings.
 REACH = 3
+# The longest a sync trusts the directories' stats without scanning the files (s).
+FULL_SCAN_EVERY = 1.0
+# The directories every recall file lies under (whether or not they exist yet).
+_RECALL_DIRECTORIES = ("", "topics", "sources", "sources/openprogram", "sources/openprogram/_v2")
 
 _SCHEMA = (
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -110,6 +118,15 @@ def _signature(stat: os.stat_result) -> str:
     return f"{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
 
 
+def _directory_stamp(memory_dir: str, relative: str) -> tuple[int, int, int] | None:
+    """``(inode, mtime ns, ctime ns)`` of a directory (a link followed); None if there is none."""
+    try:
+        stat = os.stat(os.path.join(memory_dir, relative))
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns
+
+
 def _is_topic(relative: str) -> bool:
     return relative.startswith("topics/") and relative.endswith(".md") and "/." not in relative
 
@@ -119,6 +136,107 @@ def _archive_session(relative: str) -> str | None:
         return None
     stem = relative[len(_ARCHIVE_PREFIX):-3]
     return unquote(stem) if stem and "/" not in stem else None
+
+
+class Predecessors:
+    """Each turn's predecessor, from the session store beside the workspace.
+
+    A turn's surroundings are the turns next to it in its session's DAG,
+    and an archive holds turns of every branch in the order they were
+    written, so it cannot say which turns are next to which; the store can.
+    The node files (``<state>/sessions/<sid>/history/*.json``, SPEC §4) are
+    read with the store's own decoder, each once per process: a node's
+    predecessor never changes. A session without a readable store gives
+    nothing (the archive's order is used instead).
+    """
+
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = state_dir
+        self._known: dict[str, dict[str, str | None]] = {}
+
+    def of(self, session: str) -> dict[str, str | None]:
+        """Node id -> predecessor id (``ROOT`` or None at a root) of every node of ``session``."""
+        known = self._known.setdefault(session, {})
+        history = os.path.join(self.state_dir, "sessions", session, "history")
+        try:
+            names = os.listdir(history)
+        except OSError:
+            return known
+        for name in names:
+            parsed = parse_filename(name)
+            if parsed is None or parsed[2] in known:
+                continue
+            path = os.path.join(history, name)
+            try:
+                with open(path, "rb") as handle:
+                    node = decode_node(handle.read(), path)
+            except (OSError, StoreError):
+                continue  # unreadable: the store reports it; this turn uses the archive's order
+            known[node.id] = node.predecessor
+        return known
+
+
+def surroundings(
+    turns: Sequence[tuple[int, str, str]], links: Mapping[str, str | None],
+    changed: Iterable[int],
+) -> dict[int, str]:
+    """The ``around`` words of each turn whose surroundings ``changed`` turns may have moved.
+
+    ``turns`` are ``(seq, node id, text)`` of one archive (all of them, or a
+    window of seqs when ``links`` is empty); ``links`` maps node ids to
+    their predecessors. A turn whose node id ``links`` knows is surrounded
+    by its :data:`REACH` nearest archived ancestors (skipping nodes the
+    archive does not hold, such as tool calls) and its descendants down a
+    chain with no fork: below a fork, which branch follows depends on the
+    branch asked from, so none does. Neither a rewound sibling nor the turns
+    below it are ever a turn's neighbours. A turn ``links`` does not know
+    is surrounded by the :data:`REACH` turns either side of it in the
+    archive, as before. Pure.
+    """
+    by_seq = {seq: (node, text) for seq, node, text in turns}
+    seq_of = {node: seq for seq, node, _ in turns}
+    parent: dict[int, int | None] = {}
+    children: dict[int, list[int]] = {}
+    for seq, node, _ in turns:
+        if node not in links:
+            continue
+        above, steps = links[node], 0
+        while above is not None and above not in seq_of and above in links and steps < 64:
+            above, steps = links[above], steps + 1  # past nodes the archive does not hold
+        parent[seq] = seq_of.get(above) if above is not None else None
+        if parent[seq] is not None:
+            children.setdefault(parent[seq] or 0, []).append(seq)
+
+    def ancestors(seq: int) -> list[int]:
+        found: list[int] = []
+        above = parent.get(seq)
+        while above is not None and len(found) < REACH:
+            found.append(above)
+            above = parent.get(above)
+        return found[::-1]
+
+    def descendants(seq: int) -> list[int]:
+        found: list[int] = []
+        below = children.get(seq, [])
+        while len(below) == 1 and len(found) < REACH:
+            found.append(below[0])
+            below = children.get(below[0], [])
+        return found
+
+    def near(seq: int) -> list[int]:
+        if seq in parent:
+            return ancestors(seq) + descendants(seq)
+        return [n for n in range(seq - REACH, seq + REACH + 1) if n != seq]
+
+    changed = [seq for seq in changed if seq in by_seq]
+    affected = {n for seq in changed for n in range(seq - REACH, seq + 1)}
+    for seq in changed:  # whose ancestors or fork-free descendants a new turn may be
+        step = [seq]
+        for _ in range(REACH):
+            step = [n for m in step for n in (*children.get(m, []), parent.get(m)) if n is not None]
+            affected.update(step)
+    return {seq: " ".join(by_seq[n][1] for n in near(seq) if n in by_seq)
+            for seq in sorted(affected) if seq in by_seq}
 
 
 class RecallIndex:
@@ -136,6 +254,7 @@ class RecallIndex:
         lock_timeout: float | None = None,
         step: Callable[[str], None] | None = None,
         embedder: Embedder | None = None,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.memory_dir = memory_dir
         self.embedder = embedder
@@ -144,9 +263,15 @@ class RecallIndex:
         self.lock_timeout = lock_timeout
         self.step = step or (lambda name: None)
         self.revisions = RevisionCache(memory_dir)
+        self.predecessors = Predecessors(os.path.dirname(os.path.abspath(memory_dir)))
         self._db: sqlite3.Connection | None = None
         self._wait = lock_timeout
         self._total: tuple[str, int] | None = None
+        self.clock = clock
+        # After a full scan: (revision, when it began in clock ns, directory stamps).
+        self._quiet: tuple[str, int, dict[str, tuple[int, int, int] | None]] | None = None
+        self._common: dict[tuple[str, int], bool] = {}  # (term, bound) -> common (per revision)
+        self.rows_read = 0  # unit rows a ranked query read (tests look at it)
 
     # -- opening -----------------------------------------------------------------
 
@@ -203,6 +328,7 @@ class RecallIndex:
         return "" if self.embedder is None else "model:" + self.embedder.name
 
     def _delete_files(self) -> None:
+        self._quiet = None
         if self._db is not None:
             with contextlib.suppress(sqlite3.Error):
                 self._db.close()
@@ -225,12 +351,18 @@ class RecallIndex:
         report = self.sync()
         return SyncReport(report.revision, report.files, report.added, report.removed, True)
 
-    def sync(self, *, lock_timeout: float | None | _Default = _DEFAULT) -> SyncReport:
+    def sync(self, *, lock_timeout: float | None | _Default = _DEFAULT,
+             full: bool = False) -> SyncReport:
         """Bring the index to the files' current state; a no-op at the same revision.
 
         A damaged index found on the way is rebuilt (once). ``lock_timeout``
-        bounds the wait for write.lock (default: the index's own).
+        bounds the wait for write.lock (default: the index's own). Unless
+        ``full``, a sync whose directories say nothing changed (:meth:`quiet`)
+        does not scan the files.
         """
+        known = self._quiet
+        if not full and known is not None and self.quiet():
+            return SyncReport(known[0], 0, 0, 0)
         self._wait = self.lock_timeout if isinstance(lock_timeout, _Default) else lock_timeout
         try:
             return self._sync()
@@ -242,12 +374,55 @@ class RecallIndex:
             report = self._sync()
             return SyncReport(report.revision, report.files, report.added, report.removed, True)
 
+    # -- the cheap check --------------------------------------------------------------
+
+    def quiet(self) -> bool:
+        """Whether the files recall reads are known unchanged since the last scan, by a few stats.
+
+        Every write scriptorium makes under ``<state>/memory`` replaces a file
+        (temp file, rename), and a rename moves its directory's mtime; a new
+        directory moves its parent's. So when every directory that holds (or
+        leads to) a topic file or an archive has the stat it had at the last
+        full scan, nothing recall reads changed, and the scan is skipped.
+        Trusted only when those stats were older than :data:`RACY_NS` at that
+        scan (a rename in the same timestamp tick leaves an mtime as it was),
+        and for at most :data:`FULL_SCAN_EVERY` seconds: an outside writer
+        that writes a file in place moves no directory, and is seen by the
+        full scan that follows within that time.
+        """
+        if self._quiet is None:
+            return False
+        _, scanned_at, directories = self._quiet
+        if self.clock() - scanned_at > FULL_SCAN_EVERY * 1e9:
+            return False
+        return all(_directory_stamp(self.memory_dir, relative) == stamp
+                   for relative, stamp in directories.items())
+
+    def _remember_quiet(self, revision: str, scanned_at: int,
+                        scan: Sequence[tuple[str, os.stat_result]]) -> None:
+        """Keep the directories' stats after a full scan begun at ``scanned_at`` (ns)."""
+        wanted = set(_RECALL_DIRECTORIES)
+        for relative, _ in scan:
+            if _is_topic(relative) or _archive_session(relative) is not None:
+                parent = os.path.dirname(relative)
+                while parent and parent not in wanted:
+                    wanted.add(parent)
+                    parent = os.path.dirname(parent)
+        directories = {relative: _directory_stamp(self.memory_dir, relative)
+                       for relative in sorted(wanted)}
+        settled = all(stamp is None or max(stamp[1], stamp[2]) < scanned_at - RACY_NS
+                      for stamp in directories.values())
+        self._quiet = (revision, scanned_at, directories) if settled else None
+
     def _sync(self) -> SyncReport:
         db = self.db
+        self._quiet = None
         with workspace_lock(self.memory_dir, self.files, timeout=self._wait):
+            scanned_at = self.clock()
             revision = self.revisions.revision()
             row = db.execute("SELECT value FROM meta WHERE key='revision'").fetchone()
             if row is not None and row[0] == revision:
+                self._remember_quiet(revision, scanned_at, self.revisions.last_scan)
                 return SyncReport(revision, 0, 0, 0)
             scan = list(self.revisions.last_scan)
             db.execute("BEGIN IMMEDIATE")
@@ -276,6 +451,7 @@ class RecallIndex:
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 raise
+            self._remember_quiet(revision, scanned_at, scan)
         return SyncReport(revision, counts[0], counts[1], counts[2])
 
     def _read(self, relative: str) -> bytes | None:
@@ -336,14 +512,14 @@ class RecallIndex:
         if grown is not None:
             first, tail = grown
             counts[1] += self._insert(source_units(relative, session, tail, 0), offset=first)
-            self._surround(relative, first - REACH, first + len(tail.frames) - 1)
+            self._surround(relative, session, first, first + len(tail.frames) - 1)
             self._record_file(relative, "archive", signature, digest, len(data),
                               first + len(tail.frames), True)
             return
         counts[2] += self._delete_units(relative)
         scan = parse_archive(data, session)
         counts[1] += self._insert(source_units(relative, session, scan))
-        self._surround(relative, 0, len(scan.frames) - 1)
+        self._surround(relative, session, 0, len(scan.frames) - 1)
         self._record_file(relative, "archive", signature, digest, len(data),
                           len(scan.frames), scan.complete)
 
@@ -413,17 +589,26 @@ class RecallIndex:
                                                                             strict=True)])
         return count
 
-    def _surround(self, relative: str, first: int, last: int) -> None:
-        """Set the ``around`` column (the adjacent turns' words) of turns ``first..last``."""
+    def _surround(self, relative: str, session: str, first: int, last: int) -> None:
+        """Set the ``around`` column (the adjacent turns' words) after turns ``first..last`` came.
+
+        Adjacent in the session's DAG (:func:`surroundings`) when the store
+        says each turn's predecessor; in the archive's order for a turn it
+        does not know (an archive without its session store).
+        """
         db = self.db
-        rows = list(db.execute("SELECT id, seq, text FROM unit WHERE path=? AND seq BETWEEN ? AND ?"
-                               " ORDER BY seq", (relative, first - REACH, last + REACH)))
-        texts = {int(seq): str(text) for _, seq, text in rows}
-        for ident, seq, _ in rows:
-            if first <= seq <= last:
-                around = " ".join(texts.get(n, "") for n in range(seq - REACH, seq + REACH + 1)
-                                  if n != seq)
-                db.execute("UPDATE fts SET around=? WHERE rowid=?", (around, ident))
+        links = self.predecessors.of(session)
+        if not links:
+            rows = list(db.execute(
+                "SELECT id, seq, node_id, text FROM unit WHERE path=? AND seq BETWEEN ? AND ?"
+                " ORDER BY seq", (relative, first - 2 * REACH, last + REACH)))
+        else:
+            rows = list(db.execute("SELECT id, seq, node_id, text FROM unit WHERE path=?"
+                                   " ORDER BY seq", (relative,)))
+        turns = [(int(seq), str(node), str(text)) for _, seq, node, text in rows]
+        idents = {int(seq): int(ident) for ident, seq, _, _ in rows}
+        for seq, around in surroundings(turns, links, range(first, last + 1)).items():
+            db.execute("UPDATE fts SET around=? WHERE rowid=?", (around, idents[seq]))
 
     # -- reading -----------------------------------------------------------------
 
@@ -435,15 +620,24 @@ class RecallIndex:
 
         Counted with a ``LIMIT`` inside the subquery, so a term costs at most
         that many postings to read, not its whole doclist (fts5vocab's ``doc``
-        reads the whole doclist, as an unlimited ``count(*)`` does).
+        reads the whole doclist, as an unlimited ``count(*)`` does); and once
+        per revision of the index: the words a workspace is asked about
+        recur (a name, "near" in every question), and a common one costs
+        the most to count.
         """
         total = self.total()
         bound = max(int(total * fraction), floor, 1)
         if total < bound:
             return set()
-        return {expression for expression in expressions if self.db.execute(
-            "SELECT count(*) FROM (SELECT rowid FROM fts WHERE fts MATCH ? LIMIT ?)",
-            (expression, bound)).fetchone()[0] >= bound}
+        known = self._common
+        if len(known) > 10_000:  # a long quiet spell of ever new words
+            known.clear()
+        for expression in expressions:
+            if (expression, bound) not in known:
+                known[expression, bound] = self.db.execute(
+                    "SELECT count(*) FROM (SELECT rowid FROM fts WHERE fts MATCH ? LIMIT ?)",
+                    (expression, bound)).fetchone()[0] >= bound
+        return {expression for expression in expressions if known[expression, bound]}
 
     def total(self) -> int:
         """How many units the index holds (counted once per revision)."""
@@ -451,6 +645,7 @@ class RecallIndex:
         revision = "" if row is None else str(row[0])
         if self._total is None or self._total[0] != revision:
             self._total = (revision, self.count())
+            self._common = {}
         return self._total[1]
 
     def search(self, expression: str, limit: int) -> list[tuple[int, float]]:
@@ -458,6 +653,25 @@ class RecallIndex:
         return list(self.db.execute(
             "SELECT rowid, rank FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?",
             (expression, limit)))
+
+    def bounded(self, expression: str, bound: SqlBound) -> Iterator[tuple[Unit, float, float]]:
+        """``(unit, bm25 score, bound)`` of every match, best ``bound`` first (both lower better).
+
+        Lazy: SQLite scores and sorts the matches once, and a unit's row is
+        read only when the caller takes it, so a caller that stops early
+        reads few rows.
+        """
+        # Only the id and the numbers go through the sort; a unit's row is
+        # read when the caller takes it.
+        cursor = self.db.execute(
+            f"SELECT fts.rowid, fts.rank, {bound.order} AS bound FROM fts"
+            f" JOIN unit ON unit.id = fts.rowid WHERE fts MATCH ? AND {bound.where}"
+            " ORDER BY bound", (*bound.order_params, expression, *bound.where_params))
+        while batch := cursor.fetchmany(16):
+            units = self.units([row[0] for row in batch])
+            self.rows_read += len(batch)
+            for ident, rank, order_value in batch:
+                yield units[ident], float(rank), float(order_value)
 
     def search_within(self, expression: str, start: float, end: float,
                       limit: int) -> list[tuple[int, float]]:

@@ -10,7 +10,9 @@ looks at it, so a 100 KB query costs what a short one does.
 
 Times: a query naming a date, a month, a year or a relative time ("last
 week", "yesterday", "3 days ago") favours units from then. Relative times are
-resolved against ``as_of`` (seconds since the epoch), absolute ones in UTC.
+resolved against ``as_of`` (seconds since the epoch) by the same rules the
+writer resolves a turn's with (:mod:`memory.ledger._dates`), absolute ones in
+UTC.
 Every function here is pure.
 """
 
@@ -19,9 +21,10 @@ from __future__ import annotations
 import calendar
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from memory._errors import EmptyQueryError
+from memory.ledger import RelativeDate, relative_dates
 
 __all__ = [
     "MAX_QUERY_CHARS",
@@ -58,10 +61,6 @@ _MONTH_DAY_YEAR = re.compile(rf"\b{_MONTH}\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d
 _MONTH_YEAR = re.compile(rf"\b{_MONTH},?\s+(\d{{4}})\b", re.IGNORECASE)
 _MONTH_ALONE = re.compile(rf"\b(?:in|during|since|last|this|of)\s+{_MONTH}\b", re.IGNORECASE)
 _YEAR = re.compile(r"\b(19\d{2}|20\d{2})\b")
-_AGO = re.compile(r"\b(\d{1,3}|a|an|one|two|three|four|five|six)\s+(day|week|month|year)s?\s+ago\b", re.IGNORECASE)
-_LAST = re.compile(r"\b(last|this|past)\s+(week|month|year|weekend)\b", re.IGNORECASE)
-_DAY_WORDS = re.compile(r"\b(yesterday|today|tonight)\b", re.IGNORECASE)
-_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
 _DAY = 86400.0
 
 
@@ -129,18 +128,36 @@ def _day_window(year: int, month: int, day: int) -> TimeWindow | None:
     return TimeWindow(start, start + _DAY)
 
 
+def _relative_window(relative: RelativeDate, as_of: float) -> TimeWindow:
+    """The window of a relative time of a query asked at ``as_of``.
+
+    The span the writer would write down (:func:`memory.ledger.relative_dates`,
+    the day of ``as_of`` in UTC), widened by a day either side as a named day
+    is; and a past span named as the one before ("last week", "this past
+    month") reaches on to ``as_of``: asked on a Sunday, "last week" often
+    means the seven days just gone, and a favour is cheaper to give too
+    widely than to miss.
+    """
+    start, end = relative.span.seconds()
+    start, end = start - _DAY, end + _DAY
+    if relative.step < 0 and not relative.counted and relative.span.unit != "day":
+        end = max(end, as_of + _DAY)
+    return TimeWindow(start, end)
+
+
 def time_windows(text: str, *, as_of: float) -> tuple[TimeWindow, ...]:
     """Every time ``text`` names, as windows; relative ones against ``as_of``.
 
     A day is widened by a day either side (a conversation at midnight, a
-    zone away); a month or a year is taken whole.
+    zone away); a month or a year is taken whole. Relative times are the
+    spans :func:`memory.ledger.relative_dates` resolves (:func:`_relative_window`).
     """
     text = text[:MAX_QUERY_CHARS]
     found: list[TimeWindow] = []
     taken: list[tuple[int, int]] = []
 
-    def free(match: re.Match[str]) -> bool:
-        span = match.span()
+    def free(match: re.Match[str] | RelativeDate) -> bool:
+        span = match.span() if isinstance(match, re.Match) else (match.start, match.end)
         if any(span[0] < end and span[1] > start for start, end in taken):
             return False
         taken.append(span)
@@ -177,27 +194,7 @@ def time_windows(text: str, *, as_of: float) -> tuple[TimeWindow, ...]:
         if free(match):
             year = int(match.group(1))
             found.append(TimeWindow(_utc(year), _utc(year + 1)))
-    for match in _AGO.finditer(text):
-        if free(match):
-            raw = match.group(1).lower()
-            count = _NUMBERS.get(raw) or int(raw)
-            unit = {"day": 1, "week": 7, "month": 30, "year": 365}[match.group(2).lower()]
-            centre = as_of - count * unit * _DAY
-            half = max(unit * _DAY / 2, _DAY)
-            found.append(TimeWindow(centre - half, centre + half))
-    for match in _LAST.finditer(text):
-        if free(match):
-            which, unit_name = match.group(1).lower(), match.group(2).lower()
-            length = {"week": 7, "weekend": 7, "month": 31, "year": 366}[unit_name] * _DAY
-            if which == "this":
-                found.append(TimeWindow(as_of - length, as_of + _DAY))
-            else:
-                found.append(TimeWindow(as_of - 2 * length, as_of + _DAY))
-    for match in _DAY_WORDS.finditer(text):
-        if free(match):
-            today = datetime(moment.year, moment.month, moment.day, tzinfo=UTC)
-            if match.group(1).lower() == "yesterday":
-                today -= timedelta(days=1)
-            start = today.timestamp()
-            found.append(TimeWindow(start - _DAY / 2, start + 1.5 * _DAY))
+    for relative in relative_dates(text, moment.date()):
+        if free(relative):
+            found.append(_relative_window(relative, as_of))
     return tuple(found)

@@ -27,10 +27,12 @@ after every addition, so ``tokens <= budget`` holds for any counter.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from memory.ledger import annotate_relative_dates, describe_from
 from memory.recall._query import _WORD, ParsedQuery, TimeWindow
 from memory.recall._units import Unit, when_span
 
@@ -38,10 +40,14 @@ __all__ = [
     "BranchView",
     "Context",
     "Hit",
+    "SqlBound",
     "hit_of",
     "pack_context",
     "rank_units",
     "render_time",
+    "scored_hit",
+    "shown_text",
+    "sql_bound",
 ]
 
 NAME_BOOST = 1.6
@@ -201,6 +207,55 @@ def _names_in(query: ParsedQuery, speaker: str) -> bool:
     return any(term in words for term in query.terms)
 
 
+def scored_hit(
+    unit: Unit,
+    relevance: float,
+    query: ParsedQuery,
+    *,
+    cited: Mapping[str, Unit],
+    view: BranchView | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    include_pending: bool = False,
+    include_rewound: bool = False,
+) -> Hit | None:
+    """``unit`` as a hit scored by every rule (``relevance``: BM25, higher better); None if left out.
+
+    Left out: a pending turn unless asked for, a unit outside
+    ``[since, until)`` (an undated one whenever either is given), a turn
+    only on rewound branches unless ``include_rewound``.
+    """
+    if unit.kind == "source" and unit.trust != "trusted" and not include_pending:
+        return None
+    if since is not None or until is not None:
+        if unit.start is None:
+            return None
+        end = unit.end if unit.end is not None else unit.start
+        if since is not None and end <= since:
+            return None
+        if until is not None and unit.start >= until:
+            return None
+    score = relevance * (TOPIC_WEIGHT if unit.kind == "topic" else 1.0)
+    if _names_in(query, unit.speaker):
+        score *= NAME_BOOST
+    timely = in_windows(unit, query.windows) if query.windows else None
+    if timely is not None:
+        score *= TIME_BOOST if timely else TIME_MISS
+    hit = hit_of(unit, score, cited, view)
+    covers = covered(unit, cited, query.windows) if unit.kind == "topic" else None
+    if view is not None:
+        if unit.kind == "source":
+            if unit.session != view.session:
+                score *= OTHER_SESSION
+            elif unit.node_id not in view.on_branch:
+                if unit.node_id not in view.live and not include_rewound:
+                    return None  # only on rewound branches
+                score *= OFF_BRANCH
+        elif not hit.on_branch:
+            score *= OFF_BRANCH
+    return dataclasses.replace(hit, score=score, covers=covers)
+
+
 def rank_units(
     matches: Sequence[tuple[Unit, float]],
     query: ParsedQuery,
@@ -213,7 +268,7 @@ def rank_units(
     include_rewound: bool = False,
     repeats: bool = False,
 ) -> list[Hit]:
-    """Hits for ``matches`` (unit, BM25 relevance, higher better), best first.
+    """Hits for ``matches`` (unit, BM25 relevance, higher better), best first (:func:`scored_hit`).
 
     ``repeats`` keeps the paragraphs and turns no-repeats would drop (for
     :func:`notes_of`; :func:`without_repeats` drops them afterwards).
@@ -224,39 +279,79 @@ def rank_units(
     """
     scored: list[tuple[float, int, Hit]] = []
     for order, (unit, relevance) in enumerate(matches):
-        if unit.kind == "source" and unit.trust != "trusted" and not include_pending:
-            continue
-        if since is not None or until is not None:
-            if unit.start is None:
-                continue
-            end = unit.end if unit.end is not None else unit.start
-            if since is not None and end <= since:
-                continue
-            if until is not None and unit.start >= until:
-                continue
-        score = relevance * (TOPIC_WEIGHT if unit.kind == "topic" else 1.0)
-        if _names_in(query, unit.speaker):
-            score *= NAME_BOOST
-        timely = in_windows(unit, query.windows) if query.windows else None
-        if timely is not None:
-            score *= TIME_BOOST if timely else TIME_MISS
-        hit = hit_of(unit, score, cited, view)
-        covers = covered(unit, cited, query.windows) if unit.kind == "topic" else None
-        if view is not None:
-            if unit.kind == "source":
-                if unit.session != view.session:
-                    score *= OTHER_SESSION
-                elif unit.node_id not in view.on_branch:
-                    if unit.node_id not in view.live and not include_rewound:
-                        continue  # only on rewound branches
-                    score *= OFF_BRANCH
-            elif not hit.on_branch:
-                score *= OFF_BRANCH
-        hit = dataclasses.replace(hit, score=score, covers=covers)
-        scored.append((-score, order, hit))
+        hit = scored_hit(unit, relevance, query, cited=cited, view=view, since=since,
+                         until=until, include_pending=include_pending,
+                         include_rewound=include_rewound)
+        if hit is not None:
+            scored.append((-hit.score, order, hit))
     scored.sort(key=lambda item: (item[0], item[1]))
     ranked = [hit for _, _, hit in scored]
     return ranked if repeats else without_repeats(ranked)
+
+
+@dataclass(frozen=True, slots=True)
+class SqlBound:
+    """The rules as SQL over a row of ``unit`` joined to its ``fts`` match.
+
+    ``order`` is an expression over ``fts.rank`` (BM25, lower better) and
+    the unit's columns whose negation is never below the score
+    :func:`scored_hit` gives that unit: the factors SQL can tell exactly
+    (a paragraph's weight, another session, pending turns, ``since`` and
+    ``until``, a turn's time) are exact, the others are bounded from above
+    (a speaker whose name may be a query word counts as named; a paragraph
+    whose footnotes' span meets a window as of it; the branch, which only
+    lowers a score, as on it). ``where`` keeps the rows :func:`scored_hit`
+    can keep. So reading rows in ``order`` and scoring them exactly, every
+    row not read yet scores at most the bound of the last one read.
+    """
+
+    order: str
+    order_params: tuple[object, ...]
+    where: str
+    where_params: tuple[object, ...]
+
+
+def sql_bound(
+    query: ParsedQuery,
+    *,
+    view: BranchView | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    include_pending: bool = False,
+) -> SqlBound:
+    """The :class:`SqlBound` of these rules (the same arguments as :func:`scored_hit`)."""
+    factors = [f"(CASE WHEN unit.kind = 'topic' THEN {TOPIC_WEIGHT!r} ELSE 1.0 END)"]
+    order_params: list[object] = []
+    if query.terms:
+        # SQLite's lower() folds ASCII only: a name with other letters counts as named.
+        named = " OR ".join("instr(lower(unit.speaker), ?) > 0" for _ in query.terms)
+        factors.append(f"(CASE WHEN unit.speaker = '' THEN 1.0 WHEN {named}"
+                       f" OR unit.speaker GLOB '*[^ -~]*' THEN {NAME_BOOST!r} ELSE 1.0 END)")
+        order_params += query.terms
+    if query.windows:
+        inside = " OR ".join("(unit.start < ? AND unit.finish > ?)" for _ in query.windows)
+        factors.append(f"(CASE WHEN unit.start IS NULL THEN 1.0 WHEN {inside}"
+                       f" THEN {TIME_BOOST!r} ELSE {TIME_MISS!r} END)")
+        for window in query.windows:
+            order_params += [window.end, window.start]
+    if view is not None:
+        factors.append(f"(CASE WHEN unit.kind = 'source' AND unit.session != ?"
+                       f" THEN {OTHER_SESSION!r} ELSE 1.0 END)")
+        order_params.append(view.session)
+    where: list[str] = []
+    where_params: list[object] = []
+    if not include_pending:
+        where.append("NOT (unit.kind = 'source' AND unit.trust != 'trusted')")
+    if since is not None or until is not None:
+        where.append("unit.start IS NOT NULL")
+    if since is not None:
+        where.append("coalesce(unit.finish, unit.start) > ?")
+        where_params.append(since)
+    if until is not None:
+        where.append("unit.start < ?")
+        where_params.append(until)
+    return SqlBound("fts.rank * " + " * ".join(factors), tuple(order_params),
+                    " AND ".join(where) or "1", tuple(where_params))
 
 
 def without_repeats(hits: Iterable[Hit]) -> list[Hit]:
@@ -320,8 +415,48 @@ def _label(hit: Hit, session: str | None = None) -> str:
     return f"[{hit.time}] memory ({hit.file} ^{hit.block_id})"
 
 
-def _item(hit: Hit, session: str | None = None) -> str:
-    return f"- {_label(hit, session)}: {' '.join(hit.text.split())}"
+def shown_text(hit: Hit) -> str:
+    """What a block shows of a hit: a turn's relative dates resolved from the day it was said.
+
+    "I went hiking last week", said on 25 August 2023 and read months
+    later, is shown "I went hiking last week (the week before 25 August
+    2023)" (:func:`memory.ledger.describe_from`, the same resolution the
+    writer applies to its paragraphs); the words said stay as they were. A
+    paragraph's text is the writer's, dates already resolved.
+    """
+    if hit.kind != "source" or not hit.when:
+        return hit.text
+    return _resolved(hit.text, hit.when, False)
+
+
+def known_words_text(hit: Hit) -> str:
+    """What a turn shown in a block already tells, for :func:`notes_of`.
+
+    The writer's paragraph of a turn resolves its dates too ("last week (the
+    week of 14 August 2023)"); next to the turn shown with its dates
+    resolved, a paragraph that adds only those adds nothing. So: the shown
+    text, and the turn with its dates as the writer writes them.
+    """
+    if hit.kind != "source" or not hit.when:
+        return hit.text
+    return _resolved(hit.text, hit.when, False) + " " + _resolved(hit.text, hit.when, True)
+
+
+@functools.lru_cache(maxsize=8192)
+def _resolved(text: str, when: str, as_writer: bool) -> str:
+    """``text`` said at ``when`` (ISO) with its relative dates resolved (memoised: a turn
+    is shown again and again)."""
+    try:
+        said = datetime.fromisoformat(when).date()
+    except ValueError:
+        return text
+    if as_writer:
+        return annotate_relative_dates(text, said, lambda date: date.span.describe())
+    return annotate_relative_dates(text, said, lambda date: describe_from(date, said))
+
+
+def _item(hit: Hit, session: str | None = None, text: str | None = None) -> str:
+    return f"- {_label(hit, session)}: {' '.join((hit.text if text is None else text).split())}"
 
 
 def _heading(session: str) -> str:
@@ -356,11 +491,20 @@ def pack_context(
     placed: list[Hit] = []
     noted: set[tuple[str, str | None]] = set()
 
+    # Each hit's line, made once per label form: by id(hit), the hit kept so its id stays its own.
+    lines: dict[tuple[int, str | None], tuple[Hit, str]] = {}
+
+    def line(hit: Hit, short: str | None) -> str:
+        known = lines.get((id(hit), short))
+        if known is None:
+            known = lines[id(hit), short] = (hit, _item(hit, short, shown_text(hit)))
+        return known[1]
+
     def text_of(candidate: list[list[Hit]]) -> str:
         own = sum(hit.kind == "source" and hit.session == session
                   for group in candidate for hit in group)
         short = session if session is not None and own > 1 else None
-        items = [_item(hit, short) for group in candidate for hit in group]
+        items = [line(hit, short) for group in candidate for hit in group]
         if short is not None:
             items.insert(0, _heading(short))
         return "\n".join(items)

@@ -17,6 +17,7 @@ sees one consistent state even while a commit is being installed.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -34,9 +35,12 @@ from memory.recall._rank import (
     Context,
     Hit,
     hit_of,
+    known_words_text,
     notes_of,
     pack_context,
     rank_units,
+    scored_hit,
+    sql_bound,
     without_repeats,
 )
 from memory.recall._units import Unit
@@ -98,7 +102,7 @@ class Recall:
         if not self.index.opened or not self._lock.acquire(blocking=False):
             return None
         try:
-            return self.index.sync(lock_timeout=0.0)
+            return self.index.sync(lock_timeout=0.0, full=True)
         except WorkspaceLockTimeoutError:
             return None
         finally:
@@ -115,10 +119,68 @@ class Recall:
     def _ranked(
         self, parsed: ParsedQuery, view: BranchView | None, since: float | None,
         until: float | None, include_pending: bool, repeats: bool = False,
+        want: int | None = None,
     ) -> list[Hit]:
-        """Under the lock, inside the read snapshot: sync, match, rank."""
+        """Under the lock, inside the read snapshot: match and rank.
+
+        Without an embedder, SQLite ranks (:meth:`_ranked_in_sql`); with one,
+        the two rankings' candidates are fused first (:meth:`_fused`).
+        """
+        expression = _expression(parsed, self.index)
+        if self.index.embedder is None:
+            return self._ranked_in_sql(expression, parsed, view, since, until,
+                                       include_pending, repeats, want)
+        return self._fused(expression, parsed, view, since, until, include_pending, repeats)
+
+    def _ranked_in_sql(
+        self, expression: str, parsed: ParsedQuery, view: BranchView | None,
+        since: float | None, until: float | None, include_pending: bool, repeats: bool,
+        want: int | None,
+    ) -> list[Hit]:
+        """The best hits, reading matches in the order of an SQL bound of their score.
+
+        SQLite orders every match by :func:`~memory.recall._rank.sql_bound`
+        (BM25 times the rules it can tell, never below the exact score), and
+        rows are read and scored exactly (:func:`~memory.recall._rank.scored_hit`)
+        in that order. No row left unread scores above the bound of the last
+        one read, so the hits scoring at least that are the exact head of the
+        ranking of every match: with ``want`` (a recall of ``k``), reading
+        stops once that head holds ``want`` hits after no-repeats. Without
+        (what a context block is packed from): the :data:`CANDIDATES` best
+        matches by the bound, ranked.
+        """
+        rows = self.index.bounded(expression, sql_bound(
+            parsed, view=view, since=since, until=until, include_pending=include_pending))
+        cited: dict[str, Unit] = {}
+        scored: list[tuple[float, int, Hit]] = []
+        chunk = CANDIDATES if want is None else max(2 * want, 8)
+        while True:
+            taken = list(itertools.islice(rows, chunk))
+            keys = {key for unit, _, _ in taken if unit.kind == "topic"
+                    for key in unit.sources if key not in cited}
+            cited.update(self.index.by_anchor(keys))
+            for unit, rank, _ in taken:
+                hit = scored_hit(unit, -rank, parsed, cited=cited, view=view, since=since,
+                                 until=until, include_pending=include_pending)
+                if hit is not None:
+                    scored.append((-hit.score, len(scored), hit))
+            scored.sort(key=lambda item: (item[0], item[1]))
+            if want is None:
+                ranked = [hit for _, _, hit in scored]
+                return ranked if repeats else without_repeats(ranked)
+            left = len(taken) == chunk  # rows may be left, none scoring above the last bound
+            ceiling = -taken[-1][2] if left else float("-inf")
+            head = without_repeats(hit for _, _, hit in scored if hit.score >= ceiling)
+            if len(head) >= want or not left:
+                return head[:want]
+            chunk *= 2
+
+    def _fused(
+        self, expression: str, parsed: ParsedQuery, view: BranchView | None,
+        since: float | None, until: float | None, include_pending: bool, repeats: bool,
+    ) -> list[Hit]:
+        """BM25's candidates and the embedder's nearest units fused by RRF, then ranked."""
         index = self.index
-        expression = _expression(parsed, index)
         matches = index.search(expression, CANDIDATES)
         # A time the query names: its units are candidates even if BM25 alone
         # ranks them below the cut (a name that matches half the session).
@@ -150,7 +212,7 @@ class Recall:
             self.index.sync()
             with self.index.snapshot():
                 hits = self._ranked(parsed, view, _seconds(since), _seconds(until),
-                                    include_pending)
+                                    include_pending, want=max(k, 0))
         return hits[:max(k, 0)]
 
     def context_blocking(
@@ -164,7 +226,7 @@ class Recall:
             with self.index.snapshot():
                 ranked = self._ranked(parsed, view, None, None, False, repeats=True)
                 hits = without_repeats(ranked)
-                turns = {(h.session or "", h.node_id or ""): h.text
+                turns = {(h.session or "", h.node_id or ""): known_words_text(h)
                          for h in ranked if h.kind == "source"}
                 notes = notes_of(ranked, turns)
 

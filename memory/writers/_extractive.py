@@ -16,7 +16,7 @@ A paragraph says who said it and when, in the speaker's own words::
 The name comes from the record's speaker field only (:func:`speaker_name`;
 the content is never evidence of who speaks), the day is the record's UTC
 date (the footnote's time), and relative dates are resolved against it
-(:mod:`memory.writers._dates`). A first-person sentence is quoted, not
+(:mod:`memory.ledger._dates`). A first-person sentence is quoted, not
 rewritten in the third person: "I" is unambiguous next to the name, and
 the words stay the speaker's, quotable and searchable as they were said.
 
@@ -71,6 +71,7 @@ from dataclasses import dataclass
 import anyio.to_thread
 
 from memory._errors import TopicError
+from memory.ledger import absolute_day, resolve_relative_dates
 from memory.ledger._records import SourceRecord
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.workspace._topic_ids import handle_key, is_source_handle, source_key
@@ -84,7 +85,6 @@ from memory.workspace._topics import (
     parse_topic,
     render_topic,
 )
-from memory.writers._dates import absolute_day, resolve_relative_dates
 from memory.writers._writer import Batch
 
 __all__ = [
@@ -440,7 +440,7 @@ def facts_of(record: SourceRecord) -> list[tuple[str, str]]:
     The paragraph says who said it, in their words, with relative dates
     resolved against the day they said it: ``Alice (8 May 2023): I went to
     a support group yesterday (7 May 2023).`` (:func:`speaker_name`,
-    :func:`~memory.writers._dates.resolve_relative_dates`). An undated
+    :func:`~memory.ledger.resolve_relative_dates`). An undated
     record is ``Alice: ...``, its relative dates as they are. ``sentence``
     is what the subject rules read.
     """

@@ -276,3 +276,25 @@ def test_a_word_in_most_units_is_left_out_of_the_match(
     assert len(recall.recall_blocking("common rare", k=50, view=None, since=None, until=None,
                                       include_pending=False)) == 22
     recall.close()
+
+
+def test_surroundings_follow_the_dag_and_stop_at_a_fork() -> None:
+    from memory.recall._index import surroundings
+
+    # archive order: u1 a1 u2 a2 (rewound later) u2b a2b; t1 is a tool call the archive skips
+    turns = [(0, "u1", "w-u1"), (1, "a1", "w-a1"), (2, "u2", "w-u2"), (3, "a2", "w-a2"),
+             (4, "u2b", "w-u2b"), (5, "a2b", "w-a2b")]
+    links = {"u1": "ROOT", "a1": "u1", "u2": "a1", "a2": "u2", "t1": "a1", "u2b": "t1",
+             "a2b": "u2b"}
+    around = surroundings(turns, links, range(6))
+    assert around[4] == "w-u1 w-a1 w-a2b"  # past the tool call; no rewound sibling
+    assert around[1] == "w-u1"  # a1 forks: below it, which branch follows is not known
+    assert around[0] == "w-a1"
+    assert around[2] == "w-u1 w-a1 w-a2"
+    # a turn the store does not know is surrounded in the archive's order
+    assert surroundings(turns, {}, [2])[2] == "w-u1 w-a1 w-a2 w-u2b w-a2b"
+    # a new turn moves the surroundings of its ancestors: a fork appears above it
+    before = surroundings(turns[:4], links, range(4))
+    assert before[0] == "w-a1 w-u2 w-a2"
+    after = surroundings(turns, links, [4, 5])
+    assert after[0] == "w-a1" and after[1] == "w-u1"

@@ -75,3 +75,19 @@ def test_relative_times_are_seen_from_as_of() -> None:
     assert may.overlaps(at(2023, 5, 15), at(2023, 5, 15) + 1)
     [december] = time_windows("in December", as_of=now)
     assert december.overlaps(at(2022, 12, 15), at(2022, 12, 15) + 1)
+
+
+def test_a_query_reads_every_relative_time_the_writer_resolves() -> None:
+    now = at(2023, 7, 23)  # a Sunday
+    [friday] = time_windows("what did she do last Friday", as_of=now)
+    assert friday.overlaps(at(2023, 7, 21), at(2023, 7, 21) + 1)
+    assert not friday.overlaps(at(2023, 7, 14), at(2023, 7, 14) + 1)
+    [before] = time_windows("the day before yesterday", as_of=now)
+    assert before.overlaps(at(2023, 7, 21), at(2023, 7, 21) + 1)
+    assert not before.overlaps(at(2023, 7, 18), at(2023, 7, 18) + 1)
+    [weekends] = time_windows("two weekends ago", as_of=now)
+    assert weekends.overlaps(at(2023, 7, 8), at(2023, 7, 8) + 1)
+    assert not weekends.overlaps(at(2023, 7, 22), at(2023, 7, 22) + 1)
+    [month] = time_windows("next month", as_of=now)
+    assert month.overlaps(at(2023, 8, 15), at(2023, 8, 15) + 1)
+    assert not month.overlaps(at(2023, 7, 10), at(2023, 7, 10) + 1)

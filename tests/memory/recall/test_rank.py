@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime
 
-from memory.recall import Unit, parse_query, rank_units
-from memory.recall._rank import TIME_BOOST, TIME_MISS, TOPIC_WEIGHT
+from memory.ledger import estimate_tokens
+from memory.recall import Hit, Unit, pack_context, parse_query, rank_units
+from memory.recall._rank import TIME_BOOST, TIME_MISS, TOPIC_WEIGHT, known_words_text, notes_of
 
 AS_OF = datetime(2023, 12, 1, tzinfo=UTC).timestamp()
 
@@ -80,3 +81,32 @@ def test_a_paragraph_that_says_more_than_its_quoted_turn_is_shown_with_it() -> N
     # the session asked from is named once; its turns by node id
     assert block.text.splitlines()[0] == "Session c, its turns by node id:"
     assert "- [8 May 2023] Melanie (D1-14): Yeah" in block.text
+
+
+def _said(text: str, node: str = "h1") -> Hit:
+    return Hit("source", text, 1.0, "25 August 2023", "sources/openprogram/_v2/walk.md",
+               session="walk", node_id=node, speaker="Caroline", seq=0,
+               when="2023-08-25T14:00:00+00:00")
+
+
+def test_a_quoted_turn_shows_its_relative_dates_resolved_from_the_day_it_was_said() -> None:
+    turn = _said("I went hiking last week and got lost two days ago.")
+    context = pack_context([turn], 200, estimate_tokens)
+    assert ("I went hiking last week (the week before 25 August 2023) and got lost"
+            " two days ago (23 August 2023).") in context.text
+    assert context.quoted == (("walk", "h1"),) and context.tokens <= 200
+    # what recall returns is the turn's words as said; only the block resolves them
+    assert turn.text == "I went hiking last week and got lost two days ago."
+
+
+def test_a_paragraph_that_adds_only_the_resolved_date_is_no_note() -> None:
+    turn = _said("I went hiking last week.")
+    paragraph = Hit("topic", "Caroline (25 August 2023): I went hiking last week (the week of"
+                    " 14 August 2023).", 0.5, "2023-08-25", "topics/notes.md", block_id="b1",
+                    sources=(("walk", "h1"),))
+    assert notes_of([turn, paragraph], {("walk", "h1"): known_words_text(turn)}) == {}
+    # a paragraph that says more than the turn is still a note
+    more = dataclasses.replace(paragraph, text="Caroline (25 August 2023): I went hiking"
+                               " last week with Mel on Mount Tam.")
+    assert notes_of([turn, more], {("walk", "h1"): known_words_text(turn)}) == {
+        ("walk", "h1"): [more]}

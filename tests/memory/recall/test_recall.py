@@ -113,6 +113,37 @@ async def test_turns_only_on_rewound_branches_are_left_out(tmp_path: Path) -> No
         assert ("soup", "u2") not in context.quoted and ("soup", "a2") not in context.quoted
 
 
+async def test_a_turn_never_matches_through_the_words_of_a_rewound_neighbour(
+    tmp_path: Path,
+) -> None:
+    """A turn's surroundings are its neighbours in the DAG, not in the archive's order.
+
+    The archive holds u1 a1 u2 a2 u2b a2b: by that order the retried u2b
+    and a2b sat next to the rewound u2 and a2 and matched "saffron", a
+    word only the rewound turns say.
+    """
+    async with open_runtime(tmp_path, config=config()) as rt:
+        sid = await rt.sessions.create(title="soup", session_id="soup")
+        await turns(rt, sid, "ROOT", [("u1", "Let us plan dinner."), ("a1", "Soup it is."),
+                                      ("u2", "Add saffron to the broth."),
+                                      ("a2", "Saffron added to the broth.")])
+        assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
+        await rt.sessions.rewind_to(sid, "u2")
+        await turns(rt, sid, "a1", [("u2b", "Add basil to the broth."),
+                                    ("a2b", "Basil added to the broth."),
+                                    ("u3", "Serve it hot."), ("a3", "Served.")])
+        assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
+        await rt.drain()
+        found = sources(await rt.recall("saffron", session=sid, k=20))
+        assert not {n for _, n in found} & {"u1", "a1", "u2b", "a2b", "u3", "a3"}, found
+        # the live branch's own neighbours still count: u3 is found through a2b's "basil"
+        assert ("soup", "u3") in sources(await rt.recall("basil serve", session=sid, k=20))
+        # and the index kept current step by step equals one rebuilt from the files
+        kept = rt.recall_index.index.dump()
+        await rt.reindex()
+        assert rt.recall_index.index.dump() == kept
+
+
 async def test_a_date_in_the_query_favours_the_turns_of_that_time(tmp_path: Path) -> None:
     may = datetime(2023, 5, 8, 14, tzinfo=UTC).timestamp()
     july = datetime(2023, 7, 20, 14, tzinfo=UTC).timestamp()

@@ -1,4 +1,4 @@
-"""Relative dates resolved against the day a turn was said (memory/writers/_dates.py)."""
+"""Relative dates resolved against the day a turn was said (memory/ledger/_dates.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,14 @@ import datetime
 
 import pytest
 
-from memory.writers._dates import absolute_day, resolve_relative_dates
+from memory.ledger import (
+    RelativeDate,
+    absolute_day,
+    annotate_relative_dates,
+    describe_from,
+    relative_dates,
+    resolve_relative_dates,
+)
 
 MONDAY = datetime.date(2023, 5, 8)  # 8 May 2023 was a Monday
 FRIDAY = datetime.date(2023, 6, 9)
@@ -85,3 +92,63 @@ def test_an_expression_past_the_end_of_the_calendar_is_left_as_it_is() -> None:
 
 def test_dates_are_written_without_locale() -> None:
     assert absolute_day(datetime.date(2024, 2, 29)) == "29 February 2024"
+
+
+def test_each_expression_is_found_where_it_is_with_the_days_it_means() -> None:
+    text = "I ran last Saturday, and two weeks ago; next month we race."
+    found = relative_dates(text, FRIDAY)
+    assert [text[d.start:d.end] for d in found] == ["last Saturday", "two weeks ago",
+                                                     "next month"]
+    saturday, weeks, month = (d.span for d in found)
+    assert (saturday.first, saturday.last, saturday.unit) == (
+        datetime.date(2023, 6, 3), datetime.date(2023, 6, 3), "day")
+    assert (weeks.first, weeks.last, weeks.unit) == (
+        datetime.date(2023, 5, 22), datetime.date(2023, 5, 28), "week")
+    assert (month.first, month.last) == (datetime.date(2023, 7, 1), datetime.date(2023, 7, 31))
+    assert [(d.step, d.counted) for d in found] == [(-1, False), (-1, True), (1, False)]
+
+
+def test_a_span_is_its_days_in_utc_seconds() -> None:
+    [weekend] = relative_dates("last weekend", FRIDAY)
+    start, end = weekend.span.seconds()
+    assert start == datetime.datetime(2023, 6, 3, tzinfo=datetime.UTC).timestamp()
+    assert end == datetime.datetime(2023, 6, 5, tzinfo=datetime.UTC).timestamp()
+    [year] = relative_dates("last year", FRIDAY)
+    assert year.span.seconds()[1] == datetime.datetime(2023, 1, 1,
+                                                       tzinfo=datetime.UTC).timestamp()
+
+
+def test_another_rendering_is_placed_where_the_writers_is() -> None:
+    def render(date: RelativeDate) -> str:
+        return f"{date.span.unit} {date.step}"
+
+    assert annotate_relative_dates("Yesterday's game, then last week.", FRIDAY, render) == (
+        "Yesterday's (day -1) game, then last week (week -1).")
+    assert annotate_relative_dates("No dates here.", FRIDAY, render) == "No dates here."
+
+
+# (said on, text, the span as seen from the day said: what a context block shows)
+FROM_THE_DAY_SAID = [
+    (FRIDAY, "I gave a talk last week.", "the week before 9 June 2023"),
+    (FRIDAY, "We went camping last weekend.", "the weekend before 9 June 2023"),
+    (SUNDAY, "We camped two weekends ago.", "two weekends before 16 July 2023"),
+    (FRIDAY, "The move is in two weeks.", "two weeks after 9 June 2023"),
+    (FRIDAY, "We go camping this weekend.", "the weekend after 9 June 2023"),
+    (SUNDAY, "We rest this weekend.", "the weekend of 16 July 2023"),
+    (FRIDAY, "It is busy this week.", "the week of 9 June 2023"),
+    (FRIDAY, "I met her last Friday.", "the Friday before 9 June 2023, 2 June 2023"),
+    (FRIDAY, "The exam is next Monday.", "the Monday after 9 June 2023, 12 June 2023"),
+    (FRIDAY, "I swam this Friday.", "9 June 2023"),
+    (FRIDAY, "I went to a support group yesterday.", "8 June 2023"),
+    (FRIDAY, "I lost it two days ago.", "7 June 2023"),
+    (FRIDAY, "I got hurt last month.", "May 2023"),
+    (FRIDAY, "We had a blast last year.", "2022"),
+]
+
+
+@pytest.mark.parametrize(("said", "text", "expected"), FROM_THE_DAY_SAID)
+def test_a_span_seen_from_the_day_said_keeps_the_speakers_unit(
+    said: datetime.date, text: str, expected: str,
+) -> None:
+    [date] = relative_dates(text, said)
+    assert describe_from(date, said) == expected
