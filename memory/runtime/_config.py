@@ -62,10 +62,11 @@ class RuntimeConfig:
     # Recall's optional embedding backend (memory.recall.Embedder); None: BM25 and the rules.
     recall_embedder: Embedder | None = None
     # Where the extractive writer's extraction and a commit's normalisation run:
-    # "process", one worker process off the interpreter lock (falling back to a
-    # thread, with a cpu_worker event, where none can run), or "thread", a worker
-    # thread of this process (docs/decisions.md, "Writer CPU off the GIL").
-    cpu_worker: CpuWorkerMode = "process"
+    # "thread", a worker thread of this process (off the event loop, under its GIL),
+    # or "process", one worker process off the GIL (falling back to a thread, with a
+    # cpu_worker event, where none can run). The default is what we measured
+    # (docs/decisions.md, "Writer CPU off the GIL (issue 15)").
+    cpu_worker: CpuWorkerMode = "thread"
 
     def __post_init__(self) -> None:
         # A NaN or infinite bound would make every lock wait endless.

@@ -243,7 +243,7 @@ def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, s
                    "(default: closed loop, each agent's next turn when its last returned).")
 @click.option("--arrivals", type=click.Choice(ARRIVALS), default="poisson", show_default=True,
               help="The open loop's arrival process (with --rate).")
-@click.option("--cpu-worker", type=click.Choice(CPU_WORKER_MODES), default="process",
+@click.option("--cpu-worker", type=click.Choice(CPU_WORKER_MODES), default="thread",
               show_default=True,
               help="Where the writer's and the commit's CPU work runs (RuntimeConfig.cpu_worker).")
 def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: str,

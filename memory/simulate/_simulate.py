@@ -100,7 +100,7 @@ class SimulationConfig:
     progress: Callable[[int, int], None] | None = None
     rate: float | None = None  # turns/s of the open loop; None: the closed loop
     arrivals: str = "poisson"  # the open loop's arrival process (see _open_loop.ARRIVALS)
-    cpu_worker: CpuWorkerMode = "process"  # RuntimeConfig.cpu_worker
+    cpu_worker: CpuWorkerMode = "thread"  # RuntimeConfig.cpu_worker
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_dir", state_path(self.state_dir))

@@ -43,8 +43,6 @@ import select
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Literal, TypeVar
 
 __all__ = ["CPU_WORKER_MODES", "MAX_STARTS", "CpuWorker", "CpuWorkerMode"]
@@ -112,6 +110,64 @@ def _context() -> Any:
     return multiprocessing.get_context("spawn")
 
 
+def _serve(connection: Any, parent: int) -> None:
+    """The worker process: answer ``(fn, args)`` with ``(ran, result)`` until the pipe closes."""
+    _exit_with(parent)
+    while True:
+        try:
+            fn, args = connection.recv()
+        except (EOFError, OSError):
+            return
+        answer = _guarded(fn, args)
+        try:
+            connection.send(answer)
+        except Exception:  # noqa: BLE001 (a result that cannot be sent: the caller reruns it)
+            connection.send((False, None))
+
+
+class _WorkerLost(Exception):
+    """The worker process is gone (it died, or never came up)."""
+
+
+class _Worker:
+    """One worker process and the pipe to it: a call is one send and one receive.
+
+    No helper threads: a thread waiting on a worker's result needs the
+    interpreter lock once, to take it (a process pool's feeder and manager
+    threads need it twice more, each wait up to a switch interval behind a
+    busy event loop).
+    """
+
+    def __init__(self, context: Any) -> None:
+        ours, theirs = context.Pipe()
+        self.process = context.Process(target=_serve, args=(theirs, os.getpid()),
+                                       name="scriptorium-cpu", daemon=True)
+        try:
+            self.process.start()
+        finally:
+            theirs.close()  # the worker holds the only other end: its death is our EOF
+        self.connection = ours
+        self.lock = threading.Lock()  # one call at a time on the pipe
+
+    def call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
+        with self.lock:
+            try:
+                self.connection.send((fn, args))  # pickled whole before a byte is written
+            except (BrokenPipeError, ConnectionError, EOFError) as error:
+                raise _WorkerLost(repr(error)) from error
+            try:
+                answer: tuple[bool, Any] = self.connection.recv()
+            except (EOFError, OSError) as error:
+                raise _WorkerLost(repr(error)) from error
+            return answer
+
+    def stop(self) -> None:
+        self.process.kill()  # pure CPU work only: nothing to finish or flush
+        self.process.join(10)
+        with contextlib.suppress(OSError):
+            self.connection.close()
+
+
 class CpuWorker:
     """One long-lived worker process for pure CPU work; see the module docstring.
 
@@ -125,7 +181,7 @@ class CpuWorker:
         self._context = context
         self._max_starts = max_starts
         self._lock = threading.Lock()
-        self._pool: ProcessPoolExecutor | None = None
+        self._worker: _Worker | None = None
         self._starts = 0
         self._closed = False
         self.calls = 0  # calls that ran in the worker
@@ -134,26 +190,23 @@ class CpuWorker:
     @property
     def available(self) -> bool:
         """Whether the next call may still run in a worker process."""
-        return not self._closed and (self._pool is not None or self._starts < self._max_starts)
+        return not self._closed and (self._worker is not None or self._starts < self._max_starts)
 
     def __call__(self, fn: Callable[..., _Result], /, *args: Any) -> _Result:
-        pool = self._current()
-        if pool is None:
+        worker = self._current()
+        if worker is None:
             self.fallbacks += 1
             return fn(*args)
         try:
-            future: Future[tuple[bool, Any]] = pool.submit(_guarded, fn, args)
-            ran, value = future.result()
-        except BrokenProcessPool as error:  # the worker died (or never came up)
-            self._lost(pool, error)
-            self.fallbacks += 1
-            return fn(*args)
-        except Exception as error:
+            ran, value = worker.call(fn, args)
+        except _WorkerLost as error:  # it died (a SIGKILL, the OOM killer)
             if self._closed:
                 raise
+            self._lost(worker, error)
+            self.fallbacks += 1
+            return fn(*args)
+        except Exception as error:  # noqa: BLE001 (arguments that cannot be sent)
             self._emit("fallback", error=repr(error))
-            if isinstance(error, OSError):  # starting the process failed
-                self._lost(pool, error)
             self.fallbacks += 1
             return fn(*args)
         if not ran:  # fn raised there: raise it here, with its own type
@@ -165,51 +218,44 @@ class CpuWorker:
 
     def worker_pid(self) -> int | None:
         """The worker process's pid (starting it if needed), None when calls run in-thread."""
-        pool = self._current()
-        if pool is None:
-            return None
-        try:
-            return pool.submit(_ready).result()
-        except Exception as error:  # noqa: BLE001 (a start that failed: the next call falls back)
-            self._lost(pool, error)
-            return None
+        worker = self._current()
+        return None if worker is None else int(worker.process.pid)
 
     def close(self) -> None:
         """Stop the worker; later calls run in the caller's thread. Blocks until it exits."""
         with self._lock:
             self._closed = True
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.stop()
 
-    def _current(self) -> ProcessPoolExecutor | None:
+    def _current(self) -> _Worker | None:
         with self._lock:
-            if self._pool is not None or self._closed:
-                return self._pool
+            if self._worker is not None or self._closed:
+                return self._worker
             if self._starts >= self._max_starts:
                 return None
             self._starts += 1
             try:
-                context = self._context if self._context is not None else _context()
-                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context,
-                                                 initializer=_exit_with,
-                                                 initargs=(os.getpid(),))
+                self._worker = _Worker(self._context if self._context is not None
+                                       else _context())
             except Exception as error:  # noqa: BLE001 (no process here: in-thread it is)
-                self._emit("unavailable", error=repr(error), starts=self._starts)
-                self._starts = self._max_starts
+                final = self._starts >= self._max_starts
+                self._emit("unavailable" if final else "lost", error=repr(error),
+                           starts=self._starts)
                 return None
-            self._emit("started", starts=self._starts)
-            return self._pool
+            self._emit("started", starts=self._starts, pid=self._worker.process.pid)
+            return self._worker
 
-    def _lost(self, pool: ProcessPoolExecutor, error: BaseException) -> None:
+    def _lost(self, worker: _Worker, error: BaseException) -> None:
         with self._lock:
-            if self._pool is not pool:
+            if self._worker is not worker:
                 return  # another caller already replaced it
-            self._pool = None
+            self._worker = None
             final = self._starts >= self._max_starts
         self._emit("unavailable" if final else "lost", error=repr(error), starts=self._starts)
         with contextlib.suppress(Exception):
-            pool.shutdown(wait=False, cancel_futures=True)
+            worker.stop()
 
     def _emit(self, state: str, **fields: Any) -> None:
         if self._on_event is not None:
