@@ -223,7 +223,7 @@ def main() -> None:
     records = _records(args.records)
     worker = CpuWorker()
     try:
-        with tempfile.TemporaryDirectory(prefix="scriptorium-bench-", dir=ROOT) as root:
+        with tempfile.TemporaryDirectory(prefix="scriptorium-bench-") as root:
             rows = anyio.run(bench_pipeline, root, records, worker, args.rounds,
                              args.loop_seconds)
         assert worker.fallbacks == 0 and worker.calls, "every in-process call ran in the worker"

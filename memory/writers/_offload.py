@@ -61,8 +61,8 @@ def _guarded(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
     """In the worker: ``(True, result)``, or ``(False, None)`` if ``fn`` raised.
 
     An exception is not sent back: one whose constructor does not take its
-    ``args`` fails to unpickle in the parent and would break the pool; the
-    caller runs ``fn`` again in its own thread to raise it faithfully.
+    ``args`` fails to unpickle in the caller; the caller runs ``fn`` again in
+    its own thread to raise it faithfully.
     """
     try:
         return True, fn(*args)
@@ -70,15 +70,11 @@ def _guarded(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
         return False, None
 
 
-def _ready() -> int:
-    return os.getpid()
-
-
 PARENT_POLL = 0.2  # seconds between two looks at the runtime's pid, where no pidfd exists
 
 
 def _exit_with(parent: int) -> None:
-    """A worker's initializer: a daemon thread that ends the worker when ``parent`` ends."""
+    """In the worker: a daemon thread that ends the worker when ``parent`` ends."""
     def watch() -> None:
         try:
             fd = os.pidfd_open(parent)
@@ -118,6 +114,9 @@ def _serve(connection: Any, parent: int) -> None:
             fn, args = connection.recv()
         except (EOFError, OSError):
             return
+        except Exception:  # noqa: BLE001 (a call that cannot be unpickled here: rerun there)
+            connection.send((False, None))
+            continue
         answer = _guarded(fn, args)
         try:
             connection.send(answer)
