@@ -23,6 +23,7 @@ import select
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,37 @@ async def test_the_worker_process_gives_the_same_edits_and_commits(
     assert {entry["status"] for entry in audits} == {"ok", "error"}  # both kinds were judged
     assert all(result.changed_files for result in in_thread[16:18])
     assert worker.calls >= 2 * 12 and worker.fallbacks == 0  # every call ran in the worker
+
+
+def slow_echo(value: str, seconds: float) -> str:
+    """A call that is still running in the worker when its caller is cancelled."""
+    time.sleep(seconds)
+    return value
+
+
+async def test_a_cancelled_call_leaves_the_worker_to_the_next_caller(worker: CpuWorker) -> None:
+    """The abandoned call's answer is read by its own thread, never by the next call."""
+    assert await anyio.to_thread.run_sync(worker, slow_echo, "warm", 0.0) == "warm"
+    async with anyio.create_task_group() as group:
+        group.start_soon(functools.partial(
+            anyio.to_thread.run_sync, worker, slow_echo, "abandoned", 0.5,
+            abandon_on_cancel=True))
+        await anyio.wait_all_tasks_blocked()
+        group.cancel_scope.cancel()
+    assert await anyio.to_thread.run_sync(worker, slow_echo, "next", 0.0) == "next"
+    # Callers at once (a commit's dry run beside a writer): each gets its own answer.
+    answers: dict[int, str] = {}
+
+    async def call(number: int) -> None:
+        value = f"{number}:" + "x" * (1 << 20)  # larger than a pipe's buffer
+        answers[number] = await anyio.to_thread.run_sync(worker, slow_echo, value, 0.0)
+
+    async with anyio.create_task_group() as group:
+        for number in range(6):
+            group.start_soon(call, number)
+    assert all(answer.startswith(f"{number}:") and len(answer) == len(f"{number}:") + (1 << 20)
+               for number, answer in answers.items()) and len(answers) == 6
+    assert worker.fallbacks == 0 and worker.available
 
 
 def config(events: list[dict[str, Any]] | None = None, **overrides: Any) -> RuntimeConfig:
