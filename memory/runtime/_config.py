@@ -11,6 +11,7 @@ from memory.ledger._ledger import WritePolicy
 from memory.ledger._tokens import TokenCounter, default_counter
 from memory.recall import Embedder
 from memory.runtime._settings import Timings, check_lock_timeout
+from memory.writers._offload import CPU_WORKER_MODES, CpuWorkerMode
 from store import LOCK_TIMEOUT, DurableFiles
 from supervisors import Backoff
 
@@ -60,10 +61,19 @@ class RuntimeConfig:
     on_event: Callable[[dict[str, Any]], None] | None = None
     # Recall's optional embedding backend (memory.recall.Embedder); None: BM25 and the rules.
     recall_embedder: Embedder | None = None
+    # Where the extractive writer's extraction and a commit's normalisation run:
+    # "thread", a worker thread of this process (off the event loop, under its GIL),
+    # or "process", one worker process off the GIL (falling back to a thread, with a
+    # cpu_worker event, where none can run). The default is what we measured
+    # (docs/decisions.md, "Writer CPU off the GIL (issue 15)").
+    cpu_worker: CpuWorkerMode = "thread"
 
     def __post_init__(self) -> None:
         # A NaN or infinite bound would make every lock wait endless.
         check_lock_timeout(self.lock_timeout, "RuntimeConfig.lock_timeout")
+        if self.cpu_worker not in CPU_WORKER_MODES:
+            raise ValueError(f"RuntimeConfig.cpu_worker must be one of {CPU_WORKER_MODES}, "
+                             f"not {self.cpu_worker!r}")
 
 
 def apply_timings(config: RuntimeConfig, timings: Timings) -> RuntimeConfig:

@@ -24,6 +24,7 @@ ledgers, runs migration and backfill, and serves the public API.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
+import anyio.from_thread
 
 from actors import ActorError, ActorRef, MailboxOptions, Request, open_actor
 from memory._errors import BoundaryError, RecallError, describe_error
@@ -78,6 +80,7 @@ from memory.workspace._runtime_state import RuntimeState
 from memory.workspace._topic_ids import handle_key
 from memory.writers._cycle import WriteOutcome
 from memory.writers._extractive import ExtractiveWriter
+from memory.writers._offload import CpuWorker
 from memory.writers._writer import Batch, Writer
 from store import (
     Append,
@@ -144,8 +147,11 @@ class MemoryRuntime:
                                    margin=config.claim_margin)
         self.timers = Timers(self._cast, rng=self.rng, retry_backoff=config.retry_backoff,
                              recheck_backoff=config.claim_recheck)
+        # The writer's and the commit's CPU work, off the interpreter lock (None: in-thread).
+        self.cpu_worker = (CpuWorker(on_event=self._event_from_thread)
+                           if config.cpu_worker == "process" else None)
         self.cycle = WriteCycle(lambda: self.writer, lambda: self.workspace_ref, self.events,
-                                writer_timeout=config.writer_timeout)
+                                writer_timeout=config.writer_timeout, run_cpu=self.cpu_worker)
         self.quarantined: list[QuarantineEntry] = []
         self._ledgers: dict[str, SessionLedger] = {}
         self._known_sessions: set[str] = set()  # ids whose meta.json session_ref has seen
@@ -161,6 +167,10 @@ class MemoryRuntime:
         self.workspace_ref: ActorRef
         self.watchdog_ref: ActorRef
 
+    def _event_from_thread(self, event: str, **fields: Any) -> None:
+        """An event of a worker thread (the CPU worker's), emitted on the event loop's thread."""
+        anyio.from_thread.run_sync(functools.partial(self.events.emit, event, **fields))
+
     # -- the tree -------------------------------------------------------------------
 
     def root_supervisor(self) -> Supervisor:
@@ -170,7 +180,8 @@ class MemoryRuntime:
             self._workspace = WorkspaceActor(self.memory_dir, files=config.files,
                                              on_change=self.recall_index.sync_after_write,
                                              clock=config.clock,
-                                             lock_timeout=config.lock_timeout)
+                                             lock_timeout=config.lock_timeout,
+                                             run_cpu=self.cpu_worker)
             return self._workspace
 
         def start_sessions() -> DynamicSupervisor[str]:
@@ -598,3 +609,5 @@ async def open_runtime(
         with anyio.CancelScope(shield=True):
             await run_durable(runtime.claims.release_all)
             await anyio.to_thread.run_sync(runtime.recall_index.close)
+            if runtime.cpu_worker is not None:
+                await anyio.to_thread.run_sync(runtime.cpu_worker.close)

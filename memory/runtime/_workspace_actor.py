@@ -46,7 +46,7 @@ from memory._errors import InstallUnfinishedError, ScriptoriumMemoryError, Works
 from memory.ledger._lost_markers import written_to_memory
 from memory.workspace._archive import AppendResult
 from memory.workspace._archive_cache import ArchiveCache
-from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.workspace._edits import CpuRunner, TopicEdit, WorkspaceSnapshot
 from memory.workspace._quarantine import QuarantineEntry, read_quarantine, write_quarantine
 from memory.workspace._runtime_state import (
     RuntimeState,
@@ -184,8 +184,12 @@ class WorkspaceActor(Actor):
         clock: Callable[[], float] = time.time,
         lock_timeout: float | None = LOCK_TIMEOUT,
         on_change: Callable[[], object] | None = None,
+        run_cpu: CpuRunner | None = None,
     ) -> None:
         self.memory_dir = memory_dir
+        # Where a commit normalises its drafts (a worker process, off the interpreter
+        # lock); the lock, the checks that read the disk and every durable step stay here.
+        self.run_cpu = run_cpu
         # Run in a worker thread after each archive append and commit (the recall
         # index's sync); its failure never fails the write: the next query syncs.
         self.on_change = on_change
@@ -204,7 +208,7 @@ class WorkspaceActor(Actor):
             self.workspace_id = load_or_create_workspace_id(self.memory_dir, self.files)
             transactions = Transactions(
                 self.memory_dir, archived=self.archives.archived, files=self.files,
-                lock_timeout=self.lock_timeout,
+                lock_timeout=self.lock_timeout, run_cpu=self.run_cpu,
             )
             try:
                 transactions.recover()

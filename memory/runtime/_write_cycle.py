@@ -7,7 +7,9 @@ actor's messages and adds the runtime's two rules (docs/decisions.md,
 at once on a fresh snapshot, as contention, not failure; a batch that
 changed nothing but whose every trusted record is archived and already
 cited counts as written. An exclusive writer (``Writer.exclusive``) runs
-one cycle at a time.
+one cycle at a time. Each snapshot offers the runtime's ``run_cpu`` (a
+worker process, :class:`~memory.writers._offload.CpuWorker`), where a writer
+runs its pure CPU work off the interpreter lock.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from memory.runtime._workspace_actor import (
     CommitEdits,
     TakeSnapshot,
 )
-from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.workspace._edits import CpuRunner, TopicEdit, WorkspaceSnapshot
 from memory.writers._cycle import FailureKind, WriteOutcome, run_group_cycle, run_write_cycle
 from memory.writers._writer import Batch, GroupWriter, Writer
 
@@ -44,6 +46,7 @@ class WorkspaceSteps:
     """The write cycle's steps as calls to the workspace actor."""
 
     workspace: ActorRef
+    run_cpu: CpuRunner | None = None
 
     async def archive(self, batches: Sequence[Batch]) -> object:
         return await self.workspace.call(ArchiveBatches(tuple(batches)))
@@ -57,7 +60,7 @@ class WorkspaceSteps:
             # ConcurrentUpdateError rather than refusing the writer's edits.
             return await self.workspace.call(CheckEdits(tuple(edits), sources, base))
 
-        return replace(view, check=check)
+        return replace(view, check=check, run_cpu=self.run_cpu)
 
     async def commit(self, batches: Sequence[Batch], edits: Sequence[TopicEdit], base: str) -> Any:
         return await self.workspace.call(
@@ -78,8 +81,10 @@ class WriteCycle:
     """
 
     def __init__(self, writer: Callable[[], Writer], workspace: Callable[[], ActorRef],
-                 events: EventHook, *, writer_timeout: float) -> None:
+                 events: EventHook, *, writer_timeout: float,
+                 run_cpu: CpuRunner | None = None) -> None:
         self._writer = writer
+        self._run_cpu = run_cpu
         self._workspace = workspace
         self._events = events
         self._timeout = None if math.isinf(writer_timeout) else writer_timeout
@@ -103,7 +108,7 @@ class WriteCycle:
         ``admit`` (a wait) is skipped.
         """
         writer = self._writer()
-        steps = WorkspaceSteps(self._workspace())
+        steps = WorkspaceSteps(self._workspace(), self._run_cpu)
 
         async def archive(batch: Batch) -> object:
             return await steps.archive((batch,))
@@ -133,7 +138,7 @@ class WriteCycle:
         writer = self._writer()
         if len(batches) < 2 or not self.groups_batches or not isinstance(writer, GroupWriter):
             return [None] * len(batches)
-        steps = WorkspaceSteps(self._workspace())
+        steps = WorkspaceSteps(self._workspace(), self._run_cpu)
         async with self._exclusive:
             group = await run_group_cycle(
                 batches, writer, snapshot=steps.snapshot, archive=steps.archive,

@@ -39,6 +39,7 @@ from memory.simulate._faults import FAULTS, parse_faults
 from memory.simulate._open_loop import ARRIVALS
 from memory.simulate._simulate import SimulationConfig, SimulationResult
 from memory.simulate._simulate import simulate as run_simulation
+from memory.writers import CPU_WORKER_MODES, CpuWorkerMode
 from memory.writers.model import EndpointUnreachableError, model_settings, probe_endpoint
 from store import state_path
 
@@ -248,11 +249,15 @@ def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, s
                    "(default: closed loop, each agent's next turn when its last returned).")
 @click.option("--arrivals", type=click.Choice(ARRIVALS), default="poisson", show_default=True,
               help="The open loop's arrival process (with --rate).")
+@click.option("--cpu-worker", type=click.Choice(CPU_WORKER_MODES), default="thread",
+              show_default=True,
+              help="Where the writer's and the commit's CPU work runs (RuntimeConfig.cpu_worker).")
 def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: str,
              as_json: bool, state_dir: str | None, compare: bool, threshold: int,
              idle_after: float | None, session_idle: float, watchdog_poll: float,
              writer: str, base_url: str | None, model: str | None,
-             provider: str | None, rate: float | None, arrivals: str) -> None:
+             provider: str | None, rate: float | None, arrivals: str,
+             cpu_worker: CpuWorkerMode) -> None:
     """Run concurrent simulated agents with seeded faults, then check every invariant."""
     model_config = None
     try:
@@ -302,7 +307,8 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
                                   faults=faults, progress=_Status(sys.stderr.isatty()),
                                   threshold=threshold, idle_after=idle_after,
                                   session_idle=session_idle, watchdog_poll=watchdog_poll,
-                                  model=model_config, rate=rate, arrivals=arrivals)
+                                  model=model_config, rate=rate, arrivals=arrivals,
+                                  cpu_worker=cpu_worker)
         with warnings.catch_warnings():  # said once above, in one line
             warnings.simplefilter("ignore", ReferenceThresholdWarning)
             result = anyio.run(run_simulation, config, backend=backend)

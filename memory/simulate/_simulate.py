@@ -57,6 +57,7 @@ from memory.simulate._faults import (
 from memory.simulate._open_loop import OpenLoop, arrival_offsets
 from memory.simulate._oracle import Evidence, Verdict, check_invariants, outside_evidence
 from memory.writers._extractive import ExtractiveWriter
+from memory.writers._offload import CpuWorkerMode
 from memory.writers._writer import Writer
 from memory.writers.model import ModelSettings, ModelWriter, UsageFile
 from store import list_sessions, run_durable, state_path
@@ -99,6 +100,7 @@ class SimulationConfig:
     progress: Callable[[int, int], None] | None = None
     rate: float | None = None  # turns/s of the open loop; None: the closed loop
     arrivals: str = "poisson"  # the open loop's arrival process (see _open_loop.ARRIVALS)
+    cpu_worker: CpuWorkerMode = "thread"  # RuntimeConfig.cpu_worker
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_dir", state_path(self.state_dir))
@@ -186,6 +188,7 @@ def runtime_config(config: SimulationConfig, plan: FaultPlan, tally: EventTally)
         files=FaultyDisk(plan),
         seed=config.seed,
         on_event=tally,
+        cpu_worker=config.cpu_worker,
     )
 
 

@@ -10,9 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-__all__ = ["TopicEdit", "WorkspaceSnapshot"]
+__all__ = ["CpuRunner", "TopicEdit", "WorkspaceSnapshot"]
+
+_Result = TypeVar("_Result")
+
+
+class CpuRunner(Protocol):
+    """Runs a pure, CPU-bound function of picklable arguments, maybe in another process.
+
+    Called from a worker thread (it blocks until the result is in); returns
+    ``fn(*args)`` exactly as calling it here would, and raises what it raises.
+    Where the work runs (a worker process, off the interpreter lock, or this
+    thread) is the runner's business: :class:`memory.writers.CpuWorker`.
+    """
+
+    def __call__(self, fn: Callable[..., _Result], /, *args: Any) -> _Result: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +62,5 @@ class WorkspaceSnapshot:
     check: Callable[[Sequence[TopicEdit], frozenset[str]],
                     Awaitable[Sequence[Mapping[str, Any]]]] | None = field(
         default=None, repr=False, compare=False)
+    # Where a writer may run its pure CPU work (off the interpreter lock); None: its own thread.
+    run_cpu: CpuRunner | None = field(default=None, repr=False, compare=False)

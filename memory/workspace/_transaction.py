@@ -43,6 +43,14 @@ removed (roll forward). At any crash each topic file is whole, old or new
 Every durable step goes through one :class:`DurableFiles`, and
 :meth:`Transactions.commit` is synchronous so the caller runs it in one
 worker-thread hop (``run_durable``).
+
+Normalising the drafts is most of a commit's CPU (parse, bind, render), and
+in a worker thread it still holds the interpreter lock that the event loop
+needs. Given a ``run_cpu`` (:class:`~memory.workspace._edits.CpuRunner`),
+that one pure step, :func:`normalise_drafts`, runs there (a worker process):
+the same calls in the same order on the same inputs, so the same result.
+Every check that reads the disk or the archive, the lock and every durable
+step stay here.
 """
 
 from __future__ import annotations
@@ -63,7 +71,7 @@ from memory._errors import (
     TopicError,
     WorkspaceLockTimeoutError,
 )
-from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.workspace._edits import CpuRunner, TopicEdit, WorkspaceSnapshot
 from memory.workspace._revision import RevisionCache
 from memory.workspace._topic_ids import (
     NormalisedTopic,
@@ -82,7 +90,10 @@ from store import (
     walk_files,
 )
 
-__all__ = ["JOURNAL", "LOCK", "Archived", "CommitResult", "Transactions", "read_install_journal"]
+__all__ = [
+    "JOURNAL", "LOCK", "Archived", "CommitResult", "TopicReader", "Transactions",
+    "normalise_drafts", "read_install_journal",
+]
 
 JOURNAL = ".scriptorium/install.journal"
 LOCK = ".scriptorium/write.lock"
@@ -107,6 +118,8 @@ class CommitResult:
 
 @dataclass(frozen=True, slots=True)
 class _TopicFacts:
+    # None with no error: normalised in a worker process, parsed here only if needed
+    # (:meth:`_TopicIndex.topic`).
     topic: Topic | None
     error: TopicError | None
     block_ids: frozenset[str]
@@ -145,22 +158,32 @@ class _TopicIndex:
         }
 
     def installed(
-        self, scan: list[tuple[str, os.stat_result]], topics: dict[str, Topic | None]
+        self, scan: list[tuple[str, os.stat_result]], topics: dict[str, _TopicFacts | None]
     ) -> None:
-        """A commit just wrote ``topics`` (None: deleted): take their facts without parsing.
+        """A commit just wrote files with these facts (None: deleted): take them without parsing.
 
         ``scan`` is the revision's file list after the install (its stats
         are the new files'); a file another writer replaced meanwhile has
         another stat and is parsed at the next :meth:`refresh` as usual.
         """
         stats = dict(scan)
-        for relative, topic in topics.items():
+        for relative, facts in topics.items():
             stat = stats.get(relative)
-            if topic is None or stat is None:
+            if facts is None or stat is None:
                 self._files.pop(relative, None)
                 continue
             signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-            self._files[relative] = (signature, _facts_of(relative, topic))
+            self._files[relative] = (signature, facts)
+
+    def topic(self, relative: str, facts: _TopicFacts | None) -> Topic | None:
+        """The parsed file ``facts`` are of; parsed now if a worker process normalised it."""
+        if facts is None or facts.topic is not None or facts.error is not None:
+            return facts.topic if facts is not None else None
+        topic = self._facts(relative).topic
+        cached = self._files.get(relative)
+        if topic is not None and cached is not None:
+            self._files[relative] = (cached[0], replace(cached[1], topic=topic))
+        return topic
 
     def _facts(self, relative: str) -> _TopicFacts:
         with open(os.path.join(self.memory_dir, relative), "rb") as handle:
@@ -182,6 +205,82 @@ def _facts_of(relative: str, topic: Topic) -> _TopicFacts:
     return _TopicFacts(
         topic, None, frozenset(topic.block_ids()), frozenset(topic.footnotes), frozenset(cited),
     )
+
+
+def _split(joined: str) -> frozenset[str]:
+    return frozenset(joined.split("\n")) if joined else frozenset()
+
+
+def _join(values: frozenset[str] | set[str]) -> str:
+    """Ids, labels, keys and handles never hold a line break: one string pickles fast."""
+    return "\n".join(values)
+
+
+# A worker process's parsed bases: the text it last normalised for each file is the
+# next commit's base for it, so that base is not parsed again (cleared when large).
+_BASES: dict[tuple[str, str], tuple[str, Topic]] = {}
+_BASES_LIMIT = 1024
+
+# What normalise_drafts gives for one draft: the reason it was refused, or
+# (text, block_ids, kept_ids, handles, linked, new_ids, facts), the sets joined by
+# line breaks and ``facts`` the text's (block ids, labels, cited keys), None when pruned.
+_Normalised = (str | tuple[str | None, str, str, str, str, tuple[str, ...],
+                           tuple[str, str, str] | None])
+
+
+def normalise_drafts(
+    memory_dir: str, jobs: Sequence[tuple[str, str, bytes | None]], existing: str, labels: str,
+) -> list[_Normalised]:
+    """:func:`normalise_topic` of each ``(path, draft, base file bytes)`` in order; pure CPU.
+
+    The step of :meth:`Transactions.commit` that runs in a worker process:
+    ``existing`` and ``labels`` are the workspace's block ids and footnote
+    labels (joined by line breaks), and every draft takes its ids after the
+    ones before it, exactly as the in-thread loop does.
+    """
+    existing_ids = set(_split(existing))
+    used_ids = set(existing_ids)
+    used_labels = set(_split(labels))
+    results: list[_Normalised] = []
+    for path, draft, raw in jobs:
+        try:
+            base = None if raw is None else _base_topic(memory_dir, path, raw)
+            normalised = normalise_topic(path, draft, base=base, existing_ids=existing_ids,
+                                         used_ids=used_ids, used_labels=used_labels)
+        except (EditRejectedError, TopicError) as error:
+            results.append(error.reason)
+            continue
+        facts: tuple[str, str, str] | None = None
+        if normalised.text is not None and normalised.topic is not None:
+            after = _facts_of(path, normalised.topic)
+            facts = (_join(after.block_ids), _join(after.labels), _join(after.cited))
+            if len(_BASES) >= _BASES_LIMIT:
+                _BASES.clear()
+            _BASES[memory_dir, path] = (normalised.text, normalised.topic)
+        results.append((
+            normalised.text, _join(normalised.block_ids), _join(normalised.kept_ids),
+            _join(normalised.handles), _join(normalised.linked), normalised.new_ids, facts,
+        ))
+    return results
+
+
+def _unpack(path: str, result: tuple[str | None, str, str, str, str, tuple[str, ...],
+                                     tuple[str, str, str] | None]
+            ) -> tuple[NormalisedTopic, _TopicFacts | None]:
+    text, block_ids, kept, handles, linked, new_ids, facts = result
+    normalised = NormalisedTopic(path, text, _split(block_ids), _split(kept), _split(handles),
+                                 _split(linked), new_ids)
+    if facts is None:
+        return normalised, None
+    return normalised, _TopicFacts(None, None, *(_split(part) for part in facts))
+
+
+def _base_topic(memory_dir: str, path: str, raw: bytes) -> Topic:
+    text = decode_topic(raw, path)
+    cached = _BASES.get((memory_dir, path))
+    if cached is not None and cached[0] == text:
+        return cached[1]
+    return parse_topic(text, path)
 
 
 def _linked_facts(relative: str, facts: _TopicFacts) -> _TopicFacts:
@@ -240,14 +339,39 @@ def workspace_lock(
         os.close(fd)  # closing the descriptor releases the lock
 
 
+@dataclass(frozen=True, slots=True)
+class TopicReader:
+    """A snapshot's ``read``: a topic's text by its path; :class:`TopicError` for one to avoid.
+
+    That is a file that is not UTF-8 (the error names the byte) or a linked
+    file (its edits would be refused), exactly as for a file that fails the
+    strict parse. It holds only the directory, so another process can read
+    through it too (a writer's extraction in a worker process).
+    """
+
+    memory_dir: str
+
+    def __call__(self, path: str) -> str:
+        check_topic_path(path)
+        target = os.path.join(self.memory_dir, path)
+        if os.path.islink(target):
+            raise TopicError(path, 0, LINKED_TOPIC)
+        with open(target, "rb") as handle:
+            return decode_topic(handle.read(), path)
+
+
 class Transactions:
-    """Commits topic edits in ``<state>/memory``; one instance per workspace owner."""
+    """Commits topic edits in ``<state>/memory``; one instance per workspace owner.
+
+    ``run_cpu``: where to normalise the drafts (see the module docstring); None: here.
+    """
 
     def __init__(
         self, memory_dir: str, *, archived: Archived, files: DurableFiles | None = None,
-        lock_timeout: float | None = LOCK_TIMEOUT,
+        lock_timeout: float | None = LOCK_TIMEOUT, run_cpu: CpuRunner | None = None,
     ) -> None:
         self.memory_dir = memory_dir
+        self.run_cpu = run_cpu
         self.lock_timeout = lock_timeout
         self._swept = False  # temp files of a crashed install swept (recover, or a commit)
         self.archived = archived
@@ -288,21 +412,7 @@ class Transactions:
         """
         revision = self.revisions.revision()
         paths = tuple(path for path, _ in self.revisions.last_scan if _is_topic_file(path))
-        return WorkspaceSnapshot(revision, paths, self._read_topic)
-
-    def _read_topic(self, path: str) -> str:
-        """A topic's text; :class:`TopicError` for a file writers must route around.
-
-        That is a file that is not UTF-8 (the error names the byte) or a
-        linked file (its edits would be refused), exactly as for a file that
-        fails the strict parse.
-        """
-        check_topic_path(path)
-        target = os.path.join(self.memory_dir, path)
-        if os.path.islink(target):
-            raise TopicError(path, 0, LINKED_TOPIC)
-        with open(target, "rb") as handle:
-            return decode_topic(handle.read(), path)
+        return WorkspaceSnapshot(revision, paths, TopicReader(self.memory_dir))
 
     # -- recovery ------------------------------------------------------------
 
@@ -368,7 +478,7 @@ class Transactions:
             if current != base_revision:
                 raise ConcurrentUpdateError(base_revision, current)
             facts = self._index.refresh(self.revisions.last_scan, self.revisions.last_linked)
-            audit, accepted = self._validate(edits, facts, frozenset(batch_sources))
+            audit, accepted, after = self._validate(edits, facts, frozenset(batch_sources))
             changes = self._changes(accepted)
             changed_set = {path for path, _ in changes}
             created = tuple(
@@ -390,8 +500,9 @@ class Transactions:
             })
             revision = self.revisions.revision_after(list(changed))
             self._index.installed(self.revisions.last_scan, {
-                normalised.path: normalised.topic for normalised in accepted.values()
-                if normalised.path in changed_set})
+                normalised.path: after.get(normalised.path) if normalised.topic is None
+                else _facts_of(normalised.path, normalised.topic)
+                for normalised in accepted.values() if normalised.path in changed_set})
             return CommitResult(tuple(audit), changed, revision, created)
 
     def check(
@@ -411,13 +522,14 @@ class Transactions:
         if base_revision is not None and current != base_revision:
             raise ConcurrentUpdateError(base_revision, current)
         facts = self._index.refresh(self.revisions.last_scan, self.revisions.last_linked)
-        audit, _ = self._validate(edits, facts, frozenset(batch_sources))
+        audit, _, _ = self._validate(edits, facts, frozenset(batch_sources))
         return tuple(audit)
 
     def _validate(
         self, edits: Sequence[TopicEdit], facts: dict[str, _TopicFacts],
         batch_sources: frozenset[str],
-    ) -> tuple[list[dict[str, Any]], dict[int, NormalisedTopic]]:
+    ) -> tuple[list[dict[str, Any]], dict[int, NormalisedTopic], dict[str, _TopicFacts]]:
+        """The audit, the accepted drafts normalised, and the facts of those a worker made."""
         existing_ids = {i for f in facts.values() for i in f.block_ids}
         owner = {i: path for path, f in facts.items() for i in f.block_ids}
         used_ids = set(existing_ids)
@@ -426,17 +538,48 @@ class Transactions:
         last_edit = {edit.path: index for index, edit in enumerate(edits)}
         errors: dict[int, str] = {}
         accepted: dict[int, NormalisedTopic] = {}
+        after: dict[str, _TopicFacts] = {}
+        drafts: list[tuple[int, tuple[str, str, bytes | None]]] = []  # for run_cpu, in order
         # Normalise in path order so the id counters do not depend on edit order.
         for index in sorted(range(len(edits)), key=lambda i: (edits[i].path, i)):
             edit = edits[index]
             try:
                 if last_edit[edit.path] != index:
                     raise EditRejectedError(edit.path, "superseded by a later edit of the same file")
-                accepted[index] = self._normalise(
-                    edit, facts, existing_ids, used_ids, used_labels, cited, batch_sources,
-                )
+                deleted = self._precheck(edit, facts)
+                if deleted is not None:
+                    accepted[index] = deleted
+                    continue
+                assert edit.text is not None  # a deletion is handled above
+                if self.run_cpu is not None:
+                    drafts.append((index, (edit.path, edit.text, self._base_bytes(edit, facts))))
+                else:
+                    normalised = normalise_topic(
+                        edit.path, edit.text,
+                        base=self._index.topic(edit.path, facts.get(edit.path)),
+                        existing_ids=existing_ids, used_ids=used_ids, used_labels=used_labels,
+                    )
+                    self._postcheck(edit, normalised, cited, batch_sources)
+                    accepted[index] = normalised
             except (EditRejectedError, TopicError) as error:
                 errors[index] = error.reason
+        if drafts and self.run_cpu is not None:
+            results = self.run_cpu(normalise_drafts, self.memory_dir,
+                                   [job for _, job in drafts], _join(existing_ids),
+                                   _join(used_labels))
+            for (index, (path, _, _)), result in zip(drafts, results, strict=True):
+                if isinstance(result, str):
+                    errors[index] = result
+                    continue
+                normalised, made = _unpack(path, result)
+                try:
+                    self._postcheck(edits[index], normalised, cited, batch_sources)
+                except EditRejectedError as error:
+                    errors[index] = error.reason
+                    continue
+                accepted[index] = normalised
+                if made is not None:
+                    after[path] = made
 
         # Cross-file rules, repeated until no more edits fall out.
         while True:
@@ -478,13 +621,10 @@ class Transactions:
             else:
                 entry["status"] = "ok"
             audit.append(entry)
-        return audit, accepted
+        return audit, accepted, after
 
-    def _normalise(
-        self, edit: TopicEdit, facts: dict[str, _TopicFacts], existing_ids: set[str],
-        used_ids: set[str], used_labels: set[str], cited: set[str],
-        batch_sources: frozenset[str],
-    ) -> NormalisedTopic:
+    def _precheck(self, edit: TopicEdit, facts: dict[str, _TopicFacts]) -> NormalisedTopic | None:
+        """The checks before normalising; a deletion's result, None for a draft to normalise."""
         check_topic_path(edit.path)
         self._check_place(edit.path)
         base = facts.get(edit.path)
@@ -503,10 +643,20 @@ class Transactions:
             return NormalisedTopic(
                 edit.path, None, frozenset(), frozenset(), frozenset(), frozenset(),
             )
-        normalised = normalise_topic(
-            edit.path, edit.text, base=base.topic if base is not None else None,
-            existing_ids=existing_ids, used_ids=used_ids, used_labels=used_labels,
-        )
+        return None
+
+    def _base_bytes(self, edit: TopicEdit, facts: dict[str, _TopicFacts]) -> bytes | None:
+        """The file a draft replaces, as a worker process parses it (None: a new file)."""
+        if edit.path not in facts:
+            return None
+        with open(os.path.join(self.memory_dir, edit.path), "rb") as handle:
+            return handle.read()
+
+    def _postcheck(
+        self, edit: TopicEdit, normalised: NormalisedTopic, cited: set[str],
+        batch_sources: frozenset[str],
+    ) -> None:
+        """The checks of a normalised draft: what it cites is archived, trusted and allowed."""
         for handle in sorted(normalised.handles):
             trusted = self.archived(handle)
             if trusted is None:
@@ -523,7 +673,6 @@ class Transactions:
                 edit.path,
                 f"links to {unknown[0]}, which no topic cited before; cite its raw handle",
             )
-        return normalised
 
     def _check_place(self, path: str) -> None:
         """The path must be installable: no parent is a file, the path is not a directory."""

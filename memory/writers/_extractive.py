@@ -85,11 +85,13 @@ from memory.workspace._topics import (
     parse_topic,
     render_topic,
 )
+from memory.workspace._transaction import TopicReader
 from memory.writers._writer import Batch
 
 __all__ = [
     "CONVERSATIONS", "EVIDENCE_LIMIT", "SHARD_BYTES", "SHARD_LIMIT", "ExtractiveWriter",
-    "carries_a_fact", "extract_edits", "facts_of", "is_small_talk", "log_nothing_new",
+    "carries_a_fact", "extract_edits", "extract_in_worker", "facts_of", "is_small_talk",
+    "log_nothing_new",
     "speaker_name", "subject_of", "useful_sentences",
 ]
 
@@ -764,6 +766,28 @@ def _open_draft(
     return _Draft.open(shard, known.title_of(shard), text)
 
 
+# A worker process's fact indexes, one per workspace (see extract_in_worker). A cache
+# whose entries are checked against the text read, so a fallback run in a thread of the
+# runtime's own process may share it.
+_WORKER_INDEXES: dict[str, _FactIndex] = {}
+
+
+def extract_in_worker(
+    memory_dir: str, revision: str, topic_paths: tuple[str, ...],
+    records: tuple[SourceRecord, ...],
+) -> list[tuple[str, str | None]]:
+    """:func:`extract_edits` on the snapshot of ``memory_dir`` at ``revision``, as ``(path, text)``.
+
+    What a worker process runs (:class:`~memory.writers._offload.CpuWorker`):
+    the snapshot's files are read here, through the same :class:`TopicReader`,
+    and the process keeps its own fact index, so each batch parses only the
+    files it changes, as in the writer's thread.
+    """
+    index = _WORKER_INDEXES.setdefault(memory_dir, _FactIndex())
+    view = WorkspaceSnapshot(revision, topic_paths, TopicReader(memory_dir))
+    return [(edit.path, edit.text) for edit in extract_edits(records, view, index)]
+
+
 class ExtractiveWriter:
     """The default :class:`~memory.writers._writer.Writer`: no model, no network, deterministic.
 
@@ -781,6 +805,11 @@ class ExtractiveWriter:
     a lock for the whole extraction, so an abandoned thread that still runs
     and the next call's thread never touch it at the same time, and the loop
     never reads it.
+
+    A thread still holds the interpreter lock. When the snapshot offers a
+    ``run_cpu`` and reads its files through a :class:`TopicReader` (the
+    runtime's snapshots), the extraction runs there instead, in a worker
+    process (:func:`extract_in_worker`, same edits); the thread only waits.
     """
 
     exclusive = True  # cheap and local: one batch at a time beats redoing work on conflicts
@@ -812,5 +841,9 @@ class ExtractiveWriter:
     def _extract_locked(
         self, records: tuple[SourceRecord, ...], workspace: WorkspaceSnapshot
     ) -> list[TopicEdit]:
+        if workspace.run_cpu is not None and isinstance(workspace.read, TopicReader):
+            found = workspace.run_cpu(extract_in_worker, workspace.read.memory_dir,
+                                      workspace.revision, tuple(workspace.topic_paths), records)
+            return [TopicEdit(path, text) for path, text in found]
         with self._index_lock:
             return extract_edits(records, workspace, self._index)
