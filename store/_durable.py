@@ -228,13 +228,17 @@ class DurableFiles:
 
     def _sync_each(self, paths: Iterable[str]) -> None:
         for path in paths:
-            with _naming(path):
-                self._step("fsync", path)
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    self._flush(fd, path)
-                finally:
-                    os.close(fd)
+            self._flush_path("fsync", path, self._flush)
+
+    def _flush_path(self, step: str, path: str, flush: Callable[[int, str], None]) -> None:
+        """Open ``path`` read-only and flush it (a file, or its filesystem) as step ``step``."""
+        with _naming(path):
+            self._step(step, path)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                flush(fd, path)
+            finally:
+                os.close(fd)
 
     def _bulk_sync(self, path: str) -> bool:
         """One shared ``syncfs`` of ``path``'s filesystem; False where there is none (sync each)."""
@@ -253,13 +257,7 @@ class DurableFiles:
 
     def sync_filesystem(self, path: str) -> None:
         """One ``syncfs`` of the filesystem holding ``path`` (Linux only; see :meth:`sync_paths`)."""
-        with _naming(path):
-            self._step("syncfs", path)
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                self._flush_filesystem(fd, path)
-            finally:
-                os.close(fd)
+        self._flush_path("syncfs", path, self._flush_filesystem)
 
     def _flush_filesystem(self, fd: int, path: str) -> None:
         """Every syncfs goes through here (a test double may skip it, as :meth:`_flush`)."""
