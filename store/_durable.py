@@ -34,6 +34,7 @@ import anyio.to_thread
 from ._links import refuse_file_link
 
 __all__ = [
+    "BULK_FILESYSTEMS",
     "BULK_SYNC_FILES",
     "DIR_MODE",
     "FILE_MODE",
@@ -41,6 +42,7 @@ __all__ = [
     "TEMP_SUFFIX",
     "DurableFiles",
     "SharedFilesystemSync",
+    "bulk_sync_device",
     "run_durable",
 ]
 
@@ -151,13 +153,14 @@ class DurableFiles:
         directory (a group's archive appends, one file per session).
         """
         files = list(files)
-        bulk = len(files) >= BULK_SYNC_FILES and _SYNCFS is not None
+        device = (bulk_sync_device([os.path.dirname(path) or "." for path, _ in files])
+                  if len(files) >= BULK_SYNC_FILES else None)
         pending: list[tuple[str, str]] = []
         try:
             for path, data in files:
-                pending.append((self._write_temp(path, data, sync=not bulk), path))
-            if bulk and not self._bulk_sync(pending[0][0]):
-                bulk = False
+                pending.append((self._write_temp(path, data, sync=device is None), path))
+            if device is not None and not self._bulk_sync(device, pending[0][0]):
+                device = None
                 self._sync_each(temp for temp, _ in pending)
         except BaseException:
             for temp, _ in pending:
@@ -170,7 +173,7 @@ class DurableFiles:
                 for leftover, _ in pending[index:]:
                     _unlink_quietly(leftover)
                 raise
-        if bulk and self._bulk_sync(pending[0][1]):
+        if device is not None and self._bulk_sync(device, pending[0][1]):
             return
         for directory in dict.fromkeys(os.path.dirname(path) or "." for _, path in pending):
             self.fsync_dir(directory)
@@ -213,14 +216,17 @@ class DurableFiles:
         """Make existing files (and their directory entries) durable, e.g. to retire a journal.
 
         Few files: an fsync of each, then of each directory. From
-        :data:`BULK_SYNC_FILES` files on, where the platform has it, one
-        ``syncfs`` of their filesystem instead (Linux): one call flushes them
-        all, their renames included, and concurrent callers in this process
-        share it (:class:`SharedFilesystemSync`). A checkpoint of 32 node
-        files costs one flush instead of 33.
+        :data:`BULK_SYNC_FILES` files on, when they all lie on one filesystem
+        whose ``syncfs`` is trusted (:func:`bulk_sync_device`), one ``syncfs``
+        of it instead: one call flushes them all, their renames included, and
+        concurrent callers in this process share it
+        (:class:`SharedFilesystemSync`). A checkpoint of 32 node files costs
+        one flush instead of 33. After a failed ``syncfs`` the files are
+        flushed one by one, then and from then on.
         """
         paths = list(paths)
-        if len(paths) >= BULK_SYNC_FILES and self._bulk_sync(paths[0]):
+        device = bulk_sync_device(paths) if len(paths) >= BULK_SYNC_FILES else None
+        if device is not None and self._bulk_sync(device, paths[0]):
             return
         self._sync_each(paths)
         for directory in dict.fromkeys(os.path.dirname(path) or "." for path in paths):
@@ -240,20 +246,21 @@ class DurableFiles:
             finally:
                 os.close(fd)
 
-    def _bulk_sync(self, path: str) -> bool:
-        """One shared ``syncfs`` of ``path``'s filesystem; False where there is none (sync each)."""
+    def _bulk_sync(self, device: int, path: str) -> bool:
+        """One shared ``syncfs`` of ``device`` (``path`` is on it); False: sync file by file.
+
+        False once a ``syncfs`` of the device failed, whoever ran it (see
+        :class:`SharedFilesystemSync`): the device is flushed file by file
+        from then on, and a refusal (a sandbox filtering the call) turns the
+        bulk path off for the process.
+        """
         global _SYNCFS
-        if _SYNCFS is None:
-            return False
-        try:
-            _SHARED_SYNC.sync(lambda: self.sync_filesystem(path))
-        except OSError as exc:
-            # a sandbox that filters the call: sync file by file from now on
-            if exc.errno not in _NO_SYNCFS:
-                raise
+        failure = _shared_sync(device).sync(lambda: self.sync_filesystem(path))
+        if failure is None:
+            return True
+        if isinstance(failure, OSError) and failure.errno in _NO_SYNCFS:
             _SYNCFS = None
-            return False
-        return True
+        return False
 
     def sync_filesystem(self, path: str) -> None:
         """One ``syncfs`` of the filesystem holding ``path`` (Linux only; see :meth:`sync_paths`)."""
@@ -372,25 +379,34 @@ class DurableFiles:
 
 
 class SharedFilesystemSync:
-    """Concurrent ``syncfs`` requests of one process, served by as few calls as is safe.
+    """Concurrent ``syncfs`` requests for one filesystem, served by as few calls as is safe.
 
     A sync that *started* before a caller's request may have missed its
     writes, so the caller waits for it and then for the next one, which
     every caller waiting meanwhile shares (leader and followers, as a group
-    commit). A failed sync completes nobody: each caller tries again or
-    raises with its own.
+    commit). :meth:`sync` returns None once a sync that began after the
+    request succeeded. After a failed sync it returns that failure to every
+    caller, then and later: ``syncfs`` reports a writeback error once per
+    filesystem, so a second one may answer 0 for data that never reached the
+    disk, while each file's own ``fsync`` still reports it. The callers
+    flush their own files from then on.
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._started = self._completed = 0
+        self._failure: OSError | None = None
         self._running = False
         self.calls = 0
 
-    def sync(self, flush: Callable[[], None]) -> None:
+    def sync(self, flush: Callable[[], None]) -> OSError | None:
         with self._cond:
             wanted = self._started + 1
-            while self._completed < wanted:
+            while True:
+                if self._failure is not None:
+                    return self._failure
+                if self._completed >= wanted:
+                    return None
                 if self._running:
                     self._cond.wait()
                     continue
@@ -398,16 +414,21 @@ class SharedFilesystemSync:
                 self._started += 1
                 mine = self._started
                 self._cond.release()
+                failure: OSError | None = None
                 done = False
                 try:
                     flush()
                     done = True
-                finally:
+                except OSError as exc:
+                    failure = exc
+                finally:  # not done and no failure: this thread dies (a crash)
                     self._cond.acquire()
                     self._running = False
                     if done:
                         self._completed = mine
                         self.calls += 1
+                    elif failure is not None:
+                        self._failure = failure
                     self._cond.notify_all()
 
 
@@ -428,12 +449,69 @@ def _find_syncfs() -> Callable[[int], int] | None:
 
 # From this many files a checkpoint syncs their filesystem at once.
 BULK_SYNC_FILES = 4
-_SYNCFS = _find_syncfs()
+def _kernel_reports_syncfs_errors() -> bool:
+    """Linux reports writeback errors from ``syncfs`` since 5.8; before, it answered 0."""
+    try:
+        major, minor = (int(part) for part in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (5, 8)
+
+
+_SYNCFS = _find_syncfs() if _kernel_reports_syncfs_errors() else None
 HAS_SYNCFS = _SYNCFS is not None
 # What syncfs answers where a sandbox (seccomp, gVisor) refuses it rather than fails.
 _NO_SYNCFS = frozenset({errno.ENOSYS, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP,
                         errno.EINVAL})
-_SHARED_SYNC = SharedFilesystemSync()
+# Filesystems whose syncfs flushes and reports errors like their fsync; FUSE,
+# network and overlay filesystems may answer 0 without flushing, so they sync
+# file by file.
+BULK_FILESYSTEMS = frozenset({"ext4", "xfs", "btrfs"})
+_SYNCS: dict[int, SharedFilesystemSync] = {}
+_FILESYSTEM_TYPES: dict[int, str | None] = {}
+_SYNCS_LOCK = threading.Lock()
+
+
+def _shared_sync(device: int) -> SharedFilesystemSync:
+    with _SYNCS_LOCK:
+        return _SYNCS.setdefault(device, SharedFilesystemSync())
+
+
+def _filesystem_type(device: int) -> str | None:
+    """The type of the filesystem mounted from ``device`` (``/proc/self/mountinfo``), if known."""
+    with _SYNCS_LOCK:
+        if device in _FILESYSTEM_TYPES:
+            return _FILESYSTEM_TYPES[device]
+    found: str | None = None
+    wanted = f"{os.major(device)}:{os.minor(device)}"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                fields = line.split()
+                if len(fields) > 2 and fields[2] == wanted and " - " in line:
+                    found = line.split(" - ", 1)[1].split()[0]
+                    break
+    except OSError:
+        pass
+    with _SYNCS_LOCK:
+        _FILESYSTEM_TYPES[device] = found
+    return found
+
+
+def bulk_sync_device(paths: Iterable[str]) -> int | None:
+    """The one device every path lies on, if one ``syncfs`` of it may stand for their fsyncs.
+
+    None (flush each file) where there is no trusted ``syncfs``, the paths
+    span several filesystems (a linked ``topics/`` on another disk), or
+    their filesystem is not one of :data:`BULK_FILESYSTEMS`.
+    """
+    if _SYNCFS is None:
+        return None
+    devices = {os.stat(path).st_dev for path in paths}
+    if len(devices) != 1:
+        return None
+    device = devices.pop()
+    return device if _filesystem_type(device) in BULK_FILESYSTEMS else None
 
 
 @contextlib.contextmanager

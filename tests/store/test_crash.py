@@ -13,13 +13,14 @@ simulated on the files themselves: see the tests at the end.
 from __future__ import annotations
 
 import itertools
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from store._durable import BULK_SYNC_FILES, HAS_SYNCFS, TEMP_SUFFIX, DurableFiles
+from store._durable import BULK_SYNC_FILES, TEMP_SUFFIX, DurableFiles, bulk_sync_device
 from store._journal import JOURNAL_NAME
 from store._session import SessionCore
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
@@ -202,7 +203,7 @@ def test_a_batch_and_an_append_cost_one_flush_on_the_critical_path(tmp_path: Pat
     # directories; then the truncation
     core.retire_journals()
     synced = [step for step, _ in counting.steps[11:]]
-    if HAS_SYNCFS:
+    if bulk_sync_device([str(state)]) is not None:
         assert synced == ["syncfs", "fsync"]
     else:
         assert len(synced) == 64 + 10 + 1 + 2 + 1 and "syncfs" not in synced
@@ -348,7 +349,8 @@ def test_adopting_another_owners_records_crash_at_every_step(tmp_path: Path) -> 
             assert core.node("a7").predecessor == "u6"  # B continued A's head
 
 
-@pytest.mark.skipif(not HAS_SYNCFS, reason="the bulk checkpoint needs syncfs (Linux)")
+@pytest.mark.skipif(bulk_sync_device([tempfile.gettempdir()]) is None,
+                    reason="the bulk checkpoint needs syncfs on ext4, xfs or btrfs (Linux)")
 def test_a_bulk_checkpoint_crash_at_every_step(tmp_path: Path) -> None:
     """A checkpoint of many files syncs them with one syncfs; a crash anywhere loses nothing."""
     nodes = ["u0", "a1", "u2", "a3", "u4", "a5"]

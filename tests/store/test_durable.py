@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import stat
+import tempfile
 import threading
 from pathlib import Path
 
@@ -117,20 +118,41 @@ def test_a_filesystem_sync_started_before_a_request_does_not_serve_it() -> None:
     assert shared.calls == len(calls) <= 4
 
 
-def test_a_failed_filesystem_sync_serves_nobody() -> None:
+def test_a_failed_filesystem_sync_fails_everyone_it_was_to_serve() -> None:
+    """No second syncfs after a failed one: it may answer 0 for the error already reported."""
     shared = SharedFilesystemSync()
+    leader_running, let_leader_fail = threading.Event(), threading.Event()
+    calls: list[str] = []
 
     def failing() -> None:
-        raise OSError(errno.EIO, "injected")
+        calls.append("failing")
+        leader_running.set()
+        let_leader_fail.wait(10)
+        raise OSError(errno.EIO, "injected writeback error")
 
-    with pytest.raises(OSError):
-        shared.sync(failing)
-    done: list[bool] = []
-    shared.sync(lambda: done.append(True))
-    assert done == [True] and shared.calls == 1
+    answers: dict[str, BaseException | None] = {}
+    leader = threading.Thread(target=lambda: answers.update(leader=shared.sync(failing)))
+    leader.start()
+    assert leader_running.wait(10)
+    # asks while the failing sync runs: served by the next one, which must not
+    # be a fresh syncfs standing in for data the failed one may have lost
+    follower = threading.Thread(target=lambda: answers.update(
+        follower=shared.sync(lambda: calls.append("second"))))
+    follower.start()
+    let_leader_fail.set()
+    leader.join(10)
+    follower.join(10)
+    assert isinstance(answers["leader"], OSError)
+    assert answers["follower"] is answers["leader"]
+    # nor later: every caller flushes its own files from now on
+    assert shared.sync(lambda: calls.append("later")) is answers["leader"]
+    assert calls == ["failing"]
 
 
-@pytest.mark.skipif(not durable_module.HAS_SYNCFS, reason="syncfs (Linux) only")
+BULK_HERE = durable_module.bulk_sync_device([tempfile.gettempdir()]) is not None
+
+
+@pytest.mark.skipif(not BULK_HERE, reason="syncfs on ext4, xfs or btrfs (Linux) only")
 def test_a_refused_syncfs_falls_back_to_a_flush_per_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -143,6 +165,7 @@ def test_a_refused_syncfs_falls_back_to_a_flush_per_file(
         return -1
 
     monkeypatch.setattr(durable_module, "_SYNCFS", refused)
+    monkeypatch.setattr(durable_module, "_SYNCS", {})  # the refusal stays with this test
     files = FaultyFiles()
     files.sync_paths([str(p) for p in paths])  # no error: the per-file flushes ran
     steps = [step for step, _ in files.steps]
@@ -186,7 +209,7 @@ def test_several_files_are_each_flushed_before_their_rename(tmp_path: Path, coun
     files.write_atomic_many(targets)
     assert files.renamed_unflushed == []
     assert all(Path(path).read_bytes() == data for path, data in targets)
-    bulk = durable_module.HAS_SYNCFS and count >= durable_module.BULK_SYNC_FILES
+    bulk = BULK_HERE and count >= durable_module.BULK_SYNC_FILES
     assert files.steps.count("syncfs") == (2 if bulk else 0)
     assert files.steps.count("fsync") == (0 if bulk else count)
 
@@ -210,3 +233,61 @@ def test_a_crash_at_any_step_of_a_bulk_install_leaves_each_file_old_or_new(
         with pytest.raises(SimulatedCrash):
             install(FaultyFiles(crash_at=k))
         assert all(p.read_bytes() in (b"old", b"new") for p in paths)
+
+
+@pytest.mark.skipif(not BULK_HERE, reason="syncfs on ext4, xfs or btrfs (Linux) only")
+def test_files_on_two_filesystems_are_flushed_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One syncfs never stands for a file on another disk (a linked topics/, say)."""
+    other = Path("/dev/shm")
+    if not other.is_dir() or other.stat().st_dev == tmp_path.stat().st_dev:
+        pytest.skip("no second filesystem at /dev/shm")
+    monkeypatch.setattr(durable_module, "_filesystem_type", lambda device: "ext4")
+    here = [tmp_path / f"f{i}" for i in range(durable_module.BULK_SYNC_FILES)]
+    there = Path(tempfile.mkdtemp(dir=other)) / "linked.md"
+    try:
+        for path in (*here, there):
+            path.write_bytes(b"x")
+        paths = [str(p) for p in (*here, there)]
+        assert durable_module.bulk_sync_device(paths) is None
+        assert durable_module.bulk_sync_device(paths[:-1]) is not None
+        files = FaultyFiles()
+        files.sync_paths(paths)
+        flushed = [path for step, path in files.steps if step == "fsync"]
+        assert "syncfs" not in [step for step, _ in files.steps] and str(there) in flushed
+    finally:
+        there.unlink()
+        there.parent.rmdir()
+
+
+def test_a_filesystem_without_a_trusted_syncfs_is_flushed_file_by_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(durable_module, "_filesystem_type", lambda device: "fuse.sshfs")
+    paths = [tmp_path / f"f{i}" for i in range(durable_module.BULK_SYNC_FILES)]
+    for path in paths:
+        path.write_bytes(b"x")
+    assert durable_module.bulk_sync_device([str(p) for p in paths]) is None
+
+
+class FailingSyncfs(FaultyFiles):
+    def _flush_filesystem(self, fd: int, path: str) -> None:
+        raise OSError(errno.EIO, "injected writeback error", path)
+
+
+@pytest.mark.skipif(not BULK_HERE, reason="syncfs on ext4, xfs or btrfs (Linux) only")
+def test_after_a_failed_syncfs_the_files_are_flushed_each_then_and_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(durable_module, "_SYNCS", {})
+    paths = [str(tmp_path / f"f{i}") for i in range(durable_module.BULK_SYNC_FILES)]
+    for path in paths:
+        Path(path).write_bytes(b"x")
+    failing = FailingSyncfs()
+    failing.sync_paths(paths)  # no error: each file's own fsync answered
+    assert [step for step, _ in failing.steps] == ["syncfs", *["fsync"] * len(paths),
+                                                   "fsync_dir"]
+    later = FaultyFiles()
+    later.sync_paths(paths)  # the device is not trusted to syncfs again
+    assert "syncfs" not in [step for step, _ in later.steps]
