@@ -61,6 +61,47 @@ class FaultyFiles(DurableFiles):
             raise self.error
 
 
+class FlushTracking(DurableFiles):
+    """What no flush has covered yet: what a power loss could still take.
+
+    Written temp files and the files installed from them stay in
+    ``unflushed`` until an ``fsync`` of them or a ``syncfs`` covers them.
+    ``renamed_unflushed`` lists the files installed by renaming a temp file
+    no flush had covered; ``unflushed_at_truncate`` what was still unflushed
+    each time a file was truncated (a journal retired); ``steps`` every step.
+    """
+
+    def __init__(self) -> None:
+        self.unflushed: set[str] = set()
+        self.renamed_unflushed: list[str] = []
+        self.unflushed_at_truncate: list[set[str]] = []
+        self.steps: list[str] = []
+
+    def _step(self, step: str, path: str) -> None:
+        self.steps.append(step)
+        if step == "truncate":
+            self.unflushed_at_truncate.append(set(self.unflushed))
+
+    def _write_all(self, fd: int, temp: str, data: bytes) -> None:
+        super()._write_all(fd, temp, data)
+        self.unflushed.add(temp)
+
+    def _flush(self, fd: int, path: str, *, data_only: bool = False) -> None:
+        super()._flush(fd, path, data_only=data_only)
+        self.unflushed.discard(path)
+
+    def _flush_filesystem(self, fd: int, path: str) -> None:
+        super()._flush_filesystem(fd, path)
+        self.unflushed.clear()
+
+    def _replace(self, temp: str, final: str) -> None:
+        if temp in self.unflushed:
+            self.unflushed.discard(temp)
+            self.renamed_unflushed.append(final)
+            self.unflushed.add(final)
+        super()._replace(temp, final)
+
+
 def count_steps(operation: Callable[[DurableFiles], object]) -> int:
     files = FaultyFiles()
     operation(files)

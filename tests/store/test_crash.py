@@ -23,7 +23,7 @@ import pytest
 from store._durable import BULK_SYNC_FILES, TEMP_SUFFIX, DurableFiles, bulk_sync_device
 from store._journal import JOURNAL_NAME
 from store._session import SessionCore
-from tests.faults import FaultyFiles, SimulatedCrash, count_steps
+from tests.faults import FaultyFiles, FlushTracking, SimulatedCrash, count_steps
 from tests.store.test_race import NoSyncFiles
 
 _runs = itertools.count()
@@ -380,40 +380,16 @@ def test_a_bulk_checkpoint_crash_at_every_step(tmp_path: Path) -> None:
     _crash_everywhere(tmp_path, retire, check, prepare=merged)
 
 
-class DirtyTracking(DurableFiles):
-    """Which installed files no flush has covered yet: what a power loss could take."""
-
-    def __init__(self) -> None:
-        self.dirty: set[str] = set()
-        self.truncated_dirty: list[set[str]] = []
-
-    def _replace(self, temp: str, final: str) -> None:
-        super()._replace(temp, final)
-        self.dirty.add(final)
-
-    def _flush(self, fd: int, path: str, *, data_only: bool = False) -> None:
-        super()._flush(fd, path, data_only=data_only)
-        self.dirty.discard(path)
-
-    def _flush_filesystem(self, fd: int, path: str) -> None:
-        super()._flush_filesystem(fd, path)
-        self.dirty.clear()
-
-    def _step(self, step: str, path: str) -> None:
-        if step == "truncate":
-            self.truncated_dirty.append(set(self.dirty))
-
-
 @pytest.mark.parametrize("merged", [1, 6])  # 3 files: fsync each; 8: one syncfs
 def test_no_journal_is_truncated_while_a_file_it_names_is_unflushed(
     tmp_path: Path, merged: int,
 ) -> None:
     state = _build(tmp_path)
-    files = DirtyTracking()
+    files = FlushTracking()
     core = SessionCore.open(state, "s", files=files)
     core.merge_node_metadata_batch({n: {MARK: "w-1"} for n in
                                     ["u0", "a1", "u2", "a3", "u4", "a5"][:merged]})
     core.append({"id": "u6", "content": "more"})
-    assert files.dirty  # installed unsynced, resting on the journal
+    assert files.unflushed  # installed unsynced, resting on the journal
     core.retire_journals()
-    assert files.truncated_dirty == [set()]
+    assert files.unflushed_at_truncate == [set()]

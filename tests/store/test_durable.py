@@ -13,7 +13,7 @@ import pytest
 
 from store import _durable as durable_module
 from store._durable import TEMP_SUFFIX, DurableFiles, SharedFilesystemSync, run_durable
-from tests.faults import FaultyFiles, SimulatedCrash, count_steps
+from tests.faults import FaultyFiles, FlushTracking, SimulatedCrash, count_steps
 
 
 def _no_temp_files(directory: Path) -> bool:
@@ -173,38 +173,9 @@ def test_a_refused_syncfs_falls_back_to_a_flush_per_file(
     assert durable_module._SYNCFS is None  # not asked again
 
 
-class UnflushedAtRename(DurableFiles):
-    """Records, at every rename, whether the temp file's bytes were flushed first."""
-
-    def __init__(self) -> None:
-        self.unflushed: set[str] = set()
-        self.renamed_unflushed: list[str] = []
-        self.steps: list[str] = []
-
-    def _write_all(self, fd: int, temp: str, data: bytes) -> None:
-        super()._write_all(fd, temp, data)
-        self.unflushed.add(temp)
-
-    def _flush(self, fd: int, path: str, *, data_only: bool = False) -> None:
-        super()._flush(fd, path, data_only=data_only)
-        self.unflushed.discard(path)
-
-    def _flush_filesystem(self, fd: int, path: str) -> None:
-        super()._flush_filesystem(fd, path)
-        self.unflushed.clear()
-
-    def _step(self, step: str, path: str) -> None:
-        self.steps.append(step)
-
-    def _replace(self, temp: str, final: str) -> None:
-        if temp in self.unflushed:
-            self.renamed_unflushed.append(final)
-        super()._replace(temp, final)
-
-
 @pytest.mark.parametrize("count", [1, 3, 8])
 def test_several_files_are_each_flushed_before_their_rename(tmp_path: Path, count: int) -> None:
-    files = UnflushedAtRename()
+    files = FlushTracking()
     targets = [(str(tmp_path / f"f{i}"), b"new %d" % i) for i in range(count)]
     files.write_atomic_many(targets)
     assert files.renamed_unflushed == []
