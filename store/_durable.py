@@ -38,7 +38,6 @@ __all__ = [
     "BULK_SYNC_FILES",
     "DIR_MODE",
     "FILE_MODE",
-    "HAS_SYNCFS",
     "TEMP_SUFFIX",
     "DurableFiles",
     "SharedFilesystemSync",
@@ -449,6 +448,8 @@ def _find_syncfs() -> Callable[[int], int] | None:
 
 # From this many files a checkpoint syncs their filesystem at once.
 BULK_SYNC_FILES = 4
+
+
 def _kernel_reports_syncfs_errors() -> bool:
     """Linux reports writeback errors from ``syncfs`` since 5.8; before, it answered 0."""
     try:
@@ -459,7 +460,6 @@ def _kernel_reports_syncfs_errors() -> bool:
 
 
 _SYNCFS = _find_syncfs() if _kernel_reports_syncfs_errors() else None
-HAS_SYNCFS = _SYNCFS is not None
 # What syncfs answers where a sandbox (seccomp, gVisor) refuses it rather than fails.
 _NO_SYNCFS = frozenset({errno.ENOSYS, errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP,
                         errno.EINVAL})

@@ -125,10 +125,16 @@ def _failed(
     return WriteOutcome((), (), audit, kind, error)
 
 
-def _concurrent(sid: str, ids: tuple[str, ...], exc: Exception) -> CommitRejectedError:
-    """A commit refused for another commit that landed first: retried, never a failure of its own."""
+def _refused(sid: str, ids: tuple[str, ...], exc: Exception) -> CommitRejectedError:
+    """The commit (or the writer's dry run of it) refused ``exc``'s way.
+
+    Retryable unless it is a transaction's verdict on the edits themselves,
+    which would refuse the same edits again; a concurrent update (another
+    commit landed first) is always retried.
+    """
     rejected = CommitRejectedError(sid, ids, f"the commit was refused: {describe_error(exc)}")
-    rejected.retryable = True
+    rejected.retryable = isinstance(exc, ConcurrentUpdateError) or not isinstance(
+        exc, TransactionError)
     return rejected
 
 
@@ -177,7 +183,7 @@ async def run_write_cycle(
     except ConcurrentUpdateError as exc:
         # The writer's dry run found memory moved past its snapshot: contention,
         # retried on a fresh snapshot exactly like a commit refused for it.
-        return _failed(FailureKind.REJECTED, _concurrent(sid, ids, exc), exc)
+        return _failed(FailureKind.REJECTED, _refused(sid, ids, exc), exc)
     except Exception as exc:  # noqa: BLE001 (a writer may raise anything)
         return _failed(
             FailureKind.WRITER, WriterFailedError(sid, ids, f"the writer raised {exc!r}"), exc
@@ -208,12 +214,7 @@ async def run_write_cycle(
         try:
             audit = tuple(await commit(batch, edits, view.revision))
         except Exception as exc:  # noqa: BLE001 (every failure is an outcome; nothing marked)
-            rejected = _concurrent(sid, ids, exc)
-            # A refusal other than a concurrent update will refuse the same edits again.
-            rejected.retryable = isinstance(exc, ConcurrentUpdateError) or not isinstance(
-                exc, TransactionError
-            )
-            return _failed(FailureKind.REJECTED, rejected, exc)
+            return _failed(FailureKind.REJECTED, _refused(sid, ids, exc), exc)
         files = changed_files(audit)
     if not files:
         errors = sum(1 for entry in audit if entry.get("status") == "error")
