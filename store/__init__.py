@@ -66,10 +66,12 @@ from ._message import message_to_node as message_to_node
 from ._message import node_to_message as node_to_message
 from ._node import RESERVED_KEYS as RESERVED_KEYS
 from ._node import Node as Node
+from ._runtime_log import RuntimeLog as RuntimeLog
 from ._session import CLOCK_SKEW as CLOCK_SKEW
 from ._session import AppendedTurn as AppendedTurn
 from ._session import SessionCore as SessionCore
 from ._session import SessionStatistics as SessionStatistics
+from ._session import recover_dead_runtimes as recover_dead_runtimes
 from ._sessions import list_sessions as list_sessions
 from ._sessions import missing_meta as missing_meta
 from ._sessions import state_path as state_path
@@ -110,6 +112,7 @@ __all__ = [
     "OversizedContentError",
     "ReservedMetadataKeyError",
     "RewindTo",
+    "RuntimeLog",
     "SessionActor",
     "SessionCore",
     "SessionExistsError",
@@ -134,6 +137,7 @@ __all__ = [
     "node_to_message",
     "parse_filename",
     "predecessor_cycles",
+    "recover_dead_runtimes",
     "refuse_file_link",
     "run_durable",
     "state_path",

@@ -48,6 +48,7 @@ from ._durable import DurableFiles, run_durable
 from ._errors import StoreError
 from ._lock import LOCK_TIMEOUT
 from ._message import node_to_message
+from ._runtime_log import RuntimeLog
 from ._session import SessionCore
 
 __all__ = [
@@ -203,9 +204,11 @@ class SessionActor(Actor):
         files: DurableFiles | None = None,
         clock: Callable[[], float] | None = None,
         lock_timeout: float | None = LOCK_TIMEOUT,
+        log: RuntimeLog | None = None,
     ) -> None:
         self.state_dir = os.fspath(state_dir)
         self.session = session
+        self._log = log
         self._files = files
         self._clock = clock
         self._lock_timeout = lock_timeout
@@ -234,7 +237,8 @@ class SessionActor(Actor):
             self._open_error = exc  # the message that activated the actor gets it
 
     async def _open(self) -> None:
-        options: dict[str, Any] = {"files": self._files, "lock_timeout": self._lock_timeout}
+        options: dict[str, Any] = {"files": self._files, "lock_timeout": self._lock_timeout,
+                                   "log": self._log}
         if self._clock is not None:
             options["clock"] = self._clock
         self._core = await run_durable(

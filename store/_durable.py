@@ -303,6 +303,33 @@ class DurableFiles:
             self.fsync_dir(os.path.dirname(path) or ".")
         return size
 
+    def create_log(self, path: str) -> int:
+        """Create ``path`` empty for appends and make its entry durable; returns the open fd.
+
+        For a log kept open across many records (the runtime log): the caller
+        appends with :meth:`append_to` and flushes with :meth:`flush_log`.
+        """
+        self._step("open", path)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                     FILE_MODE)
+        try:
+            self.fsync_dir(os.path.dirname(path) or ".")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def append_to(self, fd: int, path: str, data: bytes) -> None:
+        """Append ``data`` to the open log ``fd`` (``path`` names it) without flushing."""
+        with _naming(path):
+            self._write_all(fd, path, data)
+
+    def flush_log(self, fd: int, path: str) -> None:
+        """``fdatasync`` the open log ``fd``: every byte appended before the call is durable."""
+        with _naming(path):
+            self._step("fsync", path)
+            self._flush(fd, path, data_only=True)
+
     def truncate(self, path: str) -> None:
         """Empty an existing file durably (``ftruncate`` to 0, then ``fsync``)."""
         self._step("truncate", path)

@@ -89,7 +89,9 @@ __all__ = [
     "digest",
     "encode_entries",
     "encode_record",
+    "frame",
     "latest_per_file",
+    "read_frames",
     "read_journal",
     "replay_plan",
     "scan",
@@ -99,8 +101,6 @@ JOURNAL_NAME = ".journal"
 _MAGIC = b"scriptorium-journal 3 "
 _MAGIC_V2 = b"scriptorium-journal 2 "
 _TRAILER = b"end\n"
-# The longest header line: magic, a 20-digit size, a space, 8 hex digits, LF.
-_MAX_HEADER = len(_MAGIC) + 20 + 1 + 8 + 1
 ABSENT = "absent"  # ``before`` of a file that did not exist
 
 
@@ -203,8 +203,12 @@ def decode_entries(
 
 
 def encode_record(entries: list[JournalEntry]) -> bytes:
-    payload = encode_entries(entries)
-    return b"%s%d %08x\n%s" % (_MAGIC, len(payload), _checksum(_MAGIC, payload), payload)
+    return frame(_MAGIC, encode_entries(entries))
+
+
+def frame(magic: bytes, payload: bytes) -> bytes:
+    """``payload`` behind its header: ``magic``, its size and a CRC of magic and payload."""
+    return b"%s%d %08x\n%s" % (magic, len(payload), _checksum(magic, payload), payload)
 
 
 def _checksum(magic: bytes, payload: bytes) -> int:
@@ -213,7 +217,7 @@ def _checksum(magic: bytes, payload: bytes) -> int:
     Format 2 summed the payload alone, so a format-3 record whose ``3`` flipped
     to ``2`` would otherwise pass as format 2 and then fail to decode.
     """
-    return zlib.crc32(payload, zlib.crc32(magic)) if magic == _MAGIC else zlib.crc32(payload)
+    return zlib.crc32(payload) if magic == _MAGIC_V2 else zlib.crc32(payload, zlib.crc32(magic))
 
 
 def scan(data: bytes, path: str) -> JournalScan:
@@ -223,30 +227,45 @@ def scan(data: bytes, path: str) -> JournalScan:
     Records of format 2 (written before ``before`` was recorded) are read too.
     """
     records: list[list[JournalEntry]] = []
+    found, end = read_frames(data, (_MAGIC, _MAGIC_V2))
+    for magic, offset, payload in found:
+        version = 3 if magic == _MAGIC else 2
+        records.append(decode_entries(payload, path, offset, version=version))
+    return JournalScan(records, end, len(data))
+
+
+def read_frames(
+    data: bytes, magics: tuple[bytes, ...]
+) -> tuple[list[tuple[bytes, int, bytes]], int]:
+    """The valid prefix of frames (:func:`frame`) in ``data``: (magic, offset, payload) each, and its end.
+
+    Stops at the first frame that is short, fails its checksum or has a
+    header other than the one :func:`frame` writes for its payload, and
+    never resynchronises: bytes after a tear are never trusted.
+    """
+    longest = max(len(magic) for magic in magics) + 20 + 1 + 8 + 1
+    found: list[tuple[bytes, int, bytes]] = []
     at = 0
     while at < len(data):
-        header_end = data.find(b"\n", at, at + _MAX_HEADER)
+        header_end = data.find(b"\n", at, at + longest)
         if header_end < 0:
             break
-        if data.startswith(_MAGIC, at):
-            magic, version = _MAGIC, 3
-        elif data.startswith(_MAGIC_V2, at):
-            magic, version = _MAGIC_V2, 2
-        else:
+        magic = next((m for m in magics if data.startswith(m, at)), None)
+        if magic is None:
             break
         fields = data[at + len(magic):header_end].split(b" ")
         if len(fields) != 2 or not fields[0].isdigit():
             break
         size = int(fields[0])
         payload = data[header_end + 1:header_end + 1 + size]
-        # the header must be exactly what encode_record writes for this payload
-        # (so "0A1B..." for "0a1b...", or a leading zero, is damage, not a record)
+        # the header must be exactly what frame() writes for this payload
+        # (so "0A1B..." for "0a1b...", or a leading zero, is damage, not a frame)
         canonical = b"%s%d %08x\n" % (magic, size, _checksum(magic, payload))
         if len(payload) != size or data[at:header_end + 1] != canonical:
             break
-        records.append(decode_entries(payload, path, at, version=version))
+        found.append((magic, at, payload))
         at = header_end + 1 + size
-    return JournalScan(records, at, len(data))
+    return found, at
 
 
 def read_journal(session_dir: str, path: str) -> JournalScan:

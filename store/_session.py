@@ -85,7 +85,8 @@ from ._links import refuse_session_alias
 from ._lock import LOCK_TIMEOUT, SessionLock
 from ._message import append_conflicts, check_metadata_keys, message_to_node, node_to_message
 from ._node import ROOT, Node
-from ._session_journal import JournalConflict, SessionJournal
+from ._runtime_log import RuntimeLog, dead_sessions
+from ._session_journal import JournalConflict, LoggedJournal, SessionJournal
 from ._sessions import SESSIONS, missing_meta
 from ._walk import (
     absorbed_covers,
@@ -150,6 +151,7 @@ class SessionCore:
         clock: Callable[[], float] = time.time,
         max_node_bytes: int = DEFAULT_MAX_NODE_BYTES,
         lock_timeout: float | None = LOCK_TIMEOUT,
+        log: RuntimeLog | None = None,
     ) -> None:
         self.session = validate_id(session, "session id")
         self.state_dir = os.fspath(state_dir)
@@ -158,12 +160,16 @@ class SessionCore:
         self._files = files if files is not None else DurableFiles()
         self._clock = clock
         self._cap = max_node_bytes
-        self._lock = SessionLock(self.directory, timeout=lock_timeout)
+        self._log = log
+        self._lock = (SessionLock(self.directory, timeout=lock_timeout) if log is None
+                      else log.session_lock(self.directory, self.session, lock_timeout))
         self._index = SessionIndex()
         self._meta: dict[str, Any] = {}
         self._meta_bytes: bytes | None = None  # meta.json as last read or installed
         self._fingerprint: Fingerprint | None = None
-        self._journal = SessionJournal(self.directory, self._rel, self._files, max_node_bytes)
+        self._journal = (
+            SessionJournal(self.directory, self._rel, self._files, max_node_bytes) if log is None
+            else LoggedJournal(self.directory, self._rel, self._files, max_node_bytes, log))
         self._rebuilds = 0
         self._checked = False  # see trusting_index
         self._citable = False  # the session id passed validate_new_id
@@ -181,17 +187,18 @@ class SessionCore:
         clock: Callable[[], float] = time.time,
         max_node_bytes: int = DEFAULT_MAX_NODE_BYTES,
         lock_timeout: float | None = LOCK_TIMEOUT,
+        log: RuntimeLog | None = None,
     ) -> SessionCore:
         """Create a new, empty session and return its owner; SessionExistsError if taken."""
         sid = validate_new_id(session, "session id") if session is not None else secrets.token_hex(6)
         core = cls(state_dir, sid, files=files, clock=clock, max_node_bytes=max_node_bytes,
-                   lock_timeout=lock_timeout)
+                   lock_timeout=lock_timeout, log=log)
         validate_name(title, "title", core.session)
         core._files.make_dirs(os.path.join(core.directory, HISTORY))
         now = clock()
         meta = {"id": sid, "title": title, "created_at": now, "updated_at": now, "head_id": None}
         keep_out_of_git(core.directory, core.state_dir, core._files)  # before our first file
-        with core._lock:
+        with core._holding(), core._lock:
             if not core._files.create_exclusive(core._path(META), encode_meta(meta)):
                 raise SessionExistsError(sid)
             core._recover_locked()
@@ -207,27 +214,59 @@ class SessionCore:
         clock: Callable[[], float] = time.time,
         max_node_bytes: int = DEFAULT_MAX_NODE_BYTES,
         lock_timeout: float | None = LOCK_TIMEOUT,
+        log: RuntimeLog | None = None,
     ) -> SessionCore:
         """Open an existing session: clean crash leftovers, replay journals, load the index.
 
         Every mutation waits at most ``lock_timeout`` seconds for ``<sid>/.lock``
-        (``SessionLockTimeoutError``; None waits forever).
+        (``SessionLockTimeoutError``; None waits forever). With a runtime
+        ``log`` the lock is taken here, once, and held until :meth:`close`
+        (see :mod:`store._runtime_log`).
         """
         core = cls(state_dir, session, files=files, clock=clock, max_node_bytes=max_node_bytes,
-                   lock_timeout=lock_timeout)
+                   lock_timeout=lock_timeout, log=log)
         if not os.path.isfile(core._path(META)):
             sessions_dir = os.path.join(core.state_dir, SESSIONS)
             raise missing_meta(sessions_dir, core.session) or SessionNotFoundError(
                 core.session, core._rel)
         refuse_session_alias(os.path.join(core.state_dir, SESSIONS), core.session)
         keep_out_of_git(core.directory, core.state_dir, core._files)  # before our first file
-        with core._lock:
+        with core._holding(), core._lock:
             core._recover_locked()
         return core
 
+    @contextmanager
+    def _holding(self) -> Iterator[None]:
+        """With a runtime log: take the lock to hold until :meth:`close`; let go if opening fails."""
+        if self._log is None:
+            yield
+            return
+        self._lock.__enter__()
+        try:
+            yield
+        except BaseException:
+            self._log.release(self.session)
+            raise
+
     def close(self) -> None:
-        """Checkpoint the journal (the owner calls this when passivated)."""
-        self.retire_journals()
+        """Checkpoint the journal (the owner calls this when passivated).
+
+        With a runtime log the session is retired durably and its lock let
+        go; if that fails, the lock stays held until the log closes (the next
+        core of this session in this process takes it over and replays).
+        """
+        if not isinstance(self._journal, LoggedJournal) or self._log is None:
+            self.retire_journals()
+            return
+        self._journal.closing = True
+        try:
+            with self._lock:
+                self._sync_locked()
+                if self._journal.problem is None:
+                    self._checkpoint_locked()
+        finally:
+            self._journal.closing = False
+            self._log.release(self.session)
 
     # -- reads ---------------------------------------------------------------
 
@@ -644,9 +683,9 @@ class SessionCore:
             self._checkpoint_locked()
 
     def _sync_locked(self) -> None:
-        """Under the lock: adopt a journal this owner did not write, then refresh the index."""
+        """Under the lock: recover dead runtimes' records, adopt a journal this owner did not write, refresh."""
         seen = self._journal.on_disk()
-        if seen != self._journal.stamp:
+        if self._journal.recover_dead_owners() or seen != self._journal.stamp:
             self._forget_index()
             self._journal.adopt(seen)
         self._refresh(force=True)
@@ -787,3 +826,24 @@ class SessionCore:
         except OSError as exc:
             raise NodeFileError(path, f"unreadable ({exc.strerror})") from None
         return data, decode_node(data, path, self._cap)
+
+
+def recover_dead_runtimes(state_dir: str | os.PathLike[str], log: RuntimeLog) -> list[str]:
+    """Recover every session that dead runtimes' logs still hold records of; returns their ids.
+
+    Run by a runtime when it starts, so records of a session nobody opens
+    again do not wait in a dead log forever. A session whose lock another
+    process holds is left to it: it recovered the session when it took the
+    lock (:mod:`store._runtime_log`, rule 4). A session that cannot be opened
+    keeps its records for the next holder.
+    """
+    recovered: list[str] = []
+    for session in dead_sessions(state_dir, log.files, exclude=log.owner):
+        try:
+            core = SessionCore.open(state_dir, session, files=log.files,
+                                    lock_timeout=0.0, log=log)
+        except StoreError:
+            continue
+        core.close()
+        recovered.append(session)
+    return recovered

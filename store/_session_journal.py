@@ -58,8 +58,15 @@ from ._journal import (
     replay_plan,
 )
 from ._links import refuse_file_link
+from ._runtime_log import RuntimeLog, dead_live_records, retire_dead
 
-__all__ = ["CHECKPOINT_BYTES", "CHECKPOINT_RECORDS", "JournalConflict", "SessionJournal"]
+__all__ = [
+    "CHECKPOINT_BYTES",
+    "CHECKPOINT_RECORDS",
+    "JournalConflict",
+    "LoggedJournal",
+    "SessionJournal",
+]
 
 # Records accumulate in the journal until the owner is idle or closes; past
 # either bound the next write checkpoints first, bounding what a replay
@@ -100,6 +107,8 @@ class SessionJournal:
     def __init__(self, directory: str, rel: str, files: DurableFiles,
                  cap: int = DEFAULT_MAX_NODE_BYTES) -> None:
         self.directory = directory
+        self._session = os.path.basename(directory)
+        self._state_dir = os.path.dirname(os.path.dirname(directory))
         self._rel = rel
         self._cap = cap
         # Files the last replays found changed by another writer, and what became of them.
@@ -149,21 +158,44 @@ class SessionJournal:
         and the journal truncated at once.
         """
         journal = read_journal(self.directory, self._rel_path)
-        latest = replay_plan(journal.records)
-        for rel, plan in latest.items():
-            # a file in a state the records account for gets the last record's
-            # bytes; in any other state it is someone else's newer write
-            patches = plan.patches if rel != META and plan.merge_only else []
-            outcome = self._install(rel, plan.data, plan.known, patches, ours_win=False)
-            if outcome != "ours":
-                self.conflicts.append(JournalConflict(f"{self._rel}/{rel}", outcome))
-        del self.conflicts[:-MAX_CONFLICTS]
-        self.outstanding = dict.fromkeys(latest)
+        self.outstanding = dict.fromkeys(self.replay(journal.records))
         self.records = len(journal.records)
         self._bytes = journal.valid_end
         self.stamp = file_stamp(self.path)
         if journal.torn_bytes:
             self.checkpoint(torn=True)
+
+    def replay(self, records: list[list[JournalEntry]]) -> list[str]:
+        """Install each file as the last of ``records`` naming it left it; returns the files named.
+
+        A file in a state the records account for gets the last record's
+        bytes; in any other state it is someone else's newer write, which is
+        kept (with the records' patch keys it lacks merged in) and reported
+        in :attr:`conflicts`.
+        """
+        latest = replay_plan(records)
+        for rel, plan in latest.items():
+            patches = plan.patches if rel != META and plan.merge_only else []
+            outcome = self._install(rel, plan.data, plan.known, patches, ours_win=False)
+            if outcome != "ours":
+                self.conflicts.append(JournalConflict(f"{self._rel}/{rel}", outcome))
+        del self.conflicts[:-MAX_CONFLICTS]
+        return list(latest)
+
+    def recover_dead_owners(self, exclude: str | None = None) -> bool:
+        """Replay this session's live records from dead runtime logs (:mod:`store._runtime_log`).
+
+        Under the lock, before anything else: a runtime that died holding
+        the session left them; they are installed, synced and retired in the
+        dead log, so nobody replays them again over later writes. True if
+        anything was found (the caller reloads its index).
+        """
+        found = dead_live_records(self._state_dir, self._session, exclude=exclude)
+        for owner, records in found:
+            paths = [self._path(rel) for rel in self.replay(records)]
+            self._files.sync_paths([p for p in paths if os.path.exists(p)])
+            retire_dead(self._state_dir, owner, [self._session], self._files)
+        return bool(found)
 
     def checkpoint(self, *, torn: bool = False) -> None:
         """Sync the outstanding files (then their directories) and empty the journal.
@@ -193,10 +225,8 @@ class SessionJournal:
             self.checkpoint()
         for entry in entries:  # before the record: a refused link must leave no record behind
             refuse_file_link(self._path(entry.rel))
-        record = encode_record(entries)
-        self._files.append_synced(self.path, record)
+        self._bytes += self._append_record(entries)
         self.records += 1
-        self._bytes += len(record)
         differ: list[str] = []
         refused: list[str] = []
         for entry in entries:
@@ -216,6 +246,12 @@ class SessionJournal:
                 f"the metadata merge is not installed: another writer changed the file at "
                 f"each of {MERGE_ATTEMPTS} re-reads or left it unreadable; retry the merge")
         return differ
+
+    def _append_record(self, entries: list[JournalEntry]) -> int:
+        """Make ``entries`` durable as one record (the one flush); returns its size."""
+        record = encode_record(entries)
+        self._files.append_synced(self.path, record)
+        return len(record)
 
     def _install(
         self,
@@ -281,6 +317,69 @@ class SessionJournal:
 
     def _path(self, rel: str) -> str:
         return os.path.join(self.directory, rel)
+
+
+# What on_disk() answers while a logged journal must catch up: no stamp looks like it.
+_CATCH_UP: FileStamp = (-1, -1, -1)
+
+
+class LoggedJournal(SessionJournal):
+    """A session's journal when its records go to this process's :class:`RuntimeLog`.
+
+    The core holds the session's lock from open to close, so nobody else
+    writes the session meanwhile (the reference agent aside, which replay
+    judges by each entry's ``before``), and there is nothing to re-check
+    between mutations:
+
+    - **write**: the record is committed to the runtime log (one flush shared
+      with every session committing at the same time), then the files are
+      installed as for a session journal;
+    - **checkpoint**: the outstanding files are synced, then the session is
+      retired in the log; durably when closing, before the lock is let go;
+    - **adopt**, once per hold and after a failed write: a session journal an
+      owner of the per-session kind left is replayed and checkpointed (it is
+      never written again here), live records of dead runtimes are recovered,
+      and this log's own live records (a failed write, a previous core whose
+      close failed) are replayed and checkpointed.
+    """
+
+    def __init__(self, directory: str, rel: str, files: DurableFiles, cap: int,
+                 log: RuntimeLog) -> None:
+        super().__init__(directory, rel, files, cap)
+        self._log = log
+        self._caught_up = False
+        self.closing = False
+
+    def on_disk(self) -> FileStamp | None:
+        return self.stamp if self._caught_up else _CATCH_UP
+
+    def disown(self) -> None:
+        super().disown()
+        self._caught_up = False
+
+    def recover_dead_owners(self, exclude: str | None = None) -> bool:
+        if self._caught_up:
+            return False
+        return super().recover_dead_owners(exclude=self._log.owner)
+
+    def adopt(self, seen: FileStamp | None) -> None:
+        super().adopt(file_stamp(self.path))
+        if self.problem is not None:
+            return
+        if self._log.is_live(self._session):
+            self.outstanding.update(
+                dict.fromkeys(self.replay(self._log.live_records(self._session))))
+        if self.outstanding or self.records:
+            self.checkpoint()
+        self._caught_up = True
+
+    def checkpoint(self, *, torn: bool = False) -> None:
+        super().checkpoint(torn=torn)
+        self._log.retire(self._session, durable=self.closing)
+
+    def _append_record(self, entries: list[JournalEntry]) -> int:
+        self._log.commit(self._session, entries)
+        return sum(len(entry.data) for entry in entries)
 
 
 def _read_or_none(path: str) -> bytes | None:

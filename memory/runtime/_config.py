@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._tokens import TokenCounter, default_counter
@@ -15,7 +15,10 @@ from memory.writers._offload import CPU_WORKER_MODES, CpuWorkerMode
 from store import LOCK_TIMEOUT, DurableFiles
 from supervisors import Backoff
 
-__all__ = ["RuntimeConfig", "apply_timings"]
+__all__ = ["JOURNAL_MODES", "JournalMode", "RuntimeConfig", "apply_timings"]
+
+JournalMode = Literal["session", "shared"]
+JOURNAL_MODES: tuple[JournalMode, ...] = ("session", "shared")
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,13 @@ class RuntimeConfig:
     # cpu_worker event, where none can run). The default is what we measured
     # (docs/decisions.md, "Writer CPU off the GIL (issue 15)").
     cpu_worker: CpuWorkerMode = "thread"
+    # Where session mutations are made durable: "session", each session's own
+    # journal, flushed per mutation, the session locked per mutation (other
+    # processes may write the same session between two of ours); or "shared",
+    # one runtime log for every session this runtime holds, group-committed
+    # (one flush for concurrent mutations of many sessions), each session held
+    # exclusively from activation to passivation (store/_runtime_log.py).
+    journal: JournalMode = "session"
 
     def __post_init__(self) -> None:
         # A NaN or infinite bound would make every lock wait endless.
@@ -74,6 +84,9 @@ class RuntimeConfig:
         if self.cpu_worker not in CPU_WORKER_MODES:
             raise ValueError(f"RuntimeConfig.cpu_worker must be one of {CPU_WORKER_MODES}, "
                              f"not {self.cpu_worker!r}")
+        if self.journal not in JOURNAL_MODES:
+            raise ValueError(f"RuntimeConfig.journal must be one of {JOURNAL_MODES}, "
+                             f"not {self.journal!r}")
 
 
 def apply_timings(config: RuntimeConfig, timings: Timings) -> RuntimeConfig:

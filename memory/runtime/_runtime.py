@@ -89,11 +89,13 @@ from store import (
     ListBranches,
     MergeMetadata,
     RewindTo,
+    RuntimeLog,
     SessionCore,
     SessionNotFoundError,
     SetHead,
     SpawnBranch,
     missing_meta,
+    recover_dead_runtimes,
     run_durable,
     state_path,
     validate_id,
@@ -162,6 +164,8 @@ class MemoryRuntime:
         self._sessions: DynamicSupervisor[str] | None = None
         self._watchdog: IdleWatchdog | None = None
         self.root: ActorRef | None = None
+        # The runtime log of journal = "shared" (opened by open_runtime), else None.
+        self.runtime_log: RuntimeLog | None = None
         self.migration: MigrationReport | None = None
         # Set by open_runtime once the tree is up; stable across restarts (refs point at cells).
         self.workspace_ref: ActorRef
@@ -586,7 +590,12 @@ async def open_runtime(
     runtime = MemoryRuntime(state, writer or ExtractiveWriter(), config)
     files = runtime.config.files
     await run_durable(files.make_dirs, os.path.join(state, "sessions"))
+    if config.journal == "shared":
+        runtime.runtime_log = await run_durable(
+            lambda: RuntimeLog.open(state, files=files))
     try:
+        if runtime.runtime_log is not None:  # before any session is opened
+            await run_durable(recover_dead_runtimes, state, runtime.runtime_log)
         async with open_actor(runtime.root_supervisor(), name="runtime") as root:
             runtime.root = root
             runtime.workspace_ref = await get_child(root, "workspace")
@@ -608,6 +617,8 @@ async def open_runtime(
         # A claim lives as long as its runtime (a dead process's claims are void by pid).
         with anyio.CancelScope(shield=True):
             await run_durable(runtime.claims.release_all)
+            if runtime.runtime_log is not None:  # after every session actor closed
+                await run_durable(runtime.runtime_log.close)
             await anyio.to_thread.run_sync(runtime.recall_index.close)
             if runtime.cpu_worker is not None:
                 await anyio.to_thread.run_sync(runtime.cpu_worker.close)

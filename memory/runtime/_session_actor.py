@@ -82,7 +82,7 @@ from memory.workspace._quarantine import QuarantineEntry, is_quarantined
 from memory.writers._cycle import FailureKind, WriteOutcome
 from memory.writers._prompt import render_prompt
 from memory.writers._writer import Batch
-from store import SessionActor, SessionCore, StoreError, TipMoved, run_durable
+from store import RuntimeLog, SessionActor, SessionCore, StoreError, TipMoved, run_durable
 
 ROOT = "ROOT"  # SPEC §4: the predecessor of a session's first turn; a walk ends there
 
@@ -318,6 +318,9 @@ class SessionHost(Protocol):
     def workspace_id(self) -> str: ...
 
     @property
+    def runtime_log(self) -> RuntimeLog | None: ...
+
+    @property
     def workspace_ref(self) -> ActorRef: ...
 
     @property
@@ -361,7 +364,7 @@ class MemorySessionActor(SessionActor):
     def __init__(self, runtime: SessionHost, session: str) -> None:
         super().__init__(
             runtime.state_dir, session, files=runtime.config.files, clock=runtime.config.clock,
-            lock_timeout=runtime.config.lock_timeout,
+            lock_timeout=runtime.config.lock_timeout, log=runtime.runtime_log,
         )
         self.runtime = runtime
         self.ledger = runtime.ledger(session)

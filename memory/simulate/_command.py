@@ -34,6 +34,7 @@ import orjson
 
 from memory._errors import SettingsError
 from memory.ledger._ledger import ReferenceThresholdWarning, threshold_warning
+from memory.runtime._config import JOURNAL_MODES, JournalMode
 from memory.runtime._settings import check_model_flags, check_seconds, check_threshold
 from memory.simulate._faults import FAULTS, parse_faults
 from memory.simulate._open_loop import ARRIVALS
@@ -252,12 +253,16 @@ def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, s
 @click.option("--cpu-worker", type=click.Choice(CPU_WORKER_MODES), default="thread",
               show_default=True,
               help="Where the writer's and the commit's CPU work runs (RuntimeConfig.cpu_worker).")
+@click.option("--journal", type=click.Choice(JOURNAL_MODES), default="session",
+              show_default=True,
+              help="Where mutations are made durable (RuntimeConfig.journal): each session's "
+                   "journal, or one runtime log shared by every session.")
 def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: str,
              as_json: bool, state_dir: str | None, compare: bool, threshold: int,
              idle_after: float | None, session_idle: float, watchdog_poll: float,
              writer: str, base_url: str | None, model: str | None,
              provider: str | None, rate: float | None, arrivals: str,
-             cpu_worker: CpuWorkerMode) -> None:
+             cpu_worker: CpuWorkerMode, journal: JournalMode) -> None:
     """Run concurrent simulated agents with seeded faults, then check every invariant."""
     model_config = None
     try:
@@ -275,6 +280,11 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
         faults = parse_faults(faults_spec)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--faults") from None
+    if journal == "shared" and "outside-appends" in faults:
+        raise click.UsageError(
+            "--journal shared holds each active session's lock until it is passivated, so "
+            "the outside-appends writer (which takes the lock per mutation) would only time "
+            "out; use --journal session for that fault")
     if sessions < 1 or turns < 1:
         raise click.BadParameter("--sessions and --turns must be at least 1")
     if rate is not None and not (math.isfinite(rate) and rate > 0):
@@ -308,7 +318,7 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
                                   threshold=threshold, idle_after=idle_after,
                                   session_idle=session_idle, watchdog_poll=watchdog_poll,
                                   model=model_config, rate=rate, arrivals=arrivals,
-                                  cpu_worker=cpu_worker)
+                                  cpu_worker=cpu_worker, journal=journal)
         with warnings.catch_warnings():  # said once above, in one line
             warnings.simplefilter("ignore", ReferenceThresholdWarning)
             result = anyio.run(run_simulation, config, backend=backend)

@@ -44,6 +44,7 @@ from memory._errors import BoundaryError
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
 from memory.ledger._tokens import default_counter
+from memory.runtime._config import JournalMode
 from memory.runtime._events import EventTally
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory.simulate._agents import Acknowledged, Agent, Mix
@@ -101,6 +102,7 @@ class SimulationConfig:
     rate: float | None = None  # turns/s of the open loop; None: the closed loop
     arrivals: str = "poisson"  # the open loop's arrival process (see _open_loop.ARRIVALS)
     cpu_worker: CpuWorkerMode = "thread"  # RuntimeConfig.cpu_worker
+    journal: JournalMode = "session"  # RuntimeConfig.journal
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_dir", state_path(self.state_dir))
@@ -189,6 +191,7 @@ def runtime_config(config: SimulationConfig, plan: FaultPlan, tally: EventTally)
         seed=config.seed,
         on_event=tally,
         cpu_worker=config.cpu_worker,
+        journal=config.journal,
     )
 
 
