@@ -332,16 +332,18 @@ class RuntimeLog:
             live = any(segment.last_mutation for segment in segments)
             held, self._held = list(self._held.values()), {}
             lock_fd, self._lock_fd = self._lock_fd, None
-        for segment in segments:
-            os.close(segment.fd)
-        if not live:
+        try:
             for segment in segments:
-                self._files.unlink(segment.path)
-            _unlink_owner_files(self.directory, self.owner)
-        os.close(lock_fd)
-        for lock in held:
-            while lock.held:
-                lock.__exit__(None, None, None)
+                os.close(segment.fd)
+            if not live:
+                for segment in segments:  # oldest first, as in rule 3
+                    self._files.unlink(segment.path)
+                _unlink_owner_files(self.directory, self.owner)
+        finally:
+            os.close(lock_fd)
+            for lock in held:
+                while lock.held:
+                    lock.__exit__(None, None, None)
 
     def abandon(self) -> None:
         """Die as a killed process does (tests): every descriptor closed, nothing flushed or deleted."""
@@ -443,23 +445,36 @@ def _alive(directory: str, owner: str) -> bool:
 
 
 def dead_live_records(
-    state_dir: str | os.PathLike[str], session: str, *, exclude: str | None = None
+    state_dir: str | os.PathLike[str], session: str, files: DurableFiles, *,
+    exclude: str | None = None,
 ) -> list[tuple[str, list[list[JournalEntry]]]]:
     """Per dead owner (not ``exclude``): ``session``'s live records in its log, in order.
 
-    One ``stat`` where no runtime log was ever used.
+    One ``stat`` where no runtime log was ever used. A dead owner with
+    nothing live left for any session is deleted on the way.
     """
     directory = os.path.join(os.fspath(state_dir), WAL_DIR)
     if not os.path.isdir(directory):
         return []
     found: list[tuple[str, list[list[JournalEntry]]]] = []
     for owner, paths in _owners(directory).items():
-        if owner == exclude or not paths or _alive(directory, owner):
+        if owner == exclude or _alive(directory, owner):
             continue
-        live = _live_in(_read_segments(paths, directory), session)
+        records = _read_segments(paths, directory)
+        live = _live_in(records, session)
         if live:
             found.append((owner, live))
+        elif not _live_sessions(records):
+            retire_dead(state_dir, owner, [], files)  # deletes what is left
     return found
+
+
+def _live_sessions(records: list[Record]) -> list[str]:
+    """The sessions whose last record here is a mutation (no retirement after it)."""
+    last: dict[str, bool] = {}
+    for kind, name, _ in records:
+        last[name] = kind == _MUTATION
+    return [name for name, live in last.items() if live]
 
 
 def dead_sessions(state_dir: str | os.PathLike[str], files: DurableFiles, *,
@@ -473,12 +488,9 @@ def dead_sessions(state_dir: str | os.PathLike[str], files: DurableFiles, *,
     for owner, paths in _owners(directory).items():
         if owner == exclude or _alive(directory, owner):
             continue
-        records = _read_segments(paths, directory)
-        live: dict[str, bool] = {}
-        for kind, name, _ in records:
-            live[name] = kind == _MUTATION
-        sessions.update(dict.fromkeys(name for name, is_live in live.items() if is_live))
-        if not any(live.values()):
+        live = _live_sessions(_read_segments(paths, directory))
+        sessions.update(dict.fromkeys(live))
+        if not live:
             retire_dead(state_dir, owner, [], files)  # deletes what is left
     return list(sessions)
 
@@ -504,11 +516,7 @@ def retire_dead(state_dir: str | os.PathLike[str], owner: str, sessions: list[st
             path = os.path.join(directory, f"{owner}.{last + 1}.log")
             files.write_atomic(path, b"".join(_record(_RETIREMENT, s) for s in sessions))
             paths.append(path)
-        records = _read_segments(paths, directory)
-        state: dict[str, bool] = {}
-        for kind, name, _ in records:
-            state[name] = kind == _MUTATION
-        if not any(state.values()):
+        if not _live_sessions(_read_segments(paths, directory)):
             for path in paths:  # oldest first: a retirement outlives what it covers
                 files.unlink(path)
             _unlink_owner_files(directory, owner)

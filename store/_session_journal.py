@@ -190,7 +190,7 @@ class SessionJournal:
         dead log, so nobody replays them again over later writes. True if
         anything was found (the caller reloads its index).
         """
-        found = dead_live_records(self._state_dir, self._session, exclude=exclude)
+        found = dead_live_records(self._state_dir, self._session, self._files, exclude=exclude)
         for owner, records in found:
             paths = [self._path(rel) for rel in self.replay(records)]
             self._files.sync_paths([p for p in paths if os.path.exists(p)])
