@@ -246,8 +246,12 @@ class SessionActor(Actor):
         )
 
     async def on_stop(self, reason: StopReason) -> None:
-        if self._core is not None and reason.crash is None:
+        if self._core is None:
+            return
+        if reason.crash is None:
             await run_durable(self._core.close)
+        else:  # a runtime log's lock goes to the restarted actor's core
+            await run_durable(self._core.abandon)
 
     def inspect(self) -> object:
         core = self._core

@@ -324,6 +324,14 @@ class DurableFiles:
         with _naming(path):
             self._write_all(fd, path, data)
 
+    def cut_log(self, fd: int, path: str, size: int) -> None:
+        """Cut the open log ``fd`` back to ``size`` bytes durably (a record whose write failed)."""
+        with _naming(path):
+            self._step("truncate", path)
+            os.ftruncate(fd, size)
+            self._step("fsync", path)
+            self._flush(fd, path)
+
     def flush_log(self, fd: int, path: str) -> None:
         """``fdatasync`` the open log ``fd``: every byte appended before the call is durable."""
         with _naming(path):

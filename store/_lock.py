@@ -83,14 +83,16 @@ def lock_holder(fd: int) -> int | None:
     return None
 
 
-def wait_for_flock(fd: int, timeout: float | None, on_timeout: Callable[[float, int | None], Exception]) -> None:
-    """Take an exclusive ``flock`` on ``fd``, polling until ``timeout`` (None: forever).
+def wait_for_flock(fd: int, timeout: float | None, on_timeout: Callable[[float, int | None], Exception],
+                   *, shared: bool = False) -> None:
+    """Take an exclusive (or ``shared``) ``flock`` on ``fd``, polling until ``timeout`` (None: forever).
 
     Raises ``on_timeout(waited, holder_pid)`` when the bound passes; see the
     module docstring for which clock the wait follows.
     """
+    operation = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, operation)
         return
     except BlockingIOError:
         pass
@@ -104,7 +106,7 @@ def wait_for_flock(fd: int, timeout: float | None, on_timeout: Callable[[float, 
         sleep(delay if timeout is None else min(delay, max(timeout - waited, 0.0)))
         delay = min(delay * 2, _POLL_MAX)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, operation)
             return
         except BlockingIOError:
             continue
@@ -123,6 +125,15 @@ class SessionLock:
     @property
     def held(self) -> bool:
         return self._depth > 0
+
+    @property
+    def fd(self) -> int | None:
+        """The open lock file while held."""
+        return self._fd
+
+    def forget(self) -> None:
+        """Drop the lock without unlocking (a forked child closed its copy of the file)."""
+        self._fd, self._depth = None, 0
 
     def __enter__(self) -> Self:
         if self._depth == 0:

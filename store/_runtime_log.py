@@ -61,12 +61,14 @@ operation ends up whole or not at all, as with a session journal.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
 import secrets
 import threading
-from collections.abc import Iterable
+import weakref
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ._durable import FILE_MODE, DurableFiles
@@ -79,6 +81,7 @@ __all__ = [
     "RuntimeLog",
     "dead_live_records",
     "dead_sessions",
+    "discard_dead",
     "retire_dead",
 ]
 
@@ -126,9 +129,14 @@ class RuntimeLog:
         self._segments: list[_Segment] = []
         self._next_index = 0
         self._retirements: list[tuple[_Segment, int, str]] = []  # (segment, end, session)
-        self._held: dict[str, SessionLock] = {}
+        self._held: set[SessionLock] = set()  # the session locks this log's cores hold
+        # Locks a core could not let go of (its close failed, or its actor
+        # crashed): records of the session are live here, so the lock stays
+        # held until the session's next core in this process takes it over.
+        self._orphans: dict[str, SessionLock] = {}
         self.flushes = 0  # fdatasync calls made (the group commit's figure)
         self.records = 0
+        _LOGS.add(self)
 
     @classmethod
     def open(cls, state_dir: str | os.PathLike[str], *, files: DurableFiles | None = None,
@@ -159,28 +167,43 @@ class RuntimeLog:
 
     # -- the sessions this process holds -------------------------------------
 
-    def session_lock(self, session_dir: str, session: str, timeout: float | None) -> SessionLock:
-        """The lock a core of ``session`` holds while open: the one a failed close left held, or a new one."""
+    def hold(self, session: str, session_dir: str, timeout: float | None) -> SessionLock:
+        """Take ``session``'s lock for a core of this log: an orphan's if one is left, else a new one.
+
+        A new lock is its own open file, so a second core of the same
+        session in this process waits for the first as another process would.
+        """
         with self._cond:
-            lock = self._held.get(session)
-            if lock is None:
-                lock = self._held[session] = SessionLock(session_dir, timeout=timeout)
+            lock = self._orphans.pop(session, None)
+        if lock is not None:
+            lock.timeout = timeout
             return lock
+        lock = SessionLock(session_dir, timeout=timeout)
+        lock.__enter__()
+        with self._cond:
+            self._held.add(lock)
+        return lock
 
-    def release(self, session: str) -> bool:
-        """Let go of ``session``'s lock unless records of it are still live here; True if released.
+    def let_go(self, session: str, lock: SessionLock) -> bool:
+        """Release ``lock`` unless records of ``session`` are still live here; True if released.
 
-        A session whose close failed keeps its lock until the log closes,
-        and its next core in this process takes the held lock over.
+        Live records (a close that failed) keep the lock held, as an orphan
+        the session's next core takes over (:meth:`hold`) and replays first;
+        at the latest the log's close lets go of it.
         """
         with self._cond:
             if self._is_live(session):
+                self._orphans[session] = lock
                 return False
-            lock = self._held.pop(session, None)
-        if lock is not None:
-            while lock.held:
-                lock.__exit__(None, None, None)
+            self._held.discard(lock)
+        _unlock(lock)
         return True
+
+    def orphan(self, session: str, lock: SessionLock) -> None:
+        """A core that cannot close (its actor crashed) leaves its held lock to the session's next core."""
+        with self._cond:
+            if lock in self._held:
+                self._orphans[session] = lock
 
     def is_live(self, session: str) -> bool:
         """Whether a mutation of ``session`` here is not covered by a durable retirement."""
@@ -191,6 +214,20 @@ class RuntimeLog:
         return any(session in segment.last_mutation for segment in self._segments)
 
     # -- records ---------------------------------------------------------------
+
+    @staticmethod
+    def record_of(data: bytes) -> tuple[str, str] | None:
+        """``(kind, session)`` of a record as :meth:`commit` or :meth:`retire` writes it, else None.
+
+        ``kind`` is ``"M"`` (a mutation) or ``"R"`` (a retirement); for a
+        fault-injecting double that must tell which session a write is for.
+        """
+        frames, _ = read_frames(data, (MAGIC,))
+        if len(frames) != 1:
+            return None
+        line = frames[0][2].split(b"\n", 1)[0].decode("utf-8", "replace")
+        kind, _, session = line.partition(" ")
+        return kind, session
 
     def commit(self, session: str, entries: list[JournalEntry]) -> None:
         """Append one mutation of ``session`` and return once it is durable (shared flush)."""
@@ -211,8 +248,15 @@ class RuntimeLog:
             segment = self._writable()
             try:
                 self._files.append_to(segment.fd, segment.path, data)
+            except OSError:
+                # the record may be torn: cut it off, durably, or append nothing after it
+                try:
+                    self._files.cut_log(segment.fd, segment.path, segment.written)
+                except OSError:
+                    segment.sealed = True
+                raise
             except BaseException:
-                segment.sealed = True  # the record may be torn: nothing goes after it
+                segment.sealed = True
                 raise
             segment.written += len(data)
             self.records += 1
@@ -223,6 +267,7 @@ class RuntimeLog:
                 self._retirements.append((segment, end, session))
             if segment.written >= self._segment_bytes:
                 segment.sealed = True
+                flush = True  # a sealed segment is flushed by nobody else
         if flush:
             self._flush_through(segment, end)
 
@@ -230,9 +275,9 @@ class RuntimeLog:
         if self._segments and not self._segments[-1].sealed:
             return self._segments[-1]
         index = self._next_index
+        self._next_index += 1  # before the file exists: a failed creation never reuses the name
         path = os.path.join(self.directory, f"{self.owner}.{index}.log")
         fd = self._files.create_log(path)
-        self._next_index += 1
         segment = _Segment(index, path, fd)
         self._segments.append(segment)
         return segment
@@ -270,6 +315,9 @@ class RuntimeLog:
                     else:
                         segment.failure = failure
                         segment.sealed = True
+                        # its retirements can never be trusted durable; each
+                        # session's next retirement covers the same records
+                        self._retirements = [r for r in self._retirements if r[0] is not segment]
                     self._cond.notify_all()
             self._apply_retirements()
 
@@ -292,6 +340,7 @@ class RuntimeLog:
             done = self._segments.pop(0)
             os.close(done.fd)
             self._files.unlink(done.path)
+            _forget_cached(done.path)
 
     def flush(self) -> None:
         """Make everything appended so far durable (pending retirements included)."""
@@ -307,9 +356,9 @@ class RuntimeLog:
         For an owner whose write failed part-way: only the disk knows which
         of its records made it.
         """
-        with self._cond:
+        with self._cond:  # no segment is deleted while they are read
             paths = [segment.path for segment in self._segments]
-        return _live_in(_read_segments(paths, self.directory), session)
+            return _live_in(_read_segments(paths, self.directory), session)
 
     # -- the end -----------------------------------------------------------------
 
@@ -330,7 +379,7 @@ class RuntimeLog:
         with self._cond:
             segments, self._segments = self._segments, []
             live = any(segment.last_mutation for segment in segments)
-            held, self._held = list(self._held.values()), {}
+            held, self._held, self._orphans = list(self._held), set(), {}
             lock_fd, self._lock_fd = self._lock_fd, None
         try:
             for segment in segments:
@@ -341,30 +390,74 @@ class RuntimeLog:
                 _unlink_owner_files(self.directory, self.owner)
         finally:
             os.close(lock_fd)
+            _LOGS.discard(self)
             for lock in held:
-                while lock.held:
-                    lock.__exit__(None, None, None)
+                _unlock(lock)
 
     def abandon(self) -> None:
         """Die as a killed process does (tests): every descriptor closed, nothing flushed or deleted."""
         with self._cond:
             segments, self._segments = self._segments, []
-            held, self._held = list(self._held.values()), {}
+            held, self._held, self._orphans = list(self._held), set(), {}
             lock_fd, self._lock_fd = self._lock_fd, None
+        _LOGS.discard(self)
         for segment in segments:
             os.close(segment.fd)
         if lock_fd is not None:
             os.close(lock_fd)
         for lock in held:
-            while lock.held:
-                lock.__exit__(None, None, None)
+            _unlock(lock)
+
+    def _forget_in_child(self) -> None:
+        """In a child forked from this process: close, not unlock, every descriptor it inherited.
+
+        ``flock`` belongs to the open file, which the child shares: a child
+        that lived on after this process was killed would keep its sessions
+        locked and its log looking alive. Closing the child's copies leaves
+        the parent's locks as they are.
+        """
+        fds = [segment.fd for segment in self._segments]
+        fds += [lock.fd for lock in self._held if lock.fd is not None]
+        if self._lock_fd is not None:
+            fds.append(self._lock_fd)
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        for lock in self._held:
+            lock.forget()
+        self._segments, self._held, self._orphans, self._lock_fd = [], set(), {}, None
 
 
 # -- other owners' logs ---------------------------------------------------------------
 
-Record = tuple[bytes, str, list[JournalEntry]]  # (kind, session, entries)
+# (kind, session, body, rel, offset): a record as read, its entries decoded
+# only for the session asked about, so one damaged record is its session's
+# problem alone.
+Record = tuple[bytes, str, bytes, str, int]
 _CACHE: dict[str, tuple[tuple[int, int, int], list[Record]]] = {}
 _CACHE_LOCK = threading.Lock()
+_LOGS: weakref.WeakSet[RuntimeLog] = weakref.WeakSet()
+
+
+def _forget_logs_in_child() -> None:
+    for log in list(_LOGS):
+        log._forget_in_child()
+    _LOGS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_logs_in_child)
+
+
+def _unlock(lock: SessionLock) -> None:
+    while lock.held:
+        lock.__exit__(None, None, None)
+
+
+def _forget_cached(path: str) -> None:
+    with _CACHE_LOCK:
+        _CACHE.pop(path, None)
 
 
 def _read_segment(path: str, directory: str) -> list[Record]:
@@ -379,6 +472,7 @@ def _read_segment(path: str, directory: str) -> list[Record]:
                 return cached[1]
             data = handle.read()
     except FileNotFoundError:
+        _forget_cached(path)
         return []
     rel = os.path.relpath(path, os.path.dirname(os.path.dirname(directory)))
     records: list[Record] = []
@@ -386,10 +480,8 @@ def _read_segment(path: str, directory: str) -> list[Record]:
     for _, offset, payload in frames:
         line_end = payload.find(b"\n")
         kind, _, name = payload[:line_end].partition(b" ")
-        session = name.decode("utf-8", "replace")
-        entries = (decode_entries(payload[line_end + 1:], rel, offset)
-                   if kind == _MUTATION else [])
-        records.append((kind, session, entries))
+        records.append((kind, name.decode("utf-8", "replace"), payload[line_end + 1:], rel,
+                        offset))
     with _CACHE_LOCK:
         _CACHE[path] = (key, records)
     return records
@@ -400,15 +492,35 @@ def _read_segments(paths: Iterable[str], directory: str) -> list[Record]:
 
 
 def _live_in(records: list[Record], session: str) -> list[list[JournalEntry]]:
-    live: list[list[JournalEntry]] = []
-    for kind, name, entries in records:
-        if name != session:
+    """``session``'s mutations after its last retirement, decoded (JournalFileError if not ours)."""
+    live: list[Record] = []
+    for record in records:
+        if record[1] != session:
             continue
-        if kind == _RETIREMENT:
+        if record[0] == _RETIREMENT:
             live.clear()
         else:
-            live.append(entries)
-    return live
+            live.append(record)
+    return [decode_entries(body, rel, offset) for _, _, body, rel, offset in live]
+
+
+@contextlib.contextmanager
+def _reading(directory: str, owner: str, *, timeout: float | None = LOCK_TIMEOUT,
+             shared: bool = True) -> Iterator[None]:
+    """Hold ``<owner>.recovery``: shared to read a dead owner's log, exclusive to change it.
+
+    Deletion goes oldest segment first, so a reader that listed the segments
+    and then found a later one gone would take a retired record for live.
+    """
+    recovery = os.path.join(directory, f"{owner}.recovery")
+    fd = os.open(recovery, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    try:
+        wait_for_flock(fd, timeout, lambda waited, holder: OSError(
+            errno.EAGAIN, f"another process (pid {holder}) has been recovering this runtime "
+            f"log for {waited:.0f} s", recovery), shared=shared)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _owners(directory: str) -> dict[str, list[str]]:
@@ -457,10 +569,11 @@ def dead_live_records(
     if not os.path.isdir(directory):
         return []
     found: list[tuple[str, list[list[JournalEntry]]]] = []
-    for owner, paths in _owners(directory).items():
+    for owner in _owners(directory):
         if owner == exclude or _alive(directory, owner):
             continue
-        records = _read_segments(paths, directory)
+        with _reading(directory, owner):
+            records = _read_segments(_owners(directory).get(owner, []), directory)
         live = _live_in(records, session)
         if live:
             found.append((owner, live))
@@ -472,7 +585,7 @@ def dead_live_records(
 def _live_sessions(records: list[Record]) -> list[str]:
     """The sessions whose last record here is a mutation (no retirement after it)."""
     last: dict[str, bool] = {}
-    for kind, name, _ in records:
+    for kind, name, *_ in records:
         last[name] = kind == _MUTATION
     return [name for name, live in last.items() if live]
 
@@ -485,10 +598,11 @@ def dead_sessions(state_dir: str | os.PathLike[str], files: DurableFiles, *,
     """
     directory = os.path.join(os.fspath(state_dir), WAL_DIR)
     sessions: dict[str, None] = {}
-    for owner, paths in _owners(directory).items():
+    for owner in _owners(directory):
         if owner == exclude or _alive(directory, owner):
             continue
-        live = _live_sessions(_read_segments(paths, directory))
+        with _reading(directory, owner):
+            live = _live_sessions(_read_segments(_owners(directory).get(owner, []), directory))
         sessions.update(dict.fromkeys(live))
         if not live:
             retire_dead(state_dir, owner, [], files)  # deletes what is left
@@ -504,12 +618,7 @@ def retire_dead(state_dir: str | os.PathLike[str], owner: str, sessions: list[st
     torn record, after which nothing could be read.
     """
     directory = os.path.join(os.fspath(state_dir), WAL_DIR)
-    recovery = os.path.join(directory, f"{owner}.recovery")
-    fd = os.open(recovery, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-    try:
-        wait_for_flock(fd, timeout, lambda waited, holder: OSError(
-            errno.EAGAIN, f"another process is recovering this runtime log (pid {holder})",
-            recovery))
+    with _reading(directory, owner, timeout=timeout, shared=False):
         paths = _owners(directory).get(owner, [])
         if sessions:
             last = int(os.path.basename(paths[-1]).split(".")[1]) if paths else -1
@@ -519,9 +628,27 @@ def retire_dead(state_dir: str | os.PathLike[str], owner: str, sessions: list[st
         if not _live_sessions(_read_segments(paths, directory)):
             for path in paths:  # oldest first: a retirement outlives what it covers
                 files.unlink(path)
+                _forget_cached(path)
             _unlink_owner_files(directory, owner)
-    finally:
-        os.close(fd)
+
+
+def discard_dead(state_dir: str | os.PathLike[str], session: str, files: DurableFiles) -> None:
+    """Retire ``session``'s live records in every dead log unreplayed: the session is gone.
+
+    For a session deleted, or created anew under the id of a deleted one:
+    a dead runtime's records of the old one must never reach the new one.
+    """
+    directory = os.path.join(os.fspath(state_dir), WAL_DIR)
+    if not os.path.isdir(directory):
+        return
+    for owner in _owners(directory):
+        if _alive(directory, owner):
+            continue
+        with _reading(directory, owner):
+            records = _read_segments(_owners(directory).get(owner, []), directory)
+        live = session in _live_sessions(records)
+        if live:
+            retire_dead(state_dir, owner, [session], files)
 
 
 def _unlink_owner_files(directory: str, owner: str) -> None:

@@ -85,7 +85,7 @@ from ._links import refuse_session_alias
 from ._lock import LOCK_TIMEOUT, SessionLock
 from ._message import append_conflicts, check_metadata_keys, message_to_node, node_to_message
 from ._node import ROOT, Node
-from ._runtime_log import RuntimeLog, dead_sessions
+from ._runtime_log import RuntimeLog, dead_sessions, discard_dead
 from ._session_journal import JournalConflict, LoggedJournal, SessionJournal
 from ._sessions import SESSIONS, missing_meta
 from ._walk import (
@@ -161,8 +161,8 @@ class SessionCore:
         self._clock = clock
         self._cap = max_node_bytes
         self._log = log
-        self._lock = (SessionLock(self.directory, timeout=lock_timeout) if log is None
-                      else log.session_lock(self.directory, self.session, lock_timeout))
+        # With a runtime log, _hold replaces it with the lock the log hands out.
+        self._lock = SessionLock(self.directory, timeout=lock_timeout)
         self._index = SessionIndex()
         self._meta: dict[str, Any] = {}
         self._meta_bytes: bytes | None = None  # meta.json as last read or installed
@@ -197,10 +197,14 @@ class SessionCore:
         core._files.make_dirs(os.path.join(core.directory, HISTORY))
         now = clock()
         meta = {"id": sid, "title": title, "created_at": now, "updated_at": now, "head_id": None}
+        if os.path.exists(core._path(META)):  # before a lock its owner may hold for long
+            raise SessionExistsError(sid)
         keep_out_of_git(core.directory, core.state_dir, core._files)  # before our first file
         with core._holding(), core._lock:
             if not core._files.create_exclusive(core._path(META), encode_meta(meta)):
                 raise SessionExistsError(sid)
+            # a dead runtime's records under this id are of a deleted namesake
+            core._journal.discard_dead_owners()
             core._recover_locked()
         return core
 
@@ -237,27 +241,42 @@ class SessionCore:
 
     @contextmanager
     def _holding(self) -> Iterator[None]:
-        """With a runtime log: take the lock to hold until :meth:`close`; let go if opening fails."""
+        """With a runtime log: :meth:`_hold` for the block, and let go if it fails."""
         if self._log is None:
             yield
             return
-        self._lock.__enter__()
+        self._hold()
         try:
             yield
         except BaseException:
-            self._log.release(self.session)
+            self._log.let_go(self.session, self._lock)
             raise
 
-    def close(self) -> None:
-        """Checkpoint the journal (the owner calls this when passivated).
+    def _hold(self) -> None:
+        """With a runtime log: take the session's lock to keep until the next checkpoint lets go.
 
-        With a runtime log the session is retired durably and its lock let
-        go; if that fails, the lock stays held until the log closes (the next
-        core of this session in this process takes it over and replays).
+        The lock comes from the log, which hands over one a failed close left
+        held; the journal then catches up in full at the next sync (dead
+        runtimes' records, a session journal, this log's own live records).
         """
-        if not isinstance(self._journal, LoggedJournal) or self._log is None:
-            self.retire_journals()
+        if self._log is None or self._lock.held:
             return
+        self._lock = self._log.hold(self.session, self.directory, self._lock.timeout)
+        assert isinstance(self._journal, LoggedJournal)
+        self._journal.rehold()
+
+    def close(self) -> None:
+        """Checkpoint the journal (the owner calls this when passivated)."""
+        self.retire_journals()
+
+    def _let_go(self) -> None:
+        """With a runtime log: checkpoint, retire the session durably, then let go of its lock.
+
+        If that fails, the lock stays held until the log closes (the next
+        mutation, or the next core of this session in this process, takes it
+        over and replays first).
+        """
+        assert self._log is not None and isinstance(self._journal, LoggedJournal)
         self._journal.closing = True
         try:
             with self._lock:
@@ -266,7 +285,17 @@ class SessionCore:
                     self._checkpoint_locked()
         finally:
             self._journal.closing = False
-            self._log.release(self.session)
+            self._log.let_go(self.session, self._lock)
+
+    def abandon(self) -> None:
+        """The owner crashed and will not close: leave the lock to the session's next core.
+
+        With a runtime log, a held lock is let go if nothing of the session is
+        live in the log, else kept for the next core of this session in this
+        process, which replays first. Without one there is nothing to do.
+        """
+        if self._log is not None and self._lock.held:
+            self._log.let_go(self.session, self._lock)
 
     # -- reads ---------------------------------------------------------------
 
@@ -598,7 +627,16 @@ class SessionCore:
             return self._rewrite_locked(patches, None)
 
     def retire_journals(self) -> None:
-        """Checkpoint: make every file the journal names durable, then empty the journal."""
+        """Checkpoint: make every file the journal names durable, then empty the journal.
+
+        With a runtime log, also let go of the session's lock (:meth:`_let_go`):
+        the session is held from its first mutation to its next checkpoint,
+        so another process's owner waits for a burst, not for passivation.
+        """
+        if self._log is not None:
+            if self._lock.held:
+                self._let_go()
+            return
         if not self._journal.records:
             return
         with self._lock:
@@ -619,6 +657,7 @@ class SessionCore:
         decide here, so a claim and the index it is confirmed on see one
         consistent disk. Writes nothing itself.
         """
+        self._hold()
         with self._lock:
             if catch_up:
                 self._sync_locked()
@@ -655,6 +694,7 @@ class SessionCore:
         one included) replays it before anything else: the operation ends up
         whole or, if its record was torn, not at all.
         """
+        self._hold()
         with self._lock:
             self._sync_locked()
             if self._journal.problem is not None:
@@ -839,6 +879,9 @@ def recover_dead_runtimes(state_dir: str | os.PathLike[str], log: RuntimeLog) ->
     """
     recovered: list[str] = []
     for session in dead_sessions(state_dir, log.files, exclude=log.owner):
+        if not os.path.isdir(os.path.join(os.fspath(state_dir), SESSIONS, session)):
+            discard_dead(state_dir, session, log.files)  # the session was deleted
+            continue
         try:
             core = SessionCore.open(state_dir, session, files=log.files,
                                     lock_timeout=0.0, log=log)

@@ -58,7 +58,7 @@ from ._journal import (
     replay_plan,
 )
 from ._links import refuse_file_link
-from ._runtime_log import RuntimeLog, dead_live_records, retire_dead
+from ._runtime_log import RuntimeLog, dead_live_records, discard_dead, retire_dead
 
 __all__ = [
     "CHECKPOINT_BYTES",
@@ -196,6 +196,10 @@ class SessionJournal:
             self._files.sync_paths([p for p in paths if os.path.exists(p)])
             retire_dead(self._state_dir, owner, [self._session], self._files)
         return bool(found)
+
+    def discard_dead_owners(self) -> None:
+        """Retire unreplayed what dead runtime logs hold under this id: a new session owns it now."""
+        discard_dead(self._state_dir, self._session, self._files)
 
     def checkpoint(self, *, torn: bool = False) -> None:
         """Sync the outstanding files (then their directories) and empty the journal.
@@ -335,7 +339,8 @@ class LoggedJournal(SessionJournal):
       with every session committing at the same time), then the files are
       installed as for a session journal;
     - **checkpoint**: the outstanding files are synced, then the session is
-      retired in the log; durably when closing, before the lock is let go;
+      retired in the log; durably when closing (the core lets go of the lock
+      at every checkpoint), before the lock is let go;
     - **adopt**, once per hold and after a failed write: a session journal an
       owner of the per-session kind left is replayed and checkpointed (it is
       never written again here), live records of dead runtimes are recovered,
@@ -347,23 +352,40 @@ class LoggedJournal(SessionJournal):
                  log: RuntimeLog) -> None:
         super().__init__(directory, rel, files, cap)
         self._log = log
-        self._caught_up = False
+        self._caught_up = False  # with dead runtimes' records, since the lock was taken
+        # A write failed (or a previous core's close did): only a replay of
+        # this log's live records knows what the session holds.
+        self._failed = log.is_live(self._session)
+        self._adopting = False
         self.closing = False
 
+    def rehold(self) -> None:
+        """The lock was taken again after a checkpoint let go: catch up at the next sync."""
+        self._caught_up = False
+
     def on_disk(self) -> FileStamp | None:
-        return self.stamp if self._caught_up else _CATCH_UP
+        if self._failed:
+            return _CATCH_UP
+        # held since the last look: nobody else can have written the session journal
+        return self.stamp if self._caught_up else file_stamp(self.path)
 
     def disown(self) -> None:
         super().disown()
-        self._caught_up = False
+        self._failed = True
 
     def recover_dead_owners(self, exclude: str | None = None) -> bool:
         if self._caught_up:
             return False
-        return super().recover_dead_owners(exclude=self._log.owner)
+        found = super().recover_dead_owners(exclude=self._log.owner)
+        self._caught_up = True
+        return found
 
     def adopt(self, seen: FileStamp | None) -> None:
-        super().adopt(file_stamp(self.path))
+        self._adopting = True  # a torn session journal's checkpoint must not retire yet
+        try:
+            super().adopt(file_stamp(self.path))
+        finally:
+            self._adopting = False
         if self.problem is not None:
             return
         if self._log.is_live(self._session):
@@ -371,11 +393,12 @@ class LoggedJournal(SessionJournal):
                 dict.fromkeys(self.replay(self._log.live_records(self._session))))
         if self.outstanding or self.records:
             self.checkpoint()
-        self._caught_up = True
+        self._failed = False
 
     def checkpoint(self, *, torn: bool = False) -> None:
         super().checkpoint(torn=torn)
-        self._log.retire(self._session, durable=self.closing)
+        if not self._adopting:  # this log's own live files are synced only after adopt
+            self._log.retire(self._session, durable=self.closing)
 
     def _append_record(self, entries: list[JournalEntry]) -> int:
         self._log.commit(self._session, entries)

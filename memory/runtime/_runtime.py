@@ -616,9 +616,12 @@ async def open_runtime(
     finally:
         # A claim lives as long as its runtime (a dead process's claims are void by pid).
         with anyio.CancelScope(shield=True):
-            await run_durable(runtime.claims.release_all)
-            if runtime.runtime_log is not None:  # after every session actor closed
-                await run_durable(runtime.runtime_log.close)
-            await anyio.to_thread.run_sync(runtime.recall_index.close)
-            if runtime.cpu_worker is not None:
-                await anyio.to_thread.run_sync(runtime.cpu_worker.close)
+            try:  # after every session actor closed; before the claims, whose release
+                # takes session locks a failed close left the log holding
+                if runtime.runtime_log is not None:
+                    await run_durable(runtime.runtime_log.close)
+            finally:
+                await run_durable(runtime.claims.release_all)
+                await anyio.to_thread.run_sync(runtime.recall_index.close)
+                if runtime.cpu_worker is not None:
+                    await anyio.to_thread.run_sync(runtime.cpu_worker.close)

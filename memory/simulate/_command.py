@@ -280,11 +280,6 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
         faults = parse_faults(faults_spec)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--faults") from None
-    if journal == "shared" and "outside-appends" in faults:
-        raise click.UsageError(
-            "--journal shared holds each active session's lock until it is passivated, so "
-            "the outside-appends writer (which takes the lock per mutation) would only time "
-            "out; use --journal session for that fault")
     if sessions < 1 or turns < 1:
         raise click.BadParameter("--sessions and --turns must be at least 1")
     if rate is not None and not (math.isfinite(rate) and rate > 0):

@@ -30,7 +30,7 @@ from memory.ledger._claim import RELEASED
 from memory.ledger._records import MARKER_KEY
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.writers._writer import Batch, GroupWriter, Writer, WriterOutput
-from store import CLAIM_NAME, DurableFiles
+from store import CLAIM_NAME, DurableFiles, RuntimeLog
 
 __all__ = [
     "EFFECTS",
@@ -212,6 +212,11 @@ class FaultyDisk(DurableFiles):
       record that sets markers is about to be written, i.e. after the batch
       was installed in memory and before it is marked; the whole runtime dies
       and the harness reopens it.
+
+    With the runtime log (``--journal shared``) the same points are its
+    records: a mutation's record about to be appended stands for the session
+    journal about to be opened, and one carrying markers for the marking
+    step.
     """
 
     def __init__(self, plan: FaultPlan) -> None:
@@ -255,14 +260,14 @@ class FaultyDisk(DurableFiles):
         if plan.injected[kind] < plan.max_crashes_per_effect and self._decide(kind, rate):
             self._crash(kind, path)
 
-    def _crash_actor(self, kind: str, path: str) -> None:
+    def _crash_actor(self, kind: str, path: str, session: str | None = None) -> None:
         plan = self.plan
         if (plan.on("actor-crash") and plan.injected[kind] < plan.max_actor_crashes
                 and self._decide(kind, plan.actor_crash_rate)):
-            self._crash(kind, path)
+            self._crash(kind, path, session)
 
-    def _crash(self, kind: str, path: str) -> None:
-        session = _session_of(path)
+    def _crash(self, kind: str, path: str, session: str | None = None) -> None:
+        session = _session_of(path) if session is None else session
         with self._lock:
             self.plan.injected[kind] += 1
             self.plan.crashed_sessions[session] += 1
@@ -271,16 +276,27 @@ class FaultyDisk(DurableFiles):
 
     def append_synced(self, path: str, data: bytes) -> int:
         """A session journal record carrying markers is the marking step of SPEC §6.4."""
+        if path.endswith(f"{os.sep}.journal"):
+            self._crash_before_mark(data, _session_of(path))
+        return super().append_synced(path, data)
+
+    def append_to(self, fd: int, path: str, data: bytes) -> None:
+        """A runtime log's mutation record: the session journal's points, for its session."""
+        record = RuntimeLog.record_of(data)
+        if self.plan.enabled and record is not None and record[0] == "M":
+            self._crash_actor("actor-crash", path, record[1])
+            self._crash_before_mark(data, record[1])
+        super().append_to(fd, path, data)
+
+    def _crash_before_mark(self, data: bytes, session: str) -> None:
         plan = self.plan
-        if (plan.enabled and plan.on("crash-before-mark") and path.endswith(f"{os.sep}.journal")
-                and MARKER_BYTES in data and plan.process_crashes < plan.max_process_crashes
+        if (plan.enabled and plan.on("crash-before-mark") and MARKER_BYTES in data
+                and plan.process_crashes < plan.max_process_crashes
                 and self._decide("crash-before-mark", plan.crash_rate)):
             with self._lock:
                 plan.process_crashes += 1
             plan.injected["crash-before-mark"] += 1
-            raise SimulatedCrash(
-                f"simulated crash before marking in session {_session_of(path)}")
-        return super().append_synced(path, data)
+            raise SimulatedCrash(f"simulated crash before marking in session {session}")
 
 
 MARKER_BYTES = f'"{MARKER_KEY}"'.encode()

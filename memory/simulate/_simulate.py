@@ -223,9 +223,19 @@ def outside_writers(sessions: list[str], config: SimulationConfig, plan: FaultPl
     faults still run. They never share a session: the locked appender and the
     unlocked agent would overwrite each other's head, and the oracle would
     blame scriptorium. With one session only, ``agent-writes`` is left out,
-    and a note says so.
+    and a note says so. With ``journal = "shared"`` ``outside-appends`` is
+    left out, with a note: the runtime holds a session from a mutation to its
+    next checkpoint, so a writer that takes the lock per mutation mostly
+    waits out its lock timeout (docs/decisions.md, "The runtime log").
     """
-    wants_outside = config.outside_sessions if plan.on("outside-appends") else 0
+    notes = []
+    exclusive = config.journal == "shared" and plan.on("outside-appends")
+    if exclusive:
+        notes.append("outside-appends left out: --journal shared holds each active session's "
+                     "lock until its next checkpoint, so a writer taking it per mutation would "
+                     "mostly wait out its lock timeout")
+    wants_outside = (config.outside_sessions if plan.on("outside-appends") and not exclusive
+                     else 0)
     wants_agent = config.agent_sessions if plan.on("agent-writes") else 0
     count = len(sessions)
     if wants_outside + wants_agent <= count:
@@ -238,7 +248,6 @@ def outside_writers(sessions: list[str], config: SimulationConfig, plan: FaultPl
         share = round(count * wants_outside / (wants_outside + wants_agent))
         outside = max(1, min(share, count - 1))
     agent = min(wants_agent, count - outside)
-    notes = []
     if wants_agent and not agent:
         notes.append(f"agent-writes left out: {count} session(s), all taken by outside-appends "
                      "(the two would overwrite each other's head, not scriptorium's)")
@@ -313,6 +322,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
     workspace_id = ""
     notes: list[str] = []
     agent_started = False
+    outside_started = False
     async with anyio.create_task_group() as background:
         while True:
             rt: MemoryRuntime | None = None
@@ -335,6 +345,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
                         by_outside, by_agent, notes = outside_writers(
                             [a.session for a in agents], config, plan)
                         if by_outside:
+                            outside_started = True
                             background.start_soon(_outside, config, by_outside, outside)
                         if by_agent:
                             agent_started = True
@@ -350,7 +361,8 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
                     if agent_started:
                         while not agent_writes:
                             await anyio.sleep(0.05)
-                    await _settle(rt, agents, outside, plan, evidence_before, evidence_after)
+                    await _settle(rt, agents, outside if outside_started else None, plan,
+                                  evidence_before, evidence_after)
                     totals.absorb(rt, tally, await _restarts(rt))
                 break
             except BaseException as error:
@@ -435,7 +447,7 @@ async def _run_open_loop(rt: MemoryRuntime, agents: list[Agent], loop: OpenLoop,
 async def _settle(
     rt: MemoryRuntime,
     agents: list[Agent],
-    outside: dict[str, object],
+    outside: dict[str, object] | None,  # None: no outside writer runs
     plan: FaultPlan,
     before: dict[str, float],
     after: dict[str, float],
@@ -446,7 +458,7 @@ async def _settle(
     and settles again); the later rounds run without them and release any
     quarantined batch, as an operator would, so the oracle sees the end state.
     """
-    if "outside-appends" in plan.faults:
+    if outside is not None:  # the outside writer runs: wait for its report
         while not outside:
             await anyio.sleep(0.05)
     await rt.drain()

@@ -14,6 +14,7 @@ import pytest
 
 from store._durable import DurableFiles
 from store._errors import SessionLockTimeoutError
+from store._lock import SessionLock
 from store._runtime_log import WAL_DIR, RuntimeLog, dead_sessions
 from store._session import SessionCore, recover_dead_runtimes
 from tests.faults import FaultyFiles
@@ -190,14 +191,13 @@ def test_the_durable_retirement_check_catches_a_close_that_retires_lazily(
         self.closing = False
         checkpoint(self, torn=torn)
 
-    def release(self: RuntimeLog, session: str) -> bool:
-        lock = self._held.pop(session)
+    def let_go(self: RuntimeLog, session: str, lock: SessionLock) -> bool:
         while lock.held:
             lock.__exit__(None, None, None)
         return True
 
     monkeypatch.setattr(_session_journal.LoggedJournal, "checkpoint", lazy)
-    monkeypatch.setattr(RuntimeLog, "release", release)
+    monkeypatch.setattr(RuntimeLog, "let_go", let_go)
     with pytest.raises(AssertionError):
         test_closing_retires_durably_so_a_dead_owner_is_not_replayed_over_later_writes(tmp_path)
 

@@ -43,6 +43,7 @@ import pytest
 
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY, source_anchor, source_id
+from memory.runtime._config import JOURNAL_MODES, JournalMode
 from memory.runtime._events import EventTally
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from memory.workspace._archive import read_archive
@@ -59,10 +60,11 @@ TURNS = 24  # per process and session
 # -- the worker process --------------------------------------------------------------
 
 
-async def _work(state: str, name: str, seed: int, tolerant: bool) -> dict[str, Any]:
+async def _work(state: str, name: str, seed: int, tolerant: bool,
+                journal: JournalMode) -> dict[str, Any]:
     rng = random.Random(seed)
     config = RuntimeConfig(policy=WritePolicy(threshold=8000), writer_workers=2,
-                           on_event=EventTally(), seed=seed)
+                           on_event=EventTally(), seed=seed, journal=journal)
     appended: dict[str, list[str]] = {sid: [] for sid in SESSIONS}
     stamped: dict[str, dict[str, list[str]]] = {sid: {} for sid in SESSIONS}
     outcomes: list[str] = []
@@ -111,13 +113,14 @@ async def _work(state: str, name: str, seed: int, tolerant: bool) -> dict[str, A
 
 
 def worker_main(argv: list[str]) -> None:
-    """Entry point of one worker: ``state name backend seed [plant]``; prints ready, then a report.
+    """Entry point of one worker: ``state name backend seed journal [plant]``; prints ready, then a report.
 
     ``plant`` names a fault the test plants to show its checks catch it:
     ``no-session-lock`` makes the session ``.lock`` a no-op in this process,
     ``ignore-claims`` makes every claim void (as if claims did not exist).
     """
-    state, name, backend, seed, *plant = argv
+    state, name, backend, seed, journal, *plant = argv
+    assert journal in JOURNAL_MODES
     if plant == ["no-session-lock"]:
         from store._lock import SessionLock
 
@@ -127,7 +130,7 @@ def worker_main(argv: list[str]) -> None:
         from memory.ledger._claim import Claim
 
         Claim.live = lambda self, now, **rules: False  # type: ignore[method-assign]
-    report = anyio.run(_work, state, name, int(seed), bool(plant), backend=backend)
+    report = anyio.run(_work, state, name, int(seed), bool(plant), journal, backend=backend)
     print(json.dumps(report), flush=True)
 
 
@@ -135,20 +138,21 @@ def worker_main(argv: list[str]) -> None:
 
 
 def _start(
-    state: Path, name: str, backend: str, seed: int, plant: str | None = None
+    state: Path, name: str, backend: str, seed: int, journal: str, plant: str | None = None
 ) -> subprocess.Popen[str]:
     code = ("import sys; from tests.memory.runtime.test_two_processes import worker_main; "
             "worker_main(sys.argv[1:])")
     return subprocess.Popen(
-        [sys.executable, "-c", code, str(state), name, backend, str(seed),
+        [sys.executable, "-c", code, str(state), name, backend, str(seed), journal,
          *([plant] if plant else [])],
         cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
     )
 
 
-def _run_both(state: Path, plant: str | None = None) -> list[dict[str, Any]]:
-    workers = [_start(state, "p1", "asyncio", 1, plant), _start(state, "p2", "trio", 2, plant)]
+def _run_both(state: Path, journal: str, plant: str | None = None) -> list[dict[str, Any]]:
+    workers = [_start(state, "p1", "asyncio", 1, journal, plant),
+               _start(state, "p2", "trio", 2, journal, plant)]
     try:
         for worker in workers:
             assert worker.stdout is not None
@@ -183,15 +187,18 @@ def _cited_anchors(memory: Path) -> set[str]:
     return anchors
 
 
-def test_two_runtimes_on_one_state_directory(tmp_path: Path) -> None:
-    _check_two_runtimes(tmp_path)
+@pytest.mark.parametrize("journal", JOURNAL_MODES)
+def test_two_runtimes_on_one_state_directory(tmp_path: Path, journal: str) -> None:
+    """Also with each runtime's own runtime log: sessions held in turn, recovered never."""
+    _check_two_runtimes(tmp_path, journal)
 
 
-def _check_two_runtimes(tmp_path: Path, plant: str | None = None) -> None:
+def _check_two_runtimes(tmp_path: Path, journal: str = "session",
+                        plant: str | None = None) -> None:
     state = tmp_path / "state"
     for sid in SESSIONS:
         SessionCore.create(state, sid, title=sid)
-    reports = _run_both(state, plant)
+    reports = _run_both(state, journal, plant)
 
     memory = state / "memory"
     workspace = read_workspace_id(str(memory))

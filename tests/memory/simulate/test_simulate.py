@@ -49,8 +49,9 @@ def small(state: str, **overrides: object) -> SimulationConfig:
     return SimulationConfig(**options)  # type: ignore[arg-type]
 
 
-async def test_a_small_run_with_every_fault_passes_the_oracle(tmp_path: Path) -> None:
-    config = small(str(tmp_path), faults=parse_faults("all"), fault_rates={
+@pytest.mark.parametrize("journal", ["session", "shared"])
+async def test_a_small_run_with_every_fault_passes_the_oracle(tmp_path: Path, journal: str) -> None:
+    config = small(str(tmp_path), faults=parse_faults("all"), journal=journal, fault_rates={
         "crash_rate": 0.5, "max_process_crashes": 1, "actor_crash_rate": 0.05,
         "max_actor_crashes": 3, "writer_rate": 0.1,
         # The first two spawns, summaries, rewinds, claims and marker merges crash
