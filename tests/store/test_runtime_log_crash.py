@@ -17,7 +17,6 @@ the files themselves at the end; real processes killed with SIGKILL are in
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import threading
@@ -31,28 +30,10 @@ from store._durable import TEMP_SUFFIX, DurableFiles
 from store._runtime_log import WAL_DIR, RuntimeLog
 from store._session import SessionCore, recover_dead_runtimes
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
+from tests.store.test_crash import MARK, OPERATIONS, _build, _files, _state_of
 from tests.store.test_race import NoSyncFiles
 
-_runs = itertools.count()
-MARK = "memory_written_scriptorium"
-TURNS = ["u0", "a1", "u2", "a3", "u4", "a5"]
-
-
-def _build(tmp_path: Path) -> Path:
-    """A fresh state directory holding session "s" with a short chain u0 a1 u2 a3 u4 a5."""
-    state = tmp_path / f"run{next(_runs)}"
-    core = SessionCore.create(state, "s")
-    for i, node_id in enumerate(TURNS):
-        core.append({"id": node_id, "role": ["user", "assistant"][i % 2],
-                     "content": f"turn {i}", "checkpoint": 0})
-    core.close()
-    return state
-
-
-def _files(state: Path) -> dict[str, bytes]:
-    root = state / "sessions" / "s"
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != ".lock"}
+TURNS = ["u0", "a1", "u2", "a3", "u4", "a5"]  # what _build appends
 
 
 def _recover(state: Path, files: DurableFiles | None = None) -> SessionCore:
@@ -281,19 +262,6 @@ def _commit_three(core: SessionCore, run: int, acked: list[tuple[str, str]],
 
 
 # -- power loss: unsynced installs lost, the log cut anywhere ------------------------
-
-OPERATIONS: list[Callable[[SessionCore], Any]] = [
-    lambda c: c.append({"id": "u6", "content": "six", "predecessor": "a5"}),
-    lambda c: c.merge_node_metadata_batch({n: {MARK: "w-7"} for n in ("u0", "a1", "u6")}),
-    lambda c: c.append({"id": "a7", "role": "assistant", "content": "seven"}),
-    lambda c: c.rewind_to("u6"),
-    lambda c: c.set_head("a5"),
-]
-
-
-def _state_of(core: SessionCore) -> tuple[object, ...]:
-    return (core.head, [(n.id, n.metadata) for n in core.nodes()])
-
 
 def test_power_loss_with_the_log_cut_at_every_byte(tmp_path: Path) -> None:
     """The disk keeps only the log's first L bytes and none of the unsynced installs.
