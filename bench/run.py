@@ -658,6 +658,7 @@ def main() -> int:
     benches = [] if args.render else [b for b in every if not args.only or b.name in args.only]
     kept = _load_kept(args.keep, every, {b.name for b in benches})
     outcomes = []
+    commit = _commit()  # at the start: the worktree may change while a long run goes on
     for bench in benches:
         print(f"running {bench.name} ...", file=sys.stderr, flush=True)
         timeout = max(args.timeout, bench.timeout)
@@ -667,7 +668,7 @@ def main() -> int:
             outcome = _run_simulate(bench, args.quick, timeout)
         else:
             outcome = _run(bench, args.quick, timeout)
-        outcome.commit = _commit()
+        outcome.commit = commit
         print(f"  {outcome.status} ({outcome.seconds:.1f} s) {outcome.detail.splitlines()[0]}"
               if outcome.detail else f"  {outcome.status} ({outcome.seconds:.1f} s)",
               file=sys.stderr, flush=True)
