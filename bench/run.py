@@ -631,6 +631,15 @@ def _load_kept(path: str | None, every: list[Bench], running: set[str]) -> list[
             if item["name"] in by_name and item["name"] not in running]
 
 
+def _save_kept(path: str, outcomes: list[Outcome]) -> None:
+    """Every outcome to the ``--keep`` file, replaced whole (a temp file renamed over it)."""
+    temp = f"{path}.new"
+    Path(temp).write_text(json.dumps(
+        [{"name": o.bench.name, "status": o.status, "seconds": o.seconds, "data": o.data,
+          "detail": o.detail, "commit": o.commit} for o in outcomes]), encoding="utf-8")
+    os.replace(temp, path)
+
+
 def _in_bench_order(every: list[Bench], outcomes: list[Outcome]) -> list[Outcome]:
     order = {bench.name: i for i, bench in enumerate(every)}
     return sorted(outcomes, key=lambda outcome: order[outcome.bench.name])
@@ -673,11 +682,11 @@ def main() -> int:
               if outcome.detail else f"  {outcome.status} ({outcome.seconds:.1f} s)",
               file=sys.stderr, flush=True)
         outcomes.append(outcome)
+        if args.keep is not None:  # after each: a run stopped part-way keeps what finished
+            _save_kept(args.keep, _in_bench_order(every, [*kept, *outcomes]))
     outcomes = _in_bench_order(every, [*kept, *outcomes])
     if args.keep is not None:
-        Path(args.keep).write_text(json.dumps(
-            [{"name": o.bench.name, "status": o.status, "seconds": o.seconds, "data": o.data,
-              "detail": o.detail, "commit": o.commit} for o in outcomes]), encoding="utf-8")
+        _save_kept(args.keep, outcomes)
     Path(args.out).write_text(render(outcomes, args.quick), encoding="utf-8")
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
