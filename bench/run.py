@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import (
     CEILING,
     SCALING,
+    TO_BEAT,
     Row,
     Summary,
     markdown_table,
@@ -83,6 +84,8 @@ class Bench:
     rows: Callable[[Any], list[Row]]
     timeout: float = 900.0
     notes: Callable[[Any], str] = field(default=lambda data: "")
+    # simulate rows: run once per journal (``--journal J``), one after the other, side by side
+    journals: tuple[str, ...] = ()
 
 
 def _harness_rows(data: Any) -> list[Row]:
@@ -232,11 +235,71 @@ def _simulate_rows(data: Any, target_run: bool) -> list[Row]:
 
 
 def _simulate(python: str, name: str, args: list[str], timeout: float,
-              target_run: bool = False) -> Bench:
+              target_run: bool = False, journals: tuple[str, ...] = ()) -> Bench:
+    rows: Callable[[Any], list[Row]] = lambda data: _simulate_rows(data, target_run)
+    if journals:
+        rows = _journal_rows(rows, _simulate_compared)
     return Bench(name, "memory/simulate/_simulate.py",
                  [python, "-c", "from memory.cli import main; main()", "simulate", "--json",
-                  *args], ["--sessions", "20", "--turns", "20"],
-                 lambda data: _simulate_rows(data, target_run), timeout=timeout)
+                  *args], ["--sessions", "20", "--turns", "20"], rows, timeout=timeout,
+                 journals=journals)
+
+
+# RuntimeConfig.journal: each session's own journal (the default), then issue 15's runtime log
+JOURNALS = ("session", "shared")
+# --journal shared refuses outside-appends (the session's lock is held while it is active)
+SHARED_FAULTS = ",".join(fault for fault in (
+    "writer-raise", "writer-hang", "reject", "empty", "slow-disk", "crash-before-mark",
+    "actor-crash", "agent-writes"))
+
+
+def by_journal(data: Any) -> dict[str, Any]:
+    """A simulate outcome's runs by journal; an outcome from before the pairing is the session one's."""
+    if isinstance(data, dict) and "journals" in data:
+        return dict(data["journals"])
+    return {"session": data}
+
+
+def compared(figure: str, value: float, against: float, unit: str, *, lower: bool) -> Row:
+    """``--journal shared``'s figure set against ``--journal session``'s, the run right before.
+
+    Each side is one run, so the ratio is of two single figures (not paired
+    rounds); ``lower``: smaller is better (a latency), read as "x faster".
+    """
+    return ratio_row(f"shared / session: {figure}", Summary.single(value), unit,
+                     Summary.single(against), kind=TO_BEAT,
+                     what="--journal session (per-session journals), one run right before",
+                     faster=lower, paired=False)
+
+
+def _journal_rows(rows: Callable[[Any], list[Row]],
+                  compare: Callable[[dict[str, Any], dict[str, Any]], list[Row]]
+                  ) -> Callable[[Any], list[Row]]:
+    """Each journal's rows, named by it, then the shared log's figures set against the session's."""
+    def paired(data: Any) -> list[Row]:
+        runs = by_journal(data)
+        found: list[Row] = []
+        for journal, run in runs.items():
+            found += [dataclasses.replace(row, figure=f"--journal {journal}: {row.figure}")
+                      for row in rows(run)]
+        if "session" in runs and "shared" in runs:
+            found += compare(runs["shared"], runs["session"])
+        return found
+    return paired
+
+
+def _appending(data: Any) -> float:
+    return float(data["turns"] / data["workload_seconds"]) if data.get("workload_seconds") else 0.0
+
+
+def _simulate_compared(shared: dict[str, Any], session: dict[str, Any]) -> list[Row]:
+    return [
+        compared("end to end", shared["turns_per_s"], session["turns_per_s"], "turns/s",
+                 lower=False),
+        compared("appending phase", _appending(shared), _appending(session), "turns/s",
+                 lower=False),
+        compared("peak RSS", shared["peak_rss_mb"], session["peak_rss_mb"], "MB", lower=False),
+    ]
 
 
 def _recall_notes(data: Any) -> str:
@@ -288,12 +351,30 @@ def _open_loop_rows(data: Any) -> list[Row]:
     return rows
 
 
-def _open_loop(python: str, sessions: int, turns: int, timeout: float) -> Bench:
+def _open_loop_compared(shared: dict[str, Any], session: dict[str, Any]) -> list[Row]:
+    def latency(data: dict[str, Any], key: str) -> float:
+        return float(data.get("latency_ms", {}).get(key, 0.0))
+
+    return [
+        compared("capacity (closed-loop appending phase)", shared["closed_loop"]["capacity"],
+                 session["closed_loop"]["capacity"], "turns/s", lower=False),
+        compared("write cycle p99, due to markers durable",
+                 latency(shared, "due_to_durable_load_p99"),
+                 latency(session, "due_to_durable_load_p99"), "ms", lower=True),
+        compared("append ack p99", latency(shared, "append_ack_p99"),
+                 latency(session, "append_ack_p99"), "ms", lower=True),
+    ]
+
+
+def _open_loop(python: str, sessions: int, turns: int, timeout: float,
+               journals: tuple[str, ...] = ()) -> Bench:
     """The open-loop row; :func:`_run_open_loop` adds ``--rate`` once the capacity is known."""
+    rows = _journal_rows(_open_loop_rows, _open_loop_compared) if journals else _open_loop_rows
     return Bench(OPEN_LOOP, "memory/simulate/_open_loop.py",
                  [python, "-c", "from memory.cli import main; main()", "simulate", "--json",
                   "--sessions", str(sessions), "--turns", str(turns), "--seed", "1"],
-                 ["--sessions", "20", "--turns", "20"], _open_loop_rows, timeout=timeout)
+                 ["--sessions", "20", "--turns", "20"], rows, timeout=timeout,
+                 journals=journals)
 
 
 def _last_value(command: list[str], flag: str) -> str:
@@ -326,6 +407,45 @@ def _run_open_loop(bench: Bench, quick: bool, timeout: float) -> Outcome:
             return Outcome(bench, "failed", outcome.seconds,
                            detail=f"its --json output could not be read ({exc!r})")
     return outcome
+
+
+def _run_simulate(bench: Bench, quick: bool, timeout: float) -> Outcome:
+    """One simulate benchmark; a closed-loop run gets the format ceiling measured right before it."""
+    ceiling = None
+    if bench.name != OPEN_LOOP:
+        ceiling = _format_ceiling(1_000 if quick else 4_000)
+        outcome = _run(bench, quick, timeout)
+    else:
+        outcome = _run_open_loop(bench, quick, timeout)
+    if ceiling is not None and isinstance(outcome.data, dict):
+        outcome.data["format_ceiling"] = ceiling.to_json()
+    return outcome
+
+
+def _run_journals(bench: Bench, quick: bool, timeout: float) -> Outcome:
+    """The benchmark once per journal, one after the other; their data side by side.
+
+    The first journal that fails fails the row (with its name), as one run would.
+    """
+    runs: dict[str, Any] = {}
+    seconds = 0.0
+    for journal in bench.journals:
+        single = dataclasses.replace(bench, command=[*bench.command, "--journal", journal],
+                                     rows=lambda data: [], journals=())
+        print(f"  --journal {journal} ...", file=sys.stderr, flush=True)
+        outcome = _run_simulate(single, quick, timeout)
+        seconds += outcome.seconds
+        if outcome.status != "ok":
+            return Outcome(bench, outcome.status, seconds,
+                           detail=f"--journal {journal}: {outcome.detail}")
+        runs[journal] = outcome.data
+    data = {"journals": runs}
+    try:
+        bench.rows(data)
+    except (ValueError, KeyError, TypeError) as exc:
+        return Outcome(bench, "failed", seconds,
+                       detail=f"its --json output could not be read ({exc!r})")
+    return Outcome(bench, "ok", seconds, data)
 
 
 EMULATED = ("EMULATED disk: a 2 ms sleep after every fsync and fdatasync, on the store's "
@@ -366,11 +486,19 @@ def _benches(python: str) -> list[Bench]:
                   ["--faults", "all", "--backend", "trio", "--seed", "1"], 900.0),
         _simulate(python, "simulate, every fault on (asyncio)",
                   ["--faults", "all", "--backend", "asyncio", "--seed", "1"], 900.0),
-        # Issue 15's target run: 1,000 concurrent sessions, 100,000 turns, extractive writer.
+        # Issue 15's runtime log under every fault it admits, on both backends.
+        _simulate(python, "simulate, every fault but outside-appends, --journal shared (trio)",
+                  ["--faults", SHARED_FAULTS, "--backend", "trio", "--seed", "1",
+                   "--journal", "shared"], 900.0),
+        _simulate(python, "simulate, every fault but outside-appends, --journal shared (asyncio)",
+                  ["--faults", SHARED_FAULTS, "--backend", "asyncio", "--seed", "1",
+                   "--journal", "shared"], 900.0),
+        # Issue 15's target run: 1,000 concurrent sessions, 100,000 turns, extractive writer;
+        # per-session journals and the runtime log side by side.
         _simulate(python, "simulate, target size", ["--sessions", "1000", "--turns", "100"],
-                  2400.0, target_run=True),
+                  2400.0, target_run=True, journals=JOURNALS),
         # Issue 15's latency targets: the target size, open loop at half its capacity.
-        _open_loop(python, 1000, 100, 2400.0),
+        _open_loop(python, 1000, 100, 2400.0, journals=JOURNALS),
     ]
 
 
@@ -381,6 +509,7 @@ class Outcome:
     seconds: float = 0.0
     data: Any = None
     detail: str = ""
+    commit: str = ""  # the commit measured (``git describe --always --dirty``)
 
 
 def _run(bench: Bench, quick: bool, timeout: float) -> Outcome:
@@ -412,6 +541,15 @@ def _run(bench: Bench, quick: bool, timeout: float) -> Outcome:
         return Outcome(bench, "failed", seconds,
                        detail=f"its --json output could not be read ({exc!r})")
     return Outcome(bench, "ok", seconds, data)
+
+
+def _commit() -> str:
+    """The commit the benchmarks run on, "-dirty" if the worktree has changes; "" outside git."""
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT,
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
 
 
 def _uname() -> str:
@@ -467,7 +605,8 @@ def render(outcomes: list[Outcome], quick: bool) -> str:
             lines += [f"**FAILED** after {outcome.seconds:.1f} s: ", "", "```",
                       outcome.detail, "```"]
             continue
-        lines += [f"Ran in {outcome.seconds:.1f} s.", ""]
+        on = f" on commit {outcome.commit}" if outcome.commit else ""
+        lines += [f"Ran in {outcome.seconds:.1f} s{on}.", ""]
         notes = bench.notes(outcome.data)
         if notes and bench.name.endswith("(emulated)"):
             lines += [notes, ""]
@@ -487,9 +626,18 @@ def _load_kept(path: str | None, every: list[Bench], running: set[str]) -> list[
         return []
     by_name = {bench.name: bench for bench in every}
     return [Outcome(by_name[item["name"]], item["status"], item["seconds"], item["data"],
-                    item["detail"])
+                    item["detail"], item.get("commit", ""))
             for item in json.loads(Path(path).read_text(encoding="utf-8"))
             if item["name"] in by_name and item["name"] not in running]
+
+
+def _save_kept(path: str, outcomes: list[Outcome]) -> None:
+    """Every outcome to the ``--keep`` file, replaced whole (a temp file renamed over it)."""
+    temp = f"{path}.new"
+    Path(temp).write_text(json.dumps(
+        [{"name": o.bench.name, "status": o.status, "seconds": o.seconds, "data": o.data,
+          "detail": o.detail, "commit": o.commit} for o in outcomes]), encoding="utf-8")
+    os.replace(temp, path)
 
 
 def _in_bench_order(every: list[Bench], outcomes: list[Outcome]) -> list[Outcome]:
@@ -519,27 +667,26 @@ def main() -> int:
     benches = [] if args.render else [b for b in every if not args.only or b.name in args.only]
     kept = _load_kept(args.keep, every, {b.name for b in benches})
     outcomes = []
+    commit = _commit()  # at the start: the worktree may change while a long run goes on
     for bench in benches:
         print(f"running {bench.name} ...", file=sys.stderr, flush=True)
-        ceiling = None
-        if bench.name.startswith("simulate") and bench.name != OPEN_LOOP:
-            # right before the run it is set against
-            ceiling = _format_ceiling(1_000 if args.quick else 4_000)
-        if bench.name == OPEN_LOOP:
-            outcome = _run_open_loop(bench, args.quick, max(args.timeout, bench.timeout))
+        timeout = max(args.timeout, bench.timeout)
+        if bench.journals:
+            outcome = _run_journals(bench, args.quick, timeout)
+        elif bench.name.startswith("simulate"):
+            outcome = _run_simulate(bench, args.quick, timeout)
         else:
-            outcome = _run(bench, args.quick, max(args.timeout, bench.timeout))
-        if ceiling is not None and isinstance(outcome.data, dict):
-            outcome.data["format_ceiling"] = ceiling.to_json()
+            outcome = _run(bench, args.quick, timeout)
+        outcome.commit = commit
         print(f"  {outcome.status} ({outcome.seconds:.1f} s) {outcome.detail.splitlines()[0]}"
               if outcome.detail else f"  {outcome.status} ({outcome.seconds:.1f} s)",
               file=sys.stderr, flush=True)
         outcomes.append(outcome)
+        if args.keep is not None:  # after each: a run stopped part-way keeps what finished
+            _save_kept(args.keep, _in_bench_order(every, [*kept, *outcomes]))
     outcomes = _in_bench_order(every, [*kept, *outcomes])
     if args.keep is not None:
-        Path(args.keep).write_text(json.dumps(
-            [{"name": o.bench.name, "status": o.status, "seconds": o.seconds, "data": o.data,
-              "detail": o.detail} for o in outcomes]), encoding="utf-8")
+        _save_kept(args.keep, outcomes)
     Path(args.out).write_text(render(outcomes, args.quick), encoding="utf-8")
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

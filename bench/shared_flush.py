@@ -8,7 +8,7 @@ the repository root::
     python bench/shared_flush.py [--repeat N] [--json] [--sessions N] [--threads N]
 
 Every round appends ``APPENDS`` turns spread over ``--sessions`` sessions
-from ``--threads`` threads (the runtime's worker-thread limit is 40), three
+from ``--threads`` threads (the runtime's worker-thread limit is 40), four
 ways, interleaved (``bench/_harness.py``):
 
 1. **the store** as it is: ``SessionCore.append`` per turn (lock, one
@@ -22,10 +22,17 @@ ways, interleaved (``bench/_harness.py``):
    to one log; a thread whose record is not yet durable either flushes the
    log for everyone whose record is written (the leader) or waits for the
    flush in progress (the classic leader/follower group commit), then
-   installs its two files unsynced: the floor of the shared-log design.
+   installs its two files unsynced: the floor of the shared-log design;
+4. **the store through one runtime log** (``--journal shared``): the same
+   ``SessionCore.append`` calls on as many other sessions, each core opened
+   with ``log=`` one :class:`~store.RuntimeLog` (its records group-committed
+   across sessions, the files installed unsynced after), set against the
+   store with per-session journals (what it replaces) and against row 3
+   (its floor).
 
 The figure to read is row 3 against row 2: what replacing the per-session
-flushes with one group-committed log can buy at most, here. The kernel
+flushes with one group-committed log can buy at most, here; row 4 against
+row 1 is what the store's runtime log buys. The kernel
 already commits concurrent ``fdatasync`` calls of different files in one
 filesystem journal transaction (ext4's jbd2, XFS's log force), so the two
 can be close; the store's own figure against row 2 is what its code costs
@@ -54,6 +61,7 @@ from _harness import (
     CEILING,
     FLOOR,
     MIN_ROUNDS,
+    TO_BEAT,
     Row,
     Summary,
     interleaved,
@@ -63,7 +71,7 @@ from _harness import (
 )
 from _raw import RawDisk
 
-from store import SessionCore
+from store import RuntimeLog, SessionCore
 
 APPENDS = 2000
 CONTENT = "a short turn of an agent's conversation, about the size of a chat message " * 3
@@ -118,6 +126,12 @@ def run(directory: Path, repeat: int, sessions: int, threads: int) -> list[Row]:
     state = directory / "state"
     raw = directory / "raw"
     cores = [SessionCore.create(state, f"s{i:04d}") for i in range(sessions)]
+    # other sessions for the runtime log: a logged core holds its session's lock until closed
+    runtime_log = RuntimeLog.open(state)
+    for i in range(sessions):
+        SessionCore.create(state, f"l{i:04d}").close()
+    logged = [SessionCore.open(state, f"l{i:04d}", log=runtime_log) for i in range(sessions)]
+    log_flushes: list[float] = []
     for i in range(sessions):
         (raw / f"s{i:04d}" / "history").mkdir(parents=True)
     counter = iter(range(10**9))
@@ -134,6 +148,16 @@ def run(directory: Path, repeat: int, sessions: int, threads: int) -> list[Row]:
         def one(i: int) -> None:
             cores[i].append({"id": f"n{next(counter)}", "role": "user", "content": CONTENT})
         return spread(one)
+
+    def store_logged() -> float:
+        before = (runtime_log.flushes, runtime_log.records)
+
+        def one(i: int) -> None:
+            logged[i].append({"id": f"n{next(counter)}", "role": "user", "content": CONTENT})
+        rate = spread(one)
+        flushes, records = runtime_log.flushes - before[0], runtime_log.records - before[1]
+        log_flushes.append(records / max(1, flushes))
+        return rate
 
     def raw_files(i: int) -> tuple[str, bytes, bytes, str]:
         node = f"n{next(counter)}"
@@ -170,18 +194,20 @@ def run(directory: Path, repeat: int, sessions: int, threads: int) -> list[Row]:
         return rate
 
     def settle() -> None:
-        for core in cores:
+        for core in [*cores, *logged]:
             core.retire_journals()
+        runtime_log.flush()  # the retirements: a round does not pay for the last one's
         os.sync()
 
     try:
-        found = interleaved({"store": store, "per_session": per_session, "shared": shared},
-                            rounds=repeat, settle=settle)
+        found = interleaved({"store": store, "per_session": per_session, "shared": shared,
+                             "store_logged": store_logged}, rounds=repeat, settle=settle)
     finally:
         pool.shutdown()
         log.close()
-        for core in cores:
+        for core in [*cores, *logged]:
             core.close()
+        runtime_log.close()
     where = f"{APPENDS} appends over {sessions} sessions from {threads} threads"
     return [
         ratio_row(f"store appends ({where}), per-session journals", found["store"], "turns/s",
@@ -195,6 +221,14 @@ def run(directory: Path, repeat: int, sessions: int, threads: int) -> list[Row]:
         ratio_row(f"store appends ({where}), per-session journals", found["store"], "turns/s",
                   found["shared"], kind=CEILING,
                   what="one shared log with group commit, bare syscalls, same rounds"),
+        ratio_row(f"store appends ({where}), one runtime log", found["store_logged"], "turns/s",
+                  found["store"], kind=TO_BEAT,
+                  what="the store with per-session journals, same rounds (what the log replaces)"),
+        ratio_row(f"store appends ({where}), one runtime log", found["store_logged"], "turns/s",
+                  found["shared"], kind=FLOOR,
+                  what="one shared log with group commit, bare syscalls, same rounds"),
+        value_row("records per runtime-log flush (the store's group commit)",
+                  Summary.of(log_flushes[-repeat:]), "records"),
     ]
 
 
