@@ -40,6 +40,7 @@ __all__ = [
     "FILE_MODE",
     "TEMP_SUFFIX",
     "DurableFiles",
+    "ExchangeUnsupported",
     "SharedFilesystemSync",
     "bulk_sync_device",
     "run_durable",
@@ -108,6 +109,20 @@ class DurableFiles:
     def _replace(self, temp: str, final: str) -> None:
         self._step("rename", final)
         os.replace(temp, final)
+
+    def _exchange(self, temp: str, final: str) -> None:
+        """Swap ``temp`` and ``final`` atomically (both must exist)."""
+        global _RENAMEAT2
+        self._step("rename", final)
+        if _RENAMEAT2 is None:
+            raise ExchangeUnsupported(final)
+        if _RENAMEAT2(_AT_FDCWD, os.fsencode(temp), _AT_FDCWD, os.fsencode(final),
+                      _RENAME_EXCHANGE) != 0:
+            error = ctypes.get_errno()
+            if error in _NO_EXCHANGE:
+                _RENAMEAT2 = None
+                raise ExchangeUnsupported(final)
+            raise OSError(error, os.strerror(error), final)
 
     def fsync_dir(self, directory: str) -> None:
         with _naming(directory):
@@ -210,6 +225,34 @@ class DurableFiles:
             _unlink_quietly(temp)
             raise
         return True
+
+    def exchange_unsynced(self, path: str, data: bytes) -> bytes:
+        """Install ``data`` at ``path`` by swapping it with the file there; returns the file swapped out.
+
+        For a merge into a file another process rewrites without any lock
+        (the reference agent's node files): :meth:`replace_unsynced_if`
+        re-reads the target before its rename, but a write landing between
+        that read and the rename is lost. A swap (``renameat2`` with
+        ``RENAME_EXCHANGE``) hands back whatever the other writer installed up
+        to that instant, and the caller, seeing it is not what it read,
+        merges onto it again: no window loses a write. Unsynced, like
+        :meth:`replace_unsynced`. :class:`ExchangeUnsupported` where the
+        platform or filesystem cannot swap (nothing was changed: the caller
+        falls back); ``FileNotFoundError`` if ``path`` does not exist.
+        """
+        if _RENAMEAT2 is None:
+            raise ExchangeUnsupported(path)
+        temp = self._write_temp(path, data, sync=False)
+        try:
+            self._exchange(temp, path)
+        except BaseException:
+            _unlink_quietly(temp)
+            raise
+        try:  # the temp name now holds what was at path (recovery drops it after a crash)
+            with open(temp, "rb") as handle:
+                return handle.read()
+        finally:
+            _unlink_quietly(temp)
 
     def sync_paths(self, paths: Iterable[str]) -> None:
         """Make existing files (and their directory entries) durable, e.g. to retire a journal.
@@ -410,6 +453,37 @@ class DurableFiles:
             _unlink_quietly(temp)
         self.fsync_dir(os.path.dirname(path) or ".")
         return True
+
+
+class ExchangeUnsupported(OSError):
+    """This platform or filesystem cannot swap two files atomically (see :meth:`DurableFiles.exchange_unsynced`)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(errno.ENOTSUP, "atomic exchange is not supported here", path)
+
+
+def _find_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    except OSError:
+        return None
+    found = getattr(libc, "renameat2", None)
+    if found is None:
+        return None
+    found.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                      ctypes.c_uint]
+    found.restype = ctypes.c_int
+    return cast("Callable[[int, bytes, int, bytes, int], int]", found)
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+_RENAMEAT2 = _find_renameat2()
+# What renameat2 answers where the kernel, the filesystem or a sandbox cannot swap.
+_NO_EXCHANGE = frozenset({errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP,
+                          errno.EPERM})
 
 
 class SharedFilesystemSync:

@@ -45,7 +45,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-from ._durable import DurableFiles
+from ._durable import DurableFiles, ExchangeUnsupported
 from ._errors import JournalFileError, NodeFileError, StoreError
 from ._format import DEFAULT_MAX_NODE_BYTES, decode_node, encode_with_metadata
 from ._index import META, FileStamp, file_stamp
@@ -276,7 +276,8 @@ class SessionJournal:
         ``ours`` (``data``), ``merged`` or ``theirs``.
         """
         path = self._path(rel)
-        seen = [_read_or_none(path)]
+        seen = [_read_or_none(path)]  # the newest version found, ours or another writer's
+        on_disk = seen[0]  # what the file holds, as far as this owner knows
         for _ in range(MERGE_ATTEMPTS):
             basis = seen[0]
             target: bytes | None
@@ -284,21 +285,42 @@ class SessionJournal:
             if known is None or digest(basis) in known:
                 target, outcome = data, "ours"
             elif basis is not None and patches:
-                target, outcome = self._merged(rel, basis, patches, ours_win), "merged"
+                merged = self._merged(rel, basis, patches, ours_win)
+                target, outcome = (basis, "theirs") if merged is None else (merged, "merged")
             else:
-                return "theirs"
-            if target is None:
-                return "theirs"
-            if target == basis and outcome == "merged":
-                # the file already holds what ours_win would write; for a
-                # replay nothing was added to the other writer's version
-                return "merged" if ours_win else "theirs"
-            if target == basis:
+                target, outcome = basis, "theirs"
+            if outcome == "merged" and target == basis and not ours_win:
+                outcome = "theirs"  # a replay added nothing to the other writer's version
+            if target == on_disk:
                 return outcome
+            if target is None:  # the other writer removed the file: leave it so
+                return "theirs"
+            try:  # a swap needs a file to swap with; a new file is renamed into place
+                if on_disk is None:
+                    raise ExchangeUnsupported(path)
+                displaced = self._files.exchange_unsynced(path, target)
+            except ExchangeUnsupported:
+                pass
+            except FileNotFoundError:
+                seen[0] = on_disk = None
+                continue
+            else:
+                if displaced == on_disk:
+                    return outcome
+                # another writer installed ``displaced`` after our read: ours is on
+                # disk now, built on the older version; merge onto theirs again
+                seen[0], on_disk = displaced, target
+                continue
             if self._files.replace_unsynced_if(
-                path, target, functools.partial(_unchanged, path, basis, seen)
+                path, target, functools.partial(_unchanged, path, on_disk, seen)
             ):
                 return outcome
+            on_disk = seen[0]
+        if on_disk != seen[0] and seen[0] is not None:
+            # giving up with ours on disk over the other writer's newest version:
+            # put theirs back, unless they wrote again (on top of ours) meanwhile
+            self._files.replace_unsynced_if(
+                path, seen[0], functools.partial(_unchanged, path, on_disk, [on_disk]))
         return "theirs"
 
     def _merged(self, rel: str, data: bytes, patches: list[bytes], ours_win: bool) -> bytes | None:

@@ -95,11 +95,19 @@ class FlushTracking(DurableFiles):
         self.unflushed.clear()
 
     def _replace(self, temp: str, final: str) -> None:
+        self._replace_tracked(temp, final)
+        super()._replace(temp, final)
+
+    def _exchange(self, temp: str, final: str) -> None:
+        super()._exchange(temp, final)
+        self._replace_tracked(temp, final)
+
+    def _replace_tracked(self, temp: str, final: str) -> None:
+        """A swap installs the temp file's bytes at ``final``, as a rename does."""
         if temp in self.unflushed:
             self.unflushed.discard(temp)
             self.renamed_unflushed.append(final)
             self.unflushed.add(final)
-        super()._replace(temp, final)
 
 
 def count_steps(operation: Callable[[DurableFiles], object]) -> int:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from memory.simulate._outside import agent_merge, agent_rewind, agent_write
-from store._durable import DurableFiles
+from store._durable import DurableFiles, ExchangeUnsupported
 from store._journal import JOURNAL_NAME, FilePlan, JournalEntry
 from store._session import SessionCore
 
@@ -210,9 +210,12 @@ def test_a_merge_the_agent_outruns_at_every_re_read_is_an_error_not_an_ok(
     core = SessionCore.open(tmp_path, "s", files=files)
     with pytest.raises(NodeFileError, match="sessions/s/history/0003-l-a3.json"):
         core.merge_node_metadata_batch({n: {MARK: "w-5"} for n in MARKED})
-    assert files.fired == 8  # MERGE_ATTEMPTS
-    assert MARK not in core.node("a3").metadata  # the index reloaded: no marker claimed
-    assert core.node("a3").metadata["agent_note"] == "written in the window"
+    # MERGE_ATTEMPTS swaps, each handing back the agent's write of that moment,
+    # then the attempt to put the agent's last one back (it wrote again first)
+    assert files.fired == 9
+    on_disk = json.loads(Path(_node_path(session, "a3")).read_bytes())["metadata"]
+    assert on_disk["agent_note"] == "written in the window" and on_disk["agent_round"] == 9
+    assert core.node("a3").metadata == on_disk  # the index reloaded: it claims what is there
     assert [core.node(n).metadata.get(MARK) for n in ("u0", "a1", "u2")] == ["w-5"] * 3
 
 
@@ -242,6 +245,10 @@ def test_the_checks_catch_a_store_that_installs_blindly(
     import store._session_journal as journal_module
     from store._journal import replay_plan
 
+    def cannot_swap(self: DurableFiles, path: str, data: bytes) -> bytes:
+        raise ExchangeUnsupported(path)
+
+    monkeypatch.setattr(DurableFiles, "exchange_unsynced", cannot_swap)  # the re-read path
     if planted == "replay-install":
         monkeypatch.setattr(DurableFiles, "replace_unsynced_if",
                             lambda self, path, data, unchanged: self.replace_unsynced(path, data)
@@ -265,3 +272,50 @@ def test_the_checks_catch_a_store_that_installs_blindly(
         with pytest.raises(AssertionError):
             test_replay_after_a_kill_keeps_the_agents_key_and_rewind_and_merges_our_markers(
                 tmp_path)
+
+
+class AgentAtTheRename(DurableFiles):
+    """Runs the agent's unlocked merge of a key once, right before our install of the node file.
+
+    That is after our last re-read of it: the window a re-read cannot close.
+    """
+
+    def __init__(self, node_path: str) -> None:
+        self.node_path = node_path
+        self.fired = 0
+
+    def _step(self, step: str, path: str) -> None:
+        if step == "rename" and path == self.node_path and not self.fired:
+            self.fired += 1
+            agent_merge(self.node_path, {"agent_note": "written at our rename"})
+
+
+def test_a_key_the_agent_writes_right_before_our_rename_survives(tmp_path: Path) -> None:
+    """The swap hands the agent's version back and the marker is merged onto it again.
+
+    Found by ``simulate`` under load: a marker merge's rename landed right
+    after the agent's write and dropped its key (``no_outside_write_reverted``).
+    """
+    _six_turns(tmp_path).close()
+    session = tmp_path / "sessions" / "s"
+    files = AgentAtTheRename(_node_path(session, "a3"))
+    core = SessionCore.open(tmp_path, "s", files=files)
+    core.merge_node_metadata_batch({n: {MARK: "w-6"} for n in MARKED})
+    assert files.fired
+    on_disk = json.loads(Path(_node_path(session, "a3")).read_bytes())["metadata"]
+    assert on_disk == {MARK: "w-6", "agent_note": "written at our rename"}
+    assert core.node("a3").metadata == on_disk
+    assert not [p for p in (session / "history").iterdir() if p.name.startswith(".")]
+
+
+def test_the_rename_window_check_catches_a_store_that_only_re_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plant the fault (no swap: re-read, then rename): the agent's key is lost, the test fails."""
+
+    def cannot_swap(self: DurableFiles, path: str, data: bytes) -> bytes:
+        raise ExchangeUnsupported(path)
+
+    monkeypatch.setattr(DurableFiles, "exchange_unsynced", cannot_swap)
+    with pytest.raises(AssertionError):
+        test_a_key_the_agent_writes_right_before_our_rename_survives(tmp_path)
