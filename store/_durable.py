@@ -27,7 +27,7 @@ import secrets
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import anyio.to_thread
 
@@ -462,14 +462,19 @@ class ExchangeUnsupported(OSError):
         super().__init__(errno.ENOTSUP, "atomic exchange is not supported here", path)
 
 
-def _find_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
+def _libc(name: str) -> Any | None:
+    """The C library's function ``name`` on Linux (errno kept), or None."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
     except OSError:
         return None
-    found = getattr(libc, "renameat2", None)
+    return getattr(libc, name, None)
+
+
+def _find_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
+    found = _libc("renameat2")
     if found is None:
         return None
     found.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
@@ -541,13 +546,7 @@ class SharedFilesystemSync:
 
 
 def _find_syncfs() -> Callable[[int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-    except OSError:
-        return None
-    found = getattr(libc, "syncfs", None)
+    found = _libc("syncfs")
     if found is None:
         return None
     found.argtypes = [ctypes.c_int]

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from store._durable import BULK_SYNC_FILES, TEMP_SUFFIX, DurableFiles, bulk_sync_device
-from store._journal import JOURNAL_NAME
+from store._journal import JOURNAL_NAME, JournalEntry
 from store._session import SessionCore
 from tests.faults import FaultyFiles, FlushTracking, SimulatedCrash, count_steps
 from tests.store.test_race import NoSyncFiles
@@ -268,6 +268,15 @@ def _state_of(core: SessionCore) -> tuple[object, ...]:
     return (core.head, [(n.id, n.metadata) for n in core.nodes()])
 
 
+def first_wins(records: list[list[JournalEntry]]) -> dict[str, bytes]:
+    """A planted fault: replay installs the first record naming a file, not the last."""
+    latest: dict[str, bytes] = {}
+    for entries in records:
+        for entry in entries:
+            latest.setdefault(entry.rel, entry.data)
+    return latest
+
+
 def test_power_loss_with_the_journal_cut_at_every_byte(tmp_path: Path) -> None:
     """The disk keeps only the journal's first L bytes and none of the unsynced installs.
 
@@ -308,14 +317,6 @@ def test_the_power_loss_check_catches_a_replay_in_the_wrong_order(
 ) -> None:
     """Plant the fault (the first record naming a file wins): the cut test must fail."""
     import store._journal as journal_module
-    from store._journal import JournalEntry
-
-    def first_wins(records: list[list[JournalEntry]]) -> dict[str, bytes]:
-        latest: dict[str, bytes] = {}
-        for entries in records:
-            for entry in entries:
-                latest.setdefault(entry.rel, entry.data)
-        return latest
 
     monkeypatch.setattr(journal_module, "latest_per_file", first_wins)
     with pytest.raises(AssertionError):

@@ -30,7 +30,7 @@ from store._durable import TEMP_SUFFIX, DurableFiles
 from store._runtime_log import WAL_DIR, RuntimeLog
 from store._session import SessionCore, recover_dead_runtimes
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
-from tests.store.test_crash import MARK, OPERATIONS, _build, _files, _state_of
+from tests.store.test_crash import MARK, OPERATIONS, _build, _files, _state_of, first_wins
 from tests.store.test_race import NoSyncFiles
 
 TURNS = ["u0", "a1", "u2", "a3", "u4", "a5"]  # what _build appends
@@ -308,14 +308,6 @@ def test_the_power_loss_check_catches_a_recovery_in_the_wrong_order(
 ) -> None:
     """Plant the fault (the first record naming a file wins): the cut test must fail."""
     import store._journal as journal_module
-    from store._journal import JournalEntry
-
-    def first_wins(records: list[list[JournalEntry]]) -> dict[str, bytes]:
-        latest: dict[str, bytes] = {}
-        for entries in records:
-            for entry in entries:
-                latest.setdefault(entry.rel, entry.data)
-        return latest
 
     monkeypatch.setattr(journal_module, "latest_per_file", first_wins)
     with pytest.raises(AssertionError):
