@@ -10,9 +10,9 @@ waiter flushes for everyone whose record was written before its flush began
 
 **Exclusive ownership**, the rule the rest rests on. A session written
 through a runtime log is held exclusively: its
-:class:`~store._session.SessionCore` takes ``<sid>/.lock`` when it opens and
-keeps it until it closes (SQLite's exclusive locking mode), instead of per
-mutation. So every record of a session after its last retirement in a log is
+:class:`~store._session.SessionCore` takes ``<sid>/.lock`` at a mutation and
+keeps it until the session's next checkpoint (a burst, as SQLite's exclusive
+locking mode keeps it for a connection), instead of per mutation. So every record of a session after its last retirement in a log is
 that owner's, written in order while no other lock holder could write the
 session: replaying them in order is what a session journal's replay is, with
 the same rule for the reference agent, which takes no lock (an entry's
@@ -36,10 +36,10 @@ The rules:
 1. **Commit**: the mutation's record is appended and flushed (shared), then
    the caller installs its files unsynced and acknowledges.
 2. **Checkpoint** of a session: its outstanding files are synced, then its
-   retirement is appended (made durable by the next flush). Closing a
-   session makes it durable *before* the lock is released: another owner may
-   write the session next, and our older records must never be replayed over
-   its writes.
+   retirement is appended (made durable by the next flush). When the core
+   lets go of the lock (at that checkpoint, or closing) it makes it durable
+   *before* the lock is released: another owner may write the session next,
+   and our older records must never be replayed over its writes.
 3. A segment past :data:`SEGMENT_BYTES` is sealed and later records go to a
    new one. The oldest segment is deleted once no session has a mutation in
    it that a durable retirement does not cover. Oldest first, so a
@@ -52,9 +52,10 @@ The rules:
    nothing live of a session whose lock someone else holds (rule 2).
 
 Failures: a record whose write or flush failed may or may not be on disk.
-Its segment is sealed (nothing is appended after a possibly torn record, and
-after a failed ``fdatasync`` nothing is trusted to a second one), the
-session's owner replays the session's live records from this log before its
+A failed write is cut off the segment durably (or, if even that fails, the
+segment is sealed: nothing is appended after a possibly torn record); after a
+failed ``fdatasync`` the segment is sealed (nothing is trusted to a second
+one). The session's owner replays the session's live records from this log before its
 next mutation (:meth:`RuntimeLog.live_records`) and checkpoints them, so the
 operation ends up whole or not at all, as with a session journal.
 """
@@ -130,8 +131,8 @@ class RuntimeLog:
         self._next_index = 0
         self._retirements: list[tuple[_Segment, int, str]] = []  # (segment, end, session)
         self._held: set[SessionLock] = set()  # the session locks this log's cores hold
-        # Locks a core could not let go of (its close failed, or its actor
-        # crashed): records of the session are live here, so the lock stays
+        # Locks a core could not let go of (its checkpoint failed, or its actor
+        # crashed, SessionCore.abandon): records of the session are live here, so the lock stays
         # held until the session's next core in this process takes it over.
         self._orphans: dict[str, SessionLock] = {}
         self.flushes = 0  # fdatasync calls made (the group commit's figure)
@@ -198,12 +199,6 @@ class RuntimeLog:
             self._held.discard(lock)
         _unlock(lock)
         return True
-
-    def orphan(self, session: str, lock: SessionLock) -> None:
-        """A core that cannot close (its actor crashed) leaves its held lock to the session's next core."""
-        with self._cond:
-            if lock in self._held:
-                self._orphans[session] = lock
 
     def is_live(self, session: str) -> bool:
         """Whether a mutation of ``session`` here is not covered by a durable retirement."""

@@ -224,8 +224,9 @@ class SessionCore:
 
         Every mutation waits at most ``lock_timeout`` seconds for ``<sid>/.lock``
         (``SessionLockTimeoutError``; None waits forever). With a runtime
-        ``log`` the lock is taken here, once, and held until :meth:`close`
-        (see :mod:`store._runtime_log`).
+        ``log`` the lock is taken here and held until the next checkpoint
+        (:meth:`retire_journals`, :meth:`close`), then again at the next
+        mutation (see :mod:`store._runtime_log`).
         """
         core = cls(state_dir, session, files=files, clock=clock, max_node_bytes=max_node_bytes,
                    lock_timeout=lock_timeout, log=log)

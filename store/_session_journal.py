@@ -243,7 +243,6 @@ class SessionJournal:
                                     ours_win=True)
             if outcome != "ours":
                 (differ if outcome == "merged" else refused).append(entry.rel)
-        self.stamp = file_stamp(self.path)
         if refused:
             raise NodeFileError(
                 f"{self._rel}/{refused[0]}",
@@ -252,9 +251,13 @@ class SessionJournal:
         return differ
 
     def _append_record(self, entries: list[JournalEntry]) -> int:
-        """Make ``entries`` durable as one record (the one flush); returns its size."""
+        """Make ``entries`` durable as one record (the one flush); returns its size.
+
+        The journal's new stamp is this owner's (installs do not touch it).
+        """
         record = encode_record(entries)
         self._files.append_synced(self.path, record)
+        self.stamp = file_stamp(self.path)
         return len(record)
 
     def _install(

@@ -118,8 +118,8 @@ def test_the_group_commit_check_catches_a_commit_served_by_a_running_flush(
             tmp_path)
 
 
-def test_a_session_is_held_from_open_to_close(tmp_path: Path) -> None:
-    """Exclusive ownership: another owner waits for the lock until the log's core closes."""
+def test_a_session_is_held_until_its_checkpoint(tmp_path: Path) -> None:
+    """Exclusive ownership: another owner waits for the lock until the log's core lets go."""
     SessionCore.create(tmp_path, "s").close()
     log = RuntimeLog.open(tmp_path)
     core = SessionCore.open(tmp_path, "s", log=log)
