@@ -32,8 +32,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from memory.ledger._ledger import NodeRecords, records_from_branch, unwritten_turns
+from memory.ledger._ledger import records_from_branch, unwritten_turns
 from memory.ledger._records import MARKER_KEY, SourceRecord
+from memory.ledger._tails import NodeRecords
 from memory.ledger._tokens import TokenCounter, estimate_tokens
 from store._durable import DurableFiles
 from store._format import encode_meta, encode_node, node_filename

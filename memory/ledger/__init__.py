@@ -16,7 +16,6 @@ from memory.ledger._dates import relative_dates as relative_dates
 from memory.ledger._dates import resolve_relative_dates as resolve_relative_dates
 from memory.ledger._ledger import ALLOWED_THRESHOLDS as ALLOWED_THRESHOLDS
 from memory.ledger._ledger import DEFAULT_THRESHOLD as DEFAULT_THRESHOLD
-from memory.ledger._ledger import NodeRecords as NodeRecords
 from memory.ledger._ledger import ReferenceThresholdWarning as ReferenceThresholdWarning
 from memory.ledger._ledger import WritePolicy as WritePolicy
 from memory.ledger._ledger import batch_due_at as batch_due_at
@@ -37,6 +36,7 @@ from memory.ledger._records import SourceRecord as SourceRecord
 from memory.ledger._records import normalize_label as normalize_label
 from memory.ledger._records import source_anchor as source_anchor
 from memory.ledger._records import source_id as source_id
+from memory.ledger._tails import NodeRecords as NodeRecords
 from memory.ledger._tokens import TokenCounter as TokenCounter
 from memory.ledger._tokens import default_counter as default_counter
 from memory.ledger._tokens import estimate_tokens as estimate_tokens

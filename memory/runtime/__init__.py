@@ -22,7 +22,7 @@ from memory.runtime._runtime import MemoryRuntime as MemoryRuntime
 from memory.runtime._runtime import RuntimeConfig as RuntimeConfig
 from memory.runtime._runtime import RuntimeStatistics as RuntimeStatistics
 from memory.runtime._runtime import open_runtime as open_runtime
-from memory.runtime._session_actor import BoundaryOutcome as BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome as BoundaryOutcome
 from memory.runtime._settings import Timings as Timings
 from memory.runtime._settings import check_seconds as check_seconds
 from memory.runtime._settings import check_threshold as check_threshold

@@ -45,7 +45,8 @@ from memory.runtime._config import RuntimeConfig, apply_timings
 from memory.runtime._events import EventHook
 from memory.runtime._jobs import JobQueue, WriteJob
 from memory.runtime._pool import worker_factory
-from memory.runtime._session_actor import (
+from memory.runtime._session_actor import session_factory
+from memory.runtime._session_state import (
     SESSION_ERRORS,
     BoundaryOutcome,
     BoundaryReport,
@@ -57,7 +58,6 @@ from memory.runtime._session_actor import (
     RetryDue,
     SessionLedger,
     StillOwed,
-    session_factory,
 )
 from memory.runtime._settings import read_settings
 from memory.runtime._timers import Timers

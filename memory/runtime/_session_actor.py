@@ -44,17 +44,16 @@ merges markers (fixed values) while its job is still in flight, so a
 redelivery after the merge finds the job gone and only plans again.
 """
 
+
 from __future__ import annotations
 
 import contextlib
-import enum
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 import anyio
 
-from actors import ActorError, ActorRef, Idempotent, Request, StopReason
+from actors import ActorError, StopReason
 from memory._errors import (
     LedgerError,
     MissingAuthorityError,
@@ -62,288 +61,46 @@ from memory._errors import (
     describe_error,
 )
 from memory.ledger._claim import Claim
-from memory.ledger._ledger import (
-    NodeRecords,
-    OwedTails,
-    batch_due_at,
-    first_batch,
-    may_write,
-    should_write,
-    should_write_at_boundary,
-    uncitable,
-)
+from memory.ledger._ledger import batch_due_at, uncitable
 from memory.ledger._lost_markers import lost_markers, stranded_records
+from memory.ledger._plan import (
+    Hold,
+    SessionView,
+    after_failure,
+    covered,
+    hold,
+    next_batch,
+    not_busy,
+    span,
+)
 from memory.ledger._records import MARKER_KEY, SourceRecord
+from memory.ledger._tails import ConsistentSince, NodeRecords, OwedTails, listed_branches
 from memory.runtime._claims import SessionClaims
-from memory.runtime._config import RuntimeConfig
 from memory.runtime._jobs import WriteJob
+from memory.runtime._session_state import (
+    SESSION_ERRORS,
+    BoundaryOutcome,
+    BoundaryResult,
+    CheckIdle,
+    ClaimRecheck,
+    Flush,
+    JobFinished,
+    Pending,
+    Reconsider,
+    RepairMarkers,
+    RetryDue,
+    SessionHost,
+    StillOwed,
+)
 from memory.runtime._workspace_actor import SourcesInMemory
 from memory.workspace._quarantine import QuarantineEntry, is_quarantined
 from memory.writers._cycle import FailureKind, WriteOutcome
 from memory.writers._prompt import render_prompt
 from memory.writers._writer import Batch
-from store import RuntimeLog, SessionActor, SessionCore, StoreError, TipMoved, run_durable
+from store import SessionActor, StoreError, TipMoved, run_durable
 
-ROOT = "ROOT"  # SPEC §4: the predecessor of a session's first turn; a walk ends there
+__all__ = ["JobFinished", "MemorySessionActor", "session_factory"]
 
-__all__ = [
-    "SESSION_ERRORS",
-    "BoundaryOutcome",
-    "BoundaryReport",
-    "BoundaryResult",
-    "CheckIdle",
-    "ClaimRecheck",
-    "Flush",
-    "JobFinished",
-    "JobSink",
-    "MemorySessionActor",
-    "Pending",
-    "Reconsider",
-    "RepairMarkers",
-    "RetryDue",
-    "RuntimeClaims",
-    "SessionHost",
-    "SessionLedger",
-    "SessionTimers",
-    "StillOwed",
-]
-
-# What stops one session's planning or marking but not the runtime: the disk
-# holds something the store cannot read or walk (StoreError), the disk refused
-# (OSError: full, read-only, no permission), a branch cannot become records.
-SESSION_ERRORS = (StoreError, OSError, ScriptoriumMemoryError)
-
-
-# -- messages ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Pending(Idempotent, Request[list[SourceRecord]]):
-    """The owed records of the branch ending at ``tip`` (default: head), minus those in flight."""
-
-    tip: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Flush(Idempotent, Request["BoundaryResult"]):
-    """Start a session boundary now; replies with a :class:`BoundaryResult` to await."""
-
-
-@dataclass(frozen=True, slots=True)
-class CheckIdle(Idempotent):
-    """From the idle watchdog: run the boundary if idle for ``idle_after`` and not yet processed."""
-
-    now: float
-    processed_updated_at: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class JobFinished(Idempotent, Request[None]):
-    job_id: int
-    outcome: WriteOutcome
-
-
-@dataclass(frozen=True, slots=True)
-class RetryDue(Idempotent):
-    """The backoff after a failed job has elapsed."""
-
-
-@dataclass(frozen=True, slots=True)
-class Reconsider(Idempotent, Request["str | None"]):
-    """Something outside changed (another process appended): evaluate the trigger again."""
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimRecheck(Idempotent):
-    """Another runtime held this session's claim a moment ago: plan again (not a failure)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RepairMarkers(Idempotent, Request[list[str]]):
-    """Find this session's lost markers and set them again; replies with the node ids marked.
-
-    Sent by the actor to itself on every activation, and by the idle
-    watchdog's scan when the session's files changed (:mod:`memory.ledger._lost_markers`).
-    Those background repairs report a failure as an event and leave it to
-    the next scan; ``raise_errors`` hands it to the caller instead.
-    ``reload`` reads every node file again first: the agent's write that
-    dropped a marker may fall in the same timestamp tick as our marker
-    merge, and then the index's freshness fingerprint does not move.
-    """
-
-    raise_errors: bool = False
-    reload: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class StillOwed(Idempotent, Request[list[tuple[str, list[str]]]]):
-    """Per tip the rules cover, the node ids still owed (jobs in flight included).
-
-    ``boundary``: the tips a session boundary covers (the head branch, and
-    other tips owing a whole batch); otherwise the head branch if the
-    trigger rule calls for a write. Replies ``[(tip, [node ids]), ...]``.
-    """
-
-    boundary: bool
-
-
-# -- state kept across incarnations ---------------------------------------------
-
-
-class BoundaryOutcome(enum.Enum):
-    WRITTEN = "written"  # every branch the rules cover is written
-    NO_PROGRESS = "no progress"  # a job changed nothing: terminal, not a loop
-    QUARANTINED = "quarantined"  # terminal until the session changes or a release
-    FAILED = "failed"  # retryable: the watchdog tries again at its next poll
-    # Not the writer: planning, walking, claiming or marking raised (a broken
-    # branch, an unreadable file, a full or read-only disk, a stuck lock).
-    # Retryable like FAILED; the reason names the session and the node or file.
-    ERROR = "error"
-
-    @property
-    def terminal(self) -> bool:
-        return self not in (BoundaryOutcome.FAILED, BoundaryOutcome.ERROR)
-
-
-@dataclass
-class BoundaryResult:
-    """Completion of one session boundary; ``await result.wait()`` outside the actor."""
-
-    updated_at: float | None
-    from_watchdog: bool
-    done: anyio.Event = field(default_factory=anyio.Event)
-    outcome: BoundaryOutcome | None = None
-    error: str | None = None  # the reason, for every outcome but WRITTEN
-    batches: int = 0
-    cause: BaseException | None = None  # the exception behind ERROR
-    requested_at: float | None = None  # the wall clock when it was asked for
-
-    async def wait(self) -> BoundaryOutcome:
-        await self.done.wait()
-        assert self.outcome is not None
-        return self.outcome
-
-
-@dataclass(frozen=True)
-class BoundaryReport:
-    """How one session boundary ended and why (``MemoryRuntime.boundary``)."""
-
-    session: str
-    outcome: BoundaryOutcome
-    reason: str
-    batches: int = 0
-    cause: BaseException | None = None
-
-    @classmethod
-    def of(cls, session: str, result: BoundaryResult) -> BoundaryReport:
-        assert result.outcome is not None
-        if result.outcome is BoundaryOutcome.WRITTEN:
-            reason = f"{result.batches} batch(es) written"
-        else:
-            reason = result.error or result.outcome.value
-        return cls(session, result.outcome, reason, result.batches, result.cause)
-
-    @classmethod
-    def failed(cls, session: str, error: BaseException) -> BoundaryReport:
-        """The boundary could not even start (no such session, an actor that cannot open it)."""
-        text = describe_error(error)
-        reason = text if f"session {session!r}" in text else f"session {session!r}: {text}"
-        return cls(session, BoundaryOutcome.ERROR, reason, 0, error)
-
-
-@dataclass
-class SessionLedger:
-    """What the runtime remembers about one session's memory between incarnations."""
-
-    in_flight: WriteJob | None = None
-    failures: int = 0
-    retry_pending: bool = False
-    boundary: BoundaryResult | None = None
-    waiters: list[BoundaryResult] = field(default_factory=list)
-    recheck_pending: bool = False  # blocked by another runtime's claim; a ClaimRecheck is due
-    rechecks: int = 0  # consecutive blocked plans (the recheck delay backs off)
-    unmarked: WriteOutcome | None = None  # in_flight was written; its markers are still owed
-    jobs: int = 0  # jobs finished (written or not), so a command can tell which ran for it
-    last_result: str | None = None  # "written" or a FailureKind value, of the last finished job
-    last_reason: str | None = None  # why the last job, planning or marking failed
-    reported_error: str | None = None  # the last error logged as "skipped" (logged once)
-
-
-# -- what the actor needs from its runtime -----------------------------------------
-
-
-class JobSink(Protocol):
-    """The job queue, as a session actor uses it (:class:`~memory.runtime._jobs.JobQueue`)."""
-
-    def submit(self, batch: Batch, *, boundary: bool,
-               due_at: float | None = None) -> WriteJob: ...
-
-    def done(self, job: WriteJob) -> None: ...
-
-
-class RuntimeClaims(Protocol):
-    """The runtime's claims (:class:`~memory.runtime._claims.ClaimsLedger`)."""
-
-    @property
-    def instance_id(self) -> str: ...
-
-    @property
-    def lease(self) -> float: ...
-
-    def taken(self, session: str) -> None: ...
-
-    def released(self, session: str) -> None: ...
-
-
-class SessionTimers(Protocol):
-    """Delayed messages to a session actor (:class:`~memory.runtime._timers.Timers`)."""
-
-    def retry(self, session: str, failures: int) -> None:
-        """Send ``RetryDue`` after the retry backoff for ``failures`` consecutive failures."""
-
-    def recheck(self, session: str, attempt: int) -> None:
-        """Send ``ClaimRecheck`` after the recheck backoff for ``attempt``."""
-
-
-class SessionHost(Protocol):
-    """What a :class:`MemorySessionActor` uses of its runtime, and nothing else."""
-
-    @property
-    def config(self) -> RuntimeConfig: ...
-
-    @property
-    def state_dir(self) -> str: ...
-
-    @property
-    def workspace_id(self) -> str: ...
-
-    @property
-    def runtime_log(self) -> RuntimeLog | None: ...
-
-    @property
-    def workspace_ref(self) -> ActorRef: ...
-
-    @property
-    def quarantined(self) -> list[QuarantineEntry]: ...
-
-    @property
-    def jobs(self) -> JobSink: ...
-
-    @property
-    def claims(self) -> RuntimeClaims: ...
-
-    @property
-    def timers(self) -> SessionTimers: ...
-
-    def ledger(self, session: str) -> SessionLedger: ...
-
-    def emit(self, event: str, **fields: Any) -> None: ...
-
-    def watchdog_touch(self, session: str, updated_at: object) -> None: ...
-
-    async def quarantine(self, entry: QuarantineEntry) -> None: ...
-
-    async def record_session_end(self, session: str, updated_at: float) -> None: ...
 
 
 # Plan, claim, confirm: when the batch planned before the claim differs from
@@ -396,14 +153,14 @@ class MemorySessionActor(SessionActor):
         Walks back from the tip and stops at the newest own marker, so the cost
         follows the backlog; a branch with no own marker is read whole.
         """
-        return self._not_busy(self._owed_tail(tip))
+        return not_busy(self._owed_tail(tip), self._busy())
 
     def _owed_tail(self, tip: str | None) -> list[SourceRecord]:
         """SPEC §6.2 on the branch at ``tip``, jobs in flight included."""
         return self.tails.of(self.core, tip)
 
-    def _not_busy(self, owed: list[SourceRecord]) -> list[SourceRecord]:
-        """``owed`` minus this runtime's job in flight and the batch another runtime claims."""
+    def _busy(self) -> set[str]:
+        """The node ids a job holds: this runtime's in flight, another runtime's claim."""
         busy: set[str] = set()
         job = self.ledger.in_flight
         if job is not None:
@@ -411,9 +168,7 @@ class MemorySessionActor(SessionActor):
         holder = self._claim_holder()
         if holder is not None:
             busy.update(holder.nodes)
-        if busy:
-            owed = [record for record in owed if record.message_id not in busy]
-        return owed
+        return busy
 
     def _claim_holder(self) -> Claim | None:
         """Another runtime's live claim: a hint read without the lock, once per message.
@@ -571,19 +326,25 @@ class MemorySessionActor(SessionActor):
     async def _plan_next(self) -> None:
         ledger = self.ledger
         job = ledger.in_flight
-        if (ledger.unmarked is not None and job is not None
-                and not await self._mark(job, ledger.unmarked, attempts=1)):
-            return
-        if ledger.in_flight is not None or ledger.retry_pending or ledger.recheck_pending:
-            return
         updated_at = self.core.meta().get("updated_at")
         blocked = is_quarantined(
             self.runtime.quarantined, self.session,
             updated_at if isinstance(updated_at, (int, float)) else None,
         )
-        if blocked is not None:
-            await self._finish_boundary(BoundaryOutcome.QUARANTINED, blocked.error)
-            return
+        match hold(marks_owed=ledger.unmarked is not None, in_flight=job is not None,
+                   retry_pending=ledger.retry_pending, recheck_pending=ledger.recheck_pending,
+                   quarantined=blocked is not None):
+            case Hold.MARKS_OWED:
+                assert job is not None and ledger.unmarked is not None
+                if await self._mark(job, ledger.unmarked, attempts=1):
+                    await self._plan_next()
+                return
+            case Hold.WAITING:
+                return
+            case Hold.QUARANTINED:
+                assert blocked is not None
+                await self._finish_boundary(BoundaryOutcome.QUARANTINED, blocked.error)
+                return
         claimed: tuple[str, ...] | None = None
         records: list[SourceRecord] | None = None
         try:
@@ -612,7 +373,7 @@ class MemorySessionActor(SessionActor):
                     ledger.reported_error = None
                     self._submit(records, boundary=ledger.boundary is not None)
                     return
-                self._doing = f"claiming batch {_span(node_ids)}"
+                self._doing = f"claiming batch {span(node_ids)}"
                 if self._claim_holder() is not None or not await self._claim(node_ids):
                     break  # another runtime's job is in flight
                 claimed = node_ids
@@ -622,7 +383,7 @@ class MemorySessionActor(SessionActor):
                     await self._release_claim()
             raise
         if claimed is not None:
-            self._doing = f"releasing the claim on batch {_span(claimed)}"
+            self._doing = f"releasing the claim on batch {span(claimed)}"
             await self._release_claim()
         if records is not None or (ledger.boundary is not None
                                    and self._claim_holder() is not None):
@@ -632,69 +393,26 @@ class MemorySessionActor(SessionActor):
         ledger.reported_error = None
         await self._finish_boundary(BoundaryOutcome.WRITTEN, None)
 
+    def _view(self) -> SessionView:
+        """What the planner (:mod:`memory.ledger._plan`) reads of this session now."""
+        return SessionView(
+            head=self.core.head,
+            tips=lambda: [row["head_msg_id"] for row in self.core.list_branches()],
+            merged_heads=self._merged_heads,
+            owed=self._owed_tail,
+            busy=self._busy,
+        )
+
     def _still_owed(self, *, boundary: bool) -> list[tuple[str, list[str]]]:
         """See :class:`StillOwed`: what the rules cover and is not marked yet, in flight or not."""
         config = self.runtime.config
-        owed = self._owed_tail
-        head = self.core.head
-        if boundary:
-            return [(tip, [r.message_id for r in records])
-                    for tip, records in self._boundary_branches(owed)]
-        if head is None:
-            return []
-        records = owed(head)
-        if records and should_write(records, config.clock(), config.policy):
-            return [(head, [r.message_id for r in records])]
-        return []
+        return covered(self._view(), boundary=boundary, now=config.clock(), policy=config.policy)
 
     def _next_batch(self) -> list[SourceRecord] | None:
         """The batch the rules call for on the current index (SPEC §6.3, §6.6), if any."""
         config = self.runtime.config
-        if self.ledger.boundary is None:
-            head = self.core.head
-            if head is None:
-                return None
-            owed = self._owed_tail(head)
-            now = config.clock()
-            # After each append: the claim is read only when the trigger can fire at all.
-            if not may_write(owed, now, config.policy):
-                return None
-            owed = self._not_busy(owed)
-            if should_write(owed, now, config.policy):
-                return first_batch(owed, config.policy.threshold)
-            return None
-        for _, owed in self._boundary_branches(self.owed):
-            return first_batch(owed, config.policy.threshold)
-        return None
-
-    def _boundary_branches(
-        self, owed: Callable[[str], list[SourceRecord]]
-    ) -> Iterator[tuple[str, list[SourceRecord]]]:
-        """The branches a session boundary writes, in order, with what each owes (SPEC §6.6).
-
-        The head branch completely; every other live tip only if it owes a
-        whole batch (a short abandoned branch is a rejected retry); then the
-        merged heads completely: a sub-agent's branch attached back is work
-        someone kept, not a retry, and it is never a tip (docs/decisions.md).
-        """
-        head = self.core.head
-        if head is not None:
-            records = owed(head)
-            if records:
-                yield head, records
-        for row in self.core.list_branches():
-            tip = row["head_msg_id"]
-            if tip == head:
-                continue
-            records = owed(tip)
-            if should_write_at_boundary(records, head=False, policy=self.runtime.config.policy):
-                yield tip, records
-        for tip in self._merged_heads():
-            if tip == head:
-                continue
-            records = owed(tip)
-            if records:
-                yield tip, records
+        return next_batch(self._view(), boundary=self.ledger.boundary is not None,
+                          now=config.clock(), policy=config.policy)
 
     def _merged_heads(self) -> list[str]:
         """Meta ``merged_heads`` that are nodes of this session (docs/decisions.md).
@@ -774,7 +492,7 @@ class MemorySessionActor(SessionActor):
         """A finished job marked nothing: back off, or quarantine after ``max_failures``."""
         ledger = self.ledger
         ledger.failures += 1
-        if ledger.failures >= self.runtime.config.max_failures:
+        if after_failure(ledger.failures, self.runtime.config.max_failures):
             await self._quarantine(job, error)
             await self._finish_boundary(BoundaryOutcome.QUARANTINED, error)
             return
@@ -809,7 +527,7 @@ class MemorySessionActor(SessionActor):
                 ledger.unmarked = outcome
                 self.runtime.jobs.done(job)
             ledger.failures += 1
-            reason = (f"session {self.session!r}: batch {_span(job.batch.node_ids)} is written "
+            reason = (f"session {self.session!r}: batch {span(job.batch.node_ids)} is written "
                       f"to memory but its markers could not be saved: {describe_error(error)}; "
                       "the markers are retried, the batch is not written again")
             ledger.last_result, ledger.last_reason = "unmarked", reason
@@ -953,66 +671,6 @@ class MemorySessionActor(SessionActor):
                           seconds=seconds)
 
 
-def listed_branches(
-    core: SessionCore, records: NodeRecords
-) -> tuple[list[list[SourceRecord]], set[str]]:
-    """The records of every listed branch that can be walked, and the ids of their nodes.
-
-    A branch that cannot be walked is skipped (its error belongs to whoever reads it).
-    """
-    branches: list[list[SourceRecord]] = []
-    walked: set[str] = set()
-    for row in core.list_branches():
-        try:
-            nodes = core.branch_nodes(row["head_msg_id"])
-            found = [r for r in map(records.of, nodes) if r is not None]
-        except (StoreError, LedgerError):
-            continue
-        branches.append(found)
-        walked.update(node.id for node in nodes)
-    return branches, walked
-
-
-class ConsistentSince:
-    """A session the lost-marker repair found consistent, and what may change without a walk.
-
-    A lost marker is an unmarked record behind an own marker on a branch.
-    After a walk that found none, ``covered`` holds every node of the
-    walked branches: the branch ending at any of them has none either (its
-    records are a prefix of a walked branch's, and the newest own marker of
-    a prefix is no newer). Adding nodes cannot create one unless a new node
-    carries an own marker or continues a node outside ``covered``: an added
-    node only removes tips (a child), the trunk can only move onto new
-    nodes, and a tip's branch is its predecessor's plus unmarked new turns.
-    Anything else since (a merge, a rewind, a rebuild that found other
-    nodes, ``merged_heads`` changed, which decides which tips are listed)
-    means walking again.
-    """
-
-    def __init__(self, version: int, merged: object, covered: set[str]) -> None:
-        self.version = version
-        self.merged = merged
-        self.covered = covered
-
-    def still(self, core: SessionCore, workspace_id: str) -> bool:
-        """True if the session is still consistent; then it is kept for its current version."""
-        added = core.added_since(self.version)
-        if added is None or core.meta().get("merged_heads") != self.merged:
-            return False
-        for node_id in added:
-            node = core.node(node_id)
-            if node.metadata.get(MARKER_KEY) == workspace_id:
-                return False
-            previous = node.predecessor
-            if previous is not None and previous != ROOT and previous not in self.covered:
-                return False
-            self.covered.add(node_id)
-        self.version = core.index_version
-        return True
-
-
-def _span(node_ids: tuple[str, ...]) -> str:
-    return node_ids[0] if len(node_ids) == 1 else f"{node_ids[0]}..{node_ids[-1]}"
 
 
 def _cycle_reason(outcome: WriteOutcome) -> str:

@@ -33,7 +33,7 @@ import anyio
 
 from actors import Actor, ActorError, ActorRef, Idempotent, Request, UnhandledMessageError
 from memory.runtime._config import RuntimeConfig
-from memory.runtime._session_actor import CheckIdle, RepairMarkers
+from memory.runtime._session_state import CheckIdle, RepairMarkers
 from memory.workspace._runtime_state import read_session_end
 from store import Fingerprint, StoreError, list_sessions, run_durable
 

@@ -14,7 +14,6 @@ from memory._errors import InvalidThresholdError, MissingAuthorityError, Unident
 from memory.ledger._ledger import (
     DEFAULT_IDLE_AFTER,
     DEFAULT_THRESHOLD,
-    NodeRecords,
     ReferenceThresholdWarning,
     WritePolicy,
     first_batch,
@@ -28,6 +27,7 @@ from memory.ledger._ledger import (
     unwritten_turns,
 )
 from memory.ledger._records import MARKER_KEY, SourceMeta, SourceRecord
+from memory.ledger._tails import NodeRecords
 from store import SessionCore
 from tests.memory._fixture import message
 

@@ -28,7 +28,7 @@ from memory.ledger._ledger import WritePolicy
 from memory.maintenance._audit import audit, read_audit_inputs
 from memory.runtime._events import EventTally
 from memory.runtime._runtime import RuntimeConfig, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from tests.memory.runtime.test_lost_markers_runtime import markers
 from tests.memory.runtime.test_runtime import tally
 

@@ -22,7 +22,8 @@ import memory.runtime._runtime
 from actors import ActorCrashedError, open_actor
 from memory._errors import BoundaryError
 from memory.runtime._runtime import MemoryRuntime, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome, MemorySessionActor
+from memory.runtime._session_actor import MemorySessionActor
+from memory.runtime._session_state import BoundaryOutcome
 from memory.runtime._workspace_actor import QuarantineBatch, ReadQuarantine, WorkspaceActor
 from memory.workspace._quarantine import QuarantineEntry
 from store import SessionCore

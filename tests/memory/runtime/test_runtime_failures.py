@@ -14,7 +14,7 @@ import pytest
 
 from memory.ledger._records import MARKER_KEY
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace._quarantine import read_quarantine
 from memory.writers._extractive import ExtractiveWriter
 from store import SessionCore
