@@ -12,13 +12,16 @@
 handle an agent embeds: ``rt.sessions`` appends and reads turns through
 their session actors, ``rt.pending`` / ``rt.flush`` / ``rt.drain`` drive
 memory (SPEC §8). Everything a child needs from its siblings lives here,
-outside the children, so a restarted child finds it intact; each child
-sees only its own narrow protocol of it (``SessionHost``, ``PoolHost``,
-``WatchdogHost``). The parts are their own small objects: the job queue
-(:mod:`._jobs`), the timers (:mod:`._timers`), the claims ledger
-(:mod:`._claims`), the write cycle (:mod:`._write_cycle`) and the event
-hook (:mod:`._events`); this module composes them, keeps the per-session
-ledgers, runs migration and backfill, and serves the public API.
+outside the children, so a restarted child finds it intact. The parts are
+their own small objects: the job queue (:mod:`._jobs`), the timers
+(:mod:`._timers`), the claims ledger (:mod:`._claims`), the write cycle
+(:mod:`._write_cycle`), the quarantine (:mod:`._quarantine`), the session
+ledgers and the event hook (:mod:`._events`). No child is handed the
+runtime: a session actor gets :class:`SessionParts`, the writer pool a
+:class:`~memory.runtime._desk.JobDesk` (queue, cycle, timers: a batch goes
+down to the cycle and back to its session without passing through here),
+the watchdog its config, its directories and the session actors. This
+module composes them, runs migration and backfill, and serves the public API.
 """
 
 from __future__ import annotations
@@ -35,16 +38,18 @@ import anyio
 import anyio.from_thread
 
 from actors import ActorError, ActorRef, MailboxOptions, Request, open_actor
-from memory._errors import BoundaryError, RecallError, describe_error
+from memory._errors import BoundaryError, RecallError
 from memory.ledger._records import MARKER_KEY, SourceRecord
 from memory.maintenance._backfill import BackfillReport, backfill
 from memory.maintenance._migrate import MigrationReport, Progress, migrate
 from memory.recall import BranchView, Context, Hit, Recall, SyncReport, TimeBound
 from memory.runtime._claims import ClaimsLedger
 from memory.runtime._config import RuntimeConfig, apply_timings
+from memory.runtime._desk import JobDesk
 from memory.runtime._events import EventHook
-from memory.runtime._jobs import JobQueue, WriteJob
+from memory.runtime._jobs import JobQueue
 from memory.runtime._pool import worker_factory
+from memory.runtime._quarantine import Quarantine
 from memory.runtime._session_actor import session_factory
 from memory.runtime._session_state import (
     SESSION_ERRORS,
@@ -53,10 +58,11 @@ from memory.runtime._session_state import (
     BoundaryResult,
     Flush,
     Pending,
-    Reconsider,
     RepairMarkers,
     RetryDue,
     SessionLedger,
+    SessionLedgers,
+    SessionParts,
     StillOwed,
 )
 from memory.runtime._settings import read_settings
@@ -64,11 +70,7 @@ from memory.runtime._timers import Timers
 from memory.runtime._watchdog import IdleWatchdog, PollNow, Touched
 from memory.runtime._workspace_actor import (
     CitedSources,
-    QuarantineBatch,
-    ReadQuarantine,
     ReadRuntimeState,
-    RecordSessionEnd,
-    ReleaseQuarantine,
     ReplaceRuntimeState,
     TakeSnapshot,
     WorkspaceActor,
@@ -78,10 +80,9 @@ from memory.workspace._edits import WorkspaceSnapshot
 from memory.workspace._quarantine import QuarantineEntry
 from memory.workspace._runtime_state import RuntimeState
 from memory.workspace._topic_ids import handle_key
-from memory.writers._cycle import WriteOutcome
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._offload import CpuWorker
-from memory.writers._writer import Batch, Writer
+from memory.writers._writer import Writer
 from store import (
     Append,
     GetBranch,
@@ -154,8 +155,10 @@ class MemoryRuntime:
                            if config.cpu_worker == "process" else None)
         self.cycle = WriteCycle(lambda: self.writer, lambda: self.workspace_ref, self.events,
                                 writer_timeout=config.writer_timeout, run_cpu=self.cpu_worker)
-        self.quarantined: list[QuarantineEntry] = []
-        self._ledgers: dict[str, SessionLedger] = {}
+        self.quarantine = Quarantine(lambda: self.workspace_ref, self.jobs.outcomes, self.events)
+        self.ledgers = SessionLedgers()
+        self.desk = JobDesk(self.jobs, self.cycle, self.timers, self.ledgers, self.session_ref,
+                            self.events)
         self._known_sessions: set[str] = set()  # ids whose meta.json session_ref has seen
         self._workspace: WorkspaceActor | None = None
         self.recall_index = Recall(self.memory_dir, counter=config.counter, files=config.files,
@@ -189,15 +192,20 @@ class MemoryRuntime:
             return self._workspace
 
         def start_sessions() -> DynamicSupervisor[str]:
+            parts = SessionParts(
+                config=config, state_dir=self.state_dir, runtime_log=self.runtime_log,
+                workspace=lambda: self.workspace_ref, workspace_id=lambda: self.workspace_id,
+                ledgers=self.ledgers, jobs=self.jobs, claims=self.claims, timers=self.timers,
+                quarantine=self.quarantine, events=self.events, touch=self._touch)
             self._sessions = DynamicSupervisor(
-                session_factory(self), restart=Restart.TRANSIENT,
+                session_factory(parts), restart=Restart.TRANSIENT,
                 idle_timeout=config.passivate_after,
                 options=MailboxOptions(capacity=10_000),
             )
             return self._sessions
 
         def start_pool() -> Supervisor:
-            start = worker_factory(self, self.jobs.receive)
+            start = worker_factory(self.desk, self.jobs.receive)
             workers = [
                 ChildSpec(f"writer-{i}", start, Restart.PERMANENT)
                 for i in range(config.writer_workers)
@@ -209,7 +217,8 @@ class MemoryRuntime:
             )
 
         def start_watchdog() -> IdleWatchdog:
-            self._watchdog = IdleWatchdog(self)
+            self._watchdog = IdleWatchdog(config, self.state_dir, self.memory_dir,
+                                          self.session_ref)
             return self._watchdog
 
         return Supervisor(
@@ -256,104 +265,26 @@ class MemoryRuntime:
     async def _cast(self, session: str, message: object) -> None:
         await self.session_ref(session).cast(message)
 
-    # -- what the children use (SessionHost, PoolHost, WatchdogHost) --------------------
+    # -- what the runtime keeps for its children ---------------------------------------
+
+    @property
+    def quarantined(self) -> list[QuarantineEntry]:
+        """The batches parked in quarantine now (SPEC §7)."""
+        return self.quarantine.entries
 
     def ledger(self, session: str) -> SessionLedger:
-        ledger = self._ledgers.get(session)
-        if ledger is None:
-            ledger = self._ledgers[session] = SessionLedger()
-        return ledger
+        """What the runtime remembers of ``session``'s memory (its jobs, failures, boundary)."""
+        return self.ledgers.of(session)
 
     def emit(self, event: str, **fields: Any) -> None:
         """One structured event (``scriptorium run --log-json`` prints each as a JSON line)."""
         self.events.emit(event, **fields)
 
-    def record_outcome(self, job: WriteJob, outcome: WriteOutcome) -> None:
-        self.jobs.record_outcome(job, outcome)
-
-    def abandon_job(self, job: WriteJob) -> None:
-        """``job``'s outcome never reached its session: the session forgets it and plans again.
-
-        Synchronous (it runs while a worker is cancelled). A job the session
-        already finished, or replaced, is left alone.
-        """
-        session = job.batch.session_id
-        ledger = self.ledger(session)
-        if ledger.in_flight is None or ledger.in_flight.id != job.id:
-            return
-        ledger.in_flight = None
-        self.jobs.forget(job)
-        self.jobs.done(job)
-        self.emit("abandoned", session=session, job=job.id, nodes=len(job.batch.node_ids))
-        with contextlib.suppress(Exception):  # a runtime going down has no session to wake
-            self.session_ref(session).cast_nowait(Reconsider())
-
-    async def quarantine(self, entry: QuarantineEntry) -> None:
-        await self.workspace_ref.call(QuarantineBatch(entry))
-        self.quarantined.append(entry)
-        self.jobs.outcomes["quarantined"] += 1
-        self.emit("quarantined", session=entry.session, nodes=list(entry.node_ids),
-                  error=entry.error)
-
-    async def record_session_end(self, session: str, updated_at: float) -> None:
-        await self.workspace_ref.call(RecordSessionEnd(session, updated_at))
-        self.emit("session_end", session=session, updated_at=updated_at)
-
-    def watchdog_touch(self, session: str, updated_at: object) -> None:
+    def _touch(self, session: str, updated_at: object) -> None:
+        """A session appended: move its idle deadline in the watchdog."""
         if isinstance(updated_at, (int, float)):
             with contextlib.suppress(Exception):
                 self.watchdog_ref.cast_nowait(Touched(session, float(updated_at)))
-
-    async def write_cycle(self, batch: Batch) -> WriteOutcome:
-        """One batch through archive → writer → commit (SPEC §6.4), as workers run it.
-
-        The worker asked the writer's ``deferral`` first, so the writer's
-        ``admit`` (a wait) is not awaited here; backfill, which has no pool,
-        awaits it (:meth:`backfill`). See :class:`~memory.runtime._write_cycle.WriteCycle`.
-        """
-        return await self.cycle.write(batch, admitted=True)
-
-    @property
-    def groups_batches(self) -> bool:
-        """Whether waiting batches are committed together (an exclusive ``GroupWriter``)."""
-        return self.cycle.groups_batches
-
-    async def write_group(self, batches: Sequence[Batch]) -> list[WriteOutcome]:
-        """Several batches as one transaction; each one the group does not cover, alone.
-
-        See :meth:`WriteCycle.group <memory.runtime._write_cycle.WriteCycle.group>`.
-        """
-        grouped = await self.cycle.group(batches)
-        return [outcome if outcome is not None else await self.write_cycle(batch)
-                for batch, outcome in zip(batches, grouped, strict=True)]
-
-    async def deferral(self, batch: Batch) -> float:
-        """Seconds the writer asks ``batch`` to wait (a spent model budget); 0 if it cannot say."""
-        try:
-            return await self.cycle.deferral(batch)
-        except Exception as exc:  # noqa: BLE001 - the cycle meets the writer's trouble itself
-            self.emit("deferral_unknown", session=batch.session_id, error=describe_error(exc))
-            return 0.0
-
-    def defer_job(self, job: WriteJob, delay: float) -> None:
-        """``job`` goes back to the queue after ``delay`` seconds; it stays in flight meanwhile.
-
-        Neither failed nor marked, and no worker waits for it. A runtime
-        closing has no timers left: the job is abandoned (its session plans
-        again next time; the batch stays owed).
-        """
-        self.emit("deferred", session=job.batch.session_id, job=job.id,
-                  nodes=len(job.batch.node_ids), seconds=delay)
-        try:
-            self.timers.call_later(delay, lambda: self._offer_again(job))
-        except RuntimeError:
-            self.abandon_job(job)
-
-    def _offer_again(self, job: WriteJob) -> None:
-        try:
-            self.jobs.offer_again(job)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self.abandon_job(job)
 
     async def migrate(self, progress: Progress | None = None) -> MigrationReport:
         """SPEC §6.7: position cursors in runtime.json become markers (no-op without cursors)."""
@@ -454,10 +385,7 @@ class MemoryRuntime:
         return found
 
     async def release(self, session: str | None = None) -> list[QuarantineEntry]:
-        released: list[QuarantineEntry] = await self.workspace_ref.call(
-            ReleaseQuarantine(session))
-        gone = {(e.session, e.node_ids) for e in released}
-        self.quarantined = [e for e in self.quarantined if (e.session, e.node_ids) not in gone]
+        released = await self.quarantine.release(session)
         for entry in released:
             self.ledger(entry.session).failures = 0
             with contextlib.suppress(Exception):
@@ -600,7 +528,7 @@ async def open_runtime(
             runtime.root = root
             runtime.workspace_ref = await get_child(root, "workspace")
             runtime.watchdog_ref = await get_child(root, "watchdog")
-            runtime.quarantined = list(await runtime.workspace_ref.call(ReadQuarantine()))
+            await runtime.quarantine.load()
             # SPEC §6.7: before anything computes what a branch owes.
             runtime.migration = await runtime.migrate()
             # Retry timers live in their own group: leaving the block cancels them,

@@ -35,7 +35,8 @@ Rules it keeps:
 The per-session ledger state (:class:`SessionLedger`) is kept by the
 runtime, not by the incarnation: a passivated or restarted actor finds its
 job in flight, its failure streak and its pending boundary where it left
-them. What the actor needs from the runtime is :class:`SessionHost`, no more.
+them. What the actor is given is :class:`SessionParts`: the job queue, the
+timers, the claims, the quarantine, the ledgers, no more; never the runtime.
 
 Every message of this module is ``actors.Idempotent`` (delivered again
 after a crash): ``Pending`` reads; the others only re-evaluate the ledger
@@ -89,10 +90,10 @@ from memory.runtime._session_state import (
     Reconsider,
     RepairMarkers,
     RetryDue,
-    SessionHost,
+    SessionParts,
     StillOwed,
 )
-from memory.runtime._workspace_actor import SourcesInMemory
+from memory.runtime._workspace_actor import RecordSessionEnd, SourcesInMemory
 from memory.workspace._quarantine import QuarantineEntry, is_quarantined
 from memory.writers._cycle import FailureKind, WriteOutcome
 from memory.writers._prompt import render_prompt
@@ -118,15 +119,16 @@ class MemorySessionActor(SessionActor):
     # A branch that cannot be turned into records is the caller's to hear about.
     expected_errors: ClassVar[tuple[type[Exception], ...]] = (StoreError, LedgerError)
 
-    def __init__(self, runtime: SessionHost, session: str) -> None:
+    def __init__(self, parts: SessionParts, session: str) -> None:
+        config = parts.config
         super().__init__(
-            runtime.state_dir, session, files=runtime.config.files, clock=runtime.config.clock,
-            lock_timeout=runtime.config.lock_timeout, log=runtime.runtime_log,
+            parts.state_dir, session, files=config.files, clock=config.clock,
+            lock_timeout=config.lock_timeout, log=parts.runtime_log,
         )
-        self.runtime = runtime
-        self.ledger = runtime.ledger(session)
-        self.records = NodeRecords(session, counter=runtime.config.counter)
-        self.tails = OwedTails(self.records, runtime.workspace_id)
+        self.parts = parts
+        self.ledger = parts.ledgers.of(session)
+        self.records = NodeRecords(session, counter=config.counter)
+        self.tails = OwedTails(self.records, parts.workspace_id())
         self._consistent: ConsistentSince | None = None  # see _repair_markers
         self._doing = ""  # the planning step under way, for an error's reason
         self._claims: SessionClaims | None = None
@@ -139,7 +141,7 @@ class MemorySessionActor(SessionActor):
         """This session's claim file, decided under the lock of the current incarnation's core."""
         core = self.core
         if self._claims is None or self._claims.core is not core:
-            self._claims = SessionClaims(core, self.runtime.config.files)
+            self._claims = SessionClaims(core, self.parts.config.files)
         return self._claims
 
     # -- reading what is owed ---------------------------------------------------
@@ -180,8 +182,8 @@ class MemorySessionActor(SessionActor):
         again). A claim or release of ours (a thread hop) forgets it.
         """
         if not self._holder_read:
-            self._holder = self.claims.holder(self.runtime.claims.instance_id,
-                                              self.runtime.config.clock())
+            self._holder = self.claims.holder(self.parts.claims.instance_id,
+                                              self.parts.config.clock())
             self._holder_read = True
         return self._holder
 
@@ -203,7 +205,7 @@ class MemorySessionActor(SessionActor):
                 updated_at = meta.get("updated_at")
                 if not isinstance(updated_at, (int, float)) or updated_at == processed:
                     return None
-                if now - updated_at < self.runtime.config.session_idle:
+                if now - updated_at < self.parts.config.session_idle:
                     return None
                 return await self._start_boundary(from_watchdog=True)
             case JobFinished(job_id, outcome):
@@ -227,7 +229,7 @@ class MemorySessionActor(SessionActor):
                 except (ScriptoriumMemoryError, StoreError, ActorError, OSError) as error:
                     if raise_errors:
                         raise
-                    self.runtime.emit("markers_repair_failed", session=self.session,
+                    self.parts.events.emit("markers_repair_failed", session=self.session,
                                       error=str(error))
                     return []
         return await super().dispatch(message)
@@ -253,7 +255,7 @@ class MemorySessionActor(SessionActor):
             raise
 
     async def tip_moved(self, event: TipMoved) -> None:
-        self.runtime.watchdog_touch(self.session, self.core.meta().get("updated_at"))
+        self.parts.touch(self.session, self.core.meta().get("updated_at"))
         if event.head_moved or self.ledger.boundary is not None:
             await self._plan()
 
@@ -272,7 +274,7 @@ class MemorySessionActor(SessionActor):
         updated_at = self.core.meta().get("updated_at")
         result = BoundaryResult(
             updated_at if isinstance(updated_at, (int, float)) else None, from_watchdog,
-            requested_at=self.runtime.config.clock(),
+            requested_at=self.parts.config.clock(),
         )
         if self.ledger.boundary is None:
             self.ledger.boundary = result
@@ -319,7 +321,7 @@ class MemorySessionActor(SessionActor):
         ledger.last_reason = reason
         if ledger.reported_error != reason:
             ledger.reported_error = reason
-            self.runtime.emit("skipped", session=self.session, reason=reason)
+            self.parts.events.emit("skipped", session=self.session, reason=reason)
         await self._finish_boundary(BoundaryOutcome.ERROR, reason, error)
         return reason
 
@@ -328,7 +330,7 @@ class MemorySessionActor(SessionActor):
         job = ledger.in_flight
         updated_at = self.core.meta().get("updated_at")
         blocked = is_quarantined(
-            self.runtime.quarantined, self.session,
+            self.parts.quarantine.entries, self.session,
             updated_at if isinstance(updated_at, (int, float)) else None,
         )
         match hold(marks_owed=ledger.unmarked is not None, in_flight=job is not None,
@@ -405,12 +407,12 @@ class MemorySessionActor(SessionActor):
 
     def _still_owed(self, *, boundary: bool) -> list[tuple[str, list[str]]]:
         """See :class:`StillOwed`: what the rules cover and is not marked yet, in flight or not."""
-        config = self.runtime.config
+        config = self.parts.config
         return covered(self._view(), boundary=boundary, now=config.clock(), policy=config.policy)
 
     def _next_batch(self) -> list[SourceRecord] | None:
         """The batch the rules call for on the current index (SPEC §6.3, §6.6), if any."""
-        config = self.runtime.config
+        config = self.parts.config
         return next_batch(self._view(), boundary=self.ledger.boundary is not None,
                           now=config.clock(), policy=config.policy)
 
@@ -433,18 +435,18 @@ class MemorySessionActor(SessionActor):
         return found
 
     async def _claim(self, node_ids: tuple[str, ...]) -> bool:
-        claims = self.runtime.claims
+        claims = self.parts.claims
         self._forget_holder()
         taken = await run_durable(self.claims.claim_batch, node_ids, claims.instance_id,
-                                  self.runtime.config.clock(), claims.lease)
+                                  self.parts.config.clock(), claims.lease)
         if taken:
             claims.taken(self.session)
         return taken
 
     async def _release_claim(self) -> None:
         self._forget_holder()
-        await run_durable(self.claims.release, self.runtime.claims.instance_id)
-        self.runtime.claims.released(self.session)
+        await run_durable(self.claims.release, self.parts.claims.instance_id)
+        self.parts.claims.released(self.session)
 
     def _recheck_later(self) -> None:
         ledger = self.ledger
@@ -452,14 +454,14 @@ class MemorySessionActor(SessionActor):
             return
         ledger.recheck_pending = True
         ledger.rechecks += 1
-        self.runtime.timers.recheck(self.session, ledger.rechecks)
+        self.parts.timers.recheck(self.session, ledger.rechecks)
 
     def _submit(self, records: list[SourceRecord], *, boundary: bool) -> None:
         batch = Batch(self.session, tuple(records), render_prompt(records, ()))
         opened = self.ledger.boundary
-        due_at = batch_due_at(records, self.runtime.config.policy,
+        due_at = batch_due_at(records, self.parts.config.policy,
                               None if opened is None else opened.requested_at)
-        self.ledger.in_flight = self.runtime.jobs.submit(batch, boundary=boundary, due_at=due_at)
+        self.ledger.in_flight = self.parts.jobs.submit(batch, boundary=boundary, due_at=due_at)
 
     async def _job_finished(self, job_id: int, outcome: WriteOutcome) -> None:
         ledger = self.ledger
@@ -479,7 +481,7 @@ class MemorySessionActor(SessionActor):
                 await self._plan()
             return
         ledger.in_flight = None
-        self.runtime.jobs.done(job)
+        self.parts.jobs.done(job)
         with contextlib.suppress(*SESSION_ERRORS):  # a hint: its lease ends it otherwise
             await self._release_claim()
         error = _cycle_reason(outcome)
@@ -492,13 +494,13 @@ class MemorySessionActor(SessionActor):
         """A finished job marked nothing: back off, or quarantine after ``max_failures``."""
         ledger = self.ledger
         ledger.failures += 1
-        if after_failure(ledger.failures, self.runtime.config.max_failures):
+        if after_failure(ledger.failures, self.parts.config.max_failures):
             await self._quarantine(job, error)
             await self._finish_boundary(BoundaryOutcome.QUARANTINED, error)
             return
         await self._finish_boundary(kind, error)
         ledger.retry_pending = True
-        self.runtime.timers.retry(self.session, ledger.failures)
+        self.parts.timers.retry(self.session, ledger.failures)
 
     async def _mark(self, job: WriteJob, outcome: WriteOutcome, *, attempts: int) -> bool:
         """Merge the markers of a written job; True once they are durable.
@@ -511,7 +513,7 @@ class MemorySessionActor(SessionActor):
         after a backoff or at the next plan, never the write.
         """
         ledger = self.ledger
-        marks = {node_id: {MARKER_KEY: self.runtime.workspace_id} for node_id in outcome.marks}
+        marks = {node_id: {MARKER_KEY: self.parts.workspace_id()} for node_id in outcome.marks}
         started = anyio.current_time()
         error: BaseException | None = None
         for _ in range(attempts):
@@ -525,7 +527,7 @@ class MemorySessionActor(SessionActor):
             assert error is not None
             if ledger.unmarked is None:
                 ledger.unmarked = outcome
-                self.runtime.jobs.done(job)
+                self.parts.jobs.done(job)
             ledger.failures += 1
             reason = (f"session {self.session!r}: batch {span(job.batch.node_ids)} is written "
                       f"to memory but its markers could not be saved: {describe_error(error)}; "
@@ -533,19 +535,19 @@ class MemorySessionActor(SessionActor):
             ledger.last_result, ledger.last_reason = "unmarked", reason
             if ledger.reported_error != reason:
                 ledger.reported_error = reason
-                self.runtime.emit("skipped", session=self.session, reason=reason)
+                self.parts.events.emit("skipped", session=self.session, reason=reason)
             await self._finish_boundary(BoundaryOutcome.ERROR, reason, error)
             if not ledger.retry_pending:
                 ledger.retry_pending = True
-                self.runtime.timers.retry(self.session, ledger.failures)
+                self.parts.timers.retry(self.session, ledger.failures)
             return False
         if ledger.unmarked is None:
-            self.runtime.jobs.done(job)
+            self.parts.jobs.done(job)
         ledger.unmarked = None
         ledger.in_flight = None
         ledger.last_result, ledger.last_reason, ledger.reported_error = "written", None, None
         self._marked(outcome.marks, anyio.current_time() - started)
-        self.runtime.claims.released(self.session)
+        self.parts.claims.released(self.session)
         self._queue_checkpoint()
         ledger.failures = 0
         if ledger.boundary is not None:
@@ -555,7 +557,7 @@ class MemorySessionActor(SessionActor):
     def _mark_and_release(self, marks: dict[str, dict[str, str]]) -> None:
         """One thread hop: the markers first, then the claim (a reader after it sees them)."""
         self.core.merge_node_metadata_batch(marks)
-        self.claims.release(self.runtime.claims.instance_id)
+        self.claims.release(self.parts.claims.instance_id)
 
     async def _quarantine(self, job: WriteJob, error: str) -> None:
         await self._quarantine_batch(job.batch.node_ids, error, self.ledger.failures)
@@ -568,14 +570,14 @@ class MemorySessionActor(SessionActor):
             node_ids=node_ids,
             error=error,
             failures=failures,
-            at=self.runtime.config.clock(),
+            at=self.parts.config.clock(),
             updated_at=updated_at if isinstance(updated_at, (int, float)) else None,
         )
         try:
-            await self.runtime.quarantine(entry)
+            await self.parts.quarantine.park(entry)
         except Exception as exc:  # noqa: BLE001 - parked in memory all the same, and said so
-            self.runtime.quarantined.append(entry)
-            self.runtime.emit("quarantine_unsaved", session=self.session,
+            self.parts.quarantine.entries.append(entry)
+            self.parts.events.emit("quarantine_unsaved", session=self.session,
                               nodes=list(entry.node_ids), error=describe_error(exc))
         self.ledger.failures = 0
 
@@ -589,11 +591,11 @@ class MemorySessionActor(SessionActor):
         """
         updated_at = self.core.meta().get("updated_at")
         updated = updated_at if isinstance(updated_at, (int, float)) else None
-        if is_quarantined(self.runtime.quarantined, self.session, updated) is None:
+        if is_quarantined(self.parts.quarantine.entries, self.session, updated) is None:
             node = error.node if isinstance(error, MissingAuthorityError) else None
-            await self.runtime.quarantine(QuarantineEntry(
+            await self.parts.quarantine.park(QuarantineEntry(
                 session=self.session, node_ids=(node,) if node is not None else (),
-                error=str(error), failures=0, at=self.runtime.config.clock(),
+                error=str(error), failures=0, at=self.parts.config.clock(),
                 updated_at=updated,
             ))
         await self._finish_boundary(BoundaryOutcome.QUARANTINED, str(error))
@@ -613,14 +615,15 @@ class MemorySessionActor(SessionActor):
             waiter.cause = cause
             waiter.batches = batches
             waiter.done.set()
-        self.runtime.emit("boundary", session=self.session, outcome=outcome.value,
+        self.parts.events.emit("boundary", session=self.session, outcome=outcome.value,
                           batches=batches, reason=error)
         if record:
             updated_at = next(w.updated_at for w in waiters if w.updated_at is not None)
             try:
-                await self.runtime.record_session_end(self.session, updated_at)
+                await self.parts.workspace().call(RecordSessionEnd(self.session, updated_at))
+                self.parts.events.emit("session_end", session=self.session, updated_at=updated_at)
             except Exception as exc:  # noqa: BLE001 - the watchdog only looks at it again
-                self.runtime.emit("session_end_unsaved", session=self.session,
+                self.parts.events.emit("session_end_unsaved", session=self.session,
                                   error=describe_error(exc))
 
 
@@ -637,7 +640,7 @@ class MemorySessionActor(SessionActor):
         (its error belongs to whoever reads it).
         """
         core = self.core
-        workspace_id = self.runtime.workspace_id
+        workspace_id = self.parts.workspace_id()
         consistent = self._consistent
         if consistent is not None and consistent.still(core, workspace_id):
             return []
@@ -650,7 +653,7 @@ class MemorySessionActor(SessionActor):
             if core.index_version == version:
                 self._consistent = ConsistentSince(version, merged, walked)
             return []
-        archived, cited = await self.runtime.workspace_ref.call(
+        archived, cited = await self.parts.workspace().call(
             SourcesInMemory(tuple(candidates)))
         lost = sorted({node for b in branches
                        for node in lost_markers(b, workspace_id, archived, cited)})
@@ -661,13 +664,13 @@ class MemorySessionActor(SessionActor):
                           {node: {MARKER_KEY: workspace_id} for node in lost})
         self._marked(lost, anyio.current_time() - started)
         self._queue_checkpoint()
-        self.runtime.emit("markers_repaired", session=self.session, nodes=lost)
+        self.parts.events.emit("markers_repaired", session=self.session, nodes=lost)
         return lost
 
 
     def _marked(self, node_ids: Sequence[str], seconds: float) -> None:
         """Markers of ``node_ids`` are durable, merged in ``seconds`` (an instrument's event)."""
-        self.runtime.emit("marked", session=self.session, node_ids=list(node_ids),
+        self.parts.events.emit("marked", session=self.session, node_ids=list(node_ids),
                           seconds=seconds)
 
 
@@ -679,5 +682,5 @@ def _cycle_reason(outcome: WriteOutcome) -> str:
     return outcome.failure.value if outcome.failure is not None else "failed"
 
 
-def session_factory(runtime: SessionHost) -> Callable[[str], MemorySessionActor]:
-    return lambda session: MemorySessionActor(runtime, session)
+def session_factory(parts: SessionParts) -> Callable[[str], MemorySessionActor]:
+    return lambda session: MemorySessionActor(parts, session)

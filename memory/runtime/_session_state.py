@@ -17,6 +17,7 @@ only plans again.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -39,16 +40,19 @@ __all__ = [
     "BoundaryResult",
     "CheckIdle",
     "ClaimRecheck",
+    "Events",
     "Flush",
     "JobFinished",
     "JobSink",
+    "ParkedBatches",
     "Pending",
     "Reconsider",
     "RepairMarkers",
     "RetryDue",
     "RuntimeClaims",
-    "SessionHost",
     "SessionLedger",
+    "SessionLedgers",
+    "SessionParts",
     "SessionTimers",
     "StillOwed",
 ]
@@ -251,45 +255,53 @@ class SessionTimers(Protocol):
         """Send ``ClaimRecheck`` after the recheck backoff for ``attempt``."""
 
 
-class SessionHost(Protocol):
-    """What a :class:`MemorySessionActor` uses of its runtime, and nothing else."""
+class ParkedBatches(Protocol):
+    """The runtime's quarantine (:class:`~memory.runtime._quarantine.Quarantine`)."""
 
     @property
-    def config(self) -> RuntimeConfig: ...
+    def entries(self) -> list[QuarantineEntry]: ...
 
-    @property
-    def state_dir(self) -> str: ...
+    async def park(self, entry: QuarantineEntry) -> None: ...
 
-    @property
-    def workspace_id(self) -> str: ...
 
-    @property
-    def runtime_log(self) -> RuntimeLog | None: ...
-
-    @property
-    def workspace_ref(self) -> ActorRef: ...
-
-    @property
-    def quarantined(self) -> list[QuarantineEntry]: ...
-
-    @property
-    def jobs(self) -> JobSink: ...
-
-    @property
-    def claims(self) -> RuntimeClaims: ...
-
-    @property
-    def timers(self) -> SessionTimers: ...
-
-    def ledger(self, session: str) -> SessionLedger: ...
+class Events(Protocol):
+    """The runtime's event hook (:class:`~memory.runtime._events.EventHook`)."""
 
     def emit(self, event: str, **fields: Any) -> None: ...
 
-    def watchdog_touch(self, session: str, updated_at: object) -> None: ...
 
-    async def quarantine(self, entry: QuarantineEntry) -> None: ...
+class SessionLedgers:
+    """Every session's :class:`SessionLedger`, kept by the runtime across incarnations."""
 
-    async def record_session_end(self, session: str, updated_at: float) -> None: ...
+    def __init__(self) -> None:
+        self._ledgers: dict[str, SessionLedger] = {}
+
+    def of(self, session: str) -> SessionLedger:
+        ledger = self._ledgers.get(session)
+        if ledger is None:
+            ledger = self._ledgers[session] = SessionLedger()
+        return ledger
 
 
-# Plan, claim, confirm: when the batch planned before the claim differs from
+@dataclass(frozen=True)
+class SessionParts:
+    """What a :class:`~memory.runtime._session_actor.MemorySessionActor` is given, no more.
+
+    The runtime's parts a session actor uses, each by the narrow protocol
+    above: not the runtime. ``workspace`` and ``workspace_id`` are read
+    when used (the workspace actor starts beside the sessions);
+    ``touch(session, updated_at)`` moves the idle watchdog's deadline.
+    """
+
+    config: RuntimeConfig
+    state_dir: str
+    runtime_log: RuntimeLog | None
+    workspace: Callable[[], ActorRef]
+    workspace_id: Callable[[], str]
+    ledgers: SessionLedgers
+    jobs: JobSink
+    claims: RuntimeClaims
+    timers: SessionTimers
+    quarantine: ParkedBatches
+    events: Events
+    touch: Callable[[str, object], None]
