@@ -25,6 +25,7 @@ from ._durable import FILE_MODE as FILE_MODE
 from ._durable import TEMP_SUFFIX as TEMP_SUFFIX
 from ._durable import DurableFiles as DurableFiles
 from ._durable import run_durable as run_durable
+from ._durable import write_lane as write_lane
 from ._errors import AppendConflictError as AppendConflictError
 from ._errors import AppendInvariantError as AppendInvariantError
 from ._errors import BrokenChainError as BrokenChainError
@@ -143,4 +144,5 @@ __all__ = [
     "state_path",
     "validate_id",
     "walk_files",
+    "write_lane",
 ]

@@ -29,7 +29,9 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, cast
 
+import anyio
 import anyio.to_thread
+from anyio.lowlevel import RunVar
 
 from ._links import refuse_file_link
 
@@ -39,11 +41,13 @@ __all__ = [
     "DIR_MODE",
     "FILE_MODE",
     "TEMP_SUFFIX",
+    "WRITE_LANE_THREADS",
     "DurableFiles",
     "ExchangeUnsupported",
     "SharedFilesystemSync",
     "bulk_sync_device",
     "run_durable",
+    "write_lane",
 ]
 
 FILE_MODE = 0o600
@@ -56,16 +60,39 @@ TEMP_SUFFIX = ".scriptorium-tmp"
 T = TypeVar("T")
 
 
-async def run_durable(fn: Callable[..., T], *args: object) -> T:
+async def run_durable(fn: Callable[..., T], *args: object,
+                      limiter: anyio.CapacityLimiter | None = None) -> T:
     """Run one durable operation in one worker-thread hop.
 
     ``abandon_on_cancel=False`` (the default, spelled out because it is the
     point): a cancelled caller waits for the write to finish, so a durable
     write is never left half done by a timeout or a shutdown.
+
+    ``limiter``: the lane whose threads the hop waits for; None is anyio's
+    default limiter, the lane of appends and reads. Memory's write side
+    passes :func:`write_lane` so that its archives and commits never hold
+    the threads an append waits for.
     """
     return await anyio.to_thread.run_sync(
-        functools.partial(fn, *args), abandon_on_cancel=False
+        functools.partial(fn, *args), abandon_on_cancel=False, limiter=limiter
     )
+
+
+# Threads memory's write side may hold at once (archive, snapshot, check,
+# commit; the writer's CPU work when it runs in-thread): commits are one at a
+# time anyway, and the rest of anyio's default 40 stay free for appends.
+WRITE_LANE_THREADS = 4
+_WRITE_LANE: RunVar[anyio.CapacityLimiter] = RunVar("scriptorium_write_lane")
+
+
+def write_lane() -> anyio.CapacityLimiter:
+    """The write side's thread limiter in this event loop, apart from the default one."""
+    try:
+        return _WRITE_LANE.get()
+    except LookupError:
+        limiter = anyio.CapacityLimiter(WRITE_LANE_THREADS)
+        _WRITE_LANE.set(limiter)
+        return limiter
 
 
 class DurableFiles:

@@ -65,11 +65,13 @@ from memory.ledger._claim import Claim
 from memory.ledger._ledger import batch_due_at, uncitable
 from memory.ledger._lost_markers import lost_markers, stranded_records
 from memory.ledger._plan import (
+    MARKER_CHUNK,
     Hold,
     SessionView,
     after_failure,
     covered,
     hold,
+    marker_chunks,
     next_batch,
     not_busy,
     span,
@@ -86,6 +88,7 @@ from memory.runtime._session_state import (
     ClaimRecheck,
     Flush,
     JobFinished,
+    MarkNext,
     Pending,
     Reconsider,
     RepairMarkers,
@@ -211,6 +214,9 @@ class MemorySessionActor(SessionActor):
             case JobFinished(job_id, outcome):
                 await self._job_finished(job_id, outcome)
                 return None
+            case MarkNext():
+                await self._mark_next()
+                return None
             case RetryDue():
                 self.ledger.retry_pending = False
                 await self._plan()
@@ -236,6 +242,10 @@ class MemorySessionActor(SessionActor):
 
     async def on_start(self) -> None:
         await super().on_start()
+        ledger = self.ledger
+        ledger.mark_queued = False  # a crash may have set the queued one aside
+        if ledger.unmarked is not None and not ledger.merge_failed:
+            self._mark_later()
         with contextlib.suppress(ActorError):  # a full mailbox: the watchdog's scan asks again
             self.ref.cast_nowait(RepairMarkers())
 
@@ -336,10 +346,9 @@ class MemorySessionActor(SessionActor):
         match hold(marks_owed=ledger.unmarked is not None, in_flight=job is not None,
                    retry_pending=ledger.retry_pending, recheck_pending=ledger.recheck_pending,
                    quarantined=blocked is not None):
-            case Hold.MARKS_OWED:
-                assert job is not None and ledger.unmarked is not None
-                if await self._mark(job, ledger.unmarked, attempts=1):
-                    await self._plan_next()
+            case Hold.MARKS_OWED:  # merged a chunk at a time, behind the appends
+                if not ledger.retry_pending:  # a refused merge waits for its backoff
+                    self._mark_later()
                 return
             case Hold.WAITING:
                 return
@@ -472,13 +481,16 @@ class MemorySessionActor(SessionActor):
             # (idempotent), since the crash may have cut the planning short.
             await self._plan()
             return
+        if ledger.unmarked is not None:  # delivered again: its markers are being merged
+            self._mark_later()
+            return
         ledger.jobs += 1
         if outcome.failure is None:
             # The job stays in flight until its markers are durable: if this
-            # incarnation crashes mid-merge, the redelivered report finds it and
-            # merges again (idempotent) instead of the batch being written twice.
-            if await self._mark(job, outcome, attempts=2):
-                await self._plan()
+            # incarnation crashes mid-merge, the next one merges the chunks left
+            # (idempotent) instead of the batch being written twice.
+            ledger.unmarked, ledger.marks_done = outcome, 0
+            self._mark_later()
             return
         ledger.in_flight = None
         self.parts.jobs.done(job)
@@ -502,8 +514,58 @@ class MemorySessionActor(SessionActor):
         ledger.retry_pending = True
         self.parts.timers.retry(self.session, ledger.failures)
 
-    async def _mark(self, job: WriteJob, outcome: WriteOutcome, *, attempts: int) -> bool:
-        """Merge the markers of a written job; True once they are durable.
+    # -- the markers of a finished job, a chunk at a time ---------------------------
+
+    def _mark_later(self) -> None:
+        """Queue the next chunk of markers behind what the mailbox holds (appends first)."""
+        ledger = self.ledger
+        if ledger.mark_queued:
+            return
+        try:
+            self.ref.cast_nowait(MarkNext())
+        except ActorError:  # a full mailbox: the retry timer merges them
+            if not ledger.retry_pending:
+                ledger.retry_pending = True
+                self.parts.timers.retry(self.session, ledger.failures + 1)
+            return
+        ledger.mark_queued = True
+
+    async def _mark_next(self) -> None:
+        """Merge the next chunk of the written job's markers (:func:`marker_chunks`).
+
+        One chunk per message, oldest first: an append that arrives meanwhile
+        waits for one chunk, not for the whole batch; a crash between chunks
+        leaves a marked prefix of the batch. After the last chunk (merged with
+        the claim's release in one hop) the job is done and the session plans.
+        """
+        ledger = self.ledger
+        ledger.mark_queued = False
+        job, outcome = ledger.in_flight, ledger.unmarked
+        if job is None or outcome is None:  # delivered again after the last chunk
+            await self._plan()
+            return
+        chunks = marker_chunks(outcome.marks, self.parts.workspace_id(), MARKER_CHUNK) or [{}]
+        index = min(ledger.marks_done, len(chunks) - 1)
+        last = index == len(chunks) - 1
+        if not await self._merge_marks(job, chunks[index], release=last):
+            return
+        ledger.marks_done = index + 1
+        if not last:
+            self._mark_later()
+            return
+        if not ledger.merge_failed:
+            self.parts.jobs.done(job)
+        ledger.unmarked, ledger.in_flight, ledger.merge_failed = None, None, False
+        ledger.last_result, ledger.last_reason, ledger.reported_error = "written", None, None
+        self.parts.claims.released(self.session)
+        ledger.failures = 0
+        if ledger.boundary is not None:
+            ledger.boundary.batches += 1
+        await self._plan()
+
+    async def _merge_marks(self, job: WriteJob, marks: dict[str, dict[str, str]], *,
+                           release: bool, attempts: int = 2) -> bool:
+        """Merge ``marks`` (and release the claim with the last chunk); True once durable.
 
         A refused merge (a full or read-only disk, a stuck session lock) is
         tried ``attempts`` times; then the batch is *unmarked*: written to
@@ -513,20 +575,22 @@ class MemorySessionActor(SessionActor):
         after a backoff or at the next plan, never the write.
         """
         ledger = self.ledger
-        marks = {node_id: {MARKER_KEY: self.parts.workspace_id()} for node_id in outcome.marks}
         started = anyio.current_time()
         error: BaseException | None = None
         for _ in range(attempts):
             try:
                 self._forget_holder()
-                await run_durable(self._mark_and_release, marks)
+                if release:
+                    await run_durable(self._mark_and_release, marks)
+                else:
+                    await run_durable(self.core.merge_node_metadata_batch, marks)
                 break
             except SESSION_ERRORS as exc:
                 error = exc
         else:
             assert error is not None
-            if ledger.unmarked is None:
-                ledger.unmarked = outcome
+            if not ledger.merge_failed:
+                ledger.merge_failed = True
                 self.parts.jobs.done(job)
             ledger.failures += 1
             reason = (f"session {self.session!r}: batch {span(job.batch.node_ids)} is written "
@@ -541,17 +605,8 @@ class MemorySessionActor(SessionActor):
                 ledger.retry_pending = True
                 self.parts.timers.retry(self.session, ledger.failures)
             return False
-        if ledger.unmarked is None:
-            self.parts.jobs.done(job)
-        ledger.unmarked = None
-        ledger.in_flight = None
-        ledger.last_result, ledger.last_reason, ledger.reported_error = "written", None, None
-        self._marked(outcome.marks, anyio.current_time() - started)
-        self.parts.claims.released(self.session)
+        self._marked(list(marks), anyio.current_time() - started)
         self._queue_checkpoint()
-        ledger.failures = 0
-        if ledger.boundary is not None:
-            ledger.boundary.batches += 1
         return True
 
     def _mark_and_release(self, marks: dict[str, dict[str, str]]) -> None:

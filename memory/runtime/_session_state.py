@@ -44,6 +44,7 @@ __all__ = [
     "Flush",
     "JobFinished",
     "JobSink",
+    "MarkNext",
     "ParkedBatches",
     "Pending",
     "Reconsider",
@@ -91,6 +92,11 @@ class CheckIdle(Idempotent):
 class JobFinished(Idempotent, Request[None]):
     job_id: int
     outcome: WriteOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class MarkNext(Idempotent):
+    """Merge the next chunk of the written job's markers (queued behind the appends)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +219,9 @@ class SessionLedger:
     recheck_pending: bool = False  # blocked by another runtime's claim; a ClaimRecheck is due
     rechecks: int = 0  # consecutive blocked plans (the recheck delay backs off)
     unmarked: WriteOutcome | None = None  # in_flight was written; its markers are still owed
+    marks_done: int = 0  # chunks of unmarked's markers durable (memory.ledger._plan.marker_chunks)
+    mark_queued: bool = False  # a MarkNext is in the mailbox
+    merge_failed: bool = False  # a chunk's merge was refused: drain no longer waits for the job
     jobs: int = 0  # jobs finished (written or not), so a command can tell which ran for it
     last_result: str | None = None  # "written" or a FailureKind value, of the last finished job
     last_reason: str | None = None  # why the last job, planning or marking failed
