@@ -32,12 +32,12 @@ import os
 import random
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import anyio.from_thread
 
-from actors import ActorError, ActorRef, MailboxOptions, Request, open_actor
+from actors import ActorError, ActorRef, MailboxOptions, open_actor
 from memory._errors import BoundaryError, RecallError
 from memory.ledger._records import MARKER_KEY, SourceRecord
 from memory.maintenance._backfill import BackfillReport, backfill
@@ -65,6 +65,7 @@ from memory.runtime._session_state import (
     SessionParts,
     StillOwed,
 )
+from memory.runtime._sessions import Sessions
 from memory.runtime._settings import read_settings
 from memory.runtime._timers import Timers
 from memory.runtime._watchdog import IdleWatchdog, PollNow, Touched
@@ -84,17 +85,8 @@ from memory.writers._extractive import ExtractiveWriter
 from memory.writers._offload import CpuWorker
 from memory.writers._writer import Writer
 from store import (
-    Append,
-    GetBranch,
-    InsertSummary,
-    ListBranches,
-    MergeMetadata,
-    RewindTo,
     RuntimeLog,
-    SessionCore,
     SessionNotFoundError,
-    SetHead,
-    SpawnBranch,
     missing_meta,
     recover_dead_runtimes,
     run_durable,
@@ -120,8 +112,6 @@ __all__ = [
     "open_runtime",
 ]
 
-R = TypeVar("R")
-
 
 @dataclass(frozen=True)
 class RuntimeStatistics:
@@ -142,7 +132,7 @@ class MemoryRuntime:
         self.memory_dir = os.path.join(state_dir, "memory")
         self.writer = writer
         self.config = config
-        self.sessions = Sessions(self)
+        self.sessions = Sessions(state_dir, config, self.session_ref)
         self.rng = random.Random(config.seed)
         self.events = EventHook(config.on_event, config.clock)
         self.jobs = JobQueue(self.events)
@@ -440,60 +430,6 @@ class MemoryRuntime:
             # A writer with usage to report (a model writer's tokens, calls, retries).
             writer=getattr(self.writer, "statistics", dict)(),
         )
-
-
-class Sessions:
-    """Session operations, each through the session's actor (SPEC §8)."""
-
-    def __init__(self, runtime: MemoryRuntime) -> None:
-        self._rt = runtime
-
-    async def create(self, title: str = "", session_id: str | None = None) -> str:
-        rt = self._rt
-        core = await run_durable(lambda: SessionCore.create(
-            rt.state_dir, session_id, title=title, files=rt.config.files, clock=rt.config.clock))
-        return core.session
-
-    async def _call(self, session: str, message: Request[R]) -> R:
-        return await self._rt.session_ref(session).call(message, timeout=self._rt.config.call_timeout)
-
-    async def append(self, session: str, message: Mapping[str, Any], *,
-                     created_at: float | None = None) -> dict[str, Any]:
-        """Append one turn; ``created_at``: its own time for imported history (default now)."""
-        node: dict[str, Any] = await self._call(session, Append(message, created_at))
-        return node
-
-    async def get_branch(self, session: str, tip: str | None = None) -> list[dict[str, Any]]:
-        branch: list[dict[str, Any]] = await self._call(session, GetBranch(tip))
-        return branch
-
-    async def list_branches(self, session: str) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = await self._call(session, ListBranches())
-        return rows
-
-    async def set_head(self, session: str, node_id: str) -> None:
-        await self._call(session, SetHead(node_id))
-
-    async def rewind_to(self, session: str, user_turn: str) -> list[str]:
-        stamped: list[str] = await self._call(session, RewindTo(user_turn))
-        return stamped
-
-    async def spawn_branch(
-        self, session: str, caller_node: str, source: str, prompt: str, name: str | None = None
-    ) -> dict[str, Any]:
-        node: dict[str, Any] = await self._call(
-            session, SpawnBranch(caller_node, source, prompt, name))
-        return node
-
-    async def insert_summary(self, session: str, covers_ids: Sequence[str], text: str) -> dict[str, Any]:
-        node: dict[str, Any] = await self._call(session, InsertSummary(tuple(covers_ids), text))
-        return node
-
-    async def merge_node_metadata_batch(
-        self, session: str, patches: Mapping[str, Mapping[str, Any]]
-    ) -> list[str]:
-        changed: list[str] = await self._call(session, MergeMetadata(patches))
-        return changed
 
 
 @contextlib.asynccontextmanager

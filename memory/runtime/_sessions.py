@@ -1,0 +1,88 @@
+"""Session operations of the embedded API (``rt.sessions``), each through the session's actor.
+
+SPEC §8: appends, reads, head moves, rewinds, spawned branches, summaries
+and metadata merges of one session all go through its owner
+(:class:`~memory.runtime._session_actor.MemorySessionActor`), one message
+each; creating a session writes its directory before any actor exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from actors import ActorRef, Request
+from memory.runtime._config import RuntimeConfig
+from store import (
+    Append,
+    GetBranch,
+    InsertSummary,
+    ListBranches,
+    MergeMetadata,
+    RewindTo,
+    SessionCore,
+    SetHead,
+    SpawnBranch,
+    run_durable,
+)
+
+__all__ = ["Sessions"]
+
+R = TypeVar("R")
+
+
+class Sessions:
+    """Session operations, each through the session's actor (SPEC §8)."""
+
+    def __init__(self, state_dir: str, config: RuntimeConfig,
+                 session_ref: Callable[[str], ActorRef]) -> None:
+        self._state_dir = state_dir
+        self._config = config
+        self._ref = session_ref
+
+    async def create(self, title: str = "", session_id: str | None = None) -> str:
+        config = self._config
+        core = await run_durable(lambda: SessionCore.create(
+            self._state_dir, session_id, title=title, files=config.files, clock=config.clock))
+        return core.session
+
+    async def _call(self, session: str, message: Request[R]) -> R:
+        return await self._ref(session).call(message, timeout=self._config.call_timeout)
+
+    async def append(self, session: str, message: Mapping[str, Any], *,
+                     created_at: float | None = None) -> dict[str, Any]:
+        """Append one turn; ``created_at``: its own time for imported history (default now)."""
+        node: dict[str, Any] = await self._call(session, Append(message, created_at))
+        return node
+
+    async def get_branch(self, session: str, tip: str | None = None) -> list[dict[str, Any]]:
+        branch: list[dict[str, Any]] = await self._call(session, GetBranch(tip))
+        return branch
+
+    async def list_branches(self, session: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = await self._call(session, ListBranches())
+        return rows
+
+    async def set_head(self, session: str, node_id: str) -> None:
+        await self._call(session, SetHead(node_id))
+
+    async def rewind_to(self, session: str, user_turn: str) -> list[str]:
+        stamped: list[str] = await self._call(session, RewindTo(user_turn))
+        return stamped
+
+    async def spawn_branch(
+        self, session: str, caller_node: str, source: str, prompt: str, name: str | None = None
+    ) -> dict[str, Any]:
+        node: dict[str, Any] = await self._call(
+            session, SpawnBranch(caller_node, source, prompt, name))
+        return node
+
+    async def insert_summary(self, session: str, covers_ids: Sequence[str], text: str) -> dict[str, Any]:
+        node: dict[str, Any] = await self._call(session, InsertSummary(tuple(covers_ids), text))
+        return node
+
+    async def merge_node_metadata_batch(
+        self, session: str, patches: Mapping[str, Mapping[str, Any]]
+    ) -> list[str]:
+        changed: list[str] = await self._call(session, MergeMetadata(patches))
+        return changed
