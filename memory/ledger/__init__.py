@@ -3,8 +3,10 @@
 Layout (see docs/architecture.md): ``_records`` the unit of memory;
 ``_ledger`` the record filter, speaker authority, the marker walk and
 batches; ``_tokens`` the token counters; ``_lost_markers`` markers whose
-evidence is gone; ``_claim`` the batch claims between runtimes; ``_dates`` relative dates
-("last week") as spans of days, for the writer and recall alike.
+evidence is gone; ``_claim`` the batch claims between runtimes; ``_tails`` the
+owed tails kept on a session's index; ``_plan`` the session planner as pure
+functions; ``_dates`` relative dates ("last week") as spans of days, for the
+writer and recall alike.
 """
 
 from memory.ledger._dates import DaySpan as DaySpan

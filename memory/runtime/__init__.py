@@ -1,12 +1,13 @@
 """Scriptorium `memory.runtime`: the supervision tree (SPEC §2, §6.6, §7) and the embedded API (§8).
 
 Layout (see docs/architecture.md): ``_runtime`` the tree and its API,
-composed of ``_config``, ``_events``, ``_jobs``, ``_timers``, ``_claims``
-and ``_write_cycle``; ``_session_actor``, ``_workspace_actor``, ``_pool``,
-``_watchdog`` its actors, each given a narrow protocol of the runtime;
+composed of ``_config``, ``_events``, ``_jobs``, ``_timers``, ``_claims``,
+``_quarantine``, ``_write_cycle`` and ``_desk``; ``_session_actor`` (with
+``_session_marks``, ``_session_outcomes``, ``_session_state``),
+``_workspace_actor``, ``_pool``, ``_watchdog`` its actors, each given the
+parts it uses, never the runtime; ``_sessions`` the session operations;
 ``_headless`` one pass without a daemon; ``_import`` history imported
-from a JSON-lines file; ``_settings`` the timings from
-flags, a file or code.
+from a JSON-lines file; ``_settings`` the timings from flags, a file or code.
 """
 
 from memory.runtime._config import apply_timings as apply_timings

@@ -16,7 +16,8 @@ Rules it keeps:
   then submit; a session whose claim another runtime holds waits and looks
   again (``ClaimRecheck``), and a boundary stays open meanwhile.
 - **Marks only for a finished job, only its nodes** (SPEC §6.4): the writer
-  worker reports a ``JobFinished``; the markers are merged here.
+  worker reports a ``JobFinished``; the markers are merged here, a chunk
+  at a time behind the appends (:mod:`memory.runtime._session_marks`).
 - **Failures back off, then quarantine** (SPEC §7): consecutive failures
   of a session delay its next job exponentially (with jitter); after
   ``max_failures`` the batch is quarantined until the session changes or an
@@ -32,19 +33,18 @@ Rules it keeps:
   the session and the node or file, is reported once as a ``skipped``
   event, and leaves the actor running; a crash of the actor ends it too.
 
-The per-session ledger state (:class:`SessionLedger`) is kept by the
+What to do is decided by pure functions (:mod:`memory.ledger._plan`: a
+view of the session and ``now`` in, a plan out); this actor reads the
+facts for them and carries the plan out. The per-session ledger state
+(:class:`~memory.runtime._session_state.SessionLedger`) is kept by the
 runtime, not by the incarnation: a passivated or restarted actor finds its
 job in flight, its failure streak and its pending boundary where it left
-them. What the actor is given is :class:`SessionParts`: the job queue, the
-timers, the claims, the quarantine, the ledgers, no more; never the runtime.
-
-Every message of this module is ``actors.Idempotent`` (delivered again
-after a crash): ``Pending`` reads; the others only re-evaluate the ledger
-(``_plan`` submits nothing while a job is in flight), and a ``JobFinished``
-merges markers (fixed values) while its job is still in flight, so a
-redelivery after the merge finds the job gone and only plans again.
+them. What the actor is given is
+:class:`~memory.runtime._session_state.SessionParts`: the job queue, the
+timers, the claims, the quarantine, the ledgers, no more; never the
+runtime. Its messages (all ``actors.Idempotent``) are in
+:mod:`memory.runtime._session_state`.
 """
-
 
 from __future__ import annotations
 
@@ -92,8 +92,6 @@ from memory.writers._writer import Batch
 from store import StoreError, TipMoved, run_durable
 
 __all__ = ["JobFinished", "MemorySessionActor", "session_factory"]
-
-
 
 # Plan, claim, confirm: when the batch planned before the claim differs from
 # the one confirmed after it (another runtime wrote meanwhile), claim again,
