@@ -1,0 +1,254 @@
+"""Progress of the long commands, drawn on stderr while they run.
+
+A ``simulate --faults all`` spends a minute in its boundary rounds, and a
+``memory write`` against a failing model half a minute in retries, with
+nothing on the screen: a user cannot tell work from a hang. So the long
+commands draw what is being done, how far, the rate, and a model writer's
+retries and waits, with rich (the choice and why: the cli section of the
+decisions notes).
+
+Only the CLI draws. The layers below report through what they already
+have: ``progress(done, total)`` callbacks (simulate, migrate, backfill,
+import, reindex) and the structured events of ``RuntimeConfig.on_event``
+and ``ModelWriter(on_event=...)``; :meth:`ProgressView.on_event` reads them,
+so no lower layer imports a drawing library.
+
+Off (a no-op) with ``--quiet`` or when stderr is not a terminal: a pipe or
+a log file gets no redraws. stdout is never touched, so ``--json`` stays
+one document.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from typing import IO, Any, Self, TypeVar
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
+
+__all__ = ["QUIET_OPTION", "ProgressView", "is_terminal"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+QUIET_OPTION: Callable[[F], F] = click.option(
+    "--quiet", "-q", is_flag=True,
+    help="Draw no progress on stderr (it is drawn only on a terminal anyway).")
+
+
+def is_terminal(stream: IO[str]) -> bool:
+    """Whether ``stream`` is a terminal; tests replace this to draw into a buffer."""
+    try:
+        return stream.isatty()
+    except ValueError:  # closed
+        return False
+
+
+class _Count(ProgressColumn):
+    """``12/60 turns``, or ``12 turns`` while the total is unknown."""
+
+    def render(self, task: Task) -> Text:
+        if not task.fields.get("bar", True):
+            return Text("")
+        unit = task.fields.get("unit", "")
+        done = int(task.completed)
+        shown = f"{done}/{int(task.total)}" if task.total is not None else f"{done}"
+        return Text(f"{shown} {unit}".rstrip(), style="progress.download")
+
+
+class _Rate(ProgressColumn):
+    """``95.2/s`` (of the count's unit) over rich's recent samples; nothing before any."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        if speed is None or not task.fields.get("bar", True):
+            return Text("")
+        return Text(f"{speed:.1f}/s", style="progress.data.speed")
+
+
+class _Bar(BarColumn):
+    """The bar, except on a row that only says something (the model's row)."""
+
+    def render(self, task: Task) -> Any:
+        return super().render(task) if task.fields.get("bar", True) else Text("")
+
+
+class ProgressView:
+    """One live display on stderr for one command; every method is a no-op when off.
+
+    Rows: one per stage (``stage``), fed by ``view(done, total)``; a row of
+    memory writes (batches submitted, finished, failed, quarantined) and a
+    row for the model writer (calls, retries, the current wait), both
+    opened by the first event that concerns them.
+    """
+
+    def __init__(self, what: str, unit: str = "", *, counted: bool = True, quiet: bool = False,
+                 stream: IO[str] | None = None) -> None:
+        stream = sys.stderr if stream is None else stream  # click's runner swaps sys.stderr
+        self.enabled = not quiet and is_terminal(stream)
+        self._first = (what, unit, counted)
+        self._stage: TaskID | None = None
+        self._batches: TaskID | None = None
+        self._model: TaskID | None = None
+        self._jobs: dict[str, int] = {"submitted": 0, "written": 0, "failed": 0,
+                                      "quarantined": 0}
+        self._model_counts: dict[str, int] = {"calls": 0, "retries": 0, "failed": 0}
+        self._waited = 0.0  # seconds the model writer's retries waited, in all
+        self._last_error = ""
+        self._progress: Progress | None = None
+        if self.enabled:
+            self._progress = Progress(
+                SpinnerColumn(finished_text="[green]✓"),
+                TextColumn("{task.description}"),
+                _Bar(bar_width=24),
+                _Count(),
+                _Rate(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[note]}"),
+                console=Console(file=stream, force_terminal=True),
+                refresh_per_second=4,
+                redirect_stdout=False,  # stdout is the command's output (--json)
+            )
+
+    def __enter__(self) -> Self:
+        if self._progress is not None:
+            self._progress.start()
+            what, unit, counted = self._first
+            self.stage(what, unit, counted=counted)
+        return self
+
+    def __exit__(self, failed: type[BaseException] | None, *exc: object) -> None:
+        if self._progress is None:
+            return
+        if failed is None:  # a row whose total was never known was all there was: done
+            for task in self._progress.tasks:
+                if task.total is None:
+                    self._progress.update(task.id, total=task.completed)
+        self._progress.stop()
+
+    # -- stages and counts ---------------------------------------------------------
+
+    def stage(self, what: str, unit: str = "", total: int | None = None, *,
+              counted: bool = True) -> None:
+        """A new row for the next stage; the last one stays above it.
+
+        ``counted=False``: a row that only says what is being done (its counts
+        are on the rows of memory writes and of the model).
+        """
+        if self._progress is None:
+            return
+        if self._stage is not None:
+            if self._progress.tasks[self._stage].total is None:  # done: its count was all
+                self._progress.update(self._stage, total=self._progress.tasks[self._stage].completed)
+            self._progress.stop_task(self._stage)
+        self._stage = self._progress.add_task(what, total=total, unit=unit, note="",
+                                              bar=counted)
+
+    def __call__(self, done: int, total: int | None) -> None:
+        """``progress(done, total)``, the callback the lower layers take."""
+        if self._progress is not None and self._stage is not None:
+            self._progress.update(self._stage, completed=done, total=total)
+
+    def note(self, text: str) -> None:
+        """What the current stage is waiting for, after its counts."""
+        if self._progress is not None and self._stage is not None:
+            self._progress.update(self._stage, note=text)
+
+    # -- the runtime's and the model writer's events --------------------------------
+
+    def on_event(self, event: Mapping[str, Any]) -> None:
+        """Read one runtime or model-writer event (``RuntimeConfig.on_event``)."""
+        if self._progress is None:
+            return
+        name = event.get("event")
+        if name == "stage":  # the simulator's own: the next stage of its run
+            unit = str(event.get("unit", ""))
+            self.stage(str(event["what"]), unit, event.get("total"), counted=bool(unit))
+        elif name in ("submitted", "job", "deferred", "quarantined"):
+            self._on_job(str(name), event)
+        elif isinstance(name, str) and name.startswith("model_"):
+            self._on_model(name, event)
+
+    def _on_job(self, name: str, event: Mapping[str, Any]) -> None:
+        assert self._progress is not None
+        if self._batches is None:
+            self._batches = self._progress.add_task("memory writes", total=0, unit="batches",
+                                                    note="")
+        jobs = self._jobs
+        note = None
+        if name == "submitted":
+            jobs["submitted"] += 1
+        elif name == "job":
+            key = "written" if event.get("result") == "written" else "failed"
+            jobs[key] += 1
+        elif name == "quarantined":
+            jobs["quarantined"] += 1
+        elif name == "deferred":
+            note = f"a failed batch is retried in {_seconds(event.get('seconds'))}"
+        done = jobs["written"] + jobs["failed"]
+        counts = ", ".join(f"{n} {k}" for k, n in jobs.items()
+                           if n and k in ("failed", "quarantined"))
+        self._progress.update(self._batches, completed=done, total=max(jobs["submitted"], done),
+                              note=note if note is not None else counts)
+
+    def _on_model(self, name: str, event: Mapping[str, Any]) -> None:
+        assert self._progress is not None
+        if self._model is None:
+            self._model = self._progress.add_task(
+                f"model {event.get('model', '')}".rstrip(), total=None, unit="", note="",
+                bar=False)
+        counts = self._model_counts
+        now = ""  # what it waits for now; the counts stay after it
+        if name == "model_retry":
+            counts["retries"] += 1
+            seconds = event.get("seconds")
+            self._waited += seconds if isinstance(seconds, int | float) else 0.0
+            self._last_error = _short(event.get("error"))
+            now = (f"; waiting {_seconds(seconds)} before attempt "
+                   f"{int(event.get('attempt', 0)) + 1} of {event.get('attempts', '?')}")
+        elif name == "model_usage":
+            counts["calls"] += int(event.get("calls") or 0)
+            counts["failed"] += event.get("result") == "failed"
+        elif name == "model_budget_wait":
+            now = f"; daily token budget spent: waiting {_seconds(event.get('seconds'))}"
+        elif name == "model_mode":
+            now = f"; the endpoint refused a form: now {event.get('mode')}"
+        note = (f"{_plural(counts['calls'], 'call')}, {_plural(counts['retries'], 'retry')}")
+        if counts["retries"]:
+            note += f" ({_seconds(self._waited)} waited, last {self._last_error})"
+        if counts["failed"]:
+            note += f", {_plural(counts['failed'], 'batch')} failed"
+        # Drawn now, not at the next tick: a wait is what the user must see at once.
+        self._progress.update(self._model, note=note + now, refresh=True)
+
+
+def _seconds(value: object) -> str:
+    if not isinstance(value, int | float):
+        return "a while"
+    if value >= 3600:
+        return f"{value / 3600:.1f} h"
+    return f"{value:.1f} s"
+
+
+def _plural(count: int, noun: str) -> str:
+    if count == 1:
+        return f"1 {noun}"
+    return f"{count} " + (noun[:-1] + "ies" if noun.endswith("y") else
+                          noun + "es" if noun.endswith("ch") else noun + "s")
+
+
+def _short(error: object) -> str:
+    """``HTTP 503`` of ``HTTP 503: {body...}``: the body is for the log, not the screen."""
+    text = str(error or "no detail")
+    return text.partition(":")[0][:60]
