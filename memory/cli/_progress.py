@@ -21,11 +21,11 @@ one document.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import IO, Any, Self, TypeVar
 
 import click
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.progress import (
     BarColumn,
     Progress,
@@ -36,6 +36,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.table import Column
 from rich.text import Text
 
 __all__ = ["QUIET_OPTION", "ProgressView", "is_terminal"]
@@ -77,6 +78,20 @@ class _Rate(ProgressColumn):
         return Text(f"{speed:.1f}/s", style="progress.data.speed")
 
 
+class _Spinner(SpinnerColumn):
+    """The spinner; ✓ when done, and a dash on a stage cut short (the next one began)."""
+
+    def render(self, task: Task) -> RenderableType:
+        return Text("-", style="yellow") if task.fields.get("cut") else super().render(task)
+
+
+class _Rows(Progress):
+    """rich's display, with the rows of stages first and the running counts under them."""
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        yield self.make_tasks_table(sorted(self.tasks, key=lambda t: bool(t.fields.get("tally"))))
+
+
 class _Bar(BarColumn):
     """The bar, except on a row that only says something (the model's row)."""
 
@@ -87,10 +102,10 @@ class _Bar(BarColumn):
 class ProgressView:
     """One live display on stderr for one command; every method is a no-op when off.
 
-    Rows: one per stage (``stage``), fed by ``view(done, total)``; a row of
-    memory writes (batches submitted, finished, failed, quarantined) and a
-    row for the model writer (calls, retries, the current wait), both
-    opened by the first event that concerns them.
+    Rows: one per stage (``stage``), fed by ``view(done, total)``; under
+    them a row of memory writes (batches finished, in flight, failed,
+    quarantined) and a row for the model writer (calls, retries, seconds
+    waited, the current wait), each opened by the first event for it.
     """
 
     def __init__(self, what: str, unit: str = "", *, counted: bool = True, quiet: bool = False,
@@ -101,23 +116,27 @@ class ProgressView:
         self._stage: TaskID | None = None
         self._batches: TaskID | None = None
         self._model: TaskID | None = None
-        self._jobs: dict[str, int] = {"submitted": 0, "written": 0, "failed": 0,
-                                      "quarantined": 0}
-        self._model_counts: dict[str, int] = {"calls": 0, "retries": 0, "failed": 0}
+        self._jobs: dict[str, int] = {"written": 0, "failed": 0, "quarantined": 0}
+        self._in_flight: set[object] = set()  # job ids submitted and not finished
+        self._calls = self._retries = 0
         self._waited = 0.0  # seconds the model writer's retries waited, in all
         self._last_error = ""
         self._progress: Progress | None = None
         if self.enabled:
-            self._progress = Progress(
-                SpinnerColumn(finished_text="[green]✓"),
-                TextColumn("{task.description}"),
-                _Bar(bar_width=24),
-                _Count(),
-                _Rate(),
+            self._progress = _Rows(
+                _Spinner(finished_text="[green]✓"),
+                TextColumn("{task.description}", table_column=Column(no_wrap=True)),
+                _Bar(bar_width=16),
+                _Count(table_column=Column(no_wrap=True)),
+                _Rate(table_column=Column(no_wrap=True)),
                 TimeElapsedColumn(),
-                TextColumn("{task.fields[note]}"),
+                # On a narrow terminal the note is cut, not the counts (it says the most
+                # urgent first: what is awaited now).
+                TextColumn("{task.fields[note]}",
+                           table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
                 console=Console(file=stream, force_terminal=True),
                 refresh_per_second=4,
+                expand=True,  # the note's column (ratio 1) takes what the others leave
                 redirect_stdout=False,  # stdout is the command's output (--json)
             )
 
@@ -149,21 +168,22 @@ class ProgressView:
         if self._progress is None:
             return
         if self._stage is not None:
-            if self._progress.tasks[self._stage].total is None:  # done: its count was all
-                self._progress.update(self._stage, total=self._progress.tasks[self._stage].completed)
+            last = self._progress.tasks[self._stage]
+            if last.total is None:  # done: its count was all there was
+                self._progress.update(self._stage, total=last.completed)
+            elif not last.finished:  # e.g. the simulated runtime crashed: it starts again
+                self._progress.update(self._stage, cut=True, note="cut short")
             self._progress.stop_task(self._stage)
+        # Jobs of a runtime that is gone never finish: only the new stage's are counted.
+        self._in_flight.clear()
+        self._update_jobs(None)
         self._stage = self._progress.add_task(what, total=total, unit=unit, note="",
-                                              bar=counted)
+                                              bar=counted, cut=False)
 
     def __call__(self, done: int, total: int | None) -> None:
         """``progress(done, total)``, the callback the lower layers take."""
         if self._progress is not None and self._stage is not None:
             self._progress.update(self._stage, completed=done, total=total)
-
-    def note(self, text: str) -> None:
-        """What the current stage is waiting for, after its counts."""
-        if self._progress is not None and self._stage is not None:
-            self._progress.update(self._stage, note=text)
 
     # -- the runtime's and the model writer's events --------------------------------
 
@@ -175,7 +195,7 @@ class ProgressView:
         if name == "stage":  # the simulator's own: the next stage of its run
             unit = str(event.get("unit", ""))
             self.stage(str(event["what"]), unit, event.get("total"), counted=bool(unit))
-        elif name in ("submitted", "job", "deferred", "quarantined"):
+        elif name in ("submitted", "job", "abandoned", "deferred", "quarantined"):
             self._on_job(str(name), event)
         elif isinstance(name, str) and name.startswith("model_"):
             self._on_model(name, event)
@@ -183,54 +203,62 @@ class ProgressView:
     def _on_job(self, name: str, event: Mapping[str, Any]) -> None:
         assert self._progress is not None
         if self._batches is None:
-            self._batches = self._progress.add_task("memory writes", total=0, unit="batches",
-                                                    note="")
-        jobs = self._jobs
+            self._batches = self._progress.add_task("memory writes", total=None,
+                                                    unit="batches", note="", tally=True)
         note = None
         if name == "submitted":
-            jobs["submitted"] += 1
-        elif name == "job":
-            key = "written" if event.get("result") == "written" else "failed"
-            jobs[key] += 1
+            self._in_flight.add(event.get("job"))
+        elif name in ("job", "abandoned"):
+            self._in_flight.discard(event.get("job"))
+            if name == "job":
+                self._jobs["written" if event.get("result") == "written" else "failed"] += 1
         elif name == "quarantined":
-            jobs["quarantined"] += 1
+            self._jobs["quarantined"] += 1
         elif name == "deferred":
             note = f"a failed batch is retried in {_seconds(event.get('seconds'))}"
-        done = jobs["written"] + jobs["failed"]
-        counts = ", ".join(f"{n} {k}" for k, n in jobs.items()
-                           if n and k in ("failed", "quarantined"))
-        self._progress.update(self._batches, completed=done, total=max(jobs["submitted"], done),
-                              note=note if note is not None else counts)
+        self._update_jobs(note)
+
+    def _update_jobs(self, note: str | None) -> None:
+        """Batches finished; in flight and failures in the note.
+
+        No total: how many batches a run makes is known only at its end (the
+        bar pulses; a total that grew would show done while more come).
+        """
+        if self._progress is None or self._batches is None:
+            return
+        jobs = self._jobs
+        counts = ", ".join([f"{len(self._in_flight)} in flight"] * bool(self._in_flight) + [
+            f"{n} {k}" for k, n in jobs.items() if n and k in ("failed", "quarantined")])
+        self._progress.update(self._batches, completed=jobs["written"] + jobs["failed"],
+                              note=counts if note is None else "; ".join(
+                                  part for part in (note, counts) if part))
 
     def _on_model(self, name: str, event: Mapping[str, Any]) -> None:
         assert self._progress is not None
         if self._model is None:
             self._model = self._progress.add_task(
                 f"model {event.get('model', '')}".rstrip(), total=None, unit="", note="",
-                bar=False)
-        counts = self._model_counts
+                bar=False, tally=True)
         now = ""  # what it waits for now; the counts stay after it
         if name == "model_retry":
-            counts["retries"] += 1
+            self._retries += 1
             seconds = event.get("seconds")
             self._waited += seconds if isinstance(seconds, int | float) else 0.0
             self._last_error = _short(event.get("error"))
-            now = (f"; waiting {_seconds(seconds)} before attempt "
-                   f"{int(event.get('attempt', 0)) + 1} of {event.get('attempts', '?')}")
-        elif name == "model_usage":
-            counts["calls"] += int(event.get("calls") or 0)
-            counts["failed"] += event.get("result") == "failed"
+            now = (f"waiting {_seconds(seconds)} before attempt "
+                   f"{int(event.get('attempt', 0)) + 1} of {event.get('attempts', '?')}; ")
+        elif name == "model_usage":  # a batch's end (its failure is on the writes' row)
+            self._calls += int(event.get("calls") or 0)
         elif name == "model_budget_wait":
-            now = f"; daily token budget spent: waiting {_seconds(event.get('seconds'))}"
+            now = f"daily token budget spent: waiting {_seconds(event.get('seconds'))}; "
         elif name == "model_mode":
-            now = f"; the endpoint refused a form: now {event.get('mode')}"
-        note = (f"{_plural(counts['calls'], 'call')}, {_plural(counts['retries'], 'retry')}")
-        if counts["retries"]:
+            now = f"the endpoint refused a form, now {event.get('mode')}; "
+        note = f"{self._calls} call{'s' * (self._calls != 1)}, " + (
+            "1 retry" if self._retries == 1 else f"{self._retries} retries")
+        if self._retries:
             note += f" ({_seconds(self._waited)} waited, last {self._last_error})"
-        if counts["failed"]:
-            note += f", {_plural(counts['failed'], 'batch')} failed"
         # Drawn now, not at the next tick: a wait is what the user must see at once.
-        self._progress.update(self._model, note=note + now, refresh=True)
+        self._progress.update(self._model, note=now + note, refresh=True)
 
 
 def _seconds(value: object) -> str:
@@ -239,13 +267,6 @@ def _seconds(value: object) -> str:
     if value >= 3600:
         return f"{value / 3600:.1f} h"
     return f"{value:.1f} s"
-
-
-def _plural(count: int, noun: str) -> str:
-    if count == 1:
-        return f"1 {noun}"
-    return f"{count} " + (noun[:-1] + "ies" if noun.endswith("y") else
-                          noun + "es" if noun.endswith("ch") else noun + "s")
 
 
 def _short(error: object) -> str:

@@ -354,7 +354,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
                             background.start_soon(_agent, config, by_agent, agent_writes,
                                                   workload_over)
                     _stage(config, "appending turns" if totals.incarnations == 1 else
-                           f"appending turns (runtime reopened, run {totals.incarnations})",
+                           f"appending turns (runtime run {totals.incarnations})",
                            "turns")
                     if open_loop is None:
                         await _run_agents(rt, agents, config)

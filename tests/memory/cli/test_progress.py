@@ -151,7 +151,7 @@ def test_memory_write_shows_the_model_writers_retries_and_waits(
     assert re.search(r"waiting \d+\.\d s before attempt 2 of \d", screen), screen[-3000:]
     assert re.search(r"waiting \d+\.\d s before attempt 3 of \d", screen), screen[-3000:]
     assert re.search(r"1 call, 2 retries \(\d+\.\d s waited, last HTTP 500\)", screen)
-    assert "1/1 batches" in screen
+    assert "1/1 batches" in screen  # at the end: every batch the run made is done
 
 
 @pytest.mark.usefixtures("terminal")
