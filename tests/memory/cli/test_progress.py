@@ -164,3 +164,20 @@ def test_reindex_counts_the_files_it_reads(tmp_path: Path) -> None:
     assert match is not None and match[1] == match[2], shown(result.stderr)[-2000:]
     assert int(match[1]) > 0
     assert invoke("memory", "reindex", "--quiet", "--state", str(state)).stderr == ""
+
+
+@pytest.mark.usefixtures("terminal")
+def test_backfill_counts_the_sources_it_writes(tmp_path: Path) -> None:
+    state = owing_state(tmp_path)
+    # A model that answers nothing usable: the batch's turns are archived (the
+    # cycle's first step) and no topic cites them: backfill has sources to write.
+    with ScriptedModel(default="malformed").running() as server:
+        failed = invoke("memory", "write", "demo", "--force", "--quiet", "--state", str(state),
+                        "--writer", "model", "--base-url", server.base_url, "--model", "m-1")
+    assert failed.exit_code == 1 and failed.stderr.startswith("scriptorium: writer:")
+    result = invoke("memory", "backfill", "--json", "--state", str(state))
+    assert result.exit_code == 0, result.output
+    processed = json.loads(result.stdout)["processed"]
+    assert processed > 0
+    assert f"{processed}/{processed} sources" in shown(result.stderr), shown(result.stderr)
+    assert "backfilling uncited sources" in shown(result.stderr)
