@@ -40,7 +40,7 @@ from tests.faults import (
     hold_flock,
     let_go,
 )
-from tests.store.test_race import NoSyncFiles
+from tests.store.test_session_race import NoSyncFiles
 
 REPO = Path(__file__).resolve().parents[2]
 MARK = "memory_written_scriptorium"

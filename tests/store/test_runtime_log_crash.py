@@ -1,6 +1,6 @@
 """Crash safety of the runtime log: every step of commit, install, checkpoint, rotation, recovery.
 
-As ``test_crash.py`` does for the session journal: each operation runs on
+As ``test_session_crash.py`` does for the session journal: each operation runs on
 :class:`tests.faults.FaultyFiles`, which raises :class:`SimulatedCrash`
 before primitive step *k* (the process dies there), for every *k*. The
 dead process's runtime log is then :meth:`~store.RuntimeLog.abandon`\\ ed (its
@@ -30,8 +30,8 @@ from store._durable import TEMP_SUFFIX, DurableFiles
 from store._runtime_log import WAL_DIR, RuntimeLog
 from store._session import SessionCore, recover_dead_runtimes
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
-from tests.store.test_crash import MARK, OPERATIONS, _build, _files, _state_of, first_wins
-from tests.store.test_race import NoSyncFiles
+from tests.store.test_session_crash import MARK, OPERATIONS, _build, _files, _state_of, first_wins
+from tests.store.test_session_race import NoSyncFiles
 
 TURNS = ["u0", "a1", "u2", "a3", "u4", "a5"]  # what _build appends
 

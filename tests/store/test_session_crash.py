@@ -24,7 +24,7 @@ from store._durable import BULK_SYNC_FILES, TEMP_SUFFIX, DurableFiles, bulk_sync
 from store._journal import JOURNAL_NAME, JournalEntry
 from store._session import SessionCore
 from tests.faults import FaultyFiles, FlushTracking, SimulatedCrash, count_steps
-from tests.store.test_race import NoSyncFiles
+from tests.store.test_session_race import NoSyncFiles
 
 _runs = itertools.count()
 MARK = "memory_written_scriptorium"

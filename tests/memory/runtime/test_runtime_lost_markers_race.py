@@ -29,7 +29,7 @@ from memory.maintenance._audit import audit, read_audit_inputs
 from memory.runtime._events import EventTally
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
-from tests.memory.runtime.test_lost_markers_runtime import markers
+from tests.memory.runtime.test_runtime_lost_markers import markers
 from tests.memory.runtime.test_runtime import tally
 
 AGENT = str(Path(__file__).with_name("_unlocked_agent.py"))

@@ -140,7 +140,7 @@ def worker_main(argv: list[str]) -> None:
 def _start(
     state: Path, name: str, backend: str, seed: int, journal: str, plant: str | None = None
 ) -> subprocess.Popen[str]:
-    code = ("import sys; from tests.memory.runtime.test_two_processes import worker_main; "
+    code = ("import sys; from tests.memory.runtime.test_runtime_two_processes import worker_main; "
             "worker_main(sys.argv[1:])")
     return subprocess.Popen(
         [sys.executable, "-c", code, str(state), name, backend, str(seed), journal,

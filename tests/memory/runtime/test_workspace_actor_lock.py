@@ -20,7 +20,7 @@ from memory.runtime._session_actor import BoundaryOutcome
 from memory.workspace._transaction import workspace_lock
 from store import DurableFiles
 from tests.faults import hold_flock, let_go
-from tests.memory.runtime.test_boundaries_end import HANG, build, lock_config, marked
+from tests.memory.runtime.test_runtime_boundaries_end import HANG, build, lock_config, marked
 
 
 @pytest.mark.virtual_time(wait_for_threads=True)

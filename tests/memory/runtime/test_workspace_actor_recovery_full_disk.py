@@ -19,7 +19,7 @@ import pytest
 from memory.runtime._headless import run_once
 from memory.runtime._runtime import open_runtime
 from tests.faults import RefusingFiles
-from tests.memory.runtime.test_boundaries_end import HANG, build, marked
+from tests.memory.runtime.test_runtime_boundaries_end import HANG, build, marked
 from tests.memory.runtime.test_runtime_failures import virtual_config
 
 SESSIONS = ("s1", "s2", "s3")
