@@ -40,7 +40,7 @@ from store._actor import (
 )
 from store._format import decode_node
 from supervisors import Backoff, ChildSpec, Supervisor, get_child
-from tests.store.test_session_race import NoSyncFiles
+from tests.faults import NoSyncFiles
 
 
 def _new_session(state: Path, sid: str = "s1") -> None:

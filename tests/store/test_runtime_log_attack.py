@@ -35,12 +35,12 @@ from store._session import SessionCore, recover_dead_runtimes
 from tests.faults import (
     FaultyFiles,
     FlushTracking,
+    NoSyncFiles,
     SimulatedCrash,
     count_steps,
     hold_flock,
     let_go,
 )
-from tests.store.test_session_race import NoSyncFiles
 
 REPO = Path(__file__).resolve().parents[2]
 MARK = "memory_written_scriptorium"
