@@ -118,7 +118,6 @@ def count_steps(operation: Callable[[DurableFiles], object]) -> int:
     return len(files.steps)
 
 
-@dataclass
 class NoSyncFiles(DurableFiles):
     """Every step runs except the flush itself: for tests of isolation, not durability."""
 
@@ -149,6 +148,7 @@ class PowerLossLog(DurableFiles):
                 os.truncate(path, size)
 
 
+@dataclass
 class RefusingFiles(DurableFiles):
     """A disk that refuses every step under ``under`` while ``error`` is set.
 
