@@ -50,7 +50,7 @@ from memory.workspace._archive import read_archive
 from memory.workspace._topics import parse_topic
 from memory.workspace._workspace_id import read_workspace_id
 from store import SessionCore
-from tests.memory.runtime.test_runtime import SENTENCES, tally
+from tests.memory._runtime import SENTENCES, tally
 
 REPO = Path(__file__).resolve().parents[3]
 SESSIONS = ["shared-a", "shared-b", "shared-c"]
