@@ -26,7 +26,7 @@ from click.testing import CliRunner, Result
 
 from memory.cli import _progress
 from memory.cli._cli import main
-from store import SessionCore
+from tests.memory.cli._states import owing_state
 from tests.model_server import ScriptedModel
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -123,16 +123,6 @@ def test_simulate_draws_each_stage_with_its_counts(tmp_path: Path) -> None:
     quiet = invoke("simulate", "--sessions", "2", "--turns", "3", "--quiet")
     assert quiet.exit_code == 0, quiet.output
     assert quiet.stderr == ""
-
-
-def owing_state(tmp_path: Path) -> Path:
-    state = tmp_path / "state"
-    core = SessionCore.create(state, "demo", title="demo")
-    for fact in ("I prefer green tea.", "My cat is called Pixel.", "I live in Lyon."):
-        core.append({"role": "user", "content": fact})
-        core.append({"role": "assistant", "content": "Noted."})
-    core.close()
-    return state
 
 
 @pytest.mark.usefixtures("terminal")
