@@ -15,29 +15,20 @@ so no lower layer imports a drawing library.
 
 Off (a no-op) with ``--quiet`` or when stderr is not a terminal: a pipe or
 a log file gets no redraws. stdout is never touched, so ``--json`` stays
-one document.
+one document. What the rows look like (rich's columns) is
+``_progress_rows``, imported only to draw; this module reads the events.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping
-from typing import IO, Any, Self, TypeVar
+from collections.abc import Callable, Mapping
+from typing import IO, TYPE_CHECKING, Any, Self, TypeVar
 
 import click
-from rich.console import Console, RenderableType
-from rich.progress import (
-    BarColumn,
-    Progress,
-    ProgressColumn,
-    SpinnerColumn,
-    Task,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Column
-from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 __all__ = ["QUIET_OPTION", "ProgressView", "is_terminal"]
 
@@ -54,49 +45,6 @@ def is_terminal(stream: IO[str]) -> bool:
         return stream.isatty()
     except ValueError:  # closed
         return False
-
-
-class _Count(ProgressColumn):
-    """``12/60 turns``, or ``12 turns`` while the total is unknown."""
-
-    def render(self, task: Task) -> Text:
-        if not task.fields.get("bar", True):
-            return Text("")
-        unit = task.fields.get("unit", "")
-        done = int(task.completed)
-        shown = f"{done}/{int(task.total)}" if task.total is not None else f"{done}"
-        return Text(f"{shown} {unit}".rstrip(), style="progress.download")
-
-
-class _Rate(ProgressColumn):
-    """``95.2/s`` (of the count's unit) over rich's recent samples; nothing before any."""
-
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        if speed is None or not task.fields.get("bar", True):
-            return Text("")
-        return Text(f"{speed:.1f}/s", style="progress.data.speed")
-
-
-class _Spinner(SpinnerColumn):
-    """The spinner; ✓ when done, and a dash on a stage cut short (the next one began)."""
-
-    def render(self, task: Task) -> RenderableType:
-        return Text("-", style="yellow") if task.fields.get("cut") else super().render(task)
-
-
-class _Rows(Progress):
-    """rich's display, with the rows of stages first and the running counts under them."""
-
-    def get_renderables(self) -> Iterable[RenderableType]:
-        yield self.make_tasks_table(sorted(self.tasks, key=lambda t: bool(t.fields.get("tally"))))
-
-
-class _Bar(BarColumn):
-    """The bar, except on a row that only says something (the model's row)."""
-
-    def render(self, task: Task) -> Any:
-        return super().render(task) if task.fields.get("bar", True) else Text("")
 
 
 class ProgressView:
@@ -123,22 +71,9 @@ class ProgressView:
         self._last_error = ""
         self._progress: Progress | None = None
         if self.enabled:
-            self._progress = _Rows(
-                _Spinner(finished_text="[green]✓"),
-                TextColumn("{task.description}", table_column=Column(no_wrap=True)),
-                _Bar(bar_width=16),
-                _Count(table_column=Column(no_wrap=True)),
-                _Rate(table_column=Column(no_wrap=True)),
-                TimeElapsedColumn(),
-                # On a narrow terminal the note is cut, not the counts (it says the most
-                # urgent first: what is awaited now).
-                TextColumn("{task.fields[note]}",
-                           table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
-                console=Console(file=stream, force_terminal=True),
-                refresh_per_second=4,
-                expand=True,  # the note's column (ratio 1) takes what the others leave
-                redirect_stdout=False,  # stdout is the command's output (--json)
-            )
+            from memory.cli._progress_rows import open_rows  # rich: only to draw
+
+            self._progress = open_rows(stream)
 
     def __enter__(self) -> Self:
         if self._progress is not None:
