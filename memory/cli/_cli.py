@@ -776,7 +776,7 @@ def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_
 
 @memory.command("context")
 @click.argument("query")
-@click.option("--budget", type=click.IntRange(0, 1_000_000), default=500, show_default=True,
+@click.option("--budget", type=click.IntRange(1, 1_000_000), default=500, show_default=True,
               help="Most tokens the block may take (the ledger's counter).")
 @click.option("--session", "sid", default=None, help="Rank this session's branch first.")
 @click.option("--tip", default=None, help="The branch's tip (default: the head).")
