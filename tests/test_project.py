@@ -103,8 +103,10 @@ def test_memory_folders_import_one_way(layer: str) -> None:
                 f"import only memory._errors and memory/{{{','.join(sorted(allowed - {'_errors'}))}}}")
 
 
-# Modules that only re-export: every __init__, and actors.lowlevel (the runner's surface).
-INITS = (*PACKAGES, *(f"memory.{layer}" for layer in MEMORY_LAYERS), "actors.lowlevel")
+# Modules that only re-export: every __init__, actors.lowlevel (the runner's surface) and
+# store.lowlevel (the store's walks and formats).
+INITS = (*PACKAGES, *(f"memory.{layer}" for layer in MEMORY_LAYERS), "actors.lowlevel",
+         "store.lowlevel")
 
 
 @pytest.mark.parametrize("package", INITS)

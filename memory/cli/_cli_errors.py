@@ -197,6 +197,9 @@ class ReportingGroup(click.Group):
                 sys.stdout.flush()
         except BrokenPipeError:
             _quiet_broken_pipe(ctx)
+        except click.NoSuchOption as exc:
+            _hint_double_dash(exc)
+            raise
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:  # noqa: BLE001 - every other error becomes one line
@@ -205,6 +208,21 @@ class ReportingGroup(click.Group):
             message, code = describe(exc, ctx.meta.get(_STATE))
             click.echo(f"Error: {message}", err=True)
             ctx.exit(code)
+
+
+def _hint_double_dash(exc: click.NoSuchOption) -> None:
+    """Say how to name an id that begins with ``-``, which the parser took for an option.
+
+    SPEC §4's id rule allows a leading ``-`` (an id made elsewhere may have
+    one), so such a session stays nameable: after ``--``, as for any tool.
+    """
+    command = exc.ctx.command if exc.ctx is not None else None
+    arguments = [p for p in command.params if isinstance(p, click.Argument)] if command else []
+    if exc.ctx is None or not arguments:
+        return
+    names = " ".join(argument.human_readable_name for argument in arguments)
+    exc.message += (f" A {' or '.join(a.human_readable_name for a in arguments)} starting with "
+                    f"'-' goes after '--': {exc.ctx.command_path} [OPTIONS] -- {names}")
 
 
 def _quiet_broken_pipe(ctx: click.Context) -> None:
