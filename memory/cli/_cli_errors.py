@@ -198,8 +198,7 @@ class ReportingGroup(click.Group):
         except BrokenPipeError:
             _quiet_broken_pipe(ctx)
         except click.NoSuchOption as exc:
-            _hint_double_dash(exc)
-            raise
+            raise _hint_double_dash(exc) from None
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:  # noqa: BLE001 - every other error becomes one line
@@ -210,8 +209,8 @@ class ReportingGroup(click.Group):
             ctx.exit(code)
 
 
-def _hint_double_dash(exc: click.NoSuchOption) -> None:
-    """Say how to name an id that begins with ``-``, which the parser took for an option.
+def _hint_double_dash(exc: click.NoSuchOption) -> click.NoSuchOption:
+    """The parser's error, plus how to name an argument it took for an option.
 
     SPEC §4's id rule allows a leading ``-`` (an id made elsewhere may have
     one), so such a session stays nameable: after ``--``, as for any tool.
@@ -219,10 +218,11 @@ def _hint_double_dash(exc: click.NoSuchOption) -> None:
     command = exc.ctx.command if exc.ctx is not None else None
     arguments = [p for p in command.params if isinstance(p, click.Argument)] if command else []
     if exc.ctx is None or not arguments:
-        return
-    names = " ".join(argument.human_readable_name for argument in arguments)
-    exc.message += (f" A {' or '.join(a.human_readable_name for a in arguments)} starting with "
-                    f"'-' goes after '--': {exc.ctx.command_path} [OPTIONS] -- {names}")
+        return exc
+    names = [argument.human_readable_name for argument in arguments]
+    hint = (f" A {' or '.join(names)} starting with '-' goes after '--': "
+            f"{exc.ctx.command_path} [OPTIONS] -- {' '.join(names)}")
+    return click.NoSuchOption(exc.option_name, exc.message + hint, exc.possibilities, exc.ctx)
 
 
 def _quiet_broken_pipe(ctx: click.Context) -> None:

@@ -18,8 +18,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memory.ledger._ledger import records_from_branch, unwritten_turns
+from memory.ledger._records import MARKER_KEY, SourceRecord
 from memory.simulate.baselines._ledgers import CursorLedger, Ledger, MarkerLedger, NaiveMarkerLedger
-from memory.simulate.baselines._report import LEDGERS, compare_ledgers, render_baselines, run_baselines
+from memory.simulate.baselines._report import (
+    LEDGERS,
+    compare_ledgers,
+    render_baselines,
+    run_baselines,
+)
 from memory.simulate.baselines._scaling import (
     linear_session,
     measure_owed_scaling,
@@ -27,8 +34,6 @@ from memory.simulate.baselines._scaling import (
     owed_from_tip,
 )
 from memory.simulate.baselines._workload import Op, SessionModel, generate_workload
-from memory.ledger._ledger import records_from_branch, unwritten_turns
-from memory.ledger._records import MARKER_KEY, SourceRecord
 from store._errors import BrokenChainError
 from store._index import SessionIndex
 from store._message import node_to_message
