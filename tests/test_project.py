@@ -238,6 +238,7 @@ def test_benchmarks_measure_the_store_from_outside() -> None:
 # Test files exempt from the naming rule below, each with the reason.
 TEST_NAMING_EXEMPT = {
     "tests/test_project.py": "the project's promises about itself: layout, lint, types, wheel",
+    "tests/test_readme.py": "every ```python block of README.md and docs/*.md runs as written",
 }
 
 
