@@ -109,9 +109,9 @@ class Recall:
         finally:
             self._lock.release()
 
-    def rebuild_blocking(self) -> SyncReport:
+    def rebuild_blocking(self, progress: Callable[[int, int], None] | None = None) -> SyncReport:
         with self._lock:
-            return self.index.rebuild()
+            return self.index.rebuild(progress)
 
     def close(self) -> None:
         with self._lock:
@@ -245,8 +245,9 @@ class Recall:
     async def sync(self) -> SyncReport:
         return await anyio.to_thread.run_sync(self.sync_blocking)
 
-    async def reindex(self) -> SyncReport:
-        return await anyio.to_thread.run_sync(self.rebuild_blocking)
+    async def reindex(self, progress: Callable[[int, int], None] | None = None) -> SyncReport:
+        """Rebuild the index; ``progress(done, total)`` files is called from the worker thread."""
+        return await anyio.to_thread.run_sync(self.rebuild_blocking, progress)
 
     async def recall(
         self, query: str, *, k: int = 8, view: BranchView | None = None,

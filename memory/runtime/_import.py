@@ -49,7 +49,7 @@ import codecs
 import hashlib
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -349,12 +349,14 @@ def _session_exists(state_dir: str, session: str) -> bool:
 
 
 async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
-                       session: str | None = None) -> ImportReport:
+                       session: str | None = None,
+                       progress: Callable[[int, int], None] | None = None) -> ImportReport:
     """Import the file at ``path`` into ``session`` (default: :func:`derived_session_id`).
 
     A session that does not exist is created. Raises :class:`ImportLineError`
     (nothing imported), :class:`ImportInterruptedError` (some turns appended: run
     it again), or the store's error for an unusable session id.
+    ``progress(done, total)`` is called after each turn appended.
     """
     file = os.fspath(path)
     data = await anyio.to_thread.run_sync(_read, file)
@@ -385,6 +387,8 @@ async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
         except Exception as exc:
             raise ImportInterruptedError(file, line.number, sid, appended, exc) from exc
         appended += 1
+        if progress is not None:
+            progress(appended, len(todo))
     if appended:  # recall ranks the head's branch first: the imported turns are the live ones
         try:
             await rt.sessions.set_head(sid, lines[-1].id)

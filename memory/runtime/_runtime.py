@@ -504,10 +504,10 @@ class MemoryRuntime:
         return await self.recall_index.context(query, budget_tokens=budget_tokens, view=view,
                                                as_of=as_of)
 
-    async def reindex(self) -> SyncReport:
-        """Rebuild the recall index from the files."""
+    async def reindex(self, progress: Progress | None = None) -> SyncReport:
+        """Rebuild the recall index from the files (``progress(done, total)`` files)."""
         self.ensure_open("rt.reindex")
-        return await self.recall_index.reindex()
+        return await self.recall_index.reindex(progress)
 
     async def _branch_view(self, session: str | None, tip: str | None) -> BranchView | None:
         if session is None:
