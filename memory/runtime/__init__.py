@@ -6,6 +6,7 @@ composed of ``_config``, ``_events``, ``_jobs``, ``_timers``, ``_claims``,
 ``_session_marks``, ``_session_outcomes``, ``_session_state``),
 ``_workspace_actor``, ``_pool``, ``_watchdog`` its actors, each given the
 parts it uses, never the runtime; ``_sessions`` the session operations;
+``_maintenance`` migration and backfill through the actors;
 ``_headless`` one pass without a daemon; ``_import`` history imported
 from a JSON-lines file; ``_settings`` the timings from flags, a file or code.
 """

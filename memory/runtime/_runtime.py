@@ -30,7 +30,7 @@ import contextlib
 import functools
 import os
 import random
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,16 +38,17 @@ import anyio
 import anyio.from_thread
 
 from actors import ActorError, ActorRef, MailboxOptions, open_actor
-from memory._errors import BoundaryError, RecallError
-from memory.ledger._records import MARKER_KEY, SourceRecord
-from memory.maintenance._backfill import BackfillReport, backfill
-from memory.maintenance._migrate import MigrationReport, Progress, migrate
+from memory._errors import BoundaryError, RecallError, RuntimeClosedError
+from memory.ledger._records import SourceRecord
+from memory.maintenance._backfill import BackfillReport
+from memory.maintenance._migrate import MigrationReport, Progress
 from memory.recall import BranchView, Context, Hit, Recall, SyncReport, TimeBound
 from memory.runtime._claims import ClaimsLedger
 from memory.runtime._config import RuntimeConfig, apply_timings
 from memory.runtime._desk import JobDesk
 from memory.runtime._events import EventHook
 from memory.runtime._jobs import JobQueue
+from memory.runtime._maintenance import backfill_sources, migrate_cursors
 from memory.runtime._pool import worker_factory
 from memory.runtime._quarantine import Quarantine
 from memory.runtime._session_actor import session_factory
@@ -70,17 +71,10 @@ from memory.runtime._settings import read_settings
 from memory.runtime._timers import Timers
 from memory.runtime._watchdog import IdleWatchdog, PollNow, Touched
 from memory.runtime._workspace_actor import (
-    CitedSources,
-    ReadRuntimeState,
-    ReplaceRuntimeState,
-    TakeSnapshot,
     WorkspaceActor,
 )
 from memory.runtime._write_cycle import CONCURRENT_RETRIES, WriteCycle
-from memory.workspace._edits import WorkspaceSnapshot
 from memory.workspace._quarantine import QuarantineEntry
-from memory.workspace._runtime_state import RuntimeState
-from memory.workspace._topic_ids import handle_key
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._offload import CpuWorker
 from memory.writers._writer import Writer
@@ -132,7 +126,7 @@ class MemoryRuntime:
         self.memory_dir = os.path.join(state_dir, "memory")
         self.writer = writer
         self.config = config
-        self.sessions = Sessions(state_dir, config, self.session_ref)
+        self.sessions = Sessions(state_dir, config, self.session_ref, self.ensure_open)
         self.rng = random.Random(config.seed)
         self.events = EventHook(config.on_event, config.clock)
         self.jobs = JobQueue(self.events)
@@ -163,6 +157,14 @@ class MemoryRuntime:
         # Set by open_runtime once the tree is up; stable across restarts (refs point at cells).
         self.workspace_ref: ActorRef
         self.watchdog_ref: ActorRef
+        # Set when open_runtime's block ends: every public method then raises
+        # RuntimeClosedError (statistics() stays readable: counters of a finished run).
+        self.closed = False
+
+    def ensure_open(self, method: str) -> None:
+        """Raise :class:`RuntimeClosedError` naming ``method`` once the runtime's block ended."""
+        if self.closed:
+            raise RuntimeClosedError(self.state_dir, method)
 
     def _event_from_thread(self, event: str, **fields: Any) -> None:
         """An event of a worker thread (the CPU worker's), emitted on the event loop's thread."""
@@ -278,44 +280,21 @@ class MemoryRuntime:
 
     async def migrate(self, progress: Progress | None = None) -> MigrationReport:
         """SPEC §6.7: position cursors in runtime.json become markers (no-op without cursors)."""
-        workspace = self.workspace_ref
-
-        async def read_state() -> RuntimeState:
-            state: RuntimeState = await workspace.call(ReadRuntimeState())
-            return state
-
-        async def write_state(state: RuntimeState) -> object:
-            return await workspace.call(ReplaceRuntimeState(state))
-
-        async def mark(session: str, node_ids: Sequence[str]) -> object:
-            return await self.sessions.merge_node_metadata_batch(
-                session, {node: {MARKER_KEY: self.workspace_id} for node in node_ids})
-
-        report = await migrate(self.memory_dir, get_branch=self.sessions.get_branch, mark=mark,
-                               read_state=read_state, write_state=write_state, progress=progress)
-        if report.had_cursors:
-            self.emit("migrated", marked={s: len(ids) for s, ids in report.marked.items()},
-                      cursors_removed=report.cursors_removed, errors=list(report.errors))
-        return report
+        self.ensure_open("rt.migrate")
+        return await migrate_cursors(self.workspace_ref, self.sessions, self.workspace_id,
+                                     self.memory_dir, self.events, progress)
 
     async def backfill(self, progress: Progress | None = None) -> BackfillReport:
         """SPEC §6.8: write every trusted archived source no topic cites yet (markers ignored)."""
-        workspace = self.workspace_ref
-        cited: frozenset[str] = await workspace.call(CitedSources())
-
-        async def revision() -> str:
-            view: WorkspaceSnapshot = await workspace.call(TakeSnapshot())
-            return view.revision
-
-        return await backfill(
-            self.memory_dir, write_batch=self.cycle.write, cited=lambda s: handle_key(s) in cited,
-            revision=revision, threshold=self.config.policy.threshold,
-            counter=self.config.counter, progress=progress)
+        self.ensure_open("rt.backfill")
+        return await backfill_sources(self.workspace_ref, self.cycle, self.memory_dir,
+                                      self.config, progress)
 
     # -- the public API ----------------------------------------------------------------
 
     async def pending(self, session: str, tip: str | None = None) -> list[SourceRecord]:
         """The owed records of a branch (default: the head branch), oldest first."""
+        self.ensure_open("rt.pending")
         owed: list[SourceRecord] = await self.session_ref(session).call(
             Pending(tip), timeout=self.config.call_timeout)
         return owed
@@ -327,6 +306,7 @@ class MemoryRuntime:
         ``cause``) when the boundary stopped on an error rather than an
         outcome; :meth:`boundary` returns that as a report instead.
         """
+        self.ensure_open("rt.flush")
         report = await self.boundary(session)
         if report.outcome is BoundaryOutcome.ERROR:
             raise BoundaryError(session, report.reason, report.cause) from report.cause
@@ -341,6 +321,7 @@ class MemoryRuntime:
         naming the session and the node or file (docs/decisions.md,
         "Boundaries end").
         """
+        self.ensure_open("rt.boundary")
         try:
             result: BoundaryResult = await self.session_ref(session).call(
                 Flush(), timeout=self.config.call_timeout)
@@ -351,12 +332,14 @@ class MemoryRuntime:
 
     async def still_owed(self, session: str, *, boundary: bool) -> list[tuple[str, list[str]]]:
         """Per tip the rules cover (see :class:`StillOwed`), the node ids not marked yet."""
+        self.ensure_open("rt.still_owed")
         owed: list[tuple[str, list[str]]] = await self.session_ref(session).call(
             StillOwed(boundary), timeout=self.config.call_timeout)
         return owed
 
     async def drain(self) -> None:
         """Wait until no write job is in flight."""
+        self.ensure_open("rt.drain")
         await self.jobs.drain()
 
     async def repair_markers(self, session: str) -> list[str]:
@@ -365,16 +348,19 @@ class MemoryRuntime:
         The same repair a session actor runs when it activates and when the
         idle watchdog's scan sees its files change; it writes no memory.
         """
+        self.ensure_open("rt.repair_markers")
         marked: list[str] = await self.session_ref(session).call(
             RepairMarkers(raise_errors=True, reload=True), timeout=self.config.call_timeout)
         return marked
 
     async def poll_idle(self) -> int:
         """Run the idle watchdog's disk scan now; returns how many sessions it asked."""
+        self.ensure_open("rt.poll_idle")
         found: int = await self.watchdog_ref.call(PollNow())
         return found
 
     async def release(self, session: str | None = None) -> list[QuarantineEntry]:
+        self.ensure_open("rt.release")
         released = await self.quarantine.release(session)
         for entry in released:
             self.ledger(entry.session).failures = 0
@@ -389,6 +375,7 @@ class MemoryRuntime:
         since: TimeBound = None, until: TimeBound = None, include_pending: bool = False,
     ) -> list[Hit]:
         """The ``k`` best units for ``query``; with ``session`` (and ``tip``), branch-aware."""
+        self.ensure_open("rt.recall")
         view = await self._branch_view(session, tip)
         return await self.recall_index.recall(query, k=k, view=view, since=since, until=until,
                                               include_pending=include_pending)
@@ -398,13 +385,15 @@ class MemoryRuntime:
         tip: str | None = None, as_of: TimeBound = None,
     ) -> Context:
         """A prompt block of at most ``budget_tokens`` (the config's counter) for ``query``."""
+        self.ensure_open("rt.context")
         view = await self._branch_view(session, tip)
         return await self.recall_index.context(query, budget_tokens=budget_tokens, view=view,
                                                as_of=as_of)
 
-    async def reindex(self) -> SyncReport:
-        """Rebuild the recall index from the files."""
-        return await self.recall_index.reindex()
+    async def reindex(self, progress: Progress | None = None) -> SyncReport:
+        """Rebuild the recall index from the files (``progress(done, total)`` files)."""
+        self.ensure_open("rt.reindex")
+        return await self.recall_index.reindex(progress)
 
     async def _branch_view(self, session: str | None, tip: str | None) -> BranchView | None:
         if session is None:
@@ -475,6 +464,8 @@ async def open_runtime(
                     yield runtime
                 except BaseException as exc:  # noqa: BLE001 - re-raised below, not in a group
                     body_error = exc
+                finally:
+                    runtime.closed = True  # before the tree stops: RuntimeClosedError from here
             if body_error is not None:
                 raise body_error
     finally:

@@ -35,18 +35,22 @@ class Sessions:
     """Session operations, each through the session's actor (SPEC §8)."""
 
     def __init__(self, state_dir: str, config: RuntimeConfig,
-                 session_ref: Callable[[str], ActorRef]) -> None:
+                 session_ref: Callable[[str], ActorRef],
+                 ensure_open: Callable[[str], None]) -> None:
         self._state_dir = state_dir
         self._config = config
         self._ref = session_ref
+        self._ensure_open = ensure_open  # RuntimeClosedError once open_runtime's block ended
 
     async def create(self, title: str = "", session_id: str | None = None) -> str:
+        self._ensure_open("rt.sessions.create")
         config = self._config
         core = await run_durable(lambda: SessionCore.create(
             self._state_dir, session_id, title=title, files=config.files, clock=config.clock))
         return core.session
 
     async def _call(self, session: str, message: Request[R]) -> R:
+        self._ensure_open(f"rt.sessions, {type(message).__name__}")
         return await self._ref(session).call(message, timeout=self._config.call_timeout)
 
     async def append(self, session: str, message: Mapping[str, Any], *,
