@@ -26,6 +26,7 @@ from ._durable import DIR_MODE as DIR_MODE
 from ._durable import FILE_MODE as FILE_MODE
 from ._durable import TEMP_SUFFIX as TEMP_SUFFIX
 from ._durable import DurableFiles as DurableFiles
+from ._durable import mark_lane as mark_lane
 from ._durable import run_durable as run_durable
 from ._durable import write_lane as write_lane
 from ._errors import AppendConflictError as AppendConflictError
@@ -135,6 +136,7 @@ __all__ = [
     "encode_node",
     "file_stamp",
     "list_sessions",
+    "mark_lane",
     "message_to_node",
     "missing_meta",
     "node_to_message",

@@ -40,12 +40,14 @@ __all__ = [
     "BULK_SYNC_FILES",
     "DIR_MODE",
     "FILE_MODE",
+    "MARK_LANE_THREADS",
     "TEMP_SUFFIX",
     "WRITE_LANE_THREADS",
     "DurableFiles",
     "ExchangeUnsupported",
     "SharedFilesystemSync",
     "bulk_sync_device",
+    "mark_lane",
     "run_durable",
     "write_lane",
 ]
@@ -70,29 +72,44 @@ async def run_durable(fn: Callable[..., T], *args: object,
 
     ``limiter``: the lane whose threads the hop waits for; None is anyio's
     default limiter, the lane of appends and reads. Memory's write side
-    passes :func:`write_lane` so that its archives and commits never hold
-    the threads an append waits for.
+    passes :func:`write_lane` and marker merges :func:`mark_lane`, so that
+    neither ever holds the threads an append waits for.
     """
     return await anyio.to_thread.run_sync(
         functools.partial(fn, *args), abandon_on_cancel=False, limiter=limiter
     )
 
 
-# Threads memory's write side may hold at once (archive, snapshot, check,
-# commit; the writer's CPU work when it runs in-thread): commits are one at a
-# time anyway, and the rest of anyio's default 40 stay free for appends.
+# Threads each of memory's lanes may hold at once. The write side (archive,
+# snapshot, check, commit; the writer's CPU work when it runs in-thread):
+# commits are one at a time anyway. The marker merges of many sessions at
+# once (each session's owner merges one chunk at a time). The rest of anyio's
+# default 40 stay free for appends and reads.
 WRITE_LANE_THREADS = 4
-_WRITE_LANE: RunVar[anyio.CapacityLimiter] = RunVar("scriptorium_write_lane")
+MARK_LANE_THREADS = 8
+_LANES: RunVar[dict[str, anyio.CapacityLimiter]] = RunVar("scriptorium_lanes")
+
+
+def _lane(name: str, threads: int) -> anyio.CapacityLimiter:
+    try:
+        lanes = _LANES.get()
+    except LookupError:
+        lanes = {}
+        _LANES.set(lanes)
+    limiter = lanes.get(name)
+    if limiter is None:
+        limiter = lanes[name] = anyio.CapacityLimiter(threads)
+    return limiter
 
 
 def write_lane() -> anyio.CapacityLimiter:
     """The write side's thread limiter in this event loop, apart from the default one."""
-    try:
-        return _WRITE_LANE.get()
-    except LookupError:
-        limiter = anyio.CapacityLimiter(WRITE_LANE_THREADS)
-        _WRITE_LANE.set(limiter)
-        return limiter
+    return _lane("write", WRITE_LANE_THREADS)
+
+
+def mark_lane() -> anyio.CapacityLimiter:
+    """The marker merges' thread limiter in this event loop, apart from the default one."""
+    return _lane("marks", MARK_LANE_THREADS)
 
 
 class DurableFiles:

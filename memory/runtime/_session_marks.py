@@ -31,7 +31,7 @@ from memory.runtime._session_outcomes import SessionOutcomes
 from memory.runtime._session_state import SESSION_ERRORS, BoundaryOutcome, MarkNext, SessionParts
 from memory.runtime._workspace_actor import SourcesInMemory
 from memory.writers._cycle import FailureKind, WriteOutcome
-from store import SessionActor, run_durable
+from store import SessionActor, mark_lane, run_durable
 
 __all__ = ["MarkerOwner", "cycle_reason"]
 
@@ -187,10 +187,10 @@ class MarkerOwner(SessionActor):
         for _ in range(attempts):
             try:
                 self._forget_holder()
-                if release:
-                    await run_durable(self._mark_and_release, marks)
-                else:
-                    await run_durable(self.core.merge_node_metadata_batch, marks)
+                # The marks lane: many sessions' merges at once never take
+                # the threads their appends wait for (store.mark_lane).
+                merge = self._mark_and_release if release else self.core.merge_node_metadata_batch
+                await run_durable(merge, marks, limiter=mark_lane())
                 break
             except SESSION_ERRORS as exc:
                 error = exc
@@ -213,7 +213,8 @@ class MarkerOwner(SessionActor):
                 self.parts.timers.retry(self.session, ledger.failures)
             return False
         self._marked(list(marks), anyio.current_time() - started)
-        self._queue_checkpoint()
+        if release:  # one checkpoint per batch, not per chunk (a checkpoint syncs the disk)
+            self._queue_checkpoint()
         return True
 
     def _mark_and_release(self, marks: dict[str, dict[str, str]]) -> None:
@@ -255,7 +256,8 @@ class MarkerOwner(SessionActor):
             return []
         started = anyio.current_time()
         await run_durable(core.merge_node_metadata_batch,
-                          {node: {MARKER_KEY: workspace_id} for node in lost})
+                          {node: {MARKER_KEY: workspace_id} for node in lost},
+                          limiter=mark_lane())
         self._marked(lost, anyio.current_time() - started)
         self._queue_checkpoint()
         self.parts.events.emit("markers_repaired", session=self.session, nodes=lost)

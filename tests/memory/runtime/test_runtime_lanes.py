@@ -135,3 +135,45 @@ async def test_an_append_never_waits_for_a_thread_the_write_cycle_holds(tmp_path
     assert max(acks) <= bound, (max(acks), acks)
     assert cycles and cycles[0] >= 10 * bound, cycles  # the write side held its threads long
     assert len(acks) >= 5, acks  # appends kept arriving while it wrote
+
+
+@pytest.mark.virtual_time(wait_for_threads=True)
+async def test_an_append_never_waits_for_a_thread_another_sessions_marker_merge_holds(
+    tmp_path: Path,
+) -> None:
+    """One thread for appends and reads; session a's large merge runs on the marks lane."""
+    bound = 0.2  # seconds: session b's append writes its own files (30 ms here), no chunk
+    limiter = anyio.to_thread.current_default_thread_limiter()
+    reported, all_marked = anyio.Event(), anyio.Event()
+    batch = {f"n{i}" for i in range(TURNS)}
+    unmarked = set(batch)
+
+    def watch(event: dict[str, Any]) -> None:
+        if event["event"] == "job" and event.get("nodes") == TURNS:
+            reported.set()
+        if event["event"] == "marked" and event["session"] == "a":
+            unmarked.difference_update(event["node_ids"])
+            if not unmarked:
+                all_marked.set()
+
+    config = virtual_config(policy=WritePolicy(threshold=32_000), files=SlowDisk(0.01),
+                            on_event=watch)
+    try:
+        async with open_runtime(tmp_path, config=config) as rt:
+            a = await rt.sessions.create(title="merging", session_id="a")
+            b = await rt.sessions.create(title="talking", session_id="b")
+            await chain(rt, a, "ROOT", sorted(batch, key=lambda n: int(n[1:])))
+            last = await chain(rt, b, "ROOT", ["b0", "b1"])
+            limiter.total_tokens = 1  # the default lane, as full as a loaded runtime makes it
+            with anyio.fail_after(600):
+                boundary: BoundaryResult = await rt.session_ref(a).call(Flush())
+                await reported.wait()
+                acks = await append_until(rt, b, last, all_marked, gap=0.01)
+                await boundary.wait()
+            merges = tally(rt).latencies["marker_merge"]
+    finally:
+        limiter.total_tokens = 40
+    assert all_marked.is_set()
+    assert max(acks) <= bound, (max(acks), acks)
+    assert sum(merges) >= 4 * bound, merges  # a's merge held a thread that long in all
+    assert len(acks) >= 4, acks  # b kept appending while a merged
