@@ -37,18 +37,16 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream
 
 from actors import Actor, ActorRef, UnhandledMessageError
 from memory._errors import WriteCycleError
-from memory.runtime._jobs import WriteJob
+from memory.runtime._backlog import GROUP_LIMIT, group_size
+from memory.runtime._jobs import JobQueue, WriteJob
 from memory.runtime._session_actor import JobFinished
 from memory.writers._cycle import FailureKind, WriteOutcome
 from memory.writers._writer import Batch
 
-__all__ = ["GROUP_LIMIT", "PoolHost", "WriterCrashedError", "WriterWorker"]
-
-GROUP_LIMIT = 32  # batches per group commit; bounds one commit's size and latency
+__all__ = ["PoolHost", "WriterCrashedError", "WriterWorker", "worker_factory"]
 
 
 class PoolHost(Protocol):
@@ -93,10 +91,10 @@ class WriterWorker(Actor):
     def __init__(
         self,
         runtime: PoolHost,
-        jobs: MemoryObjectReceiveStream[WriteJob],
+        queue: JobQueue,
     ) -> None:
         self.runtime = runtime
-        self.jobs = jobs
+        self.queue = queue
         self.current: tuple[WriteJob, ...] = ()
         self.done = 0
 
@@ -108,14 +106,16 @@ class WriterWorker(Actor):
         async def pull() -> None:
             nonlocal crash
             try:
-                async with self.jobs.clone() as jobs:
+                async with self.queue.receive.clone() as jobs:
                     async for job in jobs:
                         group = [job]
-                        while self.runtime.groups_batches and len(group) < GROUP_LIMIT:
+                        for _ in range(group_size(self.queue.waiting, limit=GROUP_LIMIT,
+                                                  batching=self.runtime.groups_batches) - 1):
                             try:
                                 group.append(jobs.receive_nowait())
                             except anyio.WouldBlock:
                                 break
+                        self.queue.took(len(group))
                         await self.run_jobs(group)
             except Exception as exc:  # noqa: BLE001 - re-raised out of the lifespan
                 crash = exc
@@ -197,8 +197,6 @@ class WriterWorker(Actor):
             await ref.call(JobFinished(job.id, outcome))
 
 
-def worker_factory(
-    runtime: PoolHost, jobs: MemoryObjectReceiveStream[WriteJob]
-) -> Callable[[], WriterWorker]:
-    return lambda: WriterWorker(runtime, jobs)
+def worker_factory(runtime: PoolHost, queue: JobQueue) -> Callable[[], WriterWorker]:
+    return lambda: WriterWorker(runtime, queue)
 
