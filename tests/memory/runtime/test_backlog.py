@@ -1,19 +1,35 @@
-"""The memory lag and the group-size rule (issue 20)."""
+"""The write side keeps up: group size follows the backlog, and the lag it leaves is bounded.
+
+Issue 20, item 2. The pool test runs the real :class:`WriterWorker` and
+:class:`JobQueue` on virtual time, against a write cycle whose cost is a
+fixed part (snapshot, render, install) plus a small part per batch, which
+is what makes a group cheaper than its batches alone. Batches arrive at
+four times what a cycle of one batch can serve: only growing groups keep
+the lag bounded; with batching off (group size 1) the lag grows without
+bound (:func:`test_without_batching_the_same_load_falls_behind`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
 
+from actors import ActorRef, open_actor
+from memory.ledger import SourceRecord
 from memory.runtime import MemoryLag
 from memory.runtime._backlog import GROUP_LIMIT, group_size, memory_lag
+from memory.runtime._events import EventHook, EventTally
+from memory.runtime._jobs import JobQueue, WriteJob
+from memory.runtime._pool import WriterWorker
 from memory.runtime._runtime import open_runtime
-from memory.runtime._session_actor import Flush
+from memory.runtime._session_actor import Flush, JobFinished
 from memory.workspace import WorkspaceSnapshot
 from memory.writers import Batch
+from memory.writers._cycle import WriteOutcome
 from memory.writers._extractive import ExtractiveWriter
 from tests.memory.runtime.test_runtime import chain, config
 
@@ -51,6 +67,99 @@ def test_memory_lag_is_the_age_of_the_oldest_due_batch() -> None:
     # a due time in the future (a clock step back) is no negative lag
     assert memory_lag([130.0], 120.0, waiting=0, in_flight=1,
                       recent_groups=()).oldest_due_age == 0.0
+
+
+# -- the write side on virtual time ------------------------------------------------------
+
+
+def _batch(session: str) -> Batch:
+    record = SourceRecord(session, "n1", "user", "tea", 0.0, "Owner (owner/local)")
+    return Batch(session, (record,), "")
+
+
+class CostedHost:
+    """A :class:`PoolHost` whose cycle costs ``FIXED + PER_BATCH * n`` and whose sessions mark.
+
+    One cycle at a time, as the runtime's exclusive writer runs them.
+    """
+
+    groups_batches = True
+
+    def __init__(self, queue: JobQueue) -> None:
+        self.queue = queue
+        self.jobs: dict[int, WriteJob] = {}
+        self.due: dict[int, float] = {}
+        self.due_to_durable: list[float] = []
+        self.exclusive = anyio.Lock()
+
+    def submit(self, session: str) -> None:
+        now = anyio.current_time()
+        job = self.queue.submit(_batch(session), boundary=False, due_at=now)
+        self.jobs[job.id], self.due[job.id] = job, now
+
+    async def write_group(self, batches: Sequence[Batch]) -> list[WriteOutcome]:
+        async with self.exclusive:
+            await anyio.sleep(FIXED + PER_BATCH * len(batches))
+        return [WriteOutcome(b.node_ids, ("topics/tea.md",), ()) for b in batches]
+
+    async def deferral(self, batch: Batch) -> float:
+        return 0.0
+
+    def defer_job(self, job: WriteJob, delay: float) -> None:
+        raise AssertionError("nothing is deferred here")
+
+    def record_outcome(self, job: WriteJob, outcome: WriteOutcome) -> None:
+        pass
+
+    def abandon_job(self, job: WriteJob) -> None:
+        raise AssertionError(f"job {job.id} abandoned")
+
+    def session_ref(self, session: str) -> ActorRef:
+        return cast(ActorRef, self)
+
+    async def call(self, message: Any) -> None:  # the session actor: merge, then done
+        assert isinstance(message, JobFinished)
+        await anyio.sleep(MARK)
+        self.queue.done(self.jobs[message.job_id])
+        self.due_to_durable.append(anyio.current_time() - self.due.pop(message.job_id))
+
+
+async def _run(limit: int) -> tuple[dict[int, int], EventTally, CostedHost]:
+    """Ten batches 2 s apart (light), then 20 a second for 30 s (heavy); two workers."""
+    tally = EventTally()
+    queue = JobQueue(EventHook(tally, anyio.current_time))
+    host = CostedHost(queue)
+    slot = anyio.Lock()
+    async with open_actor(WriterWorker(host, queue, slot=slot, limit=limit), name="w0"), \
+            open_actor(WriterWorker(host, queue, slot=slot, limit=limit), name="w1"):
+        for i in range(10):
+            host.submit(f"light-{i}")
+            await anyio.sleep(2.0)
+        light = dict(tally.groups)
+        for i in range(600):
+            host.submit(f"heavy-{i}")
+            await anyio.sleep(0.05)
+        await queue.drain()
+    return light, tally, host
+
+
+@pytest.mark.virtual_time
+async def test_group_size_grows_with_the_backlog_and_the_lag_stays_bounded() -> None:
+    light, tally, host = await _run(GROUP_LIMIT)
+    assert len(host.due_to_durable) == 610
+    assert light == {1: 10}  # a light load: each batch alone...
+    assert max(host.due_to_durable[:10]) == pytest.approx(FIXED + PER_BATCH + MARK)  # ...at once
+    assert max(host.due_to_durable) < LAG_BOUND
+    assert max(tally.latencies["memory_lag"]) < LAG_BOUND  # what statistics() saw
+    assert max(tally.groups) >= 4  # heavy: the backlog is taken in groups
+
+
+@pytest.mark.virtual_time
+async def test_without_batching_the_same_load_falls_behind() -> None:
+    """The load above is one only groups serve: one batch per cycle, the lag grows past the bound."""
+    _, tally, host = await _run(1)
+    assert set(tally.groups) == {1}
+    assert max(host.due_to_durable) > 10 * LAG_BOUND
 
 
 # -- statistics() on a running runtime -------------------------------------------------
