@@ -31,7 +31,7 @@ from memory.workspace import WorkspaceSnapshot
 from memory.writers import Batch
 from memory.writers._cycle import WriteOutcome
 from memory.writers._extractive import ExtractiveWriter
-from tests.memory.runtime.test_runtime import chain, config
+from tests.memory._runtime import chain, config
 
 FIXED = 0.2  # virtual seconds per write cycle, whatever its size
 PER_BATCH = 0.01  # and per batch in it
