@@ -12,9 +12,10 @@ them as one transaction (group commit; :func:`~memory.runtime._backlog.group_siz
 batches queue up exactly when commits are the bottleneck, and then one
 snapshot, one render of each touched topic file and one install serve them
 all. A job is never held back waiting for company. The workers take turns
-at a *commit slot*: a worker gathers its group only once the slot is free,
-so the group is what piled up during the previous commit and grows with
-the backlog (issue 20); it leaves the slot as soon as its group is written,
+at a *commit slot*: a worker takes a job only once it holds the slot (so
+the workers waiting for it hold none), and then every job waiting: the
+group is what piled up during the previous commit and grows with the
+backlog (issue 20). It leaves the slot as soon as its group is written,
 before the sessions merge the markers, so the next group's archive and
 extraction overlap this group's marks. The reports of a group go to their
 sessions concurrently.
@@ -116,10 +117,15 @@ class WriterWorker(Actor):
             nonlocal crash
             try:
                 async with self.queue.receive.clone() as jobs:
-                    async for job in jobs:
+                    while True:
+                        # The slot first, then a job: a worker waiting for its turn
+                        # holds no job, so the whole backlog goes to the next group.
                         grouping = self.runtime.groups_batches
                         async with self.slot if grouping else contextlib.nullcontext():
-                            group = [job]
+                            try:
+                                group = [await jobs.receive()]
+                            except anyio.EndOfStream:
+                                return
                             for _ in range(group_size(self.queue.waiting, limit=self.limit,
                                                       batching=grouping) - 1):
                                 try:

@@ -11,6 +11,7 @@ bound (:func:`test_without_batching_the_same_load_falls_behind`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -193,3 +194,42 @@ async def test_statistics_report_the_age_of_the_oldest_due_batch(tmp_path: Path)
         writer.go.set()
         await rt.drain()
         assert rt.statistics().lag == MemoryLag(None, 0, 0, (1,))
+
+
+class GatedHost(CostedHost):
+    """Its first write waits for ``go``; every write records the sessions of its group."""
+
+    def __init__(self, queue: JobQueue) -> None:
+        super().__init__(queue)
+        self.go = anyio.Event()
+        self.groups: list[list[str]] = []
+
+    async def write_group(self, batches: Sequence[Batch]) -> list[WriteOutcome]:
+        self.groups.append([b.session_id for b in batches])
+        if len(self.groups) == 1:
+            await self.go.wait()
+        return [WriteOutcome(b.node_ids, ("topics/tea.md",), ()) for b in batches]
+
+
+async def test_workers_waiting_for_the_slot_hold_no_job() -> None:
+    """Four workers; while one writes, three batches come due: the next group takes all three.
+
+    A worker that took a job before its turn at the slot would hold it out
+    of the next group, which would then be written in groups of one.
+    """
+    queue = JobQueue(EventHook(None, anyio.current_time))
+    host = GatedHost(queue)
+    slot = anyio.Lock()
+    async with contextlib.AsyncExitStack() as stack:
+        for i in range(4):
+            await stack.enter_async_context(
+                open_actor(WriterWorker(host, queue, slot=slot), name=f"w{i}"))
+        host.submit("a")
+        await anyio.wait_all_tasks_blocked()
+        assert host.groups == [["a"]]
+        for session in ("b", "c", "d"):
+            host.submit(session)
+        await anyio.wait_all_tasks_blocked()
+        host.go.set()
+        await queue.drain()
+    assert host.groups == [["a"], ["b", "c", "d"]]
