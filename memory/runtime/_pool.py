@@ -17,8 +17,7 @@ the workers waiting for it hold none), and then every job waiting: the
 group is what piled up during the previous commit and grows with the
 backlog (issue 20). It leaves the slot as soon as its group is written,
 before the sessions merge the markers, so the next group's archive and
-extraction overlap this group's marks. The reports of a group go to their
-sessions concurrently.
+extraction overlap this group's marks.
 
 Failure policy (SPEC §7; the choice is recorded in docs/decisions.md):
 
@@ -189,9 +188,12 @@ class WriterWorker(Actor):
 
     async def report_jobs(self, results: list[tuple[WriteJob, WriteOutcome]],
                           failure: Exception | None) -> None:
-        """Report every outcome to its session, all at once; then crash if a writer failed.
+        """Report every outcome to its session, one after another; then crash if a writer failed.
 
-        A job whose outcome does not reach its session (this worker is
+        One at a time: each report is a marker merge in a worker thread, and
+        a group's merges all at once would take the threads the sessions'
+        appends need (issue 20: appends must not queue behind write-side
+        I/O); the next group is being written meanwhile. A job whose outcome does not reach its session (this worker is
         cancelled, or the session actor cannot take the report) is abandoned:
         its session forgets it and plans again, so no session waits forever
         on a job nobody holds. Its batch stays owed; if it was written, the
@@ -199,19 +201,14 @@ class WriterWorker(Actor):
         """
         self.current = tuple(job for job, _ in results)
         unreported = {job.id: job for job, _ in results}
-
-        async def report(job: WriteJob, outcome: WriteOutcome) -> None:
-            # Each report is shielded so it is never torn; a cancelled
-            # worker must not start the next one (its runtime is going).
-            await anyio.lowlevel.checkpoint_if_cancelled()
-            await self.report(job, outcome)
-            del unreported[job.id]
-            self.done += 1
-
         try:
-            async with anyio.create_task_group() as tg:
-                for job, outcome in results:
-                    tg.start_soon(report, job, outcome)
+            for job, outcome in results:
+                # Each report is shielded so it is never torn; a cancelled
+                # worker must not start the next one (its runtime is going).
+                await anyio.lowlevel.checkpoint_if_cancelled()
+                await self.report(job, outcome)
+                del unreported[job.id]
+                self.done += 1
         finally:
             self.current = ()
             for job in unreported.values():
