@@ -25,6 +25,7 @@ import orjson
 
 from memory._errors import LedgerError, SettingsError
 from memory.cli._cli_errors import (
+    EXIT_PROBLEMS,
     EXIT_USAGE,
     CliError,
     ReportingGroup,
@@ -41,7 +42,7 @@ from memory.ledger._ledger import (
 )
 from memory.ledger._records import MARKER_KEY
 from memory.maintenance._audit import audit, read_audit_inputs
-from memory.recall import MAX_QUERY_CHARS, Context, Hit, SyncReport
+from memory.recall import INDEX_PATH, MAX_QUERY_CHARS, Context, Hit, SyncReport
 from memory.runtime._config import apply_timings
 from memory.runtime._headless import SessionReport, run_headless, run_once, run_triggers
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
@@ -824,16 +825,26 @@ def memory_context(query: str, budget: int, sid: str | None, tip: str | None, st
 @memory.command("reindex")
 @state_options
 def memory_reindex(state_dir: str, as_json: bool) -> None:
-    """Rebuild the recall index (memory/.scriptorium/recall.sqlite) from the files."""
+    """Rebuild the recall index (memory/.scriptorium/recall.sqlite) from the files.
+
+    On a state this process cannot write, the files are indexed in memory
+    (what search does there), the file is left as it is, and the exit is 1.
+    """
 
     async def body(rt: MemoryRuntime) -> SyncReport:
         return await rt.reindex()
 
     report = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
     if as_json:
-        emit_json({"units": report.added, "files": report.files, "revision": report.revision})
+        emit_json({"units": report.added, "files": report.files, "revision": report.revision,
+                   "private": report.private})
     else:
         click.echo(f"indexed {report.added} unit(s) from {report.files} file(s)")
+    if report.private:  # read-only state: searches still work, each on its own private index
+        click.echo(f"scriptorium: {state_dir}/memory/{INDEX_PATH} was not rebuilt: the state "
+                   "cannot be written here (read-only); search and context build a private "
+                   "index in memory instead", err=True)
+        sys.exit(EXIT_PROBLEMS)
 
 
 main.add_command(simulate)
