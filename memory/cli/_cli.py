@@ -33,6 +33,7 @@ from memory.cli._cli_errors import (
     remember_state,
 )
 from memory.cli._session_view import render_session_tree
+from memory.cli._store_warnings import store_warnings_to
 from memory.ledger._ledger import (
     ALLOWED_THRESHOLDS,
     ReferenceThresholdWarning,
@@ -590,7 +591,8 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
     model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
                                        "provider": provider}, log)
     if once:
-        reports = _with_runtime(state_dir, config, backend, run_once, model_writer)
+        with store_warnings_to(log):
+            reports = _with_runtime(state_dir, config, backend, run_once, model_writer)
         _say_writer(model_writer, as_json)
         _report_writes(reports, as_json, model_writer)
         return
@@ -604,7 +606,8 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
                 await model_writer.aclose()
 
     try:
-        anyio.run(headless, backend=backend)
+        with store_warnings_to(log):
+            anyio.run(headless, backend=backend)
     except StoreError as exc:
         raise CliError.of(exc) from None
 

@@ -29,6 +29,9 @@ misattribute memory:
   every file under ``memory/`` that each commit's ``workspace_revision``
   makes refuses the directory (a directory reached twice, e.g. a
   ``topics`` link to a sibling directory): every write fails with it.
+* **damaged write-ahead files** (``damaged_logs``): a session journal or
+  runtime-log segment ending in bytes that are no valid record, which
+  replay skips (found before any session is opened: opening cuts them).
 * **unreadable state** (``warnings``): whatever could not be read to check
   the above: a session without meta.json, a branch that cannot be walked (a
   broken chain, a cycle), a skipped node file, a refused symbolic link.
@@ -50,6 +53,7 @@ facts from a state directory is one blocking function
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 from collections.abc import Mapping, Sequence
@@ -72,9 +76,12 @@ from store import (
     SessionCore,
     StoreError,
     UnsafeLinkError,
+    find_damaged_logs,
     list_sessions,
     node_to_message,
     predecessor_cycles,
+    read_session_as_found,
+    unreplayed,
     walk_files,
 )
 
@@ -128,6 +135,11 @@ WHAT_TO_DO: dict[str, str] = {
         "every write is refused until this is fixed: make each directory under memory/ "
         "reachable by one name only (e.g. move the linked directory back in place of the link)"
     ),
+    "damaged_logs": (
+        "these session journals or runtime-log segments end in bytes that are no valid record "
+        "(torn by a crash mid-write, or damaged): they were not replayed and are cut off at "
+        "the next open; a crash explains one, a repeat means a failing disk: check it"
+    ),
     "warnings": (
         "these files or branches could not be read, so what they hold was not checked and "
         "is not written: fix each as its line says, then run the audit again"
@@ -172,6 +184,8 @@ class AuditInputs:
     # {journal, files} or {journal, error}: an install a crash stopped after its commit point
     interrupted_install: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
     unwritable: Sequence[str] = field(default_factory=tuple)  # the revision walk's refusal
+    # journals and runtime-log segments with bytes past their records (store.DamagedLog.as_json)
+    damaged: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
 
 
 def topic_citations(
@@ -327,6 +341,7 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
         "lost_markers": lost,
         "interrupted_install": [dict(entry) for entry in inputs.interrupted_install],
         "unwritable_workspace": list(inputs.unwritable),
+        "damaged_logs": [dict(entry) for entry in inputs.damaged],
         "warnings": list(inputs.problems),
     }
     return with_problems(report)
@@ -384,6 +399,7 @@ def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
     the file and says what to do).
     """
     memory_dir = os.path.join(state_dir, "memory")
+    damaged = [log.as_json() for log in find_damaged_logs(state_dir)]  # before opening replays
     sessions: list[SessionFacts] = []
     unlisted: dict[str, StoreError] = {}
     rows = list_sessions(state_dir, unlisted)
@@ -391,7 +407,7 @@ def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
     for row in rows:
         sid = row["id"]
         try:
-            core = SessionCore.open(state_dir, sid)
+            core = _open_for_audit(state_dir, sid, problems)
             try:
                 core.head  # noqa: B018 - raises for an unusable head_id, as pending and write do
             except StoreError as error:
@@ -444,8 +460,27 @@ def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
     problems.extend(f"memory/{path}: {LINKED_TOPIC}" for path in sorted(linked))
     return AuditInputs(
         workspace_id, sessions, archives, legacy, topics, problems, undecodable,
-        _interrupted_install(memory_dir), unwritable,
+        _interrupted_install(memory_dir), unwritable, damaged,
     )
+
+
+def _open_for_audit(state_dir: str, sid: str, problems: list[str]) -> SessionCore:
+    """The session opened (recovered); on a state this process cannot write, read as found.
+
+    Auditing must not need write access. Read as found, a journal's records
+    are not replayed, so what they hold is not checked: said in ``problems``.
+    """
+    try:
+        return SessionCore.open(state_dir, sid)
+    except OSError as error:
+        if error.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+    core = read_session_as_found(state_dir, sid)
+    if unreplayed(core):
+        problems.append(f"sessions/{sid}/.journal: not replayed (the state cannot be written "
+                        "here), so the turns it holds were not checked; audit where it can be "
+                        "written")
+    return core
 
 
 def _interrupted_install(memory_dir: str) -> list[dict[str, Any]]:

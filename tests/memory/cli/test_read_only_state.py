@@ -1,18 +1,15 @@
-"""A state this process cannot write is still searched (memory.recall._private).
+"""A state this process cannot write is still searched and audited, and nothing is written.
 
-Two ways in, since tests often run as root, whom ``chmod`` does not stop:
-
-- at the seam: the durable seam refuses to make ``.scriptorium`` with EROFS,
-  the error a read-only mount returns, so the index must go private;
-- for real: the state is made read-only to the user running the command
-  (``chmod a-w``; as root the state is handed to ``nobody`` and the command
-  runs as ``nobody``, whom the permissions do stop). Skipped where no such
-  user can run this interpreter.
+The state is made read-only to the user running the command (``chmod
+a-w``); tests often run as root, whom ``chmod`` does not stop, so as root
+the state is handed to ``nobody`` and the command runs as ``nobody``
+(``setpriv``). Skipped where no such user can run this interpreter. The
+same fallback is also proven at the durable seam, as root or not
+(tests/memory/recall/test_private_index.py).
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import subprocess
@@ -24,33 +21,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from memory.recall import Recall
-from store import DurableFiles
 from tests.fixture import copy_fixture
 
 NOBODY = 65534
-
-
-def test_an_index_that_cannot_be_made_on_disk_is_made_in_memory(tmp_path: Path) -> None:
-    memory = copy_fixture(tmp_path / "memory", "memory")
-    shutil.rmtree(memory / ".scriptorium")
-    recall = Recall(str(memory), files=ReadOnlyFiles())
-    hits = recall.recall_blocking("biscuits", k=8, view=None, since=None, until=None,
-                                  include_pending=False)
-    assert {hit.node_id for hit in hits if hit.kind == "source"} >= {"u2", "a2"}
-    assert recall.index.private is not None
-    assert not (memory / ".scriptorium").exists()
-    report = recall.rebuild_blocking()
-    assert report.private and report.added == 5
-    recall.close()
-
-
-class ReadOnlyFiles(DurableFiles):
-    """The durable seam on a read-only mount: every directory it would make is refused."""
-
-    def _step(self, step: str, path: str) -> None:
-        if step == "mkdir":
-            raise OSError(errno.EROFS, "Read-only file system", path)
 
 
 def _as_reader() -> list[str]:
@@ -115,3 +88,12 @@ def test_a_read_only_state_is_searched_and_reindex_says_it_left_the_file(
     [line] = reindexed.stderr.splitlines()
     assert "recall.sqlite was not rebuilt" in line and "read-only" in line
     assert _files(read_only_state) == before  # nothing written anywhere
+
+
+def test_a_read_only_state_is_audited(read_only_state: Path) -> None:
+    before = _files(read_only_state)
+    audited = scriptorium(read_only_state, "memory", "audit", "--json")
+    assert audited.returncode == 0, audited.stderr
+    report = orjson.loads(audited.stdout)
+    assert report["ok"] and report["sessions"] == 1 and report["marked"] > 0
+    assert _files(read_only_state) == before
