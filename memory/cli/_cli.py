@@ -768,9 +768,11 @@ def _recall_target(sid: str | None, tip: str | None, query: str) -> None:
 @click.option("--session", "sid", default=None, help="Rank this session's branch first.")
 @click.option("--tip", default=None, help="The branch's tip (default: the head).")
 @click.option("--include-pending", is_flag=True, help="Also sources of pending trust (labelled).")
+@click.option("--include-owed", is_flag=True,
+              help="Also up to --k turns of the sessions not yet written to memory (labelled).")
 @state_options
 def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_pending: bool,
-                  state_dir: str, as_json: bool) -> None:
+                  include_owed: bool, state_dir: str, as_json: bool) -> None:
     """The best units of memory for QUERY: topic paragraphs and archived turns.
 
     Each line starts with the hit's score relative to the best hit (1.000):
@@ -782,13 +784,16 @@ def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_
 
     async def body(rt: MemoryRuntime) -> list[Hit]:
         return await rt.recall(query, k=k, session=sid, tip=tip,
-                               include_pending=include_pending)
+                               include_pending=include_pending, include_owed=include_owed)
 
     hits = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
-    best = max((hit.score for hit in hits), default=0.0)
+    # Owed turns are ranked apart (memory.recall._owed): relative to the best of their own.
+    best = {owed: max((h.score for h in hits if (h.kind == "owed") == owed), default=0.0)
+            for owed in (False, True)}
 
     def relative(hit: Hit) -> float:
-        return hit.score / best if best > 0 else 0.0
+        top = best[hit.kind == "owed"]
+        return hit.score / top if top > 0 else 0.0
 
     if as_json:
         emit_json([{**hit.as_json(), "relative": round(relative(hit), 6)} for hit in hits])
@@ -796,7 +801,8 @@ def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_
     for hit in hits:
         where = (f"{hit.file} ^{hit.block_id}" if hit.kind == "topic"
                  else f"{hit.session}/{hit.node_id} {hit.speaker}"
-                 + (" (pending)" if hit.trust != "trusted" else ""))
+                 + (" (pending)" if hit.trust != "trusted" else "")
+                 + (" (owed: not yet in memory)" if hit.kind == "owed" else ""))
         click.echo(f"{relative(hit):5.3f}  [{hit.time}] {where}: "
                    f"{' '.join(hit.text.split())[:200]}")
     if not hits:

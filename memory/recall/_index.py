@@ -53,8 +53,8 @@ from memory.workspace import (
 )
 from store import FILE_MODE, DurableFiles, StoreError, decode_node, parse_filename
 
-__all__ = ["INDEX_PATH", "SCHEMA_VERSION", "IndexedUnit", "Predecessors", "RecallIndex",
-           "SyncReport", "surroundings"]
+__all__ = ["INDEX_PATH", "SCHEMA_VERSION", "TOKENIZE", "WEIGHTS", "IndexedUnit", "Predecessors",
+           "RecallIndex", "SyncReport", "surroundings"]
 
 INDEX_PATH = ".scriptorium/recall.sqlite"
 SCHEMA_VERSION = "5"  # 5: a turn's surroundings from the DAG
@@ -62,7 +62,9 @@ _ARCHIVE_PREFIX = "sources/openprogram/_v2/"
 _ARCHIVE_HEADER = b"<!-- openprogram-source-archive:v2 -->\n\n"
 # bm25 weights of the FTS columns: the words, the speaker, the heading path, and
 # the words of the adjacent turns (an answer rarely repeats the question's words).
-_WEIGHTS = (1.0, 0.6, 0.4, 0.5)
+WEIGHTS = (1.0, 0.6, 0.4, 0.5)
+# How the words of a unit are cut (memory.recall._owed ranks owed turns the same way).
+TOKENIZE = "porter unicode61 remove_diacritics 2"
 # How many turns either side count as a turn's surroundings.
 REACH = 3
 # The longest a sync trusts the directories' stats without scanning the files (s).
@@ -82,9 +84,8 @@ _SCHEMA = (
      " speaker TEXT NOT NULL, trust TEXT NOT NULL)"),
     "CREATE INDEX unit_by_path ON unit(path, seq)",
     "CREATE INDEX unit_by_anchor ON unit(session, anchor)",
-    ("CREATE VIRTUAL TABLE fts USING fts5(text, speaker, heading, around,"
-     " tokenize='porter unicode61 remove_diacritics 2')"),
-    "INSERT INTO fts(fts, rank) VALUES('rank', 'bm25({}, {}, {}, {})')".format(*_WEIGHTS),
+    f"CREATE VIRTUAL TABLE fts USING fts5(text, speaker, heading, around, tokenize='{TOKENIZE}')",
+    "INSERT INTO fts(fts, rank) VALUES('rank', 'bm25({}, {}, {}, {})')".format(*WEIGHTS),
     "CREATE TABLE vector(id INTEGER PRIMARY KEY, v BLOB NOT NULL)",
 )
 

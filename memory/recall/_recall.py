@@ -20,16 +20,17 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 import anyio
 
 from memory._errors import WorkspaceLockTimeoutError
-from memory.ledger import TokenCounter, default_counter
+from memory.ledger import SourceRecord, TokenCounter, default_counter
 from memory.recall._arguments import check_context_arguments, check_recall_arguments
 from memory.recall._embedding import Embedder, fuse_rrf
 from memory.recall._index import RecallIndex, SyncReport
+from memory.recall._owed import rank_owed
 from memory.recall._query import ParsedQuery, fts_expression, parse_query
 from memory.recall._rank import (
     BranchView,
@@ -255,6 +256,17 @@ class Recall:
         check_recall_arguments(k, since, until)
         return await anyio.to_thread.run_sync(lambda: self.recall_blocking(
             query, k=k, view=view, since=since, until=until, include_pending=include_pending))
+
+    async def recall_owed(
+        self, query: str, records: Sequence[SourceRecord], *, k: int = 8,
+        view: BranchView | None = None, since: TimeBound = None, until: TimeBound = None,
+        include_pending: bool = False, shown: Sequence[Hit] = (),
+    ) -> list[Hit]:
+        """The ``k`` best of the owed ``records`` for ``query``, as ``owed`` hits (:mod:`._owed`)."""
+        parsed = parse_query(query, as_of=self.clock())
+        return await anyio.to_thread.run_sync(lambda: rank_owed(
+            records, parsed, k=k, view=view, since=_seconds(since), until=_seconds(until),
+            include_pending=include_pending, shown=shown))
 
     async def context(
         self, query: str, *, budget_tokens: int = 500, view: BranchView | None = None,

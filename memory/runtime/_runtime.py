@@ -44,6 +44,7 @@ from memory.runtime._claims import ClaimsLedger
 from memory.runtime._config import RuntimeConfig, apply_timings
 from memory.runtime._events import EventHook
 from memory.runtime._jobs import JobQueue, WriteJob
+from memory.runtime._owed_turns import owed_records
 from memory.runtime._pool import worker_factory
 from memory.runtime._session_actor import (
     SESSION_ERRORS,
@@ -487,12 +488,24 @@ class MemoryRuntime:
     async def recall(
         self, query: str, *, k: int = 8, session: str | None = None, tip: str | None = None,
         since: TimeBound = None, until: TimeBound = None, include_pending: bool = False,
+        include_owed: bool = False,
     ) -> list[Hit]:
-        """The ``k`` best units for ``query``; with ``session`` (and ``tip``), branch-aware."""
+        """The ``k`` best units for ``query``; with ``session`` (and ``tip``), branch-aware.
+
+        ``include_owed``: then up to ``k`` turns not yet in memory (``kind="owed"``,
+        :mod:`memory.recall._owed`).
+        """
         self.ensure_open("rt.recall")
         view = await self._branch_view(session, tip)
-        return await self.recall_index.recall(query, k=k, view=view, since=since, until=until,
+        hits = await self.recall_index.recall(query, k=k, view=view, since=since, until=until,
                                               include_pending=include_pending)
+        if include_owed:
+            owed = await owed_records(self.state_dir, self.workspace_id, self.sessions,
+                                      self.config.counter)
+            hits += await self.recall_index.recall_owed(
+                query, owed, k=k, view=view, since=since, until=until,
+                include_pending=include_pending, shown=hits)
+        return hits
 
     async def context(
         self, query: str, *, budget_tokens: int = 500, session: str | None = None,
