@@ -73,6 +73,7 @@ from memory.workspace._topics import decode_topic, parse_topic
 from memory.workspace._transaction import JOURNAL, LINKED_TOPIC, read_install_journal
 from store import (
     ChainCycleError,
+    DurableFiles,
     SessionCore,
     StoreError,
     UnsafeLinkError,
@@ -98,6 +99,8 @@ __all__ = [
 ]
 
 Message = Mapping[str, Any]
+# Errors of a state the audit cannot write to (read-only, no permission, full): it reads as found.
+_CANNOT_WRITE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
 
 WHAT_TO_DO: dict[str, str] = {
     "marked_not_archived": (
@@ -390,7 +393,8 @@ def read_topics(
     return topics
 
 
-def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
+def read_audit_inputs(state_dir: str, workspace_id: str, *,
+                      files: DurableFiles | None = None) -> AuditInputs:
     """The facts of a state directory. Run it where no runtime writes (or accept a snapshot race).
 
     Sessions that cannot be opened or listed (no meta.json), heads and
@@ -407,7 +411,7 @@ def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
     for row in rows:
         sid = row["id"]
         try:
-            core = _open_for_audit(state_dir, sid, problems)
+            core = _open_for_audit(state_dir, sid, problems, files)
             try:
                 core.head  # noqa: B018 - raises for an unusable head_id, as pending and write do
             except StoreError as error:
@@ -464,22 +468,24 @@ def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
     )
 
 
-def _open_for_audit(state_dir: str, sid: str, problems: list[str]) -> SessionCore:
-    """The session opened (recovered); on a state this process cannot write, read as found.
+def _open_for_audit(state_dir: str, sid: str, problems: list[str],
+                    files: DurableFiles | None) -> SessionCore:
+    """The session opened (recovered); where that cannot write (read-only, full), read as found.
 
-    Auditing must not need write access. Read as found, a journal's records
-    are not replayed, so what they hold is not checked: said in ``problems``.
+    Auditing must not need to write. Read as found, a journal's records are
+    not replayed, so what they hold is not checked: said in ``problems``.
     """
     try:
-        return SessionCore.open(state_dir, sid)
+        return SessionCore.open(state_dir, sid, files=files)
     except OSError as error:
-        if error.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+        if error.errno not in _CANNOT_WRITE:
             raise
+        reason = error.strerror or str(error)
     core = read_session_as_found(state_dir, sid)
     if unreplayed(core):
         problems.append(f"sessions/{sid}/.journal: not replayed (the state cannot be written "
-                        "here), so the turns it holds were not checked; audit where it can be "
-                        "written")
+                        f"here: {reason}), so the turns it holds were not checked; audit "
+                        "again where it can be written")
     return core
 
 
