@@ -12,17 +12,10 @@ import errno
 from pathlib import Path
 
 from memory.maintenance._audit import audit, read_audit_inputs
-from store import DurableFiles
+from tests.faults import RefusingFiles
 from tests.fixture import copy_fixture
 
 GARBAGE = b"scriptorium-journal 3 99 deadbeef\nnot a record"
-
-
-class FullDisk(DurableFiles):
-    """Every durable step fails with ENOSPC."""
-
-    def _step(self, step: str, path: str) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device (injected)", path)
 
 
 def test_audit_reads_as_found_when_opening_a_session_cannot_write(tmp_path: Path) -> None:
@@ -30,7 +23,7 @@ def test_audit_reads_as_found_when_opening_a_session_cannot_write(tmp_path: Path
     journal = state / "sessions" / "demo" / ".journal"
     journal.write_bytes(GARBAGE)  # opening would cut it off: a write
     workspace = (state / "memory" / ".scriptorium" / "workspace-id").read_text().strip()
-    report = audit(read_audit_inputs(str(state), workspace, files=FullDisk()))
+    report = audit(read_audit_inputs(str(state), workspace, files=RefusingFiles(error=errno.ENOSPC)))
     assert report["sessions"] == 1 and report["marked"] > 0
     assert report["damaged_logs"] == [
         {"file": "sessions/demo/.journal", "offset": 0, "dropped_bytes": len(GARBAGE)}]

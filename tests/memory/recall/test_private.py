@@ -12,22 +12,14 @@ import shutil
 from pathlib import Path
 
 from memory.recall import Recall
-from store import DurableFiles
+from tests.faults import RefusingFiles
 from tests.fixture import copy_fixture
-
-
-class ReadOnlyFiles(DurableFiles):
-    """The durable seam on a read-only mount: every directory it would make is refused."""
-
-    def _step(self, step: str, path: str) -> None:
-        if step == "mkdir":
-            raise OSError(errno.EROFS, "Read-only file system", path)
 
 
 def test_an_index_that_cannot_be_made_on_disk_is_made_in_memory(tmp_path: Path) -> None:
     memory = copy_fixture(tmp_path / "memory", "memory")
     shutil.rmtree(memory / ".scriptorium")
-    recall = Recall(str(memory), files=ReadOnlyFiles())
+    recall = Recall(str(memory), files=RefusingFiles(error=errno.EROFS))
     hits = recall.recall_blocking("biscuits", k=8, view=None, since=None, until=None,
                                   include_pending=False)
     assert {hit.node_id for hit in hits if hit.kind == "source"} >= {"u2", "a2"}

@@ -5,7 +5,7 @@ a-w``); tests often run as root, whom ``chmod`` does not stop, so as root
 the state is handed to ``nobody`` and the command runs as ``nobody``
 (``setpriv``). Skipped where no such user can run this interpreter. The
 same fallback is also proven at the durable seam, as root or not
-(tests/memory/recall/test_private_index.py).
+(tests/memory/recall/test_private.py).
 """
 
 from __future__ import annotations
