@@ -815,14 +815,17 @@ def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_
               help="Most tokens the block may take (the ledger's counter).")
 @click.option("--session", "sid", default=None, help="Rank this session's branch first.")
 @click.option("--tip", default=None, help="The branch's tip (default: the head).")
+@click.option("--include-owed", is_flag=True,
+              help="Also turns not yet written to memory, in what the budget leaves (labelled).")
 @state_options
-def memory_context(query: str, budget: int, sid: str | None, tip: str | None, state_dir: str,
-                   as_json: bool) -> None:
+def memory_context(query: str, budget: int, sid: str | None, tip: str | None,
+                   include_owed: bool, state_dir: str, as_json: bool) -> None:
     """A block for a prompt: the memory QUERY needs, within --budget tokens."""
     _recall_target(sid, tip, query)
 
     async def body(rt: MemoryRuntime) -> Context:
-        return await rt.context(query, budget_tokens=budget, session=sid, tip=tip)
+        return await rt.context(query, budget_tokens=budget, session=sid, tip=tip,
+                                include_owed=include_owed)
 
     context = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
     if as_json:

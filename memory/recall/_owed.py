@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 
 from memory.ledger import SourceRecord
 from memory.recall._index import TOKENIZE, WEIGHTS
 from memory.recall._query import ParsedQuery, fts_expression
-from memory.recall._rank import BranchView, Hit, rank_units
+from memory.recall._rank import BranchView, Context, Hit, rank_units
 from memory.recall._units import Unit
 
-__all__ = ["OWED", "owed_units", "rank_owed"]
+__all__ = ["OWED", "OWED_HEADING", "owed_units", "rank_owed", "with_owed"]
 
 OWED = "owed"  # the kind of a hit that is a turn not yet in memory
+OWED_HEADING = "Not yet in memory (turns said, not yet written):"
 
 
 def owed_units(records: Sequence[SourceRecord]) -> list[Unit]:
@@ -72,3 +73,26 @@ def rank_owed(
     hits = rank_units(matches, parsed, cited={}, view=view, since=since, until=until,
                       include_pending=include_pending)
     return [dataclasses.replace(hit, kind=OWED) for hit in hits[:k]]
+
+
+def with_owed(context: Context, owed: Sequence[Hit], budget_tokens: int,
+              count: Callable[[str], int]) -> Context:
+    """``context`` and, under :data:`OWED_HEADING`, the ``owed`` turns that still fit the budget.
+
+    Memory's block comes first and is never cut for them; an owed turn that
+    does not fit is passed over (a shorter later one may fit), as in
+    :func:`~memory.recall._rank.pack_context`.
+    """
+    lines = [context.text] if context.text else []
+    added: list[Hit] = []
+    for hit in owed:
+        line = (f"- [{hit.time}] {hit.speaker} ({hit.session}/{hit.node_id}): "
+                f"{' '.join(hit.text.split())}")
+        trial = [*lines, *([] if added else [OWED_HEADING]), line]
+        if count("\n".join(trial)) <= budget_tokens:
+            lines, added = trial, [*added, hit]
+    if not added:
+        return context
+    text = "\n".join(lines)
+    return dataclasses.replace(context, text=text, tokens=count(text),
+                               hits=(*context.hits, *added))

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from memory.cli._cli import main
 from memory.ledger import SourceMeta, SourceRecord, estimate_tokens
 from memory.ledger._ledger import WritePolicy
-from memory.recall import parse_query
-from memory.recall._owed import OWED, rank_owed
+from memory.recall import Context, parse_query
+from memory.recall._owed import OWED, OWED_HEADING, rank_owed, with_owed
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
 
@@ -52,6 +52,11 @@ async def test_the_runtime_finds_owed_turns_only_when_asked_and_not_once_written
         assert await rt.recall("gazelle") == []
         [owed] = await rt.recall("gazelle", include_owed=True)
         assert (owed.kind, owed.session, owed.node_id) == ("owed", "bikes", "u1")
+        assert (await rt.context("gazelle")).text == ""
+        block = await rt.context("gazelle", include_owed=True)
+        assert block.text.splitlines() == [
+            OWED_HEADING, f"- [{owed.time}] user (bikes/u1): My bicycle is a red Gazelle."]
+        assert block.tokens <= 500 and [h.kind for h in block.hits] == ["owed"]
         assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
         await rt.drain()
         hits = await rt.recall("gazelle", include_owed=True)
@@ -72,3 +77,15 @@ def test_search_include_owed_right_after_an_import(tmp_path: Path) -> None:
     assert owed.exit_code == 0, owed.output
     [line] = owed.stdout.splitlines()
     assert "bikes/" in line and "(owed: not yet in memory)" in line and "Gazelle" in line
+
+
+def test_owed_turns_fill_only_what_memorys_block_left_of_the_budget() -> None:
+    records = [record("u1", "gazelle " + "long " * 40), record("u2", "a gazelle")]
+    owed = rank_owed(records, parse_query("gazelle", as_of=0.0), k=8)
+    memory = Context("- [undated] memory (topics/a.md ^b): the owner rides a gazelle", 14, (),
+                     ())
+    block = with_owed(memory, owed, 40, estimate_tokens)
+    assert block.text.startswith(memory.text + "\n" + OWED_HEADING)
+    assert [h.node_id for h in block.hits] == ["u2"]  # u1 does not fit; the shorter one does
+    assert block.tokens == estimate_tokens(block.text) <= 40
+    assert with_owed(memory, owed, 14, estimate_tokens) == memory  # no room: unchanged
