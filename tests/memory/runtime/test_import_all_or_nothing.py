@@ -14,6 +14,9 @@ import errno
 import json
 from pathlib import Path
 
+import pytest
+
+import store._durable as durable_module
 from memory.runtime import import_jsonl
 from memory.runtime._import import ImportFailedError
 from memory.runtime._runtime import RuntimeConfig, open_runtime
@@ -62,7 +65,12 @@ async def _import(state: Path, source: Path, files: FullFrom) -> ImportFailedErr
     return None
 
 
-async def test_a_new_session_is_imported_whole_or_not_at_all(tmp_path: Path) -> None:
+async def test_a_new_session_is_imported_whole_or_not_at_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A failed syncfs turns the shared filesystem sync off for the process (store._durable):
+    # the injected failures get their own table, so later tests still see the real one.
+    monkeypatch.setattr(durable_module, "_SYNCS", {})
     source = tmp_path / "history.jsonl"
     source.write_text("".join(json.dumps(line) + "\n" for line in LINES))
     counting = FullFrom()
