@@ -59,7 +59,8 @@ def _session(state: Path, sid: str, created_at: float, turns: int = 2) -> None:
     previous = "ROOT"
     for index in range(turns):
         node = core.append({"role": ["user", "assistant"][index % 2], "predecessor": previous,
-                            "content": f"{sid} turn {index}: we prefer tea."},
+                            "content": f"Team {sid} number {index} prefers tea. "
+                                       "We decided to ship it."},
                            created_at=created_at + index)
         previous = node["id"]
     core.close()
@@ -82,6 +83,18 @@ def test_status_names_the_due_sessions_and_the_oldest_age(tmp_path: Path) -> Non
     lines = text.output.splitlines()
     assert lines[0].startswith("4 turn(s) owed in 2 of 2 session(s); 1 due, the oldest for")
     assert lines[1].split()[0] == "stale" and "not due" in lines[2]  # oldest first
+
+
+def test_what_run_once_wrote_is_no_longer_owed(tmp_path: Path) -> None:
+    _session(tmp_path, "stale", time.time() - HOUR - 600)
+    _session(tmp_path, "fresh", time.time())
+    done = CliRunner().invoke(main, ["run", "--once", "--json", "--state", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    status = CliRunner().invoke(main, ["status", "--json", "--state", str(tmp_path)])
+    assert status.exit_code == 0, status.output
+    summary = json.loads(status.stdout)["summary"]
+    assert (summary["owing"], summary["owed_turns"], summary["due"]) == (0, 0, 0)
+    assert summary["oldest_due_age"] is None
 
 
 def test_status_exits_1_naming_a_session_it_cannot_read(tmp_path: Path) -> None:
