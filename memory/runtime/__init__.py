@@ -2,13 +2,14 @@
 
 Layout (see docs/architecture.md): ``_runtime`` the tree and its API,
 composed of ``_config``, ``_events``, ``_jobs``, ``_timers``, ``_claims``
-and ``_write_cycle``; ``_session_actor``, ``_workspace_actor``, ``_pool``,
+and ``_write_cycle``; ``_backlog`` the memory lag and the group-size rule; ``_session_actor``, ``_workspace_actor``, ``_pool``,
 ``_watchdog`` its actors, each given a narrow protocol of the runtime;
 ``_headless`` one pass without a daemon; ``_import`` history imported
 from a JSON-lines file; ``_settings`` the timings from
 flags, a file or code.
 """
 
+from memory.runtime._backlog import MemoryLag as MemoryLag
 from memory.runtime._config import apply_timings as apply_timings
 from memory.runtime._headless import SessionReport as SessionReport
 from memory.runtime._headless import run_headless as run_headless
@@ -33,6 +34,7 @@ __all__ = [
     "ImportInterruptedError",
     "ImportLineError",
     "ImportReport",
+    "MemoryLag",
     "MemoryRuntime",
     "RuntimeConfig",
     "RuntimeStatistics",

@@ -40,6 +40,7 @@ from memory.ledger._records import MARKER_KEY, SourceRecord
 from memory.maintenance._backfill import BackfillReport, backfill
 from memory.maintenance._migrate import MigrationReport, Progress, migrate
 from memory.recall import BranchView, Context, Hit, Recall, SyncReport, TimeBound, with_owed
+from memory.runtime._backlog import MemoryLag
 from memory.runtime._claims import ClaimsLedger
 from memory.runtime._config import RuntimeConfig, apply_timings
 from memory.runtime._events import EventHook
@@ -132,6 +133,7 @@ class RuntimeStatistics:
     quarantined: int  # batches parked in quarantine now
     sessions_active: int  # session actors running
     writer: Mapping[str, Any]  # a writer's own usage (a model writer's tokens, calls, retries)
+    lag: MemoryLag  # how far memory is behind (memory.runtime._backlog)
 
 
 class MemoryRuntime:
@@ -206,7 +208,7 @@ class MemoryRuntime:
             return self._sessions
 
         def start_pool() -> Supervisor:
-            start = worker_factory(self, self.jobs.receive)
+            start = worker_factory(self, self.jobs)
             workers = [
                 ChildSpec(f"writer-{i}", start, Restart.PERMANENT)
                 for i in range(config.writer_workers)
@@ -555,6 +557,7 @@ class MemoryRuntime:
             sessions_active=0 if self._sessions is None else len(self._sessions.registry),
             # A writer with usage to report (a model writer's tokens, calls, retries).
             writer=getattr(self.writer, "statistics", dict)(),
+            lag=self.jobs.lag(),
         )
 
 
