@@ -26,6 +26,7 @@ import orjson
 
 from memory._errors import LedgerError, SettingsError
 from memory.cli._cli_errors import (
+    EXIT_PROBLEMS,
     EXIT_USAGE,
     CliError,
     ReportingGroup,
@@ -34,6 +35,7 @@ from memory.cli._cli_errors import (
 )
 from memory.cli._progress import QUIET_OPTION, ProgressView
 from memory.cli._session_view import render_session_tree
+from memory.cli._store_warnings import store_warnings_to
 from memory.ledger._ledger import (
     ALLOWED_THRESHOLDS,
     ReferenceThresholdWarning,
@@ -43,7 +45,7 @@ from memory.ledger._ledger import (
 )
 from memory.ledger._records import MARKER_KEY
 from memory.maintenance._audit import audit, read_audit_inputs
-from memory.recall import MAX_QUERY_CHARS, Context, Hit, SyncReport
+from memory.recall import INDEX_PATH, MAX_QUERY_CHARS, Context, Hit, SyncReport
 from memory.runtime._config import apply_timings
 from memory.runtime._headless import SessionReport, run_headless, run_once, run_triggers
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
@@ -570,15 +572,17 @@ def memory_release(sid: str | None, state_dir: str, as_json: bool) -> None:
               help="Seconds between scans for sessions other processes appended to.")
 @click.option("--drain-timeout", type=float, default=30.0, show_default=True,
               help="On SIGINT/SIGTERM, how long in-flight jobs may take to finish.")
+@click.option("--lag-interval", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              help="Seconds between 'lag' log lines (how far memory is behind).")
 @LOCK_TIMEOUT_OPTION
 @writer_options
 @runtime_options
 @timing_options
 @creating_state_options
 def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
-        lock_timeout: float, threshold: int | None, workers: int, backend: str, state_dir: str,
-        as_json: bool, writer: str | None, base_url: str | None, model: str | None,
-        provider: str | None, **timings: float | None) -> None:
+        lag_interval: float, lock_timeout: float, threshold: int | None, workers: int,
+        backend: str, state_dir: str, as_json: bool, writer: str | None, base_url: str | None,
+        model: str | None, provider: str | None, **timings: float | None) -> None:
     """Run the memory runtime headless until SIGINT/SIGTERM (or, with --once, until done)."""
 
     def log(event: dict[str, Any]) -> None:
@@ -596,7 +600,8 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
     model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
                                        "provider": provider}, log)
     if once:
-        reports = _with_runtime(state_dir, config, backend, run_once, model_writer)
+        with store_warnings_to(log):
+            reports = _with_runtime(state_dir, config, backend, run_once, model_writer)
         _say_writer(model_writer, as_json)
         _report_writes(reports, as_json, model_writer)
         return
@@ -604,13 +609,15 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
     async def headless() -> None:
         try:
             await run_headless(state_dir, config=config, scan_interval=scan_interval,
-                               drain_timeout=drain_timeout, log=log, writer=model_writer)
+                               drain_timeout=drain_timeout, lag_interval=lag_interval,
+                               log=log, writer=model_writer)
         finally:
             if model_writer is not None:
                 await model_writer.aclose()
 
     try:
-        anyio.run(headless, backend=backend)
+        with store_warnings_to(log):
+            anyio.run(headless, backend=backend)
     except StoreError as exc:
         raise CliError.of(exc) from None
 
@@ -750,9 +757,11 @@ def _recall_target(sid: str | None, tip: str | None, query: str) -> None:
 @click.option("--session", "sid", default=None, help="Rank this session's branch first.")
 @click.option("--tip", default=None, help="The branch's tip (default: the head).")
 @click.option("--include-pending", is_flag=True, help="Also sources of pending trust (labelled).")
+@click.option("--include-owed", is_flag=True,
+              help="Also up to --k turns of the sessions not yet written to memory (labelled).")
 @state_options
 def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_pending: bool,
-                  state_dir: str, as_json: bool) -> None:
+                  include_owed: bool, state_dir: str, as_json: bool) -> None:
     """The best units of memory for QUERY: topic paragraphs and archived turns.
 
     Each line starts with the hit's score relative to the best hit (1.000):
@@ -764,13 +773,16 @@ def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_
 
     async def body(rt: MemoryRuntime) -> list[Hit]:
         return await rt.recall(query, k=k, session=sid, tip=tip,
-                               include_pending=include_pending)
+                               include_pending=include_pending, include_owed=include_owed)
 
     hits = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
-    best = max((hit.score for hit in hits), default=0.0)
+    # Owed turns are ranked apart (memory.recall._owed): relative to the best of their own.
+    best = {owed: max((h.score for h in hits if (h.kind == "owed") == owed), default=0.0)
+            for owed in (False, True)}
 
     def relative(hit: Hit) -> float:
-        return hit.score / best if best > 0 else 0.0
+        top = best[hit.kind == "owed"]
+        return hit.score / top if top > 0 else 0.0
 
     if as_json:
         emit_json([{**hit.as_json(), "relative": round(relative(hit), 6)} for hit in hits])
@@ -778,7 +790,8 @@ def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_
     for hit in hits:
         where = (f"{hit.file} ^{hit.block_id}" if hit.kind == "topic"
                  else f"{hit.session}/{hit.node_id} {hit.speaker}"
-                 + (" (pending)" if hit.trust != "trusted" else ""))
+                 + (" (pending)" if hit.trust != "trusted" else "")
+                 + (" (owed: not yet in memory)" if hit.kind == "owed" else ""))
         click.echo(f"{relative(hit):5.3f}  [{hit.time}] {where}: "
                    f"{' '.join(hit.text.split())[:200]}")
     if not hits:
@@ -791,14 +804,17 @@ def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_
               help="Most tokens the block may take (the ledger's counter).")
 @click.option("--session", "sid", default=None, help="Rank this session's branch first.")
 @click.option("--tip", default=None, help="The branch's tip (default: the head).")
+@click.option("--include-owed", is_flag=True,
+              help="Also turns not yet written to memory, in what the budget leaves (labelled).")
 @state_options
-def memory_context(query: str, budget: int, sid: str | None, tip: str | None, state_dir: str,
-                   as_json: bool) -> None:
+def memory_context(query: str, budget: int, sid: str | None, tip: str | None,
+                   include_owed: bool, state_dir: str, as_json: bool) -> None:
     """A block for a prompt: the memory QUERY needs, within --budget tokens."""
     _recall_target(sid, tip, query)
 
     async def body(rt: MemoryRuntime) -> Context:
-        return await rt.context(query, budget_tokens=budget, session=sid, tip=tip)
+        return await rt.context(query, budget_tokens=budget, session=sid, tip=tip,
+                                include_owed=include_owed)
 
     context = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
     if as_json:
@@ -811,7 +827,11 @@ def memory_context(query: str, budget: int, sid: str | None, tip: str | None, st
 @QUIET_OPTION
 @state_options
 def memory_reindex(quiet: bool, state_dir: str, as_json: bool) -> None:
-    """Rebuild the recall index (memory/.scriptorium/recall.sqlite) from the files."""
+    """Rebuild the recall index (memory/.scriptorium/recall.sqlite) from the files.
+
+    On a state this process cannot write, the files are indexed in memory
+    (what search does there), the file is left as it is, and the exit is 1.
+    """
 
     async def body(rt: MemoryRuntime) -> SyncReport:
         with ProgressView("reindexing memory", "files", quiet=quiet) as progress:
@@ -819,9 +839,15 @@ def memory_reindex(quiet: bool, state_dir: str, as_json: bool) -> None:
 
     report = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
     if as_json:
-        emit_json({"units": report.added, "files": report.files, "revision": report.revision})
+        emit_json({"units": report.added, "files": report.files, "revision": report.revision,
+                   "private": report.private})
     else:
         click.echo(f"indexed {report.added} unit(s) from {report.files} file(s)")
+    if report.private:  # read-only state: searches still work, each on its own private index
+        click.echo(f"scriptorium: {state_dir}/memory/{INDEX_PATH} was not rebuilt: the state "
+                   "cannot be written here (read-only); search and context build a private "
+                   "index in memory instead", err=True)
+        sys.exit(EXIT_PROBLEMS)
 
 
 main.add_command(simulate)

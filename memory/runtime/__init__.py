@@ -2,7 +2,8 @@
 
 Layout (see docs/architecture.md): ``_runtime`` the tree and its API,
 composed of ``_config``, ``_events``, ``_jobs``, ``_timers``, ``_claims``,
-``_quarantine``, ``_write_cycle`` and ``_desk``; ``_session_actor`` (with
+``_quarantine``, ``_write_cycle`` and ``_desk``; ``_backlog`` the memory lag and
+the group-size rule; ``_session_actor`` (with
 ``_session_marks``, ``_session_outcomes``, ``_session_state``),
 ``_workspace_actor``, ``_pool``, ``_watchdog`` its actors, each given the
 parts it uses, never the runtime; ``_sessions`` the session operations;
@@ -11,6 +12,7 @@ parts it uses, never the runtime; ``_sessions`` the session operations;
 from a JSON-lines file; ``_settings`` the timings from flags, a file or code.
 """
 
+from memory.runtime._backlog import MemoryLag as MemoryLag
 from memory.runtime._config import apply_timings as apply_timings
 from memory.runtime._headless import SessionReport as SessionReport
 from memory.runtime._headless import run_headless as run_headless
@@ -35,6 +37,7 @@ __all__ = [
     "ImportInterruptedError",
     "ImportLineError",
     "ImportReport",
+    "MemoryLag",
     "MemoryRuntime",
     "RuntimeConfig",
     "RuntimeStatistics",

@@ -38,17 +38,19 @@ import anyio
 import anyio.from_thread
 
 from actors import ActorError, ActorRef, MailboxOptions, open_actor
-from memory._errors import BoundaryError, RecallError, RuntimeClosedError
+from memory._errors import BoundaryError, RuntimeClosedError
 from memory.ledger._records import SourceRecord
 from memory.maintenance._backfill import BackfillReport
 from memory.maintenance._migrate import MigrationReport, Progress
-from memory.recall import BranchView, Context, Hit, Recall, SyncReport, TimeBound
+from memory.recall import BranchView, Context, Hit, Recall, SyncReport, TimeBound, with_owed
+from memory.runtime._backlog import MemoryLag
 from memory.runtime._claims import ClaimsLedger
 from memory.runtime._config import RuntimeConfig, apply_timings
 from memory.runtime._desk import JobDesk
 from memory.runtime._events import EventHook
 from memory.runtime._jobs import JobQueue
 from memory.runtime._maintenance import backfill_sources, migrate_cursors
+from memory.runtime._owed_turns import owed_records
 from memory.runtime._pool import worker_factory
 from memory.runtime._quarantine import Quarantine
 from memory.runtime._session_actor import session_factory
@@ -66,7 +68,7 @@ from memory.runtime._session_state import (
     SessionParts,
     StillOwed,
 )
-from memory.runtime._sessions import Sessions
+from memory.runtime._sessions import Sessions, branch_view
 from memory.runtime._settings import read_settings
 from memory.runtime._timers import Timers
 from memory.runtime._watchdog import IdleWatchdog, PollNow, Touched
@@ -116,6 +118,7 @@ class RuntimeStatistics:
     quarantined: int  # batches parked in quarantine now
     sessions_active: int  # session actors running
     writer: Mapping[str, Any]  # a writer's own usage (a model writer's tokens, calls, retries)
+    lag: MemoryLag  # how far memory is behind (memory.runtime._backlog)
 
 
 class MemoryRuntime:
@@ -197,7 +200,7 @@ class MemoryRuntime:
             return self._sessions
 
         def start_pool() -> Supervisor:
-            start = worker_factory(self.desk, self.jobs.receive)
+            start = worker_factory(self.desk, self.jobs)
             workers = [
                 ChildSpec(f"writer-{i}", start, Restart.PERMANENT)
                 for i in range(config.writer_workers)
@@ -373,22 +376,44 @@ class MemoryRuntime:
     async def recall(
         self, query: str, *, k: int = 8, session: str | None = None, tip: str | None = None,
         since: TimeBound = None, until: TimeBound = None, include_pending: bool = False,
+        include_owed: bool = False,
     ) -> list[Hit]:
-        """The ``k`` best units for ``query``; with ``session`` (and ``tip``), branch-aware."""
+        """The ``k`` best units for ``query``; with ``session`` (and ``tip``), branch-aware.
+
+        ``include_owed``: then up to ``k`` turns not yet in memory (``kind="owed"``,
+        :mod:`memory.recall._owed`).
+        """
         self.ensure_open("rt.recall")
         view = await self._branch_view(session, tip)
-        return await self.recall_index.recall(query, k=k, view=view, since=since, until=until,
+        hits = await self.recall_index.recall(query, k=k, view=view, since=since, until=until,
                                               include_pending=include_pending)
+        if include_owed:
+            hits += await self.recall_index.recall_owed(
+                query, await self._owed(), k=k, view=view, since=since, until=until,
+                include_pending=include_pending, shown=hits)
+        return hits
+
+    async def _owed(self) -> list[SourceRecord]:
+        return await owed_records(self.state_dir, self.workspace_id, self.sessions,
+                                  self.config.counter)
 
     async def context(
         self, query: str, *, budget_tokens: int = 500, session: str | None = None,
-        tip: str | None = None, as_of: TimeBound = None,
+        tip: str | None = None, as_of: TimeBound = None, include_owed: bool = False,
     ) -> Context:
-        """A prompt block of at most ``budget_tokens`` (the config's counter) for ``query``."""
+        """A prompt block of at most ``budget_tokens`` (the config's counter) for ``query``.
+
+        ``include_owed``: turns not yet in memory fill what memory's block left of the budget.
+        """
         self.ensure_open("rt.context")
         view = await self._branch_view(session, tip)
-        return await self.recall_index.context(query, budget_tokens=budget_tokens, view=view,
-                                               as_of=as_of)
+        context = await self.recall_index.context(query, budget_tokens=budget_tokens, view=view,
+                                                  as_of=as_of)
+        if include_owed:
+            owed = await self.recall_index.recall_owed(
+                query, await self._owed(), view=view, shown=context.hits)
+            context = with_owed(context, owed, budget_tokens, self.config.counter)
+        return context
 
     async def reindex(self, progress: Progress | None = None) -> SyncReport:
         """Rebuild the recall index from the files (``progress(done, total)`` files)."""
@@ -396,19 +421,7 @@ class MemoryRuntime:
         return await self.recall_index.reindex(progress)
 
     async def _branch_view(self, session: str | None, tip: str | None) -> BranchView | None:
-        if session is None:
-            if tip is not None:
-                raise RecallError(f"tip {tip!r} was given without its session; add --session")
-            return None
-        branch = await self.sessions.get_branch(session, tip)  # unknown session or tip: raises
-        on = frozenset(str(m["id"]) for m in branch if m.get("id") is not None)
-        head = tip if tip is not None else (str(branch[-1]["id"]) if branch else "")
-        live = set(on)
-        for row in await self.sessions.list_branches(session):
-            if row["head_msg_id"] not in live:  # a tip on the asked branch adds nothing
-                live.update(str(m["id"]) for m in await self.sessions.get_branch(
-                    session, row["head_msg_id"]) if m.get("id") is not None)
-        return BranchView(session, head, on, frozenset(live))
+        return await branch_view(self.sessions, session, tip)
 
     def statistics(self) -> RuntimeStatistics:
         return RuntimeStatistics(
@@ -418,6 +431,7 @@ class MemoryRuntime:
             sessions_active=0 if self._sessions is None else len(self._sessions.registry),
             # A writer with usage to report (a model writer's tokens, calls, retries).
             writer=getattr(self.writer, "statistics", dict)(),
+            lag=self.jobs.lag(),
         )
 
 

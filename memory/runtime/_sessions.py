@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from actors import ActorRef, Request
+from memory._errors import RecallError
+from memory.recall import BranchView
 from memory.runtime._config import RuntimeConfig
 from store import (
     Append,
@@ -26,7 +28,7 @@ from store import (
     run_durable,
 )
 
-__all__ = ["Sessions"]
+__all__ = ["Sessions", "branch_view"]
 
 R = TypeVar("R")
 
@@ -90,3 +92,21 @@ class Sessions:
     ) -> list[str]:
         changed: list[str] = await self._call(session, MergeMetadata(patches))
         return changed
+
+
+async def branch_view(sessions: Sessions, session: str | None,
+                      tip: str | None) -> BranchView | None:
+    """What recall may show for ``session`` at ``tip``: the branch, and every live tip's turns."""
+    if session is None:
+        if tip is not None:
+            raise RecallError(f"tip {tip!r} was given without its session; add --session")
+        return None
+    branch = await sessions.get_branch(session, tip)  # unknown session or tip: raises
+    on = frozenset(str(m["id"]) for m in branch if m.get("id") is not None)
+    head = tip if tip is not None else (str(branch[-1]["id"]) if branch else "")
+    live = set(on)
+    for row in await sessions.list_branches(session):
+        if row["head_msg_id"] not in live:  # a tip on the asked branch adds nothing
+            live.update(str(m["id"]) for m in await sessions.get_branch(
+                session, row["head_msg_id"]) if m.get("id") is not None)
+    return BranchView(session, head, on, frozenset(live))
