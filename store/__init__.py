@@ -5,7 +5,8 @@ Layout: ``_durable`` is the one seam for durable writes; ``_ids``, ``_node``,
 ``_walk`` the in-memory index and the branch/tip rules over it; ``_journal``
 and ``_lock`` the batch journal and the cross-process lock; ``_session`` the
 synchronous core one session actor owns, ``_session_journal`` its side of
-the journal; ``_sessions`` lists the sessions of a state directory.
+the journal; ``_sessions`` lists the sessions of a state directory;
+``_threads`` the one-hop ``run_durable`` and its thread lanes.
 ``store.lowlevel`` re-exports the walks and formats for code that models a
 session without its actor.
 """
@@ -28,9 +29,7 @@ from ._durable import DIR_MODE as DIR_MODE
 from ._durable import FILE_MODE as FILE_MODE
 from ._durable import TEMP_SUFFIX as TEMP_SUFFIX
 from ._durable import DurableFiles as DurableFiles
-from ._durable import mark_lane as mark_lane
 from ._durable import run_durable as run_durable
-from ._durable import write_lane as write_lane
 from ._errors import AppendConflictError as AppendConflictError
 from ._errors import AppendInvariantError as AppendInvariantError
 from ._errors import BrokenChainError as BrokenChainError
@@ -83,6 +82,8 @@ from ._session_view import unreplayed as unreplayed
 from ._sessions import list_sessions as list_sessions
 from ._sessions import missing_meta as missing_meta
 from ._sessions import state_path as state_path
+from ._threads import mark_lane as mark_lane
+from ._threads import write_lane as write_lane
 from ._walk import predecessor_cycles as predecessor_cycles
 
 __all__ = [
