@@ -72,6 +72,8 @@ def _describe(node: Node, head: str | None, workspace_id: str | None, width: int
         flags.append(f"spawned by {node.caller}")
     if node.is_summary:
         flags.append("summary")
+    if node.is_attach:
+        flags.append(f"attach row of {node.caller}" if node.caller else "attach row")
     if node.rewound:
         flags.append("rewound")
     if node.display == "root":

@@ -264,6 +264,29 @@ def test_spawn_branch(core: SessionCore) -> None:
     assert rows[spawned["id"]]["name"] == "probe"
 
 
+def test_an_attach_row_registered_first_is_the_trunk_tip(core: SessionCore, tmp_path: Path) -> None:
+    # SPEC §4: a1's first registered child is an attach row (an llm node a1
+    # called, carrying the sub-agent's result); u2, registered after it,
+    # continues the conversation. The trunk follows first children, so it
+    # ends on the attach row, which is listed beside the conversation's tip.
+    core.append({"id": "u1", "content": "Find the invoice."})
+    core.append({"id": "a1", "role": "assistant", "content": "Asking a sub-agent."})
+    core.spawn_branch("a1", "agent_spawn", "find it", name="probe")
+    core.append({"id": "at", "role": "assistant", "content": "The sub-agent found it.",
+                 "predecessor": "a1", "caller": "a1", "function": "attach"})
+    core.append({"id": "u2", "content": "Thanks.", "predecessor": "a1"})
+    core.append({"id": "a2", "role": "assistant", "content": "Glad to help."})
+    assert core.head == "a2"
+    assert core.get_branch("at")[-1]["function"] == "attach"  # the view gives back what came in
+    for session in (core, SessionCore.open(tmp_path, "s1")):  # and from the files alone
+        attach = session.node("at")
+        assert attach.is_attach and attach.metadata["function"] == "attach"
+        rows = {r["head_msg_id"]: r for r in session.list_branches()}
+        assert {"at", "a2"} <= set(rows) and "a1" not in rows
+        assert (rows["at"]["created_at"], rows["at"]["updated_at"]) == (
+            attach.created_at, attach.created_at)
+
+
 def test_rolling_summaries(core: SessionCore) -> None:
     for node_id, role in [("u1", "user"), ("a1", "assistant"), ("u2", "user"),
                           ("a2", "assistant")]:
