@@ -19,7 +19,6 @@ from actors._errors import ActorCrashedError as ActorCrashedError
 from actors._errors import ActorError as ActorError
 from actors._errors import ActorRestartingError as ActorRestartingError
 from actors._errors import ActorStoppedError as ActorStoppedError
-from actors._errors import CallTimeoutError as CallTimeoutError
 from actors._errors import MailboxFull as MailboxFull
 from actors._errors import PoisonMessageError as PoisonMessageError
 from actors._errors import UnhandledMessageError as UnhandledMessageError
@@ -46,7 +45,6 @@ __all__ = [
     "ActorStatistics",
     "ActorStoppedError",
     "Backpressure",
-    "CallTimeoutError",
     "DeadLetter",
     "Idempotent",
     "MailboxFull",

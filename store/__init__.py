@@ -17,6 +17,7 @@ from ._actor import ListBranches as ListBranches
 from ._actor import MergeMetadata as MergeMetadata
 from ._actor import RewindTo as RewindTo
 from ._actor import SessionActor as SessionActor
+from ._actor import SessionMessage as SessionMessage
 from ._actor import SetHead as SetHead
 from ._actor import SpawnBranch as SpawnBranch
 from ._actor import TipMoved as TipMoved
@@ -118,6 +119,7 @@ __all__ = [
     "SessionExistsError",
     "SessionLock",
     "SessionLockTimeoutError",
+    "SessionMessage",
     "SessionNotFoundError",
     "SetHead",
     "SpawnBranch",

@@ -40,9 +40,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, cast
 
-from actors import Actor, ActorError, Idempotent, Request, StopReason, UnhandledMessageError
+from actors import (
+    Actor,
+    ActorError,
+    ActorRef,
+    Idempotent,
+    Request,
+    StopReason,
+    UnhandledMessageError,
+)
 
 from ._durable import DurableFiles, run_durable
 from ._errors import StoreError
@@ -62,6 +70,7 @@ __all__ = [
     "MergeMetadata",
     "RewindTo",
     "SessionActor",
+    "SessionMessage",
     "SetHead",
     "SpawnBranch",
     "TipMoved",
@@ -179,6 +188,15 @@ class TipMoved:
     replayed: bool = False
 
 
+# What a SessionActor takes: the operations of SPEC §4 and its own checkpoint.
+SessionMessage = (
+    Append | GetBranch | FindNodes | ListBranches | GetMeta | SetHead | RewindTo | SpawnBranch
+    | InsertSummary | MergeMetadata | CheckpointJournal
+)
+
+# The messages a session actor takes: SessionMessage, or more in a subclass.
+M_contra = TypeVar("M_contra", contravariant=True)
+
 # -- the actor ------------------------------------------------------------------
 
 
@@ -186,8 +204,12 @@ class TipMoved:
 _CHECKED_UNDER_LOCK = (Append, SetHead, RewindTo, SpawnBranch, InsertSummary, MergeMetadata)
 
 
-class SessionActor(Actor):
+class SessionActor(Actor[M_contra]):
     """Owns ``<state>/sessions/<sid>``; see the module docstring.
+
+    ``SessionActor(...)`` is a ``SessionActor[SessionMessage]``; a subclass
+    that adds messages derives from ``SessionActor[SessionMessage | Its]``
+    (``__init__`` refuses an ``M`` that lacks the store's own messages).
 
     ``StoreError`` (bad input, a missing node, a broken chain) is returned to
     the caller and the actor keeps running; anything else is a crash, and the
@@ -197,7 +219,7 @@ class SessionActor(Actor):
     expected_errors: ClassVar[tuple[type[Exception], ...]] = (StoreError,)
 
     def __init__(
-        self,
+        self: SessionActor[SessionMessage],
         state_dir: str | os.PathLike[str],
         session: str,
         *,
@@ -265,7 +287,7 @@ class SessionActor(Actor):
             "rebuilds": core.rebuilds,
         }
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: M_contra) -> object:
         """Check freshness once (rebuilding in a thread if needed), then :meth:`dispatch`.
 
         A mutation checks under the session lock in its own thread hop, which
@@ -284,7 +306,7 @@ class SessionActor(Actor):
         with core.trusting_index():
             return await self.dispatch(message)
 
-    async def dispatch(self, message: Any) -> Any:
+    async def dispatch(self, message: M_contra) -> object:
         """Handle one message on a fresh index; subclasses add messages here."""
         core = self.core
         match message:
@@ -339,7 +361,8 @@ class SessionActor(Actor):
         if self._retire_queued or not self.core.outstanding_journals:
             return
         try:
-            self.ref.cast_nowait(CheckpointJournal())
+            # M holds SessionMessage (``__init__`` takes no other SessionActor).
+            cast("ActorRef[SessionMessage]", self.ref).cast_nowait(CheckpointJournal())
         except ActorError:
             return  # a full mailbox: the next merge, or on_stop, retires them
         self._retire_queued = True
