@@ -32,6 +32,7 @@ from actors._options import MailboxOptions as MailboxOptions
 from actors._ref import ActorRef as ActorRef
 from actors._registry import Registry as Registry
 from actors._registry import open_registry as open_registry
+from actors._request import Asks as Asks
 from actors._request import Request as Request
 from actors._run import open_actor as open_actor
 
@@ -44,6 +45,7 @@ __all__ = [
     "ActorSnapshot",
     "ActorStatistics",
     "ActorStoppedError",
+    "Asks",
     "Backpressure",
     "DeadLetter",
     "Idempotent",
