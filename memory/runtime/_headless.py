@@ -154,7 +154,7 @@ async def run_triggers(rt: MemoryRuntime, sessions: Sequence[str]) -> dict[str, 
     errors: dict[str, str] = {}
     for session in sessions:
         try:
-            reason = await rt.session_ref(session).call(Reconsider(), timeout=rt.config.call_timeout)
+            reason = await rt.session_ref(session).call(Reconsider())
         except (*SESSION_ERRORS, ActorError) as exc:
             reason = f"session {session!r}: {describe_error(exc)}"
         if reason is not None:

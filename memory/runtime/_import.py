@@ -400,8 +400,8 @@ async def _held(rt: MemoryRuntime, session: str,
     """
     ref = rt.session_ref(session)
     held: dict[str, dict[str, Any]] = await ref.call(
-        FindNodes(names), timeout=rt.config.call_timeout)
-    meta: dict[str, Any] = await ref.call(GetMeta(), timeout=rt.config.call_timeout)
+        FindNodes(names))
+    meta: dict[str, Any] = await ref.call(GetMeta())
     first_turn = False
     if meta.get("head_id") is not None:
         first_turn = any(m.get("role") in ROLES and m.get("display") != "root"

@@ -171,7 +171,15 @@ _READS_TOPICS = (TakeSnapshot, CommitEdits, CheckEdits, CitedSources, BatchesCov
                  SourcesInMemory)
 
 
-class WorkspaceActor(Actor):
+# What the WorkspaceActor takes.
+WorkspaceMessage = (
+    ArchiveBatches | TakeSnapshot | CommitEdits | CheckEdits | BatchesCovered | CitedSources
+    | SourcesInMemory | RecordSessionEnd | QuarantineBatch | ReleaseQuarantine | ReadQuarantine
+    | ReadRuntimeState | ReplaceRuntimeState
+)
+
+
+class WorkspaceActor(Actor[WorkspaceMessage]):
     """Owns ``<state>/memory``; see the module docstring."""
 
     expected_errors = (ScriptoriumMemoryError, UnsafeLinkError)
@@ -241,7 +249,7 @@ class WorkspaceActor(Actor):
         return {"workspace_id": self.workspace_id, "commits": self.commits,
                 "archives": self.archives.statistics()}
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: WorkspaceMessage) -> object:
         if self._unfinished is not None and isinstance(message, _READS_TOPICS):
             await run_durable(self._finish_install)
         if self.on_change is not None and isinstance(message, (ArchiveBatches, CommitEdits)):
@@ -251,7 +259,7 @@ class WorkspaceActor(Actor):
             return result
         return await self._handle(message)
 
-    async def _handle(self, message: Any) -> Any:
+    async def _handle(self, message: WorkspaceMessage) -> object:
         match message:
             case ArchiveBatches(batches):
                 return await run_durable(self._archive, batches)

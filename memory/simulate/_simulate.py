@@ -186,7 +186,6 @@ def runtime_config(config: SimulationConfig, plan: FaultPlan, tally: EventTally)
         passivate_after=4 * config.session_idle,
         retry_backoff=Backoff(initial=0.05, factor=2.0, maximum=0.5, jitter=0.25),
         worker_backoff=Backoff(initial=0.01, factor=2.0, maximum=0.2, jitter=0.25),
-        call_timeout=None,
         files=FaultyDisk(plan),
         seed=config.seed,
         on_event=tally,

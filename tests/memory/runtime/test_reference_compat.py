@@ -413,7 +413,7 @@ async def test_the_files_timings_drive_the_watchdog_and_the_trigger(state: Path)
         if event["event"] == "boundary" and event["session"] == "demo":
             ended.set()
 
-    base = RuntimeConfig(clock=virtual_wall_clock, call_timeout=None, writer_workers=1,
+    base = RuntimeConfig(clock=virtual_wall_clock, writer_workers=1,
                          on_event=on_event)
     async with open_runtime(state, config=apply_timings(base, read_settings(state))) as rt:
         # the fixture's session stopped long ago: the first poll (30 s, not 300) finds it

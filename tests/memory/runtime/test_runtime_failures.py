@@ -7,11 +7,12 @@ timeout elapse without real waiting.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
 
+from actors import ActorRef
 from memory.ledger._records import MARKER_KEY
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
@@ -20,6 +21,7 @@ from memory.writers._extractive import ExtractiveWriter
 from store import SessionCore
 from supervisors import (
     Backoff,
+    SupervisorMessage,
     SupervisorStatistics,
     get_child,
     restart_child,
@@ -47,7 +49,6 @@ def virtual_config(**overrides: Any) -> RuntimeConfig:
         "writer_timeout": 600.0,
         "seed": 1,
         # No call timeouts: on virtual time a slow disk would let them jump ahead.
-        "call_timeout": None,
     }
     options.update(overrides)
     return config(**options)
@@ -153,7 +154,7 @@ async def test_a_job_whose_worker_is_stopped_is_abandoned_and_written_again(
         sid = await rt.sessions.create()
         await chain(rt, sid, "ROOT", ["u1", "a1"])
         assert rt.root is not None
-        pool = await get_child(rt.root, "writers")
+        pool = cast("ActorRef[SupervisorMessage]", await get_child(rt.root, "writers"))
         with anyio.fail_after(60):  # without the abandon, the boundary never ends
             async with anyio.create_task_group() as tg:
                 tg.start_soon(rt.flush, sid)
