@@ -25,8 +25,22 @@
     │   ├── MissingAuthorityError               a turn stamped authority_schema lacks its authority (SPEC §6.1)
     │   └── InvalidThresholdError               a batch threshold that is no positive integer
     ├── BoundaryError                      a session boundary stopped on an error (``rt.flush``)
-    └── RecallError                        a recall query that cannot be answered
-        └── EmptyQueryError                     a query with no word to search for
+    ├── RecallError                        a recall query that cannot be answered
+    │   └── EmptyQueryError                     a query with no word to search for
+    ├── ModelWriterFailedError             the model gave no acceptable edits for a batch
+    ├── ModelCallFailedError               a call to the model endpoint failed for good
+    │   ├── EndpointRefusedError                a 4xx other than 429 (never retried)
+    │   └── EndpointUnavailableError            429, 5xx or connection errors on every attempt
+    │       └── EndpointUnreachableError        nothing listens at the base URL
+    └── HistoryImportError                 an import refused or not finished
+        ├── ImportLineError                     a line cannot be imported; nothing was
+        └── ImportInterruptedError              stopped part way; running it again completes it
+
+Outside the tree: ``WriterCrashedError`` (a writer worker's crash, for its
+supervisor, not an error of a call); ``ResponseUnreadableError`` and
+``ActionsUnreadableError`` (``ValueError``s the model writer turns into
+``ModelWriterFailedError``, never raised out of it); and
+``ReferenceThresholdWarning`` (a warning, not an error).
 
 Messages name the session, node or file (relative to the state directory)
 and say what to do next.
@@ -35,10 +49,12 @@ and say what to do next.
 from __future__ import annotations
 
 import errno
+from collections.abc import Sequence
 
 from actors import ActorError
 
 __all__ = [
+    "ActionsUnreadableError",
     "ArchiveError",
     "ArchiveStepFailedError",
     "BoundaryError",
@@ -47,14 +63,24 @@ __all__ = [
     "CorruptWorkspaceIdError",
     "EditRejectedError",
     "EmptyQueryError",
+    "EndpointRefusedError",
+    "EndpointUnavailableError",
+    "EndpointUnreachableError",
+    "HistoryImportError",
+    "ImportInterruptedError",
+    "ImportLineError",
     "IncompleteArchiveError",
     "InstallJournalCorruptError",
     "InstallUnfinishedError",
     "InvalidThresholdError",
     "LedgerError",
     "MissingAuthorityError",
+    "ModelCallFailedError",
+    "ModelWriterFailedError",
     "NothingChangedError",
     "RecallError",
+    "ReferenceThresholdWarning",
+    "ResponseUnreadableError",
     "ScriptoriumMemoryError",
     "SettingsError",
     "TopicError",
@@ -64,6 +90,7 @@ __all__ = [
     "UnidentifiedMessageError",
     "WorkspaceLockTimeoutError",
     "WriteCycleError",
+    "WriterCrashedError",
     "WriterFailedError",
     "WriterTimedOutError",
     "describe_error",
@@ -358,6 +385,101 @@ class RecallError(ScriptoriumMemoryError, ValueError):
 
 class EmptyQueryError(RecallError):
     """The query holds no word to search for."""
+
+
+# -- the model writer -------------------------------------------------------------
+
+
+class ModelWriterFailedError(ScriptoriumMemoryError):
+    """The model gave no acceptable edits for the batch; the message says why (never a key)."""
+
+
+class ModelCallFailedError(ScriptoriumMemoryError):
+    """A call to the model endpoint failed for good; the message names the endpoint, never the key.
+
+    ``retries``: the attempts it made after the first (the usage counts them).
+    """
+
+    retries = 0
+
+
+class EndpointRefusedError(ModelCallFailedError):
+    """A 4xx other than 429: the request itself is wrong (never retried)."""
+
+    def __init__(self, what: str, status: int, body: str = "") -> None:
+        super().__init__(what)
+        self.status = status
+        self.body = body  # the start of the refusal's body, redacted
+
+
+class EndpointUnavailableError(ModelCallFailedError):
+    """429, 5xx or connection errors on every attempt."""
+
+
+class EndpointUnreachableError(EndpointUnavailableError):
+    """Nothing accepts a connection at the base URL's host and port (see :func:`probe_endpoint`)."""
+
+
+# The model writer turns these two into a ModelWriterFailedError (or asks again).
+class ResponseUnreadableError(ValueError):
+    """A 2xx body that is not a completion of the provider's format (not retried: a bug)."""
+
+    retries = 0  # attempts before the one that answered it (set by the transport)
+
+
+class ActionsUnreadableError(ValueError):
+    """The model's answer is not the edits object; the message says what is wrong."""
+
+
+# -- importing history ------------------------------------------------------------
+
+
+class HistoryImportError(ScriptoriumMemoryError):
+    """An import that was refused or did not finish; the message says what to do."""
+
+
+class ImportLineError(HistoryImportError):
+    """A line of the file cannot be imported; nothing of the file was."""
+
+    def __init__(self, file: str, line: int, problem: str) -> None:
+        self.file, self.line, self.problem = file, line, problem
+        super().__init__(
+            f"{file}:{line}: {problem}; nothing of the file was imported: fix that line "
+            "and run the import again"
+        )
+
+
+class ImportInterruptedError(HistoryImportError):
+    """Appending a checked file failed part way; running it again completes it."""
+
+    def __init__(self, file: str, line: int, session: str, appended: int,
+                 cause: BaseException) -> None:
+        self.file, self.line, self.session, self.appended = file, line, session, appended
+        super().__init__(
+            f"{file}:{line}: the import into session {session!r} stopped ({cause}); "
+            f"{appended} turn(s) before that line are in the session: run the same import "
+            "again to finish it (turns already there are skipped)"
+        )
+
+
+# -- crashes and warnings (outside the tree) ----------------------------------------
+
+
+class WriterCrashedError(Exception):
+    """The writer raised or hung on a job; the worker restarts (cause in ``__cause__``).
+
+    A crash of a writer worker, not an error of a call: its supervisor sees it.
+    """
+
+    def __init__(self, session: str, node_ids: Sequence[str], kind: str) -> None:
+        super().__init__(
+            f"writer failed ({kind}) on session {session!r}, nodes "
+            f"{list(node_ids)}; the worker restarts with backoff and the batch stays owed"
+        )
+
+
+class ReferenceThresholdWarning(UserWarning):
+    """A token threshold outside 8,000 / 16,000 / 32,000: fine here, refused by the reference."""
 
 
 def describe_error(error: BaseException) -> str:

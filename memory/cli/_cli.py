@@ -23,7 +23,7 @@ import anyio
 import click
 import orjson
 
-from memory._errors import LedgerError, SettingsError
+from memory._errors import LedgerError, ReferenceThresholdWarning, SettingsError
 from memory.cli._cli_errors import (
     EXIT_USAGE,
     CliError,
@@ -34,7 +34,6 @@ from memory.cli._cli_errors import (
 from memory.cli._session_view import render_session_tree
 from memory.ledger._ledger import (
     ALLOWED_THRESHOLDS,
-    ReferenceThresholdWarning,
     owed_tokens,
     records_from_branch,
     unwritten_turns,

@@ -25,6 +25,7 @@ from memory._errors import (
     InvalidThresholdError,
     LedgerError,
     MissingAuthorityError,
+    ReferenceThresholdWarning,
     UncitableIdError,
     UnidentifiedMessageError,
 )
@@ -42,7 +43,6 @@ __all__ = [
     "RUNTIME_SOURCES",
     "NodeRecords",
     "OwedTails",
-    "ReferenceThresholdWarning",
     "WritePolicy",
     "batch_due_at",
     "first_batch",
@@ -69,10 +69,6 @@ RUNTIME_SOURCES = frozenset({"job_followup", "merge_turn"})
 ALLOWED_THRESHOLDS = (8_000, 16_000, 32_000)
 DEFAULT_THRESHOLD = 16_000
 DEFAULT_IDLE_AFTER = 3600.0  # seconds
-
-
-class ReferenceThresholdWarning(UserWarning):
-    """A token threshold outside 8,000 / 16,000 / 32,000: fine here, refused by the reference."""
 
 
 def threshold_warning(threshold: int) -> str | None:

@@ -55,7 +55,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import orjson
 
-from memory._errors import ScriptoriumMemoryError
+from memory._errors import (
+    HistoryImportError,
+    ImportInterruptedError,
+    ImportLineError,
+)
 from store import (
     CLOCK_SKEW,
     RESERVED_KEYS,
@@ -73,10 +77,7 @@ if TYPE_CHECKING:
     from memory.runtime._runtime import MemoryRuntime
 
 __all__ = [
-    "HistoryImportError",
-    "ImportInterruptedError",
     "ImportLine",
-    "ImportLineError",
     "ImportReport",
     "derived_session_id",
     "import_jsonl",
@@ -92,34 +93,6 @@ SPEAKER_KEY = "speaker_display"
 # Fields of the message view a line cannot set: its time is created_at, and
 # sub-calls, tool rows and model names are not conversation history.
 _REFUSED = (RESERVED_KEYS | {"name", "input", "reads"}) - _LINE_FIELDS
-
-
-class HistoryImportError(ScriptoriumMemoryError):
-    """An import that was refused or did not finish; the message says what to do."""
-
-
-class ImportLineError(HistoryImportError):
-    """A line of the file cannot be imported; nothing of the file was."""
-
-    def __init__(self, file: str, line: int, problem: str) -> None:
-        self.file, self.line, self.problem = file, line, problem
-        super().__init__(
-            f"{file}:{line}: {problem}; nothing of the file was imported: fix that line "
-            "and run the import again"
-        )
-
-
-class ImportInterruptedError(HistoryImportError):
-    """Appending a checked file failed part way; running it again completes it."""
-
-    def __init__(self, file: str, line: int, session: str, appended: int,
-                 cause: BaseException) -> None:
-        self.file, self.line, self.session, self.appended = file, line, session, appended
-        super().__init__(
-            f"{file}:{line}: the import into session {session!r} stopped ({cause}); "
-            f"{appended} turn(s) before that line are in the session: run the same import "
-            "again to finish it (turns already there are skipped)"
-        )
 
 
 @dataclass(frozen=True)

@@ -50,8 +50,12 @@ import anyio.to_thread
 import httpx
 
 from memory._errors import (
+    ActionsUnreadableError,
     ConcurrentUpdateError,
-    ScriptoriumMemoryError,
+    EndpointRefusedError,
+    ModelCallFailedError,
+    ModelWriterFailedError,
+    ResponseUnreadableError,
     TopicError,
     describe_error,
 )
@@ -59,30 +63,13 @@ from memory.ledger import TokenCounter, default_counter
 from memory.workspace import TopicEdit, WorkspaceSnapshot
 from memory.writers._extractive import log_nothing_new
 from memory.writers._writer import Batch
-from memory.writers.model._edits import (
-    ActionsUnreadableError,
-    EditAction,
-    parse_actions,
-    to_topic_edits,
-)
+from memory.writers.model._edits import EditAction, parse_actions, to_topic_edits
 from memory.writers.model._prompt import WRITING_RULES, Ranking, core_first, render_model_prompt
 from memory.writers.model._retry import DailySpend, batch_budget_allows, daily_wait
 from memory.writers.model._settings import ENV_PREFIX, ModelSettings, redact_url
-from memory.writers.model._transport import (
-    Endpoint,
-    EndpointRefusedError,
-    ModelCallFailedError,
-    Sleep,
-)
+from memory.writers.model._transport import Endpoint, Sleep
 from memory.writers.model._usage import UsageFile
-from memory.writers.model._wire import (
-    MODES,
-    Completion,
-    ResponseUnreadableError,
-    build_request,
-    read_response,
-    refuses_form,
-)
+from memory.writers.model._wire import MODES, Completion, build_request, read_response, refuses_form
 from store import run_durable
 
 __all__ = ["ModelWriter", "ModelWriterFailedError"]
@@ -90,10 +77,6 @@ __all__ = ["ModelWriter", "ModelWriterFailedError"]
 _REUSABLE = 256  # batches whose edits are kept for a retry after a concurrent update
 USAGE_FLUSH = 1.0  # seconds between writes of the usage file
 _STEP_DOWN = (400, 422)
-
-
-class ModelWriterFailedError(ScriptoriumMemoryError):
-    """The model gave no acceptable edits for the batch; the message says why (never a key)."""
 
 
 def _read_or_none(snapshot: WorkspaceSnapshot) -> Callable[[str], str | None]:

@@ -21,9 +21,9 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from memory._errors import MissingAuthorityError, SettingsError
+from memory._errors import MissingAuthorityError, ReferenceThresholdWarning, SettingsError
 from memory.cli._cli import _config, main
-from memory.ledger._ledger import ReferenceThresholdWarning, WritePolicy
+from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
 from memory.runtime._config import apply_timings
 from memory.runtime._runtime import RuntimeConfig, open_runtime

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from memory._errors import SettingsError
+from memory._errors import ActionsUnreadableError, SettingsError
 from memory.workspace import normalise_topic, parse_topic
 from memory.writers.model import (
-    ActionsUnreadableError,
     DailySpend,
     EditAction,
     Endpoint,
