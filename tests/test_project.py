@@ -98,6 +98,18 @@ OUTSIDE_ERRORS = {
 }
 
 
+def test_store_and_its_lowlevel_surface_are_apart() -> None:
+    """Like actors.lowlevel: a name is in one surface, and the host's own in ``store``."""
+    import store
+    import store.lowlevel
+
+    assert not set(store.__all__) & set(store.lowlevel.__all__)
+    assert {"run_durable", "SessionLock", "Fingerprint", "walk_files", "state_path",
+            "recover_dead_runtimes"} <= set(store.lowlevel.__all__)
+    assert {"SessionCore", "SessionActor", "DurableFiles", "Node", "StoreError",
+            "list_sessions", "node_to_message"} <= set(store.__all__)
+
+
 def test_memorys_public_exceptions_live_in_its_errors_module() -> None:
     """One errors module per package (STYLE 5); memory exports what the README names."""
     memory = importlib.import_module("memory")
@@ -131,8 +143,10 @@ def test_memory_folders_import_one_way(layer: str) -> None:
                 f"import only memory._errors and memory/{{{','.join(sorted(allowed - {'_errors'}))}}}")
 
 
-# Modules that only re-export: every __init__, and actors.lowlevel (the runner's surface).
-INITS = (*PACKAGES, *(f"memory.{layer}" for layer in MEMORY_LAYERS), "actors.lowlevel")
+# Modules that only re-export: every __init__, actors.lowlevel (the runner's surface)
+# and store.lowlevel (the store's tools memory builds on).
+INITS = (*PACKAGES, *(f"memory.{layer}" for layer in MEMORY_LAYERS), "actors.lowlevel",
+         "store.lowlevel")
 
 
 @pytest.mark.parametrize("package", INITS)

@@ -66,10 +66,8 @@ from store import (
     SessionNotFoundError,
     StoreError,
     list_sessions,
-    predecessor_cycles,
-    state_path,
-    validate_id,
 )
+from store.lowlevel import predecessor_cycles, state_path, validate_id
 
 __all__ = ["main"]
 

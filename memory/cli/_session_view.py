@@ -30,7 +30,7 @@ def render_session_tree(
     """The drawing of every node a root reaches.
 
     Nodes on a predecessor loop (and what hangs off them) have no root to be
-    drawn from: the caller names them (``store.predecessor_cycles``).
+    drawn from: the caller names them (``store.lowlevel.predecessor_cycles``).
     """
     ordered = sorted(nodes, key=lambda n: n.seq)
     by_id = {n.id: n for n in ordered}

@@ -31,7 +31,8 @@ from memory._errors import (
 )
 from memory.ledger._records import MARKER_KEY, SourceMeta, SourceRecord, normalize_label
 from memory.ledger._tokens import TokenCounter, estimate_tokens
-from store import Node, SessionCore, StoreError, citable_id_problem, node_to_message
+from store import Node, SessionCore, StoreError, node_to_message
+from store.lowlevel import citable_id_problem
 
 __all__ = [
     "ALLOWED_THRESHOLDS",

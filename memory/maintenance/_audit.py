@@ -74,9 +74,8 @@ from store import (
     UnsafeLinkError,
     list_sessions,
     node_to_message,
-    predecessor_cycles,
-    walk_files,
 )
+from store.lowlevel import predecessor_cycles, walk_files
 
 __all__ = [
     "WHAT_TO_DO",

@@ -39,7 +39,8 @@ from memory.runtime._session_actor import (
     Reconsider,
 )
 from memory.writers import Writer
-from store import StoreError, list_sessions, run_durable
+from store import StoreError, list_sessions
+from store.lowlevel import run_durable
 
 __all__ = ["SessionReport", "run_headless", "run_once", "run_triggers", "scan_sessions"]
 

@@ -67,11 +67,9 @@ from store import (
     GetMeta,
     InvalidRequestError,
     SessionExistsError,
-    citable_id_problem,
-    encode_node,
     message_to_node,
-    validate_id,
 )
+from store.lowlevel import citable_id_problem, encode_node, validate_id
 
 if TYPE_CHECKING:
     from memory.runtime._runtime import MemoryRuntime

@@ -96,12 +96,8 @@ from store import (
     SessionNotFoundError,
     SetHead,
     SpawnBranch,
-    missing_meta,
-    recover_dead_runtimes,
-    run_durable,
-    state_path,
-    validate_id,
 )
+from store.lowlevel import missing_meta, recover_dead_runtimes, run_durable, state_path, validate_id
 from supervisors import (
     ChildSpec,
     DynamicSupervisor,

@@ -82,15 +82,8 @@ from memory.workspace._quarantine import QuarantineEntry, is_quarantined
 from memory.writers._cycle import FailureKind, WriteOutcome
 from memory.writers._prompt import render_prompt
 from memory.writers._writer import Batch
-from store import (
-    RuntimeLog,
-    SessionActor,
-    SessionCore,
-    SessionMessage,
-    StoreError,
-    TipMoved,
-    run_durable,
-)
+from store import RuntimeLog, SessionActor, SessionCore, SessionMessage, StoreError, TipMoved
+from store.lowlevel import run_durable
 
 ROOT = "ROOT"  # SPEC §4: the predecessor of a session's first turn; a walk ends there
 

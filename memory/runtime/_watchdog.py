@@ -35,7 +35,8 @@ from actors import Actor, ActorError, ActorRef, Idempotent, Request, UnhandledMe
 from memory.runtime._config import RuntimeConfig
 from memory.runtime._session_actor import CheckIdle, MemorySessionMessage, RepairMarkers
 from memory.workspace._runtime_state import read_session_end
-from store import Fingerprint, StoreError, list_sessions, run_durable
+from store import StoreError, list_sessions
+from store.lowlevel import Fingerprint, run_durable
 
 __all__ = [
     "IdleWatchdog",

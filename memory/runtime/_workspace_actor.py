@@ -59,7 +59,8 @@ from memory.workspace._topic_ids import handle_key
 from memory.workspace._transaction import JOURNAL, CommitResult, Transactions, workspace_lock
 from memory.workspace._workspace_id import load_or_create_workspace_id
 from memory.writers._writer import Batch
-from store import LOCK_TIMEOUT, DurableFiles, UnsafeLinkError, run_durable
+from store import LOCK_TIMEOUT, DurableFiles, UnsafeLinkError
+from store.lowlevel import run_durable
 
 __all__ = [
     "ArchiveBatches",

@@ -42,7 +42,7 @@ from memory.simulate._simulate import SimulationConfig, SimulationResult
 from memory.simulate._simulate import simulate as run_simulation
 from memory.writers import CPU_WORKER_MODES, CpuWorkerMode
 from memory.writers.model import model_settings, probe_endpoint
-from store import state_path
+from store.lowlevel import state_path
 
 __all__ = ["percentile", "render_report", "result_document", "simulate"]
 

@@ -61,7 +61,8 @@ from memory.writers._extractive import ExtractiveWriter
 from memory.writers._offload import CpuWorkerMode
 from memory.writers._writer import Writer
 from memory.writers.model import ModelSettings, ModelWriter, UsageFile
-from store import list_sessions, run_durable, state_path
+from store import list_sessions
+from store.lowlevel import run_durable, state_path
 from supervisors import Backoff, get_child
 
 __all__ = [

@@ -14,7 +14,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from store import SessionCore, SessionLockTimeoutError, run_durable
+from store import SessionCore, SessionLockTimeoutError
+from store.lowlevel import run_durable
 from tests.faults import hold_flock, let_go
 
 TURN = {"role": "user", "content": "I prefer tea.", "predecessor": "ROOT"}

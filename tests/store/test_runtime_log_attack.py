@@ -812,7 +812,7 @@ def test_release_all_at_exit_waits_on_a_session_lock_its_own_log_still_holds(
     import functools
 
     import memory.runtime._claims as claims
-    from store import SessionLock
+    from store.lowlevel import SessionLock
 
     monkeypatch.setattr(claims, "SessionLock", functools.partial(SessionLock, timeout=1.0))
     state = tmp_path / "state"

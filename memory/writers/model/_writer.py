@@ -70,7 +70,7 @@ from memory.writers.model._settings import ENV_PREFIX, ModelSettings, redact_url
 from memory.writers.model._transport import Endpoint, Sleep
 from memory.writers.model._usage import UsageFile
 from memory.writers.model._wire import MODES, Completion, build_request, read_response, refuses_form
-from store import run_durable
+from store.lowlevel import run_durable
 
 __all__ = ["ModelWriter", "ModelWriterFailedError"]
 

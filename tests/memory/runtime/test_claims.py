@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from memory.ledger._claim import Claim, decode_claim, encode_claim
 from memory.runtime._claims import ClaimFile, SessionClaims, pid_alive, release_claim
-from store import CLAIM_NAME, DurableFiles, SessionCore, UnsafeIdError
+from store import DurableFiles, SessionCore, UnsafeIdError
+from store.lowlevel import CLAIM_NAME
 from tests.faults import FaultyFiles
 
 HOST = "this-host"
