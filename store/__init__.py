@@ -50,6 +50,7 @@ from ._message import message_to_node as message_to_node
 from ._message import node_to_message as node_to_message
 from ._node import RESERVED_KEYS as RESERVED_KEYS
 from ._node import Node as Node
+from ._options import SessionOptions as SessionOptions
 from ._runtime_log import RuntimeLog as RuntimeLog
 from ._session import CLOCK_SKEW as CLOCK_SKEW
 from ._session import AppendedTurn as AppendedTurn
@@ -93,6 +94,7 @@ __all__ = [
     "SessionLockTimeoutError",
     "SessionMessage",
     "SessionNotFoundError",
+    "SessionOptions",
     "SetHead",
     "SpawnBranch",
     "StoreError",

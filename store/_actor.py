@@ -38,7 +38,7 @@ caller gets ``ActorCrashedError`` and the effect may have happened.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar, cast
 
@@ -52,12 +52,11 @@ from actors import (
     UnhandledMessageError,
 )
 
-from ._durable import DurableFiles, run_durable
+from ._durable import run_durable
 from ._errors import StoreError
-from ._lock import LOCK_TIMEOUT
 from ._message import node_to_message
-from ._runtime_log import RuntimeLog
-from ._session import SessionCore
+from ._options import SessionOptions
+from ._session import DEFAULTS, SessionCore
 
 __all__ = [
     "Append",
@@ -223,17 +222,11 @@ class SessionActor(Actor[M_contra]):
         state_dir: str | os.PathLike[str],
         session: str,
         *,
-        files: DurableFiles | None = None,
-        clock: Callable[[], float] | None = None,
-        lock_timeout: float | None = LOCK_TIMEOUT,
-        log: RuntimeLog | None = None,
+        options: SessionOptions = DEFAULTS,
     ) -> None:
         self.state_dir = os.fspath(state_dir)
         self.session = session
-        self._log = log
-        self._files = files
-        self._clock = clock
-        self._lock_timeout = lock_timeout
+        self.options = options
         self._core: SessionCore | None = None
         self._open_error: StoreError | None = None
         self._retire_queued = False
@@ -259,12 +252,8 @@ class SessionActor(Actor[M_contra]):
             self._open_error = exc  # the message that activated the actor gets it
 
     async def _open(self) -> None:
-        options: dict[str, Any] = {"files": self._files, "lock_timeout": self._lock_timeout,
-                                   "log": self._log}
-        if self._clock is not None:
-            options["clock"] = self._clock
         self._core = await run_durable(
-            lambda: SessionCore.open(self.state_dir, self.session, **options)
+            lambda: SessionCore.open(self.state_dir, self.session, options=self.options)
         )
 
     async def on_stop(self, reason: StopReason) -> None:

@@ -23,6 +23,7 @@ import random
 from typing import Any
 
 from memory.ledger._records import MARKER_KEY
+from store import SessionOptions
 from store._durable import DurableFiles
 from store._format import decode_node, encode_node, node_filename
 from store._session import SessionCore
@@ -41,7 +42,7 @@ def _history(core: SessionCore, node_id: str) -> str:
 def _session(state_dir: str, name: str, nodes: int, files: DurableFiles) -> tuple[
     SessionCore, list[str]
 ]:
-    core = SessionCore.create(state_dir, name, title=name, files=files)
+    core = SessionCore.create(state_dir, name, title=name, options=SessionOptions(files=files))
     ids = [
         core.append({"role": ("user", "assistant")[i % 2], "content": f"turn {i}"})["id"]
         for i in range(nodes)

@@ -94,6 +94,7 @@ from store import (
     RuntimeLog,
     SessionCore,
     SessionNotFoundError,
+    SessionOptions,
     SetHead,
     SpawnBranch,
 )
@@ -526,8 +527,9 @@ class Sessions:
 
     async def create(self, title: str = "", session_id: str | None = None) -> str:
         rt = self._rt
+        options = SessionOptions(files=rt.config.files, clock=rt.config.clock)
         core = await run_durable(lambda: SessionCore.create(
-            rt.state_dir, session_id, title=title, files=rt.config.files, clock=rt.config.clock))
+            rt.state_dir, session_id, title=title, options=options))
         return core.session
 
     async def _call(self, session: str, message: Asks[MemorySessionMessage, R]) -> R:

@@ -82,7 +82,15 @@ from memory.workspace._quarantine import QuarantineEntry, is_quarantined
 from memory.writers._cycle import FailureKind, WriteOutcome
 from memory.writers._prompt import render_prompt
 from memory.writers._writer import Batch
-from store import RuntimeLog, SessionActor, SessionCore, SessionMessage, StoreError, TipMoved
+from store import (
+    RuntimeLog,
+    SessionActor,
+    SessionCore,
+    SessionMessage,
+    SessionOptions,
+    StoreError,
+    TipMoved,
+)
 from store.lowlevel import run_durable
 
 ROOT = "ROOT"  # SPEC §4: the predecessor of a session's first turn; a walk ends there
@@ -370,10 +378,10 @@ class MemorySessionActor(SessionActor[MemorySessionMessage]):
     expected_errors: ClassVar[tuple[type[Exception], ...]] = (StoreError, LedgerError)
 
     def __init__(self, runtime: SessionHost, session: str) -> None:
-        super().__init__(
-            runtime.state_dir, session, files=runtime.config.files, clock=runtime.config.clock,
+        super().__init__(runtime.state_dir, session, options=SessionOptions(
+            files=runtime.config.files, clock=runtime.config.clock,
             lock_timeout=runtime.config.lock_timeout, log=runtime.runtime_log,
-        )
+        ))
         self.runtime = runtime
         self.ledger = runtime.ledger(session)
         self.records = NodeRecords(session, counter=runtime.config.counter)

@@ -23,7 +23,14 @@ from actors import (
     open_actor,
     redeliverable,
 )
-from store import InvalidNodeError, SessionCore, SessionMessage, StoreError, UnsafeIdError
+from store import (
+    InvalidNodeError,
+    SessionCore,
+    SessionMessage,
+    SessionOptions,
+    StoreError,
+    UnsafeIdError,
+)
 from store._actor import (
     Append,
     CheckpointJournal,
@@ -143,7 +150,7 @@ async def test_lost_marker_race_removed_by_the_actor(tmp_path: Path) -> None:
     acknowledged: list[tuple[str, str]] = []
     operations = 0
     rng = random.Random(7)
-    async with open_actor(SessionActor(tmp_path, "s1", files=NoSyncFiles()),
+    async with open_actor(SessionActor(tmp_path, "s1", options=SessionOptions(files=NoSyncFiles())),
                           options=MailboxOptions(capacity=64)) as ref:
         ids: list[str] = []
         previous = "ROOT"

@@ -245,14 +245,14 @@ OUR_NAMES = (".lock", ".claim", ".journal", ".scriptorium-tmp")
 # rename of the node file's temp copy, leaving the journal record and the temp file.
 CRASHING_APPEND = """
 import os, signal, sys
-from store import DurableFiles, SessionCore
+from store import DurableFiles, SessionCore, SessionOptions
 
 class KilledAtRename(DurableFiles):
     def _step(self, step, path):
         if step == "rename":
             os.kill(os.getpid(), signal.SIGKILL)
 
-core = SessionCore.open(sys.argv[1], "demo", files=KilledAtRename())
+core = SessionCore.open(sys.argv[1], "demo", options=SessionOptions(files=KilledAtRename()))
 core.append({"id": "u9", "role": "user", "content": "The crash came after this.",
              "predecessor": "a3", **OWNER})
 """.replace("OWNER", repr(OWNER))
