@@ -12,7 +12,9 @@ from memory._errors import ArchiveError as ArchiveError
 from memory._errors import BoundaryError as BoundaryError
 from memory._errors import ConcurrentUpdateError as ConcurrentUpdateError
 from memory._errors import IncompleteArchiveError as IncompleteArchiveError
+from memory._errors import RecallArgumentError as RecallArgumentError
 from memory._errors import RecallError as RecallError
+from memory._errors import RuntimeClosedError as RuntimeClosedError
 from memory._errors import ScriptoriumMemoryError as ScriptoriumMemoryError
 from memory._errors import TopicError as TopicError
 from memory._errors import TransactionError as TransactionError
@@ -52,7 +54,9 @@ __all__ = [
     "FailureKind",
     "IncompleteArchiveError",
     "MemoryRuntime",
+    "RecallArgumentError",
     "RecallError",
+    "RuntimeClosedError",
     "RuntimeConfig",
     "ScriptoriumMemoryError",
     "SourceMeta",

@@ -25,8 +25,10 @@
     │   ├── MissingAuthorityError               a turn stamped authority_schema lacks its authority (SPEC §6.1)
     │   └── InvalidThresholdError               a batch threshold that is no positive integer
     ├── BoundaryError                      a session boundary stopped on an error (``rt.flush``)
+    ├── RuntimeClosedError                 a MemoryRuntime used after its ``async with`` block ended
     ├── RecallError                        a recall query that cannot be answered
-    │   └── EmptyQueryError                     a query with no word to search for
+    │   ├── EmptyQueryError                     a query with no word to search for
+    │   └── RecallArgumentError                 k, since, until, as_of or budget_tokens out of range
     ├── ModelWriterFailedError             the model gave no acceptable edits for a batch
     ├── ModelCallFailedError               a call to the model endpoint failed for good
     │   ├── EndpointRefusedError                a 4xx other than 429 (never retried)
@@ -36,11 +38,7 @@
         ├── ImportLineError                     a line cannot be imported; nothing was
         └── ImportInterruptedError              stopped part way; running it again completes it
 
-Outside the tree: ``WriterCrashedError`` (a writer worker's crash, for its
-supervisor, not an error of a call); ``ResponseUnreadableError`` and
-``ActionsUnreadableError`` (``ValueError``s the model writer turns into
-``ModelWriterFailedError``, never raised out of it); and
-``ReferenceThresholdWarning`` (a warning, not an error).
+Outside the tree, a warning: ``ReferenceThresholdWarning``.
 
 Messages name the session, node or file (relative to the state directory)
 and say what to do next.
@@ -49,12 +47,10 @@ and say what to do next.
 from __future__ import annotations
 
 import errno
-from collections.abc import Sequence
 
 from actors import ActorError
 
 __all__ = [
-    "ActionsUnreadableError",
     "ArchiveError",
     "ArchiveStepFailedError",
     "BoundaryError",
@@ -78,9 +74,10 @@ __all__ = [
     "ModelCallFailedError",
     "ModelWriterFailedError",
     "NothingChangedError",
+    "RecallArgumentError",
     "RecallError",
     "ReferenceThresholdWarning",
-    "ResponseUnreadableError",
+    "RuntimeClosedError",
     "ScriptoriumMemoryError",
     "SettingsError",
     "TopicError",
@@ -90,7 +87,6 @@ __all__ = [
     "UnidentifiedMessageError",
     "WorkspaceLockTimeoutError",
     "WriteCycleError",
-    "WriterCrashedError",
     "WriterFailedError",
     "WriterTimedOutError",
     "describe_error",
@@ -376,6 +372,22 @@ class BoundaryError(ScriptoriumMemoryError):
         super().__init__(reason)
 
 
+class RuntimeClosedError(ScriptoriumMemoryError, RuntimeError):
+    """*Your* code used a runtime whose ``async with open_runtime(...)`` block has ended.
+
+    Its actors, writer pool and index are gone, so nothing it would answer
+    can be trusted (trio's ``ClosedResourceError``, for a runtime). A
+    ``RuntimeError`` too: what a closed runtime raised before it had a name.
+    """
+
+    def __init__(self, state_dir: str, method: str) -> None:
+        self.state_dir, self.method = state_dir, method
+        super().__init__(
+            f"the memory runtime of {state_dir} was used ({method}) after its "
+            "'async with open_runtime(...)' block ended; use it inside the block, "
+            "or open the runtime again")
+
+
 # -- recall ------------------------------------------------------------------------
 
 
@@ -385,6 +397,18 @@ class RecallError(ScriptoriumMemoryError, ValueError):
 
 class EmptyQueryError(RecallError):
     """The query holds no word to search for."""
+
+
+class RecallArgumentError(RecallError):
+    """An argument of ``rt.recall`` / ``rt.context`` that asks for nothing (``k=0``, ``since=nan``).
+
+    Answering such a call with nothing would look like "memory holds no
+    match"; it is the caller's mistake, so it is named instead.
+    """
+
+    def __init__(self, argument: str, value: object, expected: str) -> None:
+        self.argument, self.value = argument, value
+        super().__init__(f"{argument}={value!r} cannot be used: {argument} must be {expected}")
 
 
 # -- the model writer -------------------------------------------------------------
@@ -420,17 +444,6 @@ class EndpointUnreachableError(EndpointUnavailableError):
     """Nothing accepts a connection at the base URL's host and port (see :func:`probe_endpoint`)."""
 
 
-# The model writer turns these two into a ModelWriterFailedError (or asks again).
-class ResponseUnreadableError(ValueError):
-    """A 2xx body that is not a completion of the provider's format (not retried: a bug)."""
-
-    retries = 0  # attempts before the one that answered it (set by the transport)
-
-
-class ActionsUnreadableError(ValueError):
-    """The model's answer is not the edits object; the message says what is wrong."""
-
-
 # -- importing history ------------------------------------------------------------
 
 
@@ -462,20 +475,7 @@ class ImportInterruptedError(HistoryImportError):
         )
 
 
-# -- crashes and warnings (outside the tree) ----------------------------------------
-
-
-class WriterCrashedError(Exception):
-    """The writer raised or hung on a job; the worker restarts (cause in ``__cause__``).
-
-    A crash of a writer worker, not an error of a call: its supervisor sees it.
-    """
-
-    def __init__(self, session: str, node_ids: Sequence[str], kind: str) -> None:
-        super().__init__(
-            f"writer failed ({kind}) on session {session!r}, nodes "
-            f"{list(node_ids)}; the worker restarts with backoff and the batch stays owed"
-        )
+# -- warnings (outside the tree) --------------------------------------------------
 
 
 class ReferenceThresholdWarning(UserWarning):

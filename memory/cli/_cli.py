@@ -7,7 +7,8 @@ stderr as one line naming the session, node or file, with the exit codes of
 ``memory.cli._cli_errors`` (the traceback only with ``scriptorium --debug``).
 
 click is the framework (see docs/decisions.md): it parses, documents and
-tests commands, and draws the progress bars of the long commands.
+tests commands. The long commands draw their progress on stderr through
+``memory.cli._progress`` (off with ``--quiet`` or off a terminal).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from memory.cli._cli_errors import (
     check_state_dir,
     remember_state,
 )
+from memory.cli._progress import QUIET_OPTION, ProgressView
 from memory.cli._session_view import render_session_tree
 from memory.ledger._ledger import (
     ALLOWED_THRESHOLDS,
@@ -55,7 +57,7 @@ from memory.runtime._settings import (
     read_settings,
     writer_kind,
 )
-from memory.simulate._command import simulate
+from memory.simulate._command import PROGRESS_FACTORY, simulate
 from memory.workspace._workspace_id import read_workspace_id
 from memory.writers.model import ModelWriter, read_model_usage, redact_url
 from store import (
@@ -123,7 +125,20 @@ def creating_state_options(command: F) -> F:
 
 
 def emit_json(document: object) -> None:
-    sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+    """``document`` on stdout, every byte of it, or ``BrokenPipeError`` (exit 141).
+
+    One big write to a pipe whose reader has gone (``| head -c 100``) is cut
+    short, and ``BufferedWriter.write`` returns the short count without an
+    error: the rest was dropped and the command exited 0. So the bytes are
+    written until none is left; the write after a short one meets the
+    closed pipe.
+    """
+    data = memoryview(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+    sys.stdout.flush()  # what click.echo wrote before goes first
+    out = sys.stdout.buffer
+    while data:
+        data = data[out.write(data):]
+    out.flush()
 
 
 def runtime_options(command: F) -> F:
@@ -260,6 +275,7 @@ def main() -> None:
     option, unsafe or unknown id, --state not a state directory); 3 the
     state could not be read or written (corrupt file, I/O error).
     """
+    click.get_current_context().meta[PROGRESS_FACTORY] = ProgressView  # simulate draws with it
 
 
 # -- session -----------------------------------------------------------------------
@@ -479,12 +495,14 @@ LOCK_TIMEOUT_OPTION = click.option(
 @memory.command("write")
 @click.argument("sid", required=False)
 @click.option("--force", is_flag=True, help="Run the session boundary (SPEC §6.6), not the trigger.")
+@QUIET_OPTION
 @LOCK_TIMEOUT_OPTION
 @writer_options
 @runtime_options
 @timing_options
 @state_options
-def memory_write(sid: str | None, force: bool, lock_timeout: float, threshold: int | None,
+def memory_write(sid: str | None, force: bool, quiet: bool, lock_timeout: float,
+                 threshold: int | None,
                  workers: int, backend: str, state_dir: str, as_json: bool,
                  writer: str | None, base_url: str | None, model: str | None,
                  provider: str | None, **timings: float | None) -> None:
@@ -509,11 +527,13 @@ def memory_write(sid: str | None, force: bool, lock_timeout: float, threshold: i
             sessions += sorted(unlisted)
         return await run_triggers(rt, sessions)
 
+    view = ProgressView("writing memory", counted=False, quiet=quiet)
     config = _config(state_dir, workers, {"threshold": threshold, **timings},
-                     lock_timeout=lock_timeout)
+                     lock_timeout=lock_timeout, on_event=view.on_event)
     model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
-                                       "provider": provider}, None)
-    reports = _with_runtime(state_dir, config, backend, body, model_writer)
+                                       "provider": provider}, view.on_event)
+    with view:
+        reports = _with_runtime(state_dir, config, backend, body, model_writer)
     _say_writer(model_writer, as_json)
     _report_writes(reports, as_json, model_writer)
 
@@ -592,46 +612,24 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
         raise CliError.of(exc) from None
 
 
-class _ProgressBar:
-    """A click progress bar on stderr fed by ``progress(done, total)``; silent when disabled."""
-
-    def __init__(self, label: str, enabled: bool) -> None:
-        self.label = label
-        self.enabled = enabled
-        self.bar: Any = None
-        self.done = 0
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled or total <= 0:
-            return
-        if self.bar is None:
-            self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
-            self.bar.__enter__()
-        self.bar.update(done - self.done)
-        self.done = done
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
-
-
 @memory.command("migrate")
+@QUIET_OPTION
 @runtime_options
 @state_options
-def memory_migrate(threshold: int | None, workers: int, backend: str, state_dir: str,
-                   as_json: bool) -> None:
+def memory_migrate(quiet: bool, threshold: int | None, workers: int, backend: str,
+                   state_dir: str, as_json: bool) -> None:
     """Turn runtime.json's legacy position cursors into markers (SPEC §6.7).
 
     The runtime also does this by itself at every start; this command runs it
     alone and prints what it marked.
     """
-    progress = _ProgressBar("migrating", not as_json and sys.stderr.isatty())
+    progress = ProgressView("migrating cursors to markers", "sessions", quiet=quiet)
 
     async def body(rt: MemoryRuntime) -> dict[str, Any]:
         report = rt.migration
         if report is not None and report.had_cursors and not report.cursors_removed:
-            report = await rt.migrate(progress)  # the start attempt failed: try once more
-        progress.close()
+            with progress:  # the start attempt failed: try once more
+                report = await rt.migrate(progress)
         if report is None:
             return {"marked": {}, "cursors_removed": False}
         for line in (*report.problems, *report.errors):
@@ -649,28 +647,29 @@ def memory_migrate(threshold: int | None, workers: int, backend: str, state_dir:
 
 
 @memory.command("backfill")
+@QUIET_OPTION
 @writer_options
 @runtime_options
 @state_options
-def memory_backfill(threshold: int | None, workers: int, backend: str, state_dir: str,
+def memory_backfill(quiet: bool, threshold: int | None, workers: int, backend: str, state_dir: str,
                     as_json: bool, writer: str | None, base_url: str | None, model: str | None,
                     provider: str | None) -> None:
     """Write every trusted archived source that no topic cites yet (SPEC §6.8).
 
     The writer is chosen as for ``scriptorium run`` and named in the output.
     """
-    progress = _ProgressBar("backfilling", not as_json and sys.stderr.isatty())
+    progress = ProgressView("backfilling uncited sources", "sources", quiet=quiet)
 
     async def body(rt: MemoryRuntime) -> dict[str, Any]:
-        report = await rt.backfill(progress)
-        progress.close()
+        with progress:
+            report = await rt.backfill(progress)
         for line in (*report.problems, *report.errors):
             click.echo(f"scriptorium: {line}", err=True)
         return report.as_json()
 
-    config = _config(state_dir, workers, {"threshold": threshold})
+    config = _config(state_dir, workers, {"threshold": threshold}, on_event=progress.on_event)
     model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
-                                       "provider": provider}, None)
+                                       "provider": provider}, progress.on_event)
     document = _with_runtime(state_dir, config, backend, body, model_writer)
     _say_writer(model_writer, as_json)
     if as_json:
@@ -751,7 +750,13 @@ def _recall_target(sid: str | None, tip: str | None, query: str) -> None:
 @state_options
 def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_pending: bool,
                   state_dir: str, as_json: bool) -> None:
-    """The best units of memory for QUERY: topic paragraphs and archived turns."""
+    """The best units of memory for QUERY: topic paragraphs and archived turns.
+
+    Each line starts with the hit's score relative to the best hit (1.000):
+    a raw score (BM25 times the ranking rules, ``"score"`` in --json) only
+    compares hits of one query, and on a small memory it is near zero for
+    every hit (BM25 gives little weight to a word most units hold).
+    """
     _recall_target(sid, tip, query)
 
     async def body(rt: MemoryRuntime) -> list[Hit]:
@@ -759,21 +764,27 @@ def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_
                                include_pending=include_pending)
 
     hits = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
+    best = max((hit.score for hit in hits), default=0.0)
+
+    def relative(hit: Hit) -> float:
+        return hit.score / best if best > 0 else 0.0
+
     if as_json:
-        emit_json([hit.as_json() for hit in hits])
+        emit_json([{**hit.as_json(), "relative": round(relative(hit), 6)} for hit in hits])
         return
     for hit in hits:
         where = (f"{hit.file} ^{hit.block_id}" if hit.kind == "topic"
                  else f"{hit.session}/{hit.node_id} {hit.speaker}"
                  + (" (pending)" if hit.trust != "trusted" else ""))
-        click.echo(f"{hit.score:8.3f}  [{hit.time}] {where}: {' '.join(hit.text.split())[:200]}")
+        click.echo(f"{relative(hit):5.3f}  [{hit.time}] {where}: "
+                   f"{' '.join(hit.text.split())[:200]}")
     if not hits:
         click.echo("no match")
 
 
 @memory.command("context")
 @click.argument("query")
-@click.option("--budget", type=click.IntRange(0, 1_000_000), default=500, show_default=True,
+@click.option("--budget", type=click.IntRange(1, 1_000_000), default=500, show_default=True,
               help="Most tokens the block may take (the ledger's counter).")
 @click.option("--session", "sid", default=None, help="Rank this session's branch first.")
 @click.option("--tip", default=None, help="The branch's tip (default: the head).")
@@ -794,12 +805,14 @@ def memory_context(query: str, budget: int, sid: str | None, tip: str | None, st
 
 
 @memory.command("reindex")
+@QUIET_OPTION
 @state_options
-def memory_reindex(state_dir: str, as_json: bool) -> None:
+def memory_reindex(quiet: bool, state_dir: str, as_json: bool) -> None:
     """Rebuild the recall index (memory/.scriptorium/recall.sqlite) from the files."""
 
     async def body(rt: MemoryRuntime) -> SyncReport:
-        return await rt.reindex()
+        with ProgressView("reindexing memory", "files", quiet=quiet) as progress:
+            return await rt.reindex(progress)
 
     report = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
     if as_json:

@@ -345,15 +345,15 @@ class RecallIndex:
 
     # -- keeping it current --------------------------------------------------------
 
-    def rebuild(self) -> SyncReport:
-        """Delete the index and make it again from the files."""
+    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> SyncReport:
+        """Delete the index and make it again from the files (``progress(done, total)`` files)."""
         self._delete_files()
         self._db = self._create()
-        report = self.sync()
+        report = self.sync(progress=progress)
         return SyncReport(report.revision, report.files, report.added, report.removed, True)
 
     def sync(self, *, lock_timeout: float | None | _Default = _DEFAULT,
-             full: bool = False) -> SyncReport:
+             full: bool = False, progress: Callable[[int, int], None] | None = None) -> SyncReport:
         """Bring the index to the files' current state; a no-op at the same revision.
 
         A damaged index found on the way is rebuilt (once). ``lock_timeout``
@@ -366,13 +366,13 @@ class RecallIndex:
             return SyncReport(known[0], 0, 0, 0)
         self._wait = self.lock_timeout if isinstance(lock_timeout, _Default) else lock_timeout
         try:
-            return self._sync()
+            return self._sync(progress)
         except sqlite3.DatabaseError as error:
             if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
                 raise
             self._delete_files()
             self._db = self._create()
-            report = self._sync()
+            report = self._sync(progress)
             return SyncReport(report.revision, report.files, report.added, report.removed, True)
 
     # -- the cheap check --------------------------------------------------------------
@@ -415,7 +415,7 @@ class RecallIndex:
                       for stamp in directories.values())
         self._quiet = (revision, scanned_at, directories) if settled else None
 
-    def _sync(self) -> SyncReport:
+    def _sync(self, progress: Callable[[int, int], None] | None = None) -> SyncReport:
         db = self.db
         self._quiet = None
         with workspace_lock(self.memory_dir, self.files, timeout=self._wait):
@@ -433,7 +433,9 @@ class RecallIndex:
                          in db.execute("SELECT * FROM files")}
                 counts = [0, 0, 0]  # files, added, removed
                 seen: set[str] = set()
-                for relative, stat in scan:
+                for done, (relative, stat) in enumerate(scan, 1):
+                    if progress is not None:
+                        progress(done, len(scan))
                     if _is_topic(relative):
                         seen.add(relative)
                         self._sync_topic(relative, stat, known.get(relative), counts)

@@ -27,6 +27,7 @@ import anyio
 
 from memory._errors import WorkspaceLockTimeoutError
 from memory.ledger import TokenCounter, default_counter
+from memory.recall._arguments import check_context_arguments, check_recall_arguments
 from memory.recall._embedding import Embedder, fuse_rrf
 from memory.recall._index import RecallIndex, SyncReport
 from memory.recall._query import ParsedQuery, fts_expression, parse_query
@@ -108,9 +109,9 @@ class Recall:
         finally:
             self._lock.release()
 
-    def rebuild_blocking(self) -> SyncReport:
+    def rebuild_blocking(self, progress: Callable[[int, int], None] | None = None) -> SyncReport:
         with self._lock:
-            return self.index.rebuild()
+            return self.index.rebuild(progress)
 
     def close(self) -> None:
         with self._lock:
@@ -244,13 +245,15 @@ class Recall:
     async def sync(self) -> SyncReport:
         return await anyio.to_thread.run_sync(self.sync_blocking)
 
-    async def reindex(self) -> SyncReport:
-        return await anyio.to_thread.run_sync(self.rebuild_blocking)
+    async def reindex(self, progress: Callable[[int, int], None] | None = None) -> SyncReport:
+        """Rebuild the index; ``progress(done, total)`` files is called from the worker thread."""
+        return await anyio.to_thread.run_sync(self.rebuild_blocking, progress)
 
     async def recall(
         self, query: str, *, k: int = 8, view: BranchView | None = None,
         since: TimeBound = None, until: TimeBound = None, include_pending: bool = False,
     ) -> list[Hit]:
+        check_recall_arguments(k, since, until)
         return await anyio.to_thread.run_sync(lambda: self.recall_blocking(
             query, k=k, view=view, since=since, until=until, include_pending=include_pending))
 
@@ -258,6 +261,7 @@ class Recall:
         self, query: str, *, budget_tokens: int = 500, view: BranchView | None = None,
         as_of: TimeBound = None,
     ) -> Context:
+        check_context_arguments(budget_tokens, as_of)
         return await anyio.to_thread.run_sync(lambda: self.context_blocking(
             query, budget_tokens=budget_tokens, view=view, as_of=as_of))
 

@@ -45,10 +45,11 @@ them and appends the rest: :class:`ImportInterruptedError` says so.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -194,10 +195,12 @@ def _line_turn(record: Mapping[str, Any], now: float) -> tuple[str, str, float |
 def parse_import_lines(data: bytes, file: str, *, now: float) -> list[ImportLine]:
     """Every line of ``data`` checked as a turn, ids and predecessors settled within the file.
 
-    Blank lines are skipped; line numbers count every line. Raises
-    :class:`ImportLineError` for the first bad line; predecessors naming
-    turns outside the file are checked by :func:`plan_import`.
+    Blank lines are skipped; line numbers count every line. A leading UTF-8
+    byte order mark (what Windows editors and Excel write) is not part of
+    the first line. Raises :class:`ImportLineError` for the first bad line;
+    predecessors naming turns outside the file are checked by :func:`plan_import`.
     """
+    data = data.removeprefix(codecs.BOM_UTF8)
     lines: list[ImportLine] = []
     seen: dict[str, int] = {}
     previous: str | None = None
@@ -317,12 +320,14 @@ def _session_exists(state_dir: str, session: str) -> bool:
 
 
 async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
-                       session: str | None = None) -> ImportReport:
+                       session: str | None = None,
+                       progress: Callable[[int, int], None] | None = None) -> ImportReport:
     """Import the file at ``path`` into ``session`` (default: :func:`derived_session_id`).
 
     A session that does not exist is created. Raises :class:`ImportLineError`
     (nothing imported), :class:`ImportInterruptedError` (some turns appended: run
     it again), or the store's error for an unusable session id.
+    ``progress(done, total)`` is called after each turn appended.
     """
     file = os.fspath(path)
     data = await anyio.to_thread.run_sync(_read, file)
@@ -353,6 +358,8 @@ async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
         except Exception as exc:
             raise ImportInterruptedError(file, line.number, sid, appended, exc) from exc
         appended += 1
+        if progress is not None:
+            progress(appended, len(todo))
     if appended:  # recall ranks the head's branch first: the imported turns are the live ones
         try:
             await rt.sessions.set_head(sid, lines[-1].id)

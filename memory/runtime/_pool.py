@@ -40,7 +40,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from actors import Actor, ActorRef, UnhandledMessageError
-from memory._errors import WriteCycleError, WriterCrashedError
+from memory._errors import WriteCycleError
 from memory.runtime._jobs import WriteJob
 from memory.runtime._session_actor import JobFinished, MemorySessionMessage
 from memory.writers._cycle import FailureKind, WriteOutcome
@@ -75,6 +75,16 @@ class PoolHost(Protocol):
 
     def session_ref(self, session: str) -> ActorRef[MemorySessionMessage]:
         """The session's actor, to report to."""
+
+
+class WriterCrashedError(Exception):
+    """The writer raised or hung on a job; the worker restarts (cause in ``__cause__``)."""
+
+    def __init__(self, job: WriteJob, kind: FailureKind) -> None:
+        super().__init__(
+            f"writer failed ({kind.value}) on session {job.batch.session_id!r}, nodes "
+            f"{list(job.batch.node_ids)}; the worker restarts with backoff and the batch stays owed"
+        )
 
 
 class WriterWorker(Actor[Never]):
@@ -169,8 +179,7 @@ class WriterWorker(Actor[Never]):
                 unreported.remove(job)
                 self.done += 1
                 if outcome.failure in (FailureKind.WRITER, FailureKind.TIMEOUT) and crash is None:
-                    crash = WriterCrashedError(job.batch.session_id, job.batch.node_ids,
-                                               outcome.failure.value)
+                    crash = WriterCrashedError(job, outcome.failure)
                     crash.__cause__ = outcome.error
         finally:
             self.current = ()

@@ -10,21 +10,19 @@ arrivals came late, and the latencies at that rate. Any FAIL exits non-zero. Wit
 ``--json`` exactly one JSON object goes to stdout and progress stays on
 stderr.
 
-``--compare`` hands the same workload to the baselines of issue 6. They are
-benchmark code, not installed: they are loaded from ``bench/baselines/`` of
-the source checkout this package runs from (:data:`BASELINES`, one explicit
-path), and without it the command stops at once with a one-line error.
+``--compare`` hands the same workload to the baselines of issue 6
+(:mod:`memory.simulate.baselines`, installed with the package).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
+import importlib
 import math
 import os
 import sys
 import tempfile
 import warnings
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -160,25 +158,16 @@ def render_report(result: SimulationResult) -> str:
     return "\n".join(lines)
 
 
-class _Status:
-    """A one-line progress display on stderr (only on a terminal)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        width = 30
-        filled = width * done // max(total, 1)
-        sys.stderr.write(f"\r  [{'#' * filled}{'.' * (width - filled)}] {done}/{total} turns")
-        if done >= total:
-            sys.stderr.write("  settling, then checking...\n")
-        sys.stderr.flush()
+# The CLI's progress display (memory.cli._progress), which this layer may not import: the
+# ``scriptorium`` group puts its factory in the click context under this key.
+PROGRESS_FACTORY = "scriptorium.progress"
 
 
-# memory/simulate/_command.py -> the checkout's root -> bench/baselines/
-BASELINES = Path(__file__).resolve().parents[2] / "bench" / "baselines"
+def _progress_view(quiet: bool) -> Any:
+    """The display of this run's stages, counts and rates on stderr; None without the CLI's."""
+    factory = click.get_current_context().meta.get(PROGRESS_FACTORY)
+    return None if factory is None else factory("starting the runtime", counted=False,
+                                                quiet=quiet)
 
 
 class EndpointUnreachable(click.ClickException):
@@ -187,27 +176,9 @@ class EndpointUnreachable(click.ClickException):
     exit_code = 2
 
 
-class BaselinesMissingError(click.ClickException):
-    """``--compare`` outside a source checkout: a usage error, said in one line."""
-
-    exit_code = 2
-
-
-def load_baselines(folder: Path | None = None) -> ModuleType:
-    """The baselines package at ``folder`` (default :data:`BASELINES`), or :class:`BaselinesMissingError`."""
-    folder = BASELINES if folder is None else folder
-    init = folder / "__init__.py"
-    if not init.is_file():
-        raise BaselinesMissingError(
-            f"--compare runs the baselines in {folder}, which only a source checkout has "
-            "(they are benchmark code, not installed); run from a checkout or drop --compare")
-    spec = importlib.util.spec_from_file_location(
-        "scriptorium_baselines", init, submodule_search_locations=[str(folder)])
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while building
-    spec.loader.exec_module(module)
-    return module
+def load_baselines() -> ModuleType:
+    """The baselines package, imported only when ``--compare`` asks for it."""
+    return importlib.import_module("memory.simulate.baselines")
 
 
 def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, str]:
@@ -230,7 +201,7 @@ def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, s
               default=None, callback=lambda _ctx, _param, value: (
                   state_path(value) if value is not None else None),
               help="Keep the simulated state here (default: a temporary dir).")
-@click.option("--compare", is_flag=True, help="Also run the baselines on the same workload (bench/baselines/: a source checkout only).")
+@click.option("--compare", is_flag=True, help="Also run the ledger baselines on the same workload.")
 @click.option("--threshold", type=int, default=8000, show_default=True,
               help="Owed tokens that trigger a write (the reference accepts 8000/16000/32000).")
 @click.option("--idle-after", type=float, default=None,
@@ -257,12 +228,14 @@ def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, s
               show_default=True,
               help="Where mutations are made durable (RuntimeConfig.journal): each session's "
                    "journal, or one runtime log shared by every session.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="Draw no progress on stderr (it is drawn only on a terminal anyway).")
 def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: str,
              as_json: bool, state_dir: str | None, compare: bool, threshold: int,
              idle_after: float | None, session_idle: float, watchdog_poll: float,
              writer: str, base_url: str | None, model: str | None,
              provider: str | None, rate: float | None, arrivals: str,
-             cpu_worker: CpuWorkerMode, journal: JournalMode) -> None:
+             cpu_worker: CpuWorkerMode, journal: JournalMode, quiet: bool) -> None:
     """Run concurrent simulated agents with seeded faults, then check every invariant."""
     model_config = None
     try:
@@ -308,13 +281,15 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
             raise click.UsageError(f"--state {state_dir} already holds sessions; "
                                    "give an empty or new directory")
         os.makedirs(state, mode=0o700, exist_ok=True)
+        view = _progress_view(quiet)
         config = SimulationConfig(state_dir=state, sessions=sessions, turns=turns, seed=seed,
-                                  faults=faults, progress=_Status(sys.stderr.isatty()),
+                                  faults=faults, progress=view,
+                                  on_event=None if view is None else view.on_event,
                                   threshold=threshold, idle_after=idle_after,
                                   session_idle=session_idle, watchdog_poll=watchdog_poll,
                                   model=model_config, rate=rate, arrivals=arrivals,
                                   cpu_worker=cpu_worker, journal=journal)
-        with warnings.catch_warnings():  # said once above, in one line
+        with warnings.catch_warnings(), view or contextlib.nullcontext():  # warned above
             warnings.simplefilter("ignore", ReferenceThresholdWarning)
             result = anyio.run(run_simulation, config, backend=backend)
         document = result_document(result)

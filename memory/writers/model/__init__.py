@@ -9,14 +9,13 @@ and Anthropic wire formats; ``_retry`` the pure retry and budget rules;
 usage file (totals for the audit, the daily budget across restarts).
 """
 
-from memory._errors import ActionsUnreadableError as ActionsUnreadableError
 from memory._errors import EndpointRefusedError as EndpointRefusedError
 from memory._errors import EndpointUnavailableError as EndpointUnavailableError
 from memory._errors import EndpointUnreachableError as EndpointUnreachableError
 from memory._errors import ModelCallFailedError as ModelCallFailedError
 from memory._errors import ModelWriterFailedError as ModelWriterFailedError
-from memory._errors import ResponseUnreadableError as ResponseUnreadableError
 from memory.writers.model._edits import EDITS_SCHEMA as EDITS_SCHEMA
+from memory.writers.model._edits import ActionsUnreadableError as ActionsUnreadableError
 from memory.writers.model._edits import EditAction as EditAction
 from memory.writers.model._edits import parse_actions as parse_actions
 from memory.writers.model._edits import to_topic_edits as to_topic_edits
@@ -43,6 +42,7 @@ from memory.writers.model._usage import UsageFile as UsageFile
 from memory.writers.model._usage import merge_usage as merge_usage
 from memory.writers.model._usage import read_model_usage as read_model_usage
 from memory.writers.model._wire import Completion as Completion
+from memory.writers.model._wire import ResponseUnreadableError as ResponseUnreadableError
 from memory.writers.model._wire import build_request as build_request
 from memory.writers.model._wire import read_response as read_response
 from memory.writers.model._wire import refuses_form as refuses_form

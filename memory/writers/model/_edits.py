@@ -28,12 +28,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memory._errors import ActionsUnreadableError
 from memory.workspace import TopicEdit
 
 __all__ = [
     "EDITS_SCHEMA",
     "EDITS_TOOL",
+    "ActionsUnreadableError",
     "EditAction",
     "parse_actions",
     "to_topic_edits",
@@ -70,6 +70,10 @@ _BLOCK_ID = re.compile(r"[0-9a-f]{8}")
 _DEFINITION = re.compile(r"\[\^(?P<label>[A-Za-z0-9_-]+)\]:")
 _LABEL = re.compile(r"\[\^(?P<label>[A-Za-z0-9_-]+)\]")
 _HEADING = re.compile(r"(?P<hashes>#{1,6}) +\S")
+
+
+class ActionsUnreadableError(ValueError):
+    """The model's answer is not the edits object; the message says what is wrong."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memory._errors import ResponseUnreadableError
 from memory.writers.model._edits import EDITS_SCHEMA, EDITS_TOOL
 
 __all__ = ["MODES", "PROVIDERS", "Completion", "ResponseUnreadableError", "build_request",
@@ -27,6 +26,12 @@ PROVIDERS = ("openai", "anthropic")
 MODES = ("json_schema", "tools", "text")
 ANTHROPIC_VERSION = "2023-06-01"
 _TOOL_DESCRIPTION = "Record the memory edits for this batch."
+
+
+class ResponseUnreadableError(ValueError):
+    """A 2xx body that is not a completion of the provider's format (not retried: a bug)."""
+
+    retries = 0  # attempts before the one that answered it (set by the transport)
 
 
 @dataclass(frozen=True, slots=True)

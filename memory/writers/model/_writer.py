@@ -50,12 +50,10 @@ import anyio.to_thread
 import httpx
 
 from memory._errors import (
-    ActionsUnreadableError,
     ConcurrentUpdateError,
     EndpointRefusedError,
     ModelCallFailedError,
     ModelWriterFailedError,
-    ResponseUnreadableError,
     TopicError,
     describe_error,
 )
@@ -63,13 +61,25 @@ from memory.ledger import TokenCounter, default_counter
 from memory.workspace import TopicEdit, WorkspaceSnapshot
 from memory.writers._extractive import log_nothing_new
 from memory.writers._writer import Batch
-from memory.writers.model._edits import EditAction, parse_actions, to_topic_edits
+from memory.writers.model._edits import (
+    ActionsUnreadableError,
+    EditAction,
+    parse_actions,
+    to_topic_edits,
+)
 from memory.writers.model._prompt import WRITING_RULES, Ranking, core_first, render_model_prompt
 from memory.writers.model._retry import DailySpend, batch_budget_allows, daily_wait
 from memory.writers.model._settings import ENV_PREFIX, ModelSettings, redact_url
 from memory.writers.model._transport import Endpoint, Sleep
 from memory.writers.model._usage import UsageFile
-from memory.writers.model._wire import MODES, Completion, build_request, read_response, refuses_form
+from memory.writers.model._wire import (
+    MODES,
+    Completion,
+    ResponseUnreadableError,
+    build_request,
+    read_response,
+    refuses_form,
+)
 from store.lowlevel import run_durable
 
 __all__ = ["ModelWriter", "ModelWriterFailedError"]
@@ -127,7 +137,7 @@ class ModelWriter:
         self.settings = settings
         self.usage_file = usage_file
         self.endpoint = endpoint or Endpoint(settings, env=env, transport=transport,
-                                             sleep=sleep, clock=clock)
+                                             sleep=sleep, clock=clock, on_retry=self._retrying)
         self.mode = "json_schema" if settings.mode == "auto" else settings.mode
         self.count = counter or default_counter()
         self.rank = rank
@@ -360,6 +370,11 @@ class ModelWriter:
             self.daily = self.daily.add(completion.prompt_tokens + completion.completion_tokens,
                                         self.clock())
             return completion
+
+    def _retrying(self, attempt: int, attempts: int, seconds: float, error: str) -> None:
+        """``model_retry``: a call failed and the next attempt waits ``seconds``."""
+        self._emit_plain("model_retry", attempt=attempt, attempts=attempts,
+                         seconds=round(seconds, 3), error=error)
 
     def _emit(self, event: str, batch: Batch, **fields: Any) -> None:
         self._emit_plain(event, session=batch.session_id, nodes=len(batch.node_ids), **fields)

@@ -27,8 +27,7 @@ from memory.writers._extractive import ExtractiveWriter
 from store import DurableFiles, SessionCore
 from store.lowlevel import CLAIM_NAME, SessionLock
 from tests.faults import FaultyWriter
-from tests.memory.runtime.test_runtime import chain, tally
-from tests.memory.runtime.test_runtime_failures import marked, virtual_config
+from tests.memory._runtime import chain, marked, tally, virtual_config
 
 TURNS = ["u1", "a1", "u2", "a2"]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from memory._errors import ActionsUnreadableError, SettingsError
+from memory._errors import SettingsError
 from memory.workspace import normalise_topic, parse_topic
 from memory.writers.model import (
     DailySpend,
@@ -29,6 +29,7 @@ from memory.writers.model import (
     retryable_status,
     to_topic_edits,
 )
+from memory.writers.model._edits import ActionsUnreadableError
 from memory.writers.model._settings import ModelSettings, redact_url, split_query
 from supervisors import Backoff
 
