@@ -24,7 +24,7 @@ import anyio
 import click
 import orjson
 
-from memory._errors import LedgerError, SettingsError
+from memory._errors import LedgerError, ReferenceThresholdWarning, SettingsError
 from memory.cli._cli_errors import (
     EXIT_PROBLEMS,
     EXIT_USAGE,
@@ -38,7 +38,6 @@ from memory.cli._session_view import render_session_tree
 from memory.cli._store_warnings import store_warnings_to
 from memory.ledger._ledger import (
     ALLOWED_THRESHOLDS,
-    ReferenceThresholdWarning,
     owed_tokens,
     records_from_branch,
     unwritten_turns,
@@ -71,10 +70,8 @@ from store import (
     SessionNotFoundError,
     StoreError,
     list_sessions,
-    predecessor_cycles,
-    state_path,
-    validate_id,
 )
+from store.lowlevel import predecessor_cycles, state_path, validate_id
 
 __all__ = ["main"]
 

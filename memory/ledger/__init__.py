@@ -9,6 +9,7 @@ functions; ``_dates`` relative dates ("last week") as spans of days, for the
 writer and recall alike.
 """
 
+from memory._errors import ReferenceThresholdWarning as ReferenceThresholdWarning
 from memory.ledger._dates import DaySpan as DaySpan
 from memory.ledger._dates import RelativeDate as RelativeDate
 from memory.ledger._dates import absolute_day as absolute_day
@@ -18,7 +19,6 @@ from memory.ledger._dates import relative_dates as relative_dates
 from memory.ledger._dates import resolve_relative_dates as resolve_relative_dates
 from memory.ledger._ledger import ALLOWED_THRESHOLDS as ALLOWED_THRESHOLDS
 from memory.ledger._ledger import DEFAULT_THRESHOLD as DEFAULT_THRESHOLD
-from memory.ledger._ledger import ReferenceThresholdWarning as ReferenceThresholdWarning
 from memory.ledger._ledger import WritePolicy as WritePolicy
 from memory.ledger._ledger import batch_due_at as batch_due_at
 from memory.ledger._ledger import first_batch as first_batch

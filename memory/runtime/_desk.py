@@ -19,7 +19,7 @@ from actors import ActorRef
 from memory._errors import describe_error
 from memory.runtime._events import EventHook
 from memory.runtime._jobs import JobQueue, WriteJob
-from memory.runtime._session_state import Reconsider, SessionLedgers
+from memory.runtime._session_state import MemorySessionMessage, Reconsider, SessionLedgers
 from memory.runtime._timers import Timers
 from memory.runtime._write_cycle import WriteCycle
 from memory.writers._cycle import WriteOutcome
@@ -32,7 +32,8 @@ class JobDesk:
     """See the module docstring; implements :class:`~memory.runtime._pool.PoolHost`."""
 
     def __init__(self, jobs: JobQueue, cycle: WriteCycle, timers: Timers,
-                 ledgers: SessionLedgers, sessions: Callable[[str], ActorRef],
+                 ledgers: SessionLedgers,
+                 sessions: Callable[[str], ActorRef[MemorySessionMessage]],
                  events: EventHook) -> None:
         self.jobs = jobs
         self.cycle = cycle

@@ -44,7 +44,8 @@ from memory.runtime._session_state import (
     Reconsider,
 )
 from memory.writers import Writer
-from store import StoreError, list_sessions, run_durable
+from store import StoreError, list_sessions
+from store.lowlevel import run_durable
 
 __all__ = ["SessionReport", "lag_event", "run_headless", "run_once", "run_triggers",
            "scan_sessions"]
@@ -168,7 +169,7 @@ async def run_triggers(rt: MemoryRuntime, sessions: Sequence[str]) -> dict[str, 
     errors: dict[str, str] = {}
     for session in sessions:
         try:
-            reason = await rt.session_ref(session).call(Reconsider(), timeout=rt.config.call_timeout)
+            reason = await rt.session_ref(session).call(Reconsider())
         except (*SESSION_ERRORS, ActorError) as exc:
             reason = f"session {session!r}: {describe_error(exc)}"
         if reason is not None:

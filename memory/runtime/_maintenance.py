@@ -22,6 +22,7 @@ from memory.runtime._workspace_actor import (
     ReadRuntimeState,
     ReplaceRuntimeState,
     TakeSnapshot,
+    WorkspaceMessage,
 )
 from memory.runtime._write_cycle import WriteCycle
 from memory.workspace._edits import WorkspaceSnapshot
@@ -31,7 +32,7 @@ from memory.workspace._topic_ids import handle_key
 __all__ = ["backfill_sources", "migrate_cursors"]
 
 
-async def migrate_cursors(workspace: ActorRef, sessions: Sessions, workspace_id: str,
+async def migrate_cursors(workspace: ActorRef[WorkspaceMessage], sessions: Sessions, workspace_id: str,
                           memory_dir: str, events: EventHook,
                           progress: Progress | None = None) -> MigrationReport:
     """SPEC §6.7: position cursors in runtime.json become markers (no-op without cursors)."""
@@ -55,7 +56,7 @@ async def migrate_cursors(workspace: ActorRef, sessions: Sessions, workspace_id:
     return report
 
 
-async def backfill_sources(workspace: ActorRef, cycle: WriteCycle, memory_dir: str,
+async def backfill_sources(workspace: ActorRef[WorkspaceMessage], cycle: WriteCycle, memory_dir: str,
                            config: RuntimeConfig,
                            progress: Progress | None = None) -> BackfillReport:
     """SPEC §6.8: write every trusted archived source no topic cites yet (markers ignored)."""

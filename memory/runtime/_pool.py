@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Protocol
+from typing import Never, Protocol
 
 import anyio
 
@@ -48,7 +48,7 @@ from actors import Actor, ActorRef, UnhandledMessageError
 from memory._errors import WriteCycleError
 from memory.runtime._backlog import GROUP_LIMIT, group_size
 from memory.runtime._jobs import JobQueue, WriteJob
-from memory.runtime._session_actor import JobFinished
+from memory.runtime._session_actor import JobFinished, MemorySessionMessage
 from memory.writers._cycle import FailureKind, WriteOutcome
 from memory.writers._writer import Batch
 
@@ -77,7 +77,7 @@ class PoolHost(Protocol):
     def abandon_job(self, job: WriteJob) -> None:
         """``job``'s outcome will never reach its session: it forgets the job and plans again."""
 
-    def session_ref(self, session: str) -> ActorRef:
+    def session_ref(self, session: str) -> ActorRef[MemorySessionMessage]:
         """The session's actor, to report to."""
 
 
@@ -91,7 +91,7 @@ class WriterCrashedError(Exception):
         )
 
 
-class WriterWorker(Actor):
+class WriterWorker(Actor[Never]):
     """Pulls jobs from the runtime's queue in its lifespan; see the module docstring.
 
     ``slot``: the commit slot the pool's workers share (one group gathered
@@ -150,7 +150,7 @@ class WriterWorker(Actor):
     def inspect(self) -> object:
         return {"current": [job.id for job in self.current], "done": self.done}
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: Never) -> object:
         raise UnhandledMessageError(self.ref.name, message,
                                "a writer worker takes jobs from the queue, not messages")
 

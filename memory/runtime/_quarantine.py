@@ -15,7 +15,12 @@ from collections.abc import Callable
 
 from actors import ActorRef
 from memory.runtime._events import EventHook
-from memory.runtime._workspace_actor import QuarantineBatch, ReadQuarantine, ReleaseQuarantine
+from memory.runtime._workspace_actor import (
+    QuarantineBatch,
+    ReadQuarantine,
+    ReleaseQuarantine,
+    WorkspaceMessage,
+)
 from memory.workspace._quarantine import QuarantineEntry
 
 __all__ = ["Quarantine"]
@@ -24,7 +29,7 @@ __all__ = ["Quarantine"]
 class Quarantine:
     """See the module docstring; ``outcomes`` counts each parked batch as ``quarantined``."""
 
-    def __init__(self, workspace: Callable[[], ActorRef], outcomes: Counter[str],
+    def __init__(self, workspace: Callable[[], ActorRef[WorkspaceMessage]], outcomes: Counter[str],
                  events: EventHook) -> None:
         self._workspace = workspace
         self._outcomes = outcomes

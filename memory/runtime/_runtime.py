@@ -18,10 +18,10 @@ their own small objects: the job queue (:mod:`._jobs`), the timers
 (:mod:`._write_cycle`), the quarantine (:mod:`._quarantine`), the session
 ledgers and the event hook (:mod:`._events`). No child is handed the
 runtime: a session actor gets :class:`SessionParts`, the writer pool a
-:class:`~memory.runtime._desk.JobDesk` (queue, cycle, timers: a batch goes
-down to the cycle and back to its session without passing through here),
-the watchdog its config, its directories and the session actors. This
-module composes them, runs migration and backfill, and serves the public API.
+:class:`~memory.runtime._desk.JobDesk` (a batch goes down to the cycle and
+back to its session without passing through here), the watchdog its
+config, directories and session refs. This module composes them and
+serves the public API.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from memory.runtime._session_state import (
     BoundaryReport,
     BoundaryResult,
     Flush,
+    MemorySessionMessage,
     Pending,
     RepairMarkers,
     RetryDue,
@@ -71,9 +72,10 @@ from memory.runtime._session_state import (
 from memory.runtime._sessions import Sessions, branch_view
 from memory.runtime._settings import read_settings
 from memory.runtime._timers import Timers
-from memory.runtime._watchdog import IdleWatchdog, PollNow, Touched
+from memory.runtime._watchdog import IdleWatchdog, PollNow, Touched, WatchdogMessage
 from memory.runtime._workspace_actor import (
     WorkspaceActor,
+    WorkspaceMessage,
 )
 from memory.runtime._write_cycle import CONCURRENT_RETRIES, WriteCycle
 from memory.workspace._quarantine import QuarantineEntry
@@ -83,12 +85,8 @@ from memory.writers._writer import Writer
 from store import (
     RuntimeLog,
     SessionNotFoundError,
-    missing_meta,
-    recover_dead_runtimes,
-    run_durable,
-    state_path,
-    validate_id,
 )
+from store.lowlevel import missing_meta, recover_dead_runtimes, run_durable, state_path, validate_id
 from supervisors import (
     ChildSpec,
     DynamicSupervisor,
@@ -96,6 +94,7 @@ from supervisors import (
     Restart,
     Strategy,
     Supervisor,
+    SupervisorMessage,
     get_child,
 )
 
@@ -151,15 +150,18 @@ class MemoryRuntime:
         self.recall_index = Recall(self.memory_dir, counter=config.counter, files=config.files,
                                    lock_timeout=config.lock_timeout, clock=config.clock,
                                    embedder=config.recall_embedder)
-        self._sessions: DynamicSupervisor[str] | None = None
+        self._sessions: DynamicSupervisor[str, MemorySessionMessage] | None = None
         self._watchdog: IdleWatchdog | None = None
-        self.root: ActorRef | None = None
+        self.root: ActorRef[SupervisorMessage] | None = None
         # The runtime log of journal = "shared" (opened by open_runtime), else None.
         self.runtime_log: RuntimeLog | None = None
         self.migration: MigrationReport | None = None
         # Set by open_runtime once the tree is up; stable across restarts (refs point at cells).
-        self.workspace_ref: ActorRef
-        self.watchdog_ref: ActorRef
+        self.workspace_ref: ActorRef[WorkspaceMessage]
+        self.watchdog_ref: ActorRef[WatchdogMessage]
+        # The root's children that others talk to, by the spec they run from (typed refs).
+        self.workspace_spec: ChildSpec[WorkspaceMessage]
+        self.watchdog_spec: ChildSpec[WatchdogMessage]
         # Set when open_runtime's block ends: every public method then raises
         # RuntimeClosedError (statistics() stays readable: counters of a finished run).
         self.closed = False
@@ -186,7 +188,7 @@ class MemoryRuntime:
                                              run_cpu=self.cpu_worker)
             return self._workspace
 
-        def start_sessions() -> DynamicSupervisor[str]:
+        def start_sessions() -> DynamicSupervisor[str, MemorySessionMessage]:
             parts = SessionParts(
                 config=config, state_dir=self.state_dir, runtime_log=self.runtime_log,
                 workspace=lambda: self.workspace_ref, workspace_id=lambda: self.workspace_id,
@@ -216,14 +218,16 @@ class MemoryRuntime:
                                           self.session_ref)
             return self._watchdog
 
+        self.workspace_spec = ChildSpec("workspace", start_workspace, Restart.PERMANENT,
+                                        options=MailboxOptions(capacity=100_000))
+        self.watchdog_spec = ChildSpec("watchdog", start_watchdog, Restart.PERMANENT,
+                                       options=MailboxOptions(capacity=100_000))
         return Supervisor(
             [
-                ChildSpec("workspace", start_workspace, Restart.PERMANENT,
-                          options=MailboxOptions(capacity=100_000)),
+                self.workspace_spec,
                 ChildSpec("sessions", start_sessions, Restart.PERMANENT),
                 ChildSpec("writers", start_pool, Restart.PERMANENT),
-                ChildSpec("watchdog", start_watchdog, Restart.PERMANENT,
-                          options=MailboxOptions(capacity=100_000)),
+                self.watchdog_spec,
             ],
             strategy=Strategy.ONE_FOR_ONE, rng=self.rng,
         )
@@ -239,7 +243,7 @@ class MemoryRuntime:
         """This runtime's name in the claims it writes (new per ``open_runtime``)."""
         return self.claims.instance_id
 
-    def session_ref(self, session: str) -> ActorRef:
+    def session_ref(self, session: str) -> ActorRef[MemorySessionMessage]:
         """The session's actor; it activates on the first message.
 
         An unknown id is checked on disk once: a ``stat`` per call on the event
@@ -257,7 +261,7 @@ class MemoryRuntime:
             raise RuntimeError("the session supervisor has not started yet")
         return self._sessions.child(session)
 
-    async def _cast(self, session: str, message: object) -> None:
+    async def _cast(self, session: str, message: MemorySessionMessage) -> None:
         await self.session_ref(session).cast(message)
 
     # -- what the runtime keeps for its children ---------------------------------------
@@ -299,7 +303,7 @@ class MemoryRuntime:
         """The owed records of a branch (default: the head branch), oldest first."""
         self.ensure_open("rt.pending")
         owed: list[SourceRecord] = await self.session_ref(session).call(
-            Pending(tip), timeout=self.config.call_timeout)
+            Pending(tip))
         return owed
 
     async def flush(self, session: str) -> BoundaryOutcome:
@@ -327,7 +331,7 @@ class MemoryRuntime:
         self.ensure_open("rt.boundary")
         try:
             result: BoundaryResult = await self.session_ref(session).call(
-                Flush(), timeout=self.config.call_timeout)
+                Flush())
         except (*SESSION_ERRORS, ActorError) as exc:
             return BoundaryReport.failed(session, exc)
         await result.wait()
@@ -337,7 +341,7 @@ class MemoryRuntime:
         """Per tip the rules cover (see :class:`StillOwed`), the node ids not marked yet."""
         self.ensure_open("rt.still_owed")
         owed: list[tuple[str, list[str]]] = await self.session_ref(session).call(
-            StillOwed(boundary), timeout=self.config.call_timeout)
+            StillOwed(boundary))
         return owed
 
     async def drain(self) -> None:
@@ -353,7 +357,7 @@ class MemoryRuntime:
         """
         self.ensure_open("rt.repair_markers")
         marked: list[str] = await self.session_ref(session).call(
-            RepairMarkers(raise_errors=True, reload=True), timeout=self.config.call_timeout)
+            RepairMarkers(raise_errors=True, reload=True))
         return marked
 
     async def poll_idle(self) -> int:
@@ -465,8 +469,8 @@ async def open_runtime(
             await run_durable(recover_dead_runtimes, state, runtime.runtime_log)
         async with open_actor(runtime.root_supervisor(), name="runtime") as root:
             runtime.root = root
-            runtime.workspace_ref = await get_child(root, "workspace")
-            runtime.watchdog_ref = await get_child(root, "watchdog")
+            runtime.workspace_ref = await get_child(root, runtime.workspace_spec)
+            runtime.watchdog_ref = await get_child(root, runtime.watchdog_spec)
             await runtime.quarantine.load()
             # SPEC §6.7: before anything computes what a branch owes.
             runtime.migration = await runtime.migrate()

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from actors import ActorError, StopReason
 from memory._errors import (
@@ -79,6 +79,7 @@ from memory.runtime._session_state import (
     Flush,
     JobFinished,
     MarkNext,
+    MemorySessionMessage,
     Pending,
     Reconsider,
     RepairMarkers,
@@ -89,9 +90,10 @@ from memory.runtime._session_state import (
 from memory.workspace._quarantine import is_quarantined
 from memory.writers._prompt import render_prompt
 from memory.writers._writer import Batch
-from store import StoreError, TipMoved, run_durable
+from store import StoreError, TipMoved
+from store.lowlevel import run_durable
 
-__all__ = ["JobFinished", "MemorySessionActor", "session_factory"]
+__all__ = ["JobFinished", "MemorySessionActor", "MemorySessionMessage", "session_factory"]
 
 # Plan, claim, confirm: when the batch planned before the claim differs from
 # the one confirmed after it (another runtime wrote meanwhile), claim again,
@@ -142,7 +144,7 @@ class MemorySessionActor(MarkerOwner):
 
     # -- messages -----------------------------------------------------------------
 
-    async def dispatch(self, message: Any) -> Any:
+    async def dispatch(self, message: MemorySessionMessage) -> object:
         match message:
             case Pending(tip):
                 return self.owed(tip)
@@ -196,7 +198,7 @@ class MemorySessionActor(MarkerOwner):
         with contextlib.suppress(ActorError):  # a full mailbox: the watchdog's scan asks again
             self.ref.cast_nowait(RepairMarkers())
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: MemorySessionMessage) -> object:
         self._forget_holder()
         try:
             core = self._core

@@ -28,23 +28,30 @@ from memory.ledger._tails import ConsistentSince, NodeRecords, OwedTails, listed
 from memory.runtime._claims import SessionClaims
 from memory.runtime._jobs import WriteJob
 from memory.runtime._session_outcomes import SessionOutcomes
-from memory.runtime._session_state import SESSION_ERRORS, BoundaryOutcome, MarkNext, SessionParts
+from memory.runtime._session_state import (
+    SESSION_ERRORS,
+    BoundaryOutcome,
+    MarkNext,
+    MemorySessionMessage,
+    SessionParts,
+)
 from memory.runtime._workspace_actor import SourcesInMemory
 from memory.writers._cycle import FailureKind, WriteOutcome
-from store import SessionActor, mark_lane, run_durable
+from store import SessionActor, SessionOptions
+from store.lowlevel import mark_lane, run_durable
 
 __all__ = ["MarkerOwner", "cycle_reason"]
 
 
-class MarkerOwner(SessionActor):
+class MarkerOwner(SessionActor[MemorySessionMessage]):
     """See the module docstring; the session's ledger state lives in ``parts.ledgers``."""
 
     def __init__(self, parts: SessionParts, session: str) -> None:
         config = parts.config
-        super().__init__(
-            parts.state_dir, session, files=config.files, clock=config.clock,
-            lock_timeout=config.lock_timeout, log=parts.runtime_log,
-        )
+        super().__init__(parts.state_dir, session, options=SessionOptions(
+            files=config.files, clock=config.clock, lock_timeout=config.lock_timeout,
+            log=parts.runtime_log,
+        ))
         self.parts = parts
         self.ledger = parts.ledgers.of(session)
         self.outcomes = SessionOutcomes(parts, session, self.ledger)

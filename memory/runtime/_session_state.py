@@ -28,10 +28,11 @@ from memory._errors import ScriptoriumMemoryError, describe_error
 from memory.ledger._records import SourceRecord
 from memory.runtime._config import RuntimeConfig
 from memory.runtime._jobs import WriteJob
+from memory.runtime._workspace_actor import WorkspaceMessage
 from memory.workspace._quarantine import QuarantineEntry
 from memory.writers._cycle import WriteOutcome
 from memory.writers._writer import Batch
-from store import RuntimeLog, StoreError
+from store import RuntimeLog, SessionMessage, StoreError
 
 __all__ = [
     "SESSION_ERRORS",
@@ -45,6 +46,7 @@ __all__ = [
     "JobFinished",
     "JobSink",
     "MarkNext",
+    "MemorySessionMessage",
     "ParkedBatches",
     "Pending",
     "Reconsider",
@@ -141,6 +143,13 @@ class StillOwed(Idempotent, Request[list[tuple[str, list[str]]]]):
     """
 
     boundary: bool
+
+
+# What the memory runtime's session actor takes: the store's messages and the ledger's.
+MemorySessionMessage = (
+    SessionMessage | Pending | StillOwed | Flush | CheckIdle | JobFinished | MarkNext
+    | RetryDue | Reconsider | ClaimRecheck | RepairMarkers
+)
 
 
 # -- state kept across incarnations ---------------------------------------------
@@ -305,7 +314,7 @@ class SessionParts:
     config: RuntimeConfig
     state_dir: str
     runtime_log: RuntimeLog | None
-    workspace: Callable[[], ActorRef]
+    workspace: Callable[[], ActorRef[WorkspaceMessage]]
     workspace_id: Callable[[], str]
     ledgers: SessionLedgers
     jobs: JobSink

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from actors import ActorRef, Request
+from actors import ActorRef, Asks
 from memory._errors import RecallError
 from memory.recall import BranchView
 from memory.runtime._config import RuntimeConfig
+from memory.runtime._session_state import MemorySessionMessage
 from store import (
     Append,
     GetBranch,
@@ -23,10 +24,11 @@ from store import (
     MergeMetadata,
     RewindTo,
     SessionCore,
+    SessionOptions,
     SetHead,
     SpawnBranch,
-    run_durable,
 )
+from store.lowlevel import run_durable
 
 __all__ = ["Sessions", "branch_view"]
 
@@ -37,7 +39,7 @@ class Sessions:
     """Session operations, each through the session's actor (SPEC §8)."""
 
     def __init__(self, state_dir: str, config: RuntimeConfig,
-                 session_ref: Callable[[str], ActorRef],
+                 session_ref: Callable[[str], ActorRef[MemorySessionMessage]],
                  ensure_open: Callable[[str], None]) -> None:
         self._state_dir = state_dir
         self._config = config
@@ -46,14 +48,14 @@ class Sessions:
 
     async def create(self, title: str = "", session_id: str | None = None) -> str:
         self._ensure_open("rt.sessions.create")
-        config = self._config
+        options = SessionOptions(files=self._config.files, clock=self._config.clock)
         core = await run_durable(lambda: SessionCore.create(
-            self._state_dir, session_id, title=title, files=config.files, clock=config.clock))
+            self._state_dir, session_id, title=title, options=options))
         return core.session
 
-    async def _call(self, session: str, message: Request[R]) -> R:
+    async def _call(self, session: str, message: Asks[MemorySessionMessage, R]) -> R:
         self._ensure_open(f"rt.sessions, {type(message).__name__}")
-        return await self._ref(session).call(message, timeout=self._config.call_timeout)
+        return await self._ref(session).call(message)
 
     async def append(self, session: str, message: Mapping[str, Any], *,
                      created_at: float | None = None) -> dict[str, Any]:

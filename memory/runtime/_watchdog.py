@@ -33,9 +33,10 @@ import anyio
 
 from actors import Actor, ActorError, ActorRef, Idempotent, Request, UnhandledMessageError
 from memory.runtime._config import RuntimeConfig
-from memory.runtime._session_state import CheckIdle, RepairMarkers
+from memory.runtime._session_state import CheckIdle, MemorySessionMessage, RepairMarkers
 from memory.workspace._runtime_state import read_session_end
-from store import Fingerprint, StoreError, list_sessions, run_durable
+from store import StoreError, list_sessions
+from store.lowlevel import Fingerprint, run_durable
 
 __all__ = [
     "IdleWatchdog",
@@ -100,11 +101,15 @@ class PollNow(Idempotent, Request[int]):
     """Scan every session on disk now (tests, ``scriptorium run --once``)."""
 
 
-class IdleWatchdog(Actor):
+# What the IdleWatchdog takes.
+WatchdogMessage = Touched | PollNow
+
+
+class IdleWatchdog(Actor[WatchdogMessage]):
     """See the module docstring."""
 
     def __init__(self, config: RuntimeConfig, state_dir: str, memory_dir: str,
-                 sessions: Callable[[str], ActorRef]) -> None:
+                 sessions: Callable[[str], ActorRef[MemorySessionMessage]]) -> None:
         self.config = config
         self.state_dir = state_dir
         self.memory_dir = memory_dir
@@ -130,7 +135,7 @@ class IdleWatchdog(Actor):
         return {"tracked": len(self._latest), "polls": self.polls, "checks": self.checks,
                 "repairs": self.repairs}
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: WatchdogMessage) -> object:
         match message:
             case Touched(session, updated_at):
                 self._latest[session] = updated_at

@@ -30,8 +30,8 @@ import anyio
 import click
 import orjson
 
-from memory._errors import SettingsError
-from memory.ledger._ledger import ReferenceThresholdWarning, threshold_warning
+from memory._errors import EndpointUnreachableError, ReferenceThresholdWarning, SettingsError
+from memory.ledger._ledger import threshold_warning
 from memory.runtime._config import JOURNAL_MODES, JournalMode
 from memory.runtime._settings import check_model_flags, check_seconds, check_threshold
 from memory.simulate._faults import FAULTS, parse_faults
@@ -39,8 +39,8 @@ from memory.simulate._open_loop import ARRIVALS
 from memory.simulate._simulate import SimulationConfig, SimulationResult
 from memory.simulate._simulate import simulate as run_simulation
 from memory.writers import CPU_WORKER_MODES, CpuWorkerMode
-from memory.writers.model import EndpointUnreachableError, model_settings, probe_endpoint
-from store import state_path
+from memory.writers.model import model_settings, probe_endpoint
+from store.lowlevel import state_path
 
 __all__ = ["memory_lag_document", "percentile", "render_report", "result_document",
            "simulate"]

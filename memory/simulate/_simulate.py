@@ -61,7 +61,7 @@ from memory.writers._extractive import ExtractiveWriter
 from memory.writers._offload import CpuWorkerMode
 from memory.writers._writer import Writer
 from memory.writers.model import ModelSettings, ModelWriter, UsageFile
-from store import run_durable, state_path
+from store.lowlevel import run_durable, state_path
 from supervisors import Backoff, get_child
 
 __all__ = [
@@ -193,7 +193,6 @@ def runtime_config(config: SimulationConfig, plan: FaultPlan, tally: EventTally)
         passivate_after=4 * config.session_idle,
         retry_backoff=Backoff(initial=0.05, factor=2.0, maximum=0.5, jitter=0.25),
         worker_backoff=Backoff(initial=0.01, factor=2.0, maximum=0.2, jitter=0.25),
-        call_timeout=None,
         files=FaultyDisk(plan),
         seed=config.seed,
         on_event=tally,

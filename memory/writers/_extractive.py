@@ -87,7 +87,7 @@ from memory.workspace._topics import (
 )
 from memory.workspace._transaction import TopicReader
 from memory.writers._writer import Batch
-from store import write_lane
+from store.lowlevel import write_lane
 
 __all__ = [
     "CONVERSATIONS", "EVIDENCE_LIMIT", "SHARD_BYTES", "SHARD_LIMIT", "ExtractiveWriter",

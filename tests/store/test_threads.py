@@ -8,8 +8,8 @@ import anyio
 import anyio.from_thread
 import anyio.to_thread
 
-from store import mark_lane, run_durable, write_lane
 from store._threads import MARK_LANE_THREADS, WRITE_LANE_THREADS
+from store.lowlevel import mark_lane, run_durable, write_lane
 
 
 async def test_each_lane_is_its_own_limiter_one_per_event_loop() -> None:

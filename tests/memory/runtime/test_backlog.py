@@ -27,7 +27,7 @@ from memory.runtime._events import EventHook, EventTally
 from memory.runtime._jobs import JobQueue, WriteJob
 from memory.runtime._pool import WriterWorker
 from memory.runtime._runtime import open_runtime
-from memory.runtime._session_actor import JobFinished
+from memory.runtime._session_actor import JobFinished, MemorySessionMessage
 from memory.runtime._session_state import Flush
 from memory.workspace import WorkspaceSnapshot
 from memory.writers import Batch
@@ -116,8 +116,8 @@ class CostedHost:
     def abandon_job(self, job: WriteJob) -> None:
         raise AssertionError(f"job {job.id} abandoned")
 
-    def session_ref(self, session: str) -> ActorRef:
-        return cast(ActorRef, self)
+    def session_ref(self, session: str) -> ActorRef[MemorySessionMessage]:
+        return cast(ActorRef[MemorySessionMessage], self)
 
     async def call(self, message: Any) -> None:  # the session actor: merge, then done
         assert isinstance(message, JobFinished)
