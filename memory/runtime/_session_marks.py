@@ -195,7 +195,7 @@ class MarkerOwner(SessionActor[MemorySessionMessage]):
             try:
                 self._forget_holder()
                 # The marks lane: many sessions' merges at once never take
-                # the threads their appends wait for (store.mark_lane).
+                # the threads their appends wait for (store.lowlevel.mark_lane).
                 merge = self._mark_and_release if release else self.core.merge_node_metadata_batch
                 await run_durable(merge, marks, limiter=mark_lane())
                 break

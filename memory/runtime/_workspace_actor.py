@@ -84,7 +84,7 @@ __all__ = [
 
 
 async def _write_side(fn: Callable[..., T], *args: object) -> T:
-    """One hop of this actor on the write lane (:func:`store.write_lane`): never an append's thread."""
+    """One hop of this actor on the write lane (:func:`store.lowlevel.write_lane`): never an append's thread."""
     return await run_durable(fn, *args, limiter=write_lane())
 
 @dataclass(frozen=True, slots=True)

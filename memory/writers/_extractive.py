@@ -836,7 +836,7 @@ class ExtractiveWriter:
     async def _extract(
         self, records: tuple[SourceRecord, ...], workspace: WorkspaceSnapshot
     ) -> list[TopicEdit]:
-        # The write lane (store.write_lane): extraction never holds an append's thread.
+        # The write lane (store.lowlevel.write_lane): extraction never holds an append's thread.
         return await anyio.to_thread.run_sync(
             self._extract_locked, records, workspace, abandon_on_cancel=True,
             limiter=write_lane())

@@ -9,7 +9,7 @@ virtual time with a disk whose writes take virtual time:
   (``memory.ledger._plan.marker_chunks``), and the plans and reports in
   front of an append only queue work;
 - in the thread limiter: the workspace's archive and commit hops run on
-  their own lane (``store.write_lane``), never on the threads an append's
+  their own lane (``store.lowlevel.write_lane``), never on the threads an append's
   hop waits for.
 """
 
