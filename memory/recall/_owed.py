@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 
 from memory.ledger import SourceRecord
-from memory.recall._index import TOKENIZE, WEIGHTS
 from memory.recall._query import ParsedQuery, fts_expression
 from memory.recall._rank import BranchView, Context, Hit, rank_units
+from memory.recall._schema import TOKENIZE, WEIGHTS
 from memory.recall._units import Unit
 
 __all__ = ["OWED", "OWED_HEADING", "owed_units", "rank_owed", "with_owed"]
