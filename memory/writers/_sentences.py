@@ -26,8 +26,8 @@ from memory.ledger._records import SourceRecord
 from memory.workspace._topics import CITATION
 
 __all__ = [
-    "carries_a_fact", "fact_key", "facts_of", "is_small_talk", "record_day", "speaker_name", "subject_of",
-    "useful_sentences",
+    "carries_a_fact", "fact_key", "facts_of", "is_small_talk", "record_day", "speaker_name",
+    "subject_of", "useful_sentences",
 ]
 
 _SUBJECTS: tuple[tuple[str, str, re.Pattern[str]], ...] = (
