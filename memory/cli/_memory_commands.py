@@ -34,7 +34,7 @@ from memory.cli._options import (
 )
 from memory.cli._progress import QUIET_OPTION, ProgressView
 from memory.ledger._ledger import owed_tokens, records_from_branch, unwritten_turns
-from memory.maintenance._audit import audit, read_audit_inputs
+from memory.maintenance import audit, read_audit_inputs
 from memory.runtime._headless import SessionReport, run_once, run_triggers
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig
 from memory.workspace._workspace_id import read_workspace_id
