@@ -2,13 +2,16 @@
 
 Layout (see docs/architecture.md): ``_cli`` the commands; ``_cli_errors``
 one-line errors and exit codes; ``_session_view`` the session tree view;
-``_import_command`` ``scriptorium import`` (registered here: it builds on ``_cli``).
+``_import_command`` ``scriptorium import`` and ``_mcp_command`` ``scriptorium mcp``
+(registered here: they build on ``_cli``).
 """
 
 from memory.cli._cli import main as main
 from memory.cli._import_command import import_group
+from memory.cli._mcp_command import mcp_command
 
 main.add_command(import_group)
+main.add_command(mcp_command)
 
 __all__ = [
     "main",

@@ -1,0 +1,121 @@
+"""Serving the MCP server: over stdio, or over streamable HTTP with its exposure rule.
+
+stdio is how Claude Code, codex and most clients start a server: one
+client, the server's lifetime is the client's. HTTP serves any number of
+clients at once on one runtime; it listens on loopback unless told
+otherwise, and an address other machines can reach is refused unless
+``allow_remote`` is given *and* a bearer token, which every request must
+then carry (the memory holds whatever the agents said: it is not served
+to a network without a secret).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from memory._errors import SettingsError
+
+__all__ = ["BearerAuth", "HttpAddress", "check_exposure", "parse_http_address",
+           "serve_http", "serve_stdio"]
+
+MCP_PATH = "/mcp"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAddress:
+    host: str
+    port: int
+
+    @property
+    def loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:  # a name other than localhost: it may resolve anywhere
+            return False
+
+    def url(self, port: int | None = None) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port if port is None else port}{MCP_PATH}"
+
+
+def parse_http_address(text: str, flag: str = "--http") -> HttpAddress:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; port 0: any free port), or a :class:`SettingsError`."""
+    host, colon, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not colon or not host or not port.isdigit() or int(port) > 65535:
+        raise SettingsError(flag, f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:8765)")
+    return HttpAddress(host, int(port))
+
+
+def check_exposure(address: HttpAddress, *, allow_remote: bool, token: str | None,
+                   flag: str = "--http") -> None:
+    """Refuse an address beyond loopback unless ``allow_remote`` and a bearer token are both given."""
+    if address.loopback:
+        return
+    if not allow_remote:
+        raise SettingsError(flag, f"{address.host} is not a loopback address: memory would be "
+                                  "served to the network; add --allow-remote and set "
+                                  "SCRIPTORIUM_MCP_TOKEN, or listen on 127.0.0.1")
+    if not token:
+        raise SettingsError(flag, f"serving {address.host} with --allow-remote needs a bearer "
+                                  "token: set SCRIPTORIUM_MCP_TOKEN")
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request carries ``Authorization: Bearer <token>``, or gets 401."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):  # constant time: no token oracle
+                await send({"type": "http.response.start", "status": 401, "headers": [
+                    (b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body",
+                            "body": b"a bearer token is required (Authorization: Bearer ...)\n"})
+                return
+        await self.app(scope, receive, send)
+
+
+async def serve_stdio(server: MCPServer[Any]) -> None:
+    """Serve one client on stdin/stdout until it closes stdin."""
+    await server.run_stdio_async()
+
+
+async def serve_http(server: MCPServer[Any], address: HttpAddress, *, token: str | None,
+                     on_listening: Callable[[str], None]) -> None:
+    """Serve streamable HTTP on ``address`` until cancelled (uvicorn: asyncio only).
+
+    The socket is bound here, before serving, so ``on_listening`` gets the
+    URL with the port actually bound (``:0`` picks a free one).
+    """
+    import uvicorn  # the SDK's own dependency; imported here, as only HTTP needs it
+
+    app: ASGIApp = server.streamable_http_app(streamable_http_path=MCP_PATH, host=address.host)
+    if token:
+        app = BearerAuth(app, token)
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((address.host, address.port))
+        sock.listen(128)
+        config = uvicorn.Config(app, log_level="warning", lifespan="on")
+        on_listening(address.url(sock.getsockname()[1]))
+        await uvicorn.Server(config).serve(sockets=[sock])
+    finally:
+        sock.close()
