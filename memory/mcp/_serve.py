@@ -11,13 +11,17 @@ to a network without a secret).
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
+import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+import uvicorn
 from mcp.server.mcpserver import MCPServer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -91,20 +95,48 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
+async def _until_signalled(serve: Callable[[], Awaitable[None]],
+                           stop: Callable[[], None] | None = None) -> None:
+    """Run ``serve`` until it returns, or until SIGINT or SIGTERM (then ``stop()``, or cancel it).
+
+    A client ends a server it started by closing stdin or by a signal: either
+    way the caller's ``open_runtime`` block then ends as it should (in-flight
+    writes drained, session locks and the runtime log closed), rather than
+    the process dying inside it.
+    """
+    async with anyio.create_task_group() as group:
+        async def watch() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    (stop or group.cancel_scope.cancel)()
+                    return
+
+        group.start_soon(watch)
+        await serve()
+        group.cancel_scope.cancel()
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handlers: it would re-raise SIGTERM after serving and
+    kill the process before the runtime closes; :func:`_until_signalled` stops it instead."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 async def serve_stdio(server: MCPServer[Any]) -> None:
-    """Serve one client on stdin/stdout until it closes stdin."""
-    await server.run_stdio_async()
+    """Serve one client on stdin/stdout until it closes stdin or signals."""
+    await _until_signalled(server.run_stdio_async)
 
 
 async def serve_http(server: MCPServer[Any], address: HttpAddress, *, token: str | None,
                      on_listening: Callable[[str], None]) -> None:
-    """Serve streamable HTTP on ``address`` until cancelled (uvicorn: asyncio only).
+    """Serve streamable HTTP on ``address`` until SIGINT or SIGTERM (uvicorn: asyncio only).
 
     The socket is bound here, before serving, so ``on_listening`` gets the
     URL with the port actually bound (``:0`` picks a free one).
     """
-    import uvicorn  # the SDK's own dependency; imported here, as only HTTP needs it
-
     app: ASGIApp = server.streamable_http_app(streamable_http_path=MCP_PATH, host=address.host)
     if token:
         app = BearerAuth(app, token)
@@ -116,6 +148,11 @@ async def serve_http(server: MCPServer[Any], address: HttpAddress, *, token: str
         sock.listen(128)
         config = uvicorn.Config(app, log_level="warning", lifespan="on")
         on_listening(address.url(sock.getsockname()[1]))
-        await uvicorn.Server(config).serve(sockets=[sock])
+        runner = _Uvicorn(config)
+
+        def stop() -> None:
+            runner.should_exit = True
+
+        await _until_signalled(lambda: runner.serve(sockets=[sock]), stop)
     finally:
         sock.close()
