@@ -14,11 +14,12 @@ from __future__ import annotations
 import contextlib
 import hmac
 import ipaddress
+import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, cast
 
 import anyio
 import uvicorn
@@ -27,7 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memory._errors import SettingsError
 
-__all__ = ["BearerAuth", "HttpAddress", "check_exposure", "parse_http_address",
+__all__ = ["BearerAuth", "HttpAddress", "StdinLines", "check_exposure", "parse_http_address",
            "serve_http", "serve_stdio"]
 
 MCP_PATH = "/mcp"
@@ -93,6 +94,45 @@ class BearerAuth:
                             "body": b"a bearer token is required (Authorization: Bearer ...)\n"})
                 return
         await self.app(scope, receive, send)
+
+
+class StdinLines(anyio.AsyncFile[str]):
+    """stdin as lines, read when the event loop says it is readable: no worker thread.
+
+    The SDK reads stdin in a worker thread, and a cancel waits for the thread:
+    a SIGTERM while the client is silent would wait for the next line (and
+    the interpreter, on exit, for the thread). Here a pending read is just a
+    wait that a cancel ends (POSIX: the loop's reader on the descriptor).
+    """
+
+    def __init__(self) -> None:
+        self.fd = os.dup(0)  # our own descriptor; the SDK leaves fd 0 alone when given one
+        super().__init__(cast(IO[str], os.fdopen(self.fd, "rb", buffering=0)))
+        os.set_blocking(self.fd, False)
+        self.pending = bytearray()
+        self.eof = False
+
+    async def readline(self) -> str:
+        searched = 0
+        while True:
+            end = self.pending.find(b"\n", searched)
+            if end >= 0 or self.eof:
+                size = end + 1 if end >= 0 else len(self.pending)
+                line = bytes(self.pending[:size])
+                del self.pending[:size]
+                return line.decode("utf-8", errors="replace")
+            searched = len(self.pending)
+            await anyio.wait_readable(self.fd)
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:  # woken for nothing
+                continue
+            self.eof = not chunk
+            self.pending += chunk
+
+    def close(self) -> None:
+        os.set_blocking(self.fd, True)  # the description is shared with fd 0
+        self.wrapped.close()
 
 
 async def _until_signalled(serve: Callable[[], Awaitable[None]],

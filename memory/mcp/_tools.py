@@ -14,7 +14,7 @@ server goes on serving.
 from __future__ import annotations
 
 import os
-from typing import IO, Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server.mcpserver import MCPServer
@@ -26,6 +26,7 @@ from typing_extensions import TypedDict  # typing's: no schema from pydantic on 
 
 from memory._errors import ScriptoriumMemoryError
 from memory.ledger import owed_tokens
+from memory.mcp._serve import StdinLines
 from memory.recall import MAX_QUERY_CHARS, Hit
 from memory.runtime import MemoryRuntime
 from store import (
@@ -133,45 +134,6 @@ def _session_id(session: str) -> str:
     return session
 
 
-class _StdinLines(anyio.AsyncFile[str]):
-    """stdin as lines, read when the event loop says it is readable: no worker thread.
-
-    The SDK reads stdin in a worker thread, and a cancel waits for the thread:
-    a SIGTERM while the client is silent would wait for the next line (and
-    the interpreter, on exit, for the thread). Here a pending read is just a
-    wait that a cancel ends (POSIX: the loop's reader on the descriptor).
-    """
-
-    def __init__(self) -> None:
-        self.fd = os.dup(0)  # our own descriptor; the SDK leaves fd 0 alone when given one
-        super().__init__(cast(IO[str], os.fdopen(self.fd, "rb", buffering=0)))
-        os.set_blocking(self.fd, False)
-        self.pending = bytearray()
-        self.eof = False
-
-    async def readline(self) -> str:
-        searched = 0
-        while True:
-            end = self.pending.find(b"\n", searched)
-            if end >= 0 or self.eof:
-                size = end + 1 if end >= 0 else len(self.pending)
-                line = bytes(self.pending[:size])
-                del self.pending[:size]
-                return line.decode("utf-8", errors="replace")
-            searched = len(self.pending)
-            await anyio.wait_readable(self.fd)
-            try:
-                chunk = os.read(self.fd, 1 << 16)
-            except BlockingIOError:  # woken for nothing
-                continue
-            self.eof = not chunk
-            self.pending += chunk
-
-    def close(self) -> None:
-        os.set_blocking(self.fd, True)  # the description is shared with fd 0
-        self.wrapped.close()
-
-
 class _MemoryServer(MCPServer[Any]):
     """The SDK's server, listing the topic files as they are when asked (they change as memory is written)."""
 
@@ -195,8 +157,8 @@ class _MemoryServer(MCPServer[Any]):
             for path in files)]
 
     async def run_stdio_async(self) -> None:
-        """The SDK's stdio serving, with stdin read by :class:`_StdinLines` (stdout as the SDK's)."""
-        stdin = _StdinLines()
+        """The SDK's stdio serving, with stdin read by :class:`~memory.mcp._serve.StdinLines` (stdout as the SDK's)."""
+        stdin = StdinLines()
         try:
             async with stdio_server(stdin=stdin) as (read, write):
                 lowlevel = self._lowlevel_server  # the SDK's own run_stdio_async does the same
