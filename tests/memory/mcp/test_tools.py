@@ -32,8 +32,9 @@ async def serving(state: Path) -> AsyncIterator[tuple[MemoryRuntime, Client]]:
 def structured(result: Any) -> dict[str, Any]:
     assert isinstance(result, CallToolResult)
     assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
+    document: dict[str, Any] | None = result.structured_content
+    assert document is not None
+    return document
 
 
 def refusal(result: Any) -> str:
