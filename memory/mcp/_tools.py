@@ -138,7 +138,7 @@ class _MemoryServer(MCPServer[Any]):
     """The SDK's server, listing the topic files as they are when asked (they change as memory is written)."""
 
     def __init__(self, rt: MemoryRuntime) -> None:
-        super().__init__("scriptorium", instructions=(
+        super().__init__("scriptorium", log_level="WARNING", instructions=(
             "Long-term memory of past conversations. memory_search finds facts with their "
             "sources; memory_context gives a block to put in a prompt; session_append "
             "records a turn so it is remembered."))
