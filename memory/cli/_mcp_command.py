@@ -21,6 +21,7 @@ import orjson
 
 from memory.cli._cli import (
     _config,
+    _with_runtime,
     _writer,
     creating_state_options,
     runtime_options,
@@ -28,8 +29,7 @@ from memory.cli._cli import (
     writer_options,
 )
 from memory.cli._cli_errors import EXIT_USAGE, CliError
-from memory.runtime import open_runtime
-from store import StoreError
+from memory.runtime import MemoryRuntime
 
 __all__ = ["mcp_command"]
 
@@ -97,24 +97,17 @@ def mcp_command(http: str | None, allow_remote: bool, log_json: bool, drain_time
     def listening(url: str) -> None:
         click.echo(f"scriptorium: mcp serving {url}", err=True)
 
-    async def serve() -> None:
-        try:
-            async with open_runtime(state_dir, model_writer, config=config) as rt:
-                server = build_server(rt)
-                if address is None:
-                    await serve_stdio(server)
-                else:
-                    await serve_http(server, address, token=token, on_listening=listening)
-                with anyio.move_on_after(drain_timeout):  # turns owed a write get it
-                    await rt.drain()
-        finally:
-            if model_writer is not None:
-                await model_writer.aclose()
+    async def serve(rt: MemoryRuntime) -> None:
+        server = build_server(rt)
+        if address is None:
+            await serve_stdio(server)
+        else:
+            await serve_http(server, address, token=token, on_listening=listening)
+        with anyio.move_on_after(drain_timeout):  # turns owed a write get it
+            await rt.drain()
 
     try:
-        anyio.run(serve, backend=backend)
-    except StoreError as exc:
-        raise CliError.of(exc) from None
+        _with_runtime(state_dir, config, backend, serve, model_writer)
     except OSError as exc:  # the address is taken or cannot be bound
         if address is None:
             raise

@@ -13,7 +13,9 @@ server goes on serving.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -121,16 +123,22 @@ def _hit(hit: Hit) -> HitResult:
         node_id=hit.node_id, speaker=hit.speaker, trust=hit.trust, on_branch=hit.on_branch)
 
 
-def _refused(exc: BaseException) -> ToolError:
-    """One line for the caller: the typed error's message names the session, node or argument."""
-    return ToolError(" ".join(str(exc).split()))
+@contextlib.contextmanager
+def _refusing() -> Iterator[None]:
+    """The caller's mistakes as a :class:`ToolError` with the typed error's one line.
+
+    The store's and memory's errors name the session, node or argument; the
+    SDK would answer any other exception with the bare tool name.
+    """
+    try:
+        yield
+    except (StoreError, ScriptoriumMemoryError) as exc:
+        raise ToolError(" ".join(str(exc).split())) from None
 
 
 def _session_id(session: str) -> str:
-    try:
+    with _refusing():
         validate_id(session, "session id")
-    except StoreError as exc:
-        raise _refused(exc) from None
     return session
 
 
@@ -187,10 +195,8 @@ def build_server(rt: MemoryRuntime) -> MCPServer[Any]:
         session: SessionArg = None,
     ) -> SearchResult:
         sid = None if session is None else _session_id(session)
-        try:
+        with _refusing():
             hits = await rt.recall(query, k=k, session=sid)
-        except (StoreError, ScriptoriumMemoryError) as exc:
-            raise _refused(exc) from None
         return SearchResult(query=query, hits=[_hit(hit) for hit in hits])
 
     @server.tool(description="A block of memory for a prompt: what the query needs, within "
@@ -202,10 +208,8 @@ def build_server(rt: MemoryRuntime) -> MCPServer[Any]:
         session: SessionArg = None,
     ) -> ContextResult:
         sid = None if session is None else _session_id(session)
-        try:
+        with _refusing():
             context = await rt.context(query, budget_tokens=budget_tokens, session=sid)
-        except (StoreError, ScriptoriumMemoryError) as exc:
-            raise _refused(exc) from None
         return ContextResult(text=context.text, tokens=context.tokens,
                              quoted=[list(p) for p in context.quoted],
                              cited=[list(p) for p in context.cited],
@@ -229,7 +233,7 @@ def build_server(rt: MemoryRuntime) -> MCPServer[Any]:
         if predecessor is not None:
             message["predecessor"] = predecessor
         created = False
-        try:
+        with _refusing():
             if not await anyio.to_thread.run_sync(_session_exists, rt.state_dir, sid):
                 try:
                     await rt.sessions.create(session_id=sid)
@@ -237,8 +241,6 @@ def build_server(rt: MemoryRuntime) -> MCPServer[Any]:
                 except SessionExistsError:  # created meanwhile by another client
                     pass
             node = await rt.sessions.append(sid, message)
-        except (StoreError, ScriptoriumMemoryError) as exc:
-            raise _refused(exc) from None
         return AppendResult(session=sid, created_session=created, node=node)
 
     @server.tool(description="The sessions memory holds, newest first.")
@@ -253,10 +255,8 @@ def build_server(rt: MemoryRuntime) -> MCPServer[Any]:
         session: Annotated[str, Field(min_length=1, description="The session id.")],
     ) -> PendingResult:
         sid = _session_id(session)
-        try:
+        with _refusing():
             owed = await rt.pending(sid)
-        except (StoreError, ScriptoriumMemoryError) as exc:
-            raise _refused(exc) from None
         return PendingResult(session=sid, tokens=owed_tokens(owed), pending=[PendingTurn(
             node_id=r.message_id, role=r.role, speaker=r.speaker, timestamp=r.timestamp,
             tokens=r.tokens) for r in owed])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from mcp.types import CallToolResult, TextContent, TextResourceContents
 
 from tests.memory.mcp._states import FACTS
 
-__all__ = ["SERVE", "exercise", "http_server", "result"]
+__all__ = ["SERVE", "exercise", "http_server", "result", "two_agents_at_once"]
 
 # `scriptorium mcp` as the console script runs it, from the interpreter running the tests.
 SERVE = [sys.executable, "-c", "from memory.cli import main; main()", "mcp"]
@@ -69,6 +69,18 @@ async def exercise(client: ClientSession, agent: str) -> None:
         raise AssertionError("a path out of topics/ was read")
     again = result(await client.call_tool("memory_search", {"query": "sister"}))
     assert again["hits"]  # still serving after every refusal
+
+
+async def two_agents_at_once(connect: Callable[[], AbstractAsyncContextManager[Any]]) -> None:
+    """Two clients, each on its own ``connect()`` transport, :func:`exercise` the server together."""
+    async def agent(name: str) -> None:
+        async with connect() as (read, write), ClientSession(read, write) as client:
+            await exercise(client, name)
+
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as group:
+            group.start_soon(agent, "agent-a")
+            group.start_soon(agent, "agent-b")
 
 
 @asynccontextmanager

@@ -15,7 +15,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from store import SessionCore
-from tests.memory.mcp._clients import exercise, http_server, result
+from tests.memory.mcp._clients import http_server, result, two_agents_at_once
 from tests.memory.mcp._states import written_state
 
 TOKEN = "t0ken-for-the-test"
@@ -25,15 +25,7 @@ async def test_two_clients_at_once_call_every_tool_and_the_server_serves_on(
         tmp_path: Path) -> None:
     state = await written_state(tmp_path)
     async with http_server(state) as (process, url, _):
-        async def agent(name: str) -> None:
-            async with streamable_http_client(url) as (read, write), \
-                    ClientSession(read, write) as client:
-                await exercise(client, name)
-
-        with anyio.fail_after(120):
-            async with anyio.create_task_group() as group:
-                group.start_soon(agent, "agent-a")
-                group.start_soon(agent, "agent-b")
+        await two_agents_at_once(lambda: streamable_http_client(url))
         assert process.returncode is None  # still serving
         process.send_signal(signal.SIGTERM)
         with anyio.fail_after(30):

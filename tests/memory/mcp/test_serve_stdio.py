@@ -16,7 +16,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from store import SessionCore
-from tests.memory.mcp._clients import SERVE, exercise
+from tests.memory.mcp._clients import SERVE, exercise, two_agents_at_once
 from tests.memory.mcp._states import written_state
 
 # A client's first words, then one turn recorded (the raw lines, as any client sends them).
@@ -49,16 +49,7 @@ async def test_a_stdio_client_calls_every_tool_and_reads_a_resource(
 async def test_two_stdio_servers_serve_one_state_at_once(tmp_path: Path) -> None:
     """Two agents each start their own server on one state: both serve, neither waits."""
     state = await written_state(tmp_path)
-
-    async def agent(name: str) -> None:
-        async with stdio_client(_server(state, "asyncio")) as (read, write), \
-                ClientSession(read, write) as client:
-            await exercise(client, name)
-
-    with anyio.fail_after(120):
-        async with anyio.create_task_group() as group:
-            group.start_soon(agent, "agent-a")
-            group.start_soon(agent, "agent-b")
+    await two_agents_at_once(lambda: stdio_client(_server(state, "asyncio")))
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
