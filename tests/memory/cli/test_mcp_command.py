@@ -6,6 +6,7 @@ The serving itself is tested in tests/memory/mcp (stdio and HTTP, real processes
 from __future__ import annotations
 
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,15 @@ def test_loopback_is_served_without_a_token_and_beyond_it_only_with_both() -> No
     for allow_remote, token in ((False, "s"), (True, None), (True, ""), (False, None)):
         with pytest.raises(ValueError, match="--http"):
             check_exposure(remote, allow_remote=allow_remote, token=token)
+
+
+def test_without_the_mcp_extra_the_command_says_what_to_install(
+        state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [name for name in sys.modules if name == "mcp" or name.startswith(
+            ("mcp.", "memory.mcp"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "mcp", None)  # what an install without the extra has
+    code, output = run(state)
+    assert code == 2
+    assert "pip install 'scriptorium[mcp]'" in output
+    assert len(output.strip().splitlines()) == 1, output
