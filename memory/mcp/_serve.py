@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import IO, Any, cast
 
 import anyio
+import anyio.lowlevel
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -111,6 +112,7 @@ class StdinLines(anyio.AsyncFile[str]):
         os.set_blocking(self.fd, False)
         self.pending = bytearray()
         self.eof = False
+        self.pollable = True
 
     async def readline(self) -> str:
         searched = 0
@@ -122,7 +124,13 @@ class StdinLines(anyio.AsyncFile[str]):
                 del self.pending[:size]
                 return line.decode("utf-8", errors="replace")
             searched = len(self.pending)
-            await anyio.wait_readable(self.fd)
+            if self.pollable:
+                try:
+                    await anyio.wait_readable(self.fd)
+                except PermissionError:  # a regular file or /dev/null: epoll refuses it,
+                    self.pollable = False  # and a read of it never blocks
+            else:
+                await anyio.lowlevel.checkpoint()
             try:
                 chunk = os.read(self.fd, 1 << 16)
             except BlockingIOError:  # woken for nothing

@@ -77,3 +77,23 @@ def test_sigterm_while_the_client_is_silent_ends_the_server_cleanly(
     assert core.get_branch()[-1]["id"] == "bye"
     core.append({"role": "assistant", "content": "See you."})
     core.close()
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_requests_from_a_file_are_answered_and_its_end_ends_the_server(
+        tmp_path: Path, backend: str) -> None:
+    """stdin a regular file (``scriptorium mcp < requests.jsonl``): no event loop can poll it.
+
+    Its end is the client gone: a request still running then is answered
+    "Connection closed" (the SDK's rule), so only the handshake is asked.
+    """
+    state = anyio.run(written_state, tmp_path)
+    requests = tmp_path / "requests.jsonl"
+    requests.write_bytes(json.dumps(OPENING[0]).encode() + b"\n")
+    with requests.open("rb") as stdin:
+        done = subprocess.run([*SERVE, "--state", str(state), "--backend", backend], stdin=stdin,
+                              capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [answer["id"] for answer in answers] == [1]
+    assert answers[0]["result"]["serverInfo"]["name"] == "scriptorium"
