@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import anyio
 from mcp import Client, MCPError
 from mcp.types import CallToolResult, TextContent, TextResourceContents
 
@@ -183,3 +184,24 @@ async def test_the_topic_files_are_resources_read_only_and_nothing_else_is(tmp_p
     assert content.text == (state / "memory" / "topics" / topics[0]).read_text(encoding="utf-8")
     assert all("not memory" not in message for message in refused)
     assert still["sessions"]  # and the server still serves
+
+
+async def test_two_clients_appending_to_one_session_at_once_lose_and_double_nothing(
+        tmp_path: Path) -> None:
+    """Each sends its ten turns and then the other's again (a retry): twenty turns, each once."""
+    async with open_runtime(await written_state(tmp_path)) as rt:
+        server = build_server(rt)
+        turns = {name: [{"session": "shared", "role": "user", "content": f"{name} says {i}",
+                         "id": f"{name}-{i}"} for i in range(10)] for name in ("a", "b")}
+
+        async def client(mine: str, theirs: str) -> None:
+            async with Client(server) as session:
+                for turn in [*turns[mine], *turns[theirs]]:  # theirs: new, or the same turn
+                    structured(await session.call_tool("session_append", turn))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(client, "a", "b")
+            group.start_soon(client, "b", "a")
+        branch = await rt.sessions.get_branch("shared")
+    ids = [m["id"] for m in branch if m.get("role") == "user"]
+    assert sorted(ids) == sorted(t["id"] for name in turns for t in turns[name])
