@@ -11,8 +11,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
 import anyio
+import pytest
 from mcp import Client, MCPError
 from mcp.types import CallToolResult, TextContent, TextResourceContents
 
