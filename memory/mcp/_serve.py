@@ -33,6 +33,7 @@ __all__ = ["BearerAuth", "HttpAddress", "StdinLines", "check_exposure", "parse_h
            "serve_http", "serve_stdio"]
 
 MCP_PATH = "/mcp"
+GRACE_SECONDS = 3.0  # how long a stopping HTTP server waits for requests still running
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +195,10 @@ async def serve_http(server: MCPServer[Any], address: HttpAddress, *, token: str
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((address.host, address.port))
         sock.listen(128)
-        config = uvicorn.Config(app, log_level="warning", lifespan="on")
+        # An open event stream never ends by itself: a client still connected must
+        # not keep a stopping server (and its runtime) up for good.
+        config = uvicorn.Config(app, log_level="warning", lifespan="on",
+                                timeout_graceful_shutdown=GRACE_SECONDS)
         on_listening(address.url(sock.getsockname()[1]))
         runner = _Uvicorn(config)
 

@@ -52,3 +52,19 @@ async def test_with_a_token_every_request_without_it_is_401(tmp_path: Path) -> N
             await client.initialize()
             found = result(await client.call_tool("memory_search", {"query": "sister"}))
             assert any("Alice" in hit["text"] for hit in found["hits"])
+
+
+async def test_sigterm_with_a_client_still_connected_ends_the_server(tmp_path: Path) -> None:
+    """A client's open event stream does not keep a stopping server up: exit 0, turns kept."""
+    state = await written_state(tmp_path)
+    async with http_server(state) as (process, url, _), streamable_http_client(url) as (
+            read, write), ClientSession(read, write) as client:
+        await client.initialize()
+        result(await client.call_tool("session_append", {
+            "session": "held", "role": "user", "content": "Still here.", "id": "h1"}))
+        process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(30):
+            assert await process.wait() == 0
+    core = SessionCore.open(state, "held", lock_timeout=0.0)
+    assert core.get_branch()[-1]["id"] == "h1"
+    core.close()
