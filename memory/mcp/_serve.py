@@ -33,7 +33,7 @@ __all__ = ["BearerAuth", "HttpAddress", "StdinLines", "check_exposure", "parse_h
            "serve_http", "serve_stdio"]
 
 MCP_PATH = "/mcp"
-GRACE_SECONDS = 3.0  # how long a stopping HTTP server waits for requests still running
+GRACE_SECONDS = 3  # how long a stopping HTTP server waits for requests still running
 
 
 @dataclass(frozen=True, slots=True)
