@@ -31,13 +31,8 @@ from memory.ledger import owed_tokens
 from memory.mcp._serve import StdinLines
 from memory.recall import MAX_QUERY_CHARS, Hit
 from memory.runtime import MemoryRuntime
-from store import (
-    SessionExistsError,
-    StoreError,
-    list_sessions,
-    validate_id,
-    walk_files,
-)
+from store import SessionExistsError, StoreError, list_sessions
+from store.lowlevel import validate_id, walk_files
 
 __all__ = ["MAX_CONTENT_CHARS", "TOPICS_URI", "build_server"]
 

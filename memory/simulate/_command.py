@@ -16,6 +16,7 @@ stderr.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import os
@@ -29,8 +30,8 @@ import anyio
 import click
 import orjson
 
-from memory._errors import SettingsError
-from memory.ledger._ledger import ReferenceThresholdWarning, threshold_warning
+from memory._errors import EndpointUnreachableError, ReferenceThresholdWarning, SettingsError
+from memory.ledger._ledger import threshold_warning
 from memory.runtime._config import JOURNAL_MODES, JournalMode
 from memory.runtime._settings import check_model_flags, check_seconds, check_threshold
 from memory.simulate._faults import FAULTS, parse_faults
@@ -38,10 +39,11 @@ from memory.simulate._open_loop import ARRIVALS
 from memory.simulate._simulate import SimulationConfig, SimulationResult
 from memory.simulate._simulate import simulate as run_simulation
 from memory.writers import CPU_WORKER_MODES, CpuWorkerMode
-from memory.writers.model import EndpointUnreachableError, model_settings, probe_endpoint
-from store import state_path
+from memory.writers.model import model_settings, probe_endpoint
+from store.lowlevel import state_path
 
-__all__ = ["percentile", "render_report", "result_document", "simulate"]
+__all__ = ["memory_lag_document", "percentile", "render_report", "result_document",
+           "simulate"]
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -103,12 +105,29 @@ def result_document(result: SimulationResult) -> dict[str, Any]:
         "problems": {n: v.problems for n, v in result.invariants.items() if v.problems},
         "notes": list(result.notes),
         "open_loop": open_loop,
+        "memory_lag": memory_lag_document(result),
+    }
+
+
+def memory_lag_document(result: SimulationResult) -> dict[str, Any]:
+    """How far memory fell behind: the lag seen at each group taken, and the group sizes."""
+    ages = result.latencies.get("memory_lag", [])
+    sizes = [size for size, count in result.groups.items() for _ in range(count)]
+    return {
+        "oldest_due_age_p50_ms": round(percentile(ages, 0.5) * 1000, 3),
+        "oldest_due_age_p99_ms": round(percentile(ages, 0.99) * 1000, 3),
+        "oldest_due_age_max_ms": round(max(ages, default=0.0) * 1000, 3),
+        "due_waiting_max": result.due_waiting_max,
+        "groups": {str(size): count for size, count in sorted(result.groups.items())},
+        "group_size_mean": round(sum(sizes) / len(sizes), 2) if sizes else 0.0,
+        "group_size_max": max(sizes, default=0),
     }
 
 
 def render_report(result: SimulationResult) -> str:
     doc = result_document(result)
     lat = doc["latency_ms"]
+    lag = doc["memory_lag"]
     loop = doc["open_loop"]
     lines = [
         (f"scriptorium simulate: {doc['sessions']} sessions, seed {doc['seed']}, "
@@ -139,6 +158,9 @@ def render_report(result: SimulationResult) -> str:
         f"all: p99 {lat.get('due_to_durable_p99', 0):.1f} ms)"),
         (f"  append ack       p50 {lat.get('append_ack_p50', 0):>8.3f} ms   "
         f"p99 {lat.get('append_ack_p99', 0):>8.3f} ms"),
+        (f"  memory lag       p99 {lag['oldest_due_age_p99_ms']:>8.1f} ms   max "
+         f"{lag['oldest_due_age_max_ms']:.1f} ms   (groups: mean {lag['group_size_mean']}, "
+         f"max {lag['group_size_max']}; {lag['due_waiting_max']} due waiting at most)"),
         f"  restarts         {doc['restarts']:>10}   (supervisors healed crashed actors)",
         f"  quarantined      {doc['quarantined']:>10}",
         f"  runtime crashes  {doc['runtime_incarnations'] - 1:>10}   (reopened on the same state)",
@@ -157,21 +179,16 @@ def render_report(result: SimulationResult) -> str:
     return "\n".join(lines)
 
 
-class _Status:
-    """A one-line progress display on stderr (only on a terminal)."""
+# The CLI's progress display (memory.cli._progress), which this layer may not import: the
+# ``scriptorium`` group puts its factory in the click context under this key.
+PROGRESS_FACTORY = "scriptorium.progress"
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
 
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        width = 30
-        filled = width * done // max(total, 1)
-        sys.stderr.write(f"\r  [{'#' * filled}{'.' * (width - filled)}] {done}/{total} turns")
-        if done >= total:
-            sys.stderr.write("  settling, then checking...\n")
-        sys.stderr.flush()
+def _progress_view(quiet: bool) -> Any:
+    """The display of this run's stages, counts and rates on stderr; None without the CLI's."""
+    factory = click.get_current_context().meta.get(PROGRESS_FACTORY)
+    return None if factory is None else factory("starting the runtime", counted=False,
+                                                quiet=quiet)
 
 
 class EndpointUnreachable(click.ClickException):
@@ -232,12 +249,14 @@ def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, s
               show_default=True,
               help="Where mutations are made durable (RuntimeConfig.journal): each session's "
                    "journal, or one runtime log shared by every session.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="Draw no progress on stderr (it is drawn only on a terminal anyway).")
 def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: str,
              as_json: bool, state_dir: str | None, compare: bool, threshold: int,
              idle_after: float | None, session_idle: float, watchdog_poll: float,
              writer: str, base_url: str | None, model: str | None,
              provider: str | None, rate: float | None, arrivals: str,
-             cpu_worker: CpuWorkerMode, journal: JournalMode) -> None:
+             cpu_worker: CpuWorkerMode, journal: JournalMode, quiet: bool) -> None:
     """Run concurrent simulated agents with seeded faults, then check every invariant."""
     model_config = None
     try:
@@ -283,13 +302,15 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
             raise click.UsageError(f"--state {state_dir} already holds sessions; "
                                    "give an empty or new directory")
         os.makedirs(state, mode=0o700, exist_ok=True)
+        view = _progress_view(quiet)
         config = SimulationConfig(state_dir=state, sessions=sessions, turns=turns, seed=seed,
-                                  faults=faults, progress=_Status(sys.stderr.isatty()),
+                                  faults=faults, progress=view,
+                                  on_event=None if view is None else view.on_event,
                                   threshold=threshold, idle_after=idle_after,
                                   session_idle=session_idle, watchdog_poll=watchdog_poll,
                                   model=model_config, rate=rate, arrivals=arrivals,
                                   cpu_worker=cpu_worker, journal=journal)
-        with warnings.catch_warnings():  # said once above, in one line
+        with warnings.catch_warnings(), view or contextlib.nullcontext():  # warned above
             warnings.simplefilter("ignore", ReferenceThresholdWarning)
             result = anyio.run(run_simulation, config, backend=backend)
         document = result_document(result)

@@ -14,7 +14,7 @@ import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from store import SessionCore
+from store import SessionCore, SessionOptions
 from tests.memory.mcp._clients import http_server, result, two_agents_at_once
 from tests.memory.mcp._states import written_state
 
@@ -65,6 +65,6 @@ async def test_sigterm_with_a_client_still_connected_ends_the_server(tmp_path: P
         process.send_signal(signal.SIGTERM)
         with anyio.fail_after(30):
             assert await process.wait() == 0
-    core = SessionCore.open(state, "held", lock_timeout=0.0)
+    core = SessionCore.open(state, "held", options=SessionOptions(lock_timeout=0.0))
     assert core.get_branch()[-1]["id"] == "h1"
     core.close()

@@ -15,7 +15,7 @@ import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from store import SessionCore
+from store import SessionCore, SessionOptions
 from tests.memory.mcp._clients import SERVE, exercise, two_agents_at_once
 from tests.memory.mcp._states import written_state
 
@@ -73,7 +73,7 @@ def test_sigterm_while_the_client_is_silent_ends_the_server_cleanly(
             server.kill()
             raise AssertionError("the server did not stop on SIGTERM") from None
     assert code == 0, server.stderr.read() if server.stderr else b""
-    core = SessionCore.open(state, "demo", lock_timeout=0.0)  # a held lock: an error at once
+    core = SessionCore.open(state, "demo", options=SessionOptions(lock_timeout=0.0))  # a held lock: an error at once
     assert core.get_branch()[-1]["id"] == "bye"
     core.append({"role": "assistant", "content": "See you."})
     core.close()
