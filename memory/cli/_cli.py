@@ -3,9 +3,10 @@
 The commands live by group: ``_session_commands`` (``session ...``),
 ``_memory_commands`` (``memory ...``), ``_recall_commands`` (``memory
 search|context|reindex``), ``_run_command``, ``_import_command``,
-``_status_command`` and ``memory.simulate``'s ``simulate``; what they share
-(``--state``, ``--json``, the runtime's options) is ``_options``'s. This
-module makes the groups and registers every command, in one place.
+``_status_command``, ``_mcp_command`` and ``memory.simulate``'s
+``simulate``; what they share (``--state``, ``--json``, the runtime's
+options) is ``_options``'s. This module makes the groups and registers
+every command, in one place.
 
 Errors go to stderr as one line naming the session, node or file, with the
 exit codes of ``memory.cli._cli_errors`` (the traceback only with
@@ -21,6 +22,7 @@ import click
 
 from memory.cli._cli_errors import ReportingGroup
 from memory.cli._import_command import import_group
+from memory.cli._mcp_command import mcp_command
 from memory.cli._memory_commands import (
     memory_audit,
     memory_backfill,
@@ -71,5 +73,5 @@ for _command in (session_list, session_branches, session_branch, session_show):
 for _command in (memory_pending, memory_write, memory_release, memory_migrate, memory_backfill,
                  memory_audit, memory_search, memory_context, memory_reindex):
     memory.add_command(_command)
-for _command in (run, simulate, import_group, status):
+for _command in (run, simulate, import_group, status, mcp_command):
     main.add_command(_command)
