@@ -19,7 +19,8 @@ import anyio
 import click
 import orjson
 
-from memory.cli._cli import (
+from memory.cli._cli_errors import EXIT_USAGE, CliError
+from memory.cli._options import (
     _config,
     _with_runtime,
     _writer,
@@ -28,7 +29,6 @@ from memory.cli._cli import (
     timing_options,
     writer_options,
 )
-from memory.cli._cli_errors import EXIT_USAGE, CliError
 from memory.runtime import MemoryRuntime
 
 __all__ = ["mcp_command"]
