@@ -1,0 +1,30 @@
+"""Scriptorium `memory.importers`: other agents' logs brought in with their DAG.
+
+Layout (see docs/architecture.md): ``_plan`` the shared rules (entries to
+the nodes of one session, the id rule); ``_lines`` complete lines of a log
+being written; ``_claude_code``, ``_codex``, ``_pi`` one pure parser per
+agent; ``_apply`` appends a plan through the runtime; ``_sources`` finds an
+agent's logs and reads them; ``_follow`` keeps importing as they grow.
+"""
+
+from memory.importers._claude_code import SubagentLog as SubagentLog
+from memory.importers._claude_code import plan_claude_code as plan_claude_code
+from memory.importers._lines import LogLines as LogLines
+from memory.importers._lines import read_lines as read_lines
+from memory.importers._plan import Entry as Entry
+from memory.importers._plan import PlannedTurn as PlannedTurn
+from memory.importers._plan import SessionPlan as SessionPlan
+from memory.importers._plan import agent_id as agent_id
+from memory.importers._plan import node_id as node_id
+
+__all__ = [
+    "Entry",
+    "LogLines",
+    "PlannedTurn",
+    "SessionPlan",
+    "SubagentLog",
+    "agent_id",
+    "node_id",
+    "plan_claude_code",
+    "read_lines",
+]
