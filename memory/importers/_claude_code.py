@@ -168,6 +168,7 @@ def _entries(log: LogLines, scan: _Scan, *, agent: str | None,
             metadata["agent_id"] = line_agent
         if kind == "assistant" and isinstance(api_id, str):
             merged[api_id] = len(entries)
+            metadata["message_id"] = api_id
         entries.append(replace(base, kind="turn", role=role, content=text, metadata=metadata))
 
 
@@ -215,8 +216,8 @@ def _sub_agents(entries: list[Entry], scan: _Scan,
         return key
 
     for entry in entries:
-        if not entry.main and entry.parent in keys:
-            group[top(entry.key)] = top(entry.parent)  # type: ignore[arg-type]
+        if not entry.main and entry.parent is not None and entry.parent in keys:
+            group[top(entry.key)] = top(entry.parent)
     found: dict[str, str] = {}
     for key, agent_id in scan.line_agents.items():
         found.setdefault(top(key), agent_id)

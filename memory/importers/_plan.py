@@ -83,7 +83,7 @@ def iso_seconds(value: object) -> float | None:
     if not isinstance(value, str) or not value:
         return None
     try:
-        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        when = datetime.fromisoformat(value)  # Python 3.11 reads a trailing Z
     except ValueError:
         return None
     if when.tzinfo is None:
@@ -169,6 +169,7 @@ class SessionPlan:
     unknown: Counter[str] = field(default_factory=Counter)
     left_out: int = 0
     waiting: tuple[str, ...] = ()
+    held: bool = False  # a response still being written was kept back (while following)
 
 
 class _Resolver:
