@@ -46,6 +46,8 @@ class Follower(Actor):
         self.watch = watch and watcher_available()
         self.on_pass = on_pass
         self.passes = 0
+        # The watcher waits in a worker thread that a cancellation cannot reach; this stops it.
+        self._stop = anyio.Event()
 
     @contextlib.asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
@@ -54,6 +56,7 @@ class Follower(Actor):
             try:
                 yield
             finally:
+                self._stop.set()
                 tg.cancel_scope.cancel()
 
     def inspect(self) -> object:
@@ -71,7 +74,8 @@ class Follower(Actor):
             from watchfiles import awatch  # the optional extra, checked above
 
             async for _changes in awatch(*roots, rust_timeout=max(1, int(self.poll * 1000)),
-                                         yield_on_timeout=True):
+                                         yield_on_timeout=True, stop_event=self._stop,
+                                         debounce=200):
                 await self._pass()
         while True:  # polling: no watcher, or nothing to watch yet
             await anyio.sleep(self.poll)
