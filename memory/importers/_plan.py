@@ -27,8 +27,9 @@ The rules every agent shares:
 
 The id rule (documented in README, reversible): an agent's id that is a
 citable store id and holds no ``%`` is kept as it is; any other is written
-``%XX`` per UTF-8 byte for every character outside ``A-Z a-z 0-9 - _ ~``
-(so is an id starting ``summary_``, the store's prefix of summaries).
+``%XX`` per UTF-8 byte for its first character and every other character
+outside ``A-Z a-z 0-9 - _ ~`` (so is ``ROOT`` and an id starting
+``summary_``, the store's prefix of summaries: ``ROOT`` is ``%52OOT``).
 :func:`agent_id` undoes it.
 """
 
@@ -69,8 +70,8 @@ def node_id(raw: str) -> str:
         else:
             if citable_id_problem(raw) is None:
                 return raw
-    return "".join(ch if _PLAIN.fullmatch(ch) else "".join(f"%{b:02X}" for b in ch.encode())
-                   for ch in raw)
+    return "".join(ch if i and _PLAIN.fullmatch(ch) else "".join(f"%{b:02X}" for b in ch.encode())
+                   for i, ch in enumerate(raw))
 
 
 def agent_id(stored: str) -> str:

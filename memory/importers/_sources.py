@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import orjson
 
-from memory.importers import _claude_code, _codex, _pi
 from memory.importers._apply import SessionImport, apply_plan
+from memory.importers._claude_code import SubagentLog, plan_claude_code
+from memory.importers._codex import plan_codex
 from memory.importers._lines import LogLines, read_lines
+from memory.importers._pi import fork_source, plan_pi, session_of
 from memory.importers._plan import SessionPlan
 from memory.runtime import ImportLineError
 
@@ -154,7 +156,7 @@ class LogImporter:
                     report.errors.append(read.error or file)
             logs = {f: r.lines for f, r in reads.items() if r.lines is not None}
             if self.agent == "codex":
-                plans.extend(_codex.plan_codex(list(logs.values())))
+                plans.extend(plan_codex(list(logs.values())))
                 continue
             if failed:
                 continue  # nothing of a session with a malformed file
@@ -162,7 +164,7 @@ class LogImporter:
                 plans.extend(self._pi_plan(log) for log in logs.values())
                 continue
             main, *subs = group
-            plan = _claude_code.plan_claude_code(logs[main], [_subagent(logs[s], s) for s in subs])
+            plan = plan_claude_code(logs[main], [_subagent(logs[s], s) for s in subs])
             if hold_fresh_tails and before[main] != reads[main].stamp:
                 plan = _hold_open_response(plan, logs[main])
             plans.append(plan)
@@ -172,16 +174,16 @@ class LogImporter:
         return plans, report
 
     def _pi_plan(self, log: LogLines) -> SessionPlan:
-        source = _pi.fork_source(log)
+        source = fork_source(log)
         forked_from = None
         if source is not None:
             try:
                 with open(Path(source).expanduser(), "rb") as handle:
                     first = handle.readline()
-                forked_from = _pi.session_of(read_lines(first, source))
+                forked_from = session_of(read_lines(first, source))
             except (OSError, ImportLineError):
                 forked_from = None  # the file it came from is gone: the path alone is kept
-        return _pi.plan_pi(log, forked_from=forked_from)
+        return plan_pi(log, forked_from=forked_from)
 
     async def run(self, rt: MemoryRuntime, *, dry_run: bool = False,
                   hold_fresh_tails: bool = False) -> ImportPass:
@@ -202,7 +204,7 @@ class LogImporter:
         return report
 
 
-def _subagent(log: LogLines, file: str) -> _claude_code.SubagentLog:
+def _subagent(log: LogLines, file: str) -> SubagentLog:
     path = Path(file)
     meta: dict[str, Any] = {}
     try:
@@ -210,7 +212,7 @@ def _subagent(log: LogLines, file: str) -> _claude_code.SubagentLog:
         meta = loaded if isinstance(loaded, dict) else {}
     except (OSError, orjson.JSONDecodeError):
         pass  # no meta file: the sub-agent is placed by its agentId or its time
-    return _claude_code.SubagentLog(path.stem.removeprefix("agent-"), log, meta)
+    return SubagentLog(path.stem.removeprefix("agent-"), log, meta)
 
 
 def _hold_open_response(plan: SessionPlan, log: LogLines) -> SessionPlan:
