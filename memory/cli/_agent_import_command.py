@@ -50,10 +50,14 @@ def _session_line(row: dict[str, object], dry_run: bool) -> str:
     if isinstance(unknown, dict) and unknown:
         counted = ", ".join(f"{kind} x{n}" for kind, n in sorted(unknown.items()))
         parts.append(f"; unknown record types skipped: {counted}")
+    changed = row["changed"]
+    if isinstance(changed, list) and changed:
+        parts.append(f"; {len(changed)} turn(s) changed in the log since they were imported, "
+                     f"kept as imported ({', '.join(changed[:3])})")
     return "".join(parts)
 
 
-def _say(report: ImportPass, *, dry_run: bool, as_json: bool, quiet_when_idle: bool) -> None:
+def _say(report: ImportPass, *, dry_run: bool, as_json: bool, following: bool) -> None:
     for error in report.errors:
         click.echo(f"scriptorium: {' '.join(error.split())}", err=True)
     if as_json:
@@ -61,10 +65,10 @@ def _say(report: ImportPass, *, dry_run: bool, as_json: bool, quiet_when_idle: b
         return
     for session in report.sessions:
         row = session.to_json()
-        if quiet_when_idle and not row["imported"]:
+        if following and not row["imported"]:
             continue
         click.echo(_session_line(row, dry_run))
-    for file in report.waiting:
+    for file in [] if following else report.waiting:  # following: it comes when complete
         click.echo(f"{file}: its last line is not complete yet; it is imported once it is",
                    err=True)
 
@@ -99,7 +103,7 @@ def _command(agent: str) -> click.Command:
             return await importer.run(rt, dry_run=dry_run)
 
         report = _with_runtime(state_dir, _append_only_config(), "asyncio", body)
-        _say(report, dry_run=dry_run, as_json=as_json, quiet_when_idle=False)
+        _say(report, dry_run=dry_run, as_json=as_json, following=False)
         if report.errors:
             raise click.exceptions.Exit(EXIT_PROBLEMS)
 
@@ -111,7 +115,7 @@ def _follow(importer: LogImporter, poll: float, state_dir: str, as_json: bool) -
     writer = _writer(state_dir, {}, None)
 
     def on_pass(report: ImportPass) -> None:
-        _say(report, dry_run=False, as_json=as_json, quiet_when_idle=True)
+        _say(report, dry_run=False, as_json=as_json, following=True)
 
     async def body(rt: MemoryRuntime) -> None:
         async with anyio.create_task_group() as tg:

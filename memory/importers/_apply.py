@@ -44,12 +44,14 @@ class SessionImport:
     spawn_roots: int
     left_out: int
     unknown: dict[str, int]
+    changed: tuple[str, ...] = ()  # turns whose text grew in the log after they were imported
 
     def to_json(self) -> dict[str, Any]:
         return {"agent": self.agent, "session": self.session, "created": self.created,
                 "imported": self.imported, "already": self.already,
                 "summaries": self.summaries, "spawn_roots": self.spawn_roots,
-                "left_out": self.left_out, "unknown": self.unknown}
+                "left_out": self.left_out, "unknown": self.unknown,
+                "changed": list(self.changed)}
 
 
 def check_plan(plan: SessionPlan, now: float) -> None:
@@ -86,6 +88,10 @@ async def apply_plan(rt: MemoryRuntime, plan: SessionPlan, *,
         held = await rt.session_ref(plan.session).call(
             FindNodes(tuple(t.id for t in plan.turns)), timeout=rt.config.call_timeout)
     todo = [t for t in plan.turns if t.id not in held]
+    # A turn stays as it was appended (the store never rewrites a turn's text): a log that
+    # changed a turn since (more blocks of one response, imported half way) is reported.
+    changed = tuple(t.id for t in plan.turns
+                    if t.id in held and held[t.id].get("content") != t.content)
     created = False
     if not dry_run and todo:
         if not exists:
@@ -95,7 +101,7 @@ async def apply_plan(rt: MemoryRuntime, plan: SessionPlan, *,
     return SessionImport(
         plan.agent, plan.session, created or (dry_run and not exists and bool(todo)),
         len(todo), len(plan.turns) - len(todo), sum(t.is_summary for t in todo),
-        sum(t.is_spawn_root for t in todo), plan.left_out, dict(plan.unknown))
+        sum(t.is_spawn_root for t in todo), plan.left_out, dict(plan.unknown), changed)
 
 
 async def _append_all(rt: MemoryRuntime, plan: SessionPlan, todo: list[PlannedTurn]) -> None:

@@ -17,7 +17,8 @@ session, ``claude-code-<sessionId>``. What each line becomes:
   is a spawn root called by the turn whose ``Task``/``Agent`` tool call
   started it (by ``agentId`` through the tool result, by the sub-agent file's
   ``toolUseId``, else the call whose run spans its time);
-- any other ``type`` is unknown: skipped and counted.
+- a ``summary`` line (the title Claude Code gave the session) is the
+  session's title; any other ``type`` is unknown: skipped and counted.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class _Scan:
     line_agents: dict[str, str] = field(default_factory=dict)  # uuid: agentId it carries
     unknown: Counter[str] = field(default_factory=Counter)
     left_out: int = 0
+    title: str = ""
 
 
 def _speaker(record: Mapping[str, Any], role: str, text: str,
@@ -114,6 +116,11 @@ def _entries(log: LogLines, scan: _Scan, *, agent: str | None,
     for number, record in log.records:
         kind = record.get("type")
         key = record.get("uuid")
+        if kind == "summary":  # a title Claude Code gave the session, not a turn
+            if isinstance(record.get("summary"), str) and record["summary"]:
+                scan.title = record["summary"]
+            scan.left_out += 1
+            continue
         if kind not in ("user", "assistant", "system"):
             scan.unknown[str(kind)] += 1
             continue
@@ -254,7 +261,8 @@ def plan_claude_code(main: LogLines, subagents: Sequence[SubagentLog] = ()) -> S
     first_text = next((e.content for e in entries if e.kind == "turn" and e.main and e.content), "")
     files = (main.file, *(s.lines.file for s in subagents))
     waiting = tuple(log.file for log in (main, *(s.lines for s in subagents)) if log.waiting)
-    return build_plan(AGENT, f"{AGENT}-{node_id(raw_session)}", _title(first_text), files,
+    return build_plan(AGENT, f"{AGENT}-{node_id(raw_session)}", _title(scan.title or first_text),
+                      files,
                       entries, unknown=scan.unknown, left_out=scan.left_out, waiting=waiting)
 
 
