@@ -30,7 +30,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from memory.importers._lines import LogLines
-from memory.importers._plan import Entry, SessionPlan, build_plan, iso_seconds, node_id, path_keys
+from memory.importers._plan import (
+    Entry,
+    SessionPlan,
+    block_text,
+    build_plan,
+    iso_seconds,
+    node_id,
+    path_keys,
+)
 
 __all__ = ["AGENT", "SubagentLog", "plan_claude_code"]
 
@@ -46,16 +54,6 @@ class SubagentLog:
     agent_id: str
     lines: LogLines
     meta: Mapping[str, Any] = field(default_factory=dict)
-
-
-def _text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(block["text"] for block in content
-                     if isinstance(block, dict) and block.get("type") == "text"
-                     and isinstance(block.get("text"), str))
 
 
 def _blocks(record: Mapping[str, Any], kind: str) -> list[dict[str, Any]]:
@@ -148,7 +146,7 @@ def _entries(log: LogLines, scan: _Scan, *, agent: str | None,
             scan.left_out += 1
             continue
         message = record.get("message")
-        text = _text(message.get("content") if isinstance(message, dict) else None)
+        text = block_text(message.get("content") if isinstance(message, dict) else None)
         if record.get("isCompactSummary"):
             boundary = next((e for e in reversed(entries) if e.key == parent), None)
             covered = path_keys(entries, boundary.parent if boundary else parent)

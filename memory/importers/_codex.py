@@ -27,12 +27,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from memory.importers._lines import LogLines
-from memory.importers._plan import Entry, SessionPlan, build_plan, iso_seconds, node_id
+from memory.importers._plan import Entry, SessionPlan, block_text, build_plan, iso_seconds, node_id
 
 __all__ = ["AGENT", "plan_codex", "thread_id"]
 
 AGENT = "codex"
 _KNOWN = frozenset({"session_meta", "turn_context", "response_item", "event_msg", "compacted"})
+_MESSAGE_TEXT = ("input_text", "output_text", "text")
 _EVENT_ROLES = {"user_message": "user", "agent_message": "assistant"}
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
@@ -52,16 +53,6 @@ def thread_id(log: LogLines) -> str:
 class _Spawn:
     parent: str  # the spawning thread
     caller: str  # the key of the turn that started it
-
-
-def _content_text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(b["text"] for b in content if isinstance(b, dict)
-                     and b.get("type") in ("input_text", "output_text", "text")
-                     and isinstance(b.get("text"), str))
 
 
 def _thread_entries(log: LogLines, thread: str, spawns: dict[str, _Spawn],
@@ -86,7 +77,7 @@ def _thread_entries(log: LogLines, thread: str, spawns: dict[str, _Spawn],
             role, text = _EVENT_ROLES[payload["type"]], str(payload.get("message") or "")
         elif kind == "response_item" and payload.get("type") == "message" and not events \
                 and payload.get("role") in ("user", "assistant"):
-            role, text = str(payload["role"]), _content_text(payload.get("content"))
+            role, text = str(payload["role"]), block_text(payload.get("content"), _MESSAGE_TEXT)
         elif kind == "compacted":
             covered = tuple(e.key for e in entries if e.kind == "turn")
             entries.append(Entry(key=key, parent=previous, kind="summary", line=number,

@@ -29,7 +29,15 @@ from dataclasses import replace
 from typing import Any
 
 from memory.importers._lines import LogLines
-from memory.importers._plan import Entry, SessionPlan, build_plan, iso_seconds, node_id, path_keys
+from memory.importers._plan import (
+    Entry,
+    SessionPlan,
+    block_text,
+    build_plan,
+    iso_seconds,
+    node_id,
+    path_keys,
+)
 
 __all__ = ["AGENT", "fork_source", "plan_pi", "session_of"]
 
@@ -56,15 +64,6 @@ def fork_source(log: LogLines) -> str | None:
     """The file a forked session came from (its header's ``parentSession``), or None."""
     parent = _header(log).get("parentSession")
     return parent if isinstance(parent, str) and parent else None
-
-
-def _text(content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(b["text"] for b in content if isinstance(b, dict)
-                     and b.get("type") == "text" and isinstance(b.get("text"), str))
 
 
 def _time(record: dict[str, Any], message: object) -> float | None:
@@ -106,7 +105,7 @@ def plan_pi(log: LogLines, *, forked_from: str | None = None) -> SessionPlan:
                        {"speaker_id": f"{AGENT}/assistant",
                         "speaker_display": model if isinstance(model, str) and model else "pi"})
             entries.append(replace(base, kind="turn", role=role,
-                                   content=_text(message.get("content")),
+                                   content=block_text(message.get("content")),
                                    metadata={"imported_from": AGENT, **speaker}))
         elif kind == "compaction":
             path = path_keys(entries, parent)

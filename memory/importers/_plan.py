@@ -50,6 +50,7 @@ __all__ = [
     "PlannedTurn",
     "SessionPlan",
     "agent_id",
+    "block_text",
     "build_plan",
     "iso_seconds",
     "node_id",
@@ -77,6 +78,16 @@ def node_id(raw: str) -> str:
 def agent_id(stored: str) -> str:
     """The agent's own id of a store id (the inverse of :func:`node_id`)."""
     return unquote(stored, errors="strict") if "%" in stored else stored
+
+
+def block_text(content: object, kinds: tuple[str, ...] = ("text",)) -> str:
+    """The text of a message's content: a string, or its text blocks (of ``kinds``) joined."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(b["text"] for b in content if isinstance(b, dict)
+                     and b.get("type") in kinds and isinstance(b.get("text"), str))
 
 
 def iso_seconds(value: object) -> float | None:
