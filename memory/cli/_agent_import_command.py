@@ -21,7 +21,7 @@ import anyio
 import click
 
 from memory.cli._cli import _config, _with_runtime, _writer, creating_state_options, emit_json
-from memory.cli._cli_errors import EXIT_PROBLEMS, EXIT_USAGE, CliError
+from memory.cli._cli_errors import EXIT_FAILURE, EXIT_PROBLEMS, EXIT_USAGE, CliError
 from memory.cli._import_command import _append_only_config
 from memory.importers import AGENTS, DEFAULT_ROOTS, ImportPass, LogImporter, follow_logs
 from memory.runtime import MemoryRuntime
@@ -104,6 +104,8 @@ def _command(agent: str) -> click.Command:
 
         report = _with_runtime(state_dir, _append_only_config(), "asyncio", body)
         _say(report, dry_run=dry_run, as_json=as_json, following=False)
+        if report.interrupted:
+            raise click.exceptions.Exit(EXIT_FAILURE)
         if report.errors:
             raise click.exceptions.Exit(EXIT_PROBLEMS)
 

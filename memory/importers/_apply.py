@@ -23,7 +23,15 @@ import anyio
 
 from memory.importers._plan import PlannedTurn, SessionPlan
 from memory.runtime import ImportInterruptedError, ImportLineError
-from store import CLOCK_SKEW, FindNodes, InvalidRequestError, citable_id_problem, validate_id
+from store import (
+    CLOCK_SKEW,
+    FindNodes,
+    InvalidRequestError,
+    citable_id_problem,
+    encode_node,
+    message_to_node,
+    validate_id,
+)
 
 if TYPE_CHECKING:
     from memory.runtime import MemoryRuntime
@@ -72,6 +80,12 @@ def check_plan(plan: SessionPlan, now: float) -> None:
         if turn.created_at is not None and turn.created_at > now + CLOCK_SKEW:
             raise ImportLineError(turn.file, turn.line,
                                   f"its time {turn.created_at!r} is in the future")
+        try:  # what the store would refuse (a reserved key, a value JSON cannot hold, size)
+            encode_node(message_to_node(turn.message(), plan.session, node_id=turn.id, seq=0,
+                                        now=turn.created_at or 0.0), plan.session)
+        except InvalidRequestError as exc:
+            problem = getattr(exc, "problem", None) or str(exc).split("; nothing")[0]
+            raise ImportLineError(turn.file, turn.line, str(problem)) from None
 
 
 def _session_exists(state_dir: str, session: str) -> bool:
@@ -95,7 +109,11 @@ async def apply_plan(rt: MemoryRuntime, plan: SessionPlan, *,
     created = False
     if not dry_run and todo:
         if not exists:
-            await rt.sessions.create(title=plan.title, session_id=plan.session)
+            try:
+                await rt.sessions.create(title=plan.title, session_id=plan.session)
+            except Exception as exc:
+                raise ImportInterruptedError(plan.files[0], todo[0].line, plan.session, 0,
+                                             exc) from exc
             created = True
         await _append_all(rt, plan, todo)
     return SessionImport(

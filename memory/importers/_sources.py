@@ -32,7 +32,7 @@ from memory.importers._codex import plan_codex
 from memory.importers._lines import LogLines, read_lines
 from memory.importers._pi import fork_source, plan_pi, session_of
 from memory.importers._plan import SessionPlan
-from memory.runtime import ImportLineError
+from memory.runtime import ImportInterruptedError, ImportLineError
 
 if TYPE_CHECKING:
     from memory.runtime import MemoryRuntime
@@ -56,6 +56,7 @@ class ImportPass:
     errors: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
     unknown: Counter[str] = field(default_factory=Counter)
+    interrupted: bool = False  # a session's append stopped part way: run the import again
 
     @property
     def imported(self) -> int:
@@ -198,6 +199,10 @@ class LogImporter:
                 report.sessions.append(await apply_plan(rt, plan, dry_run=dry_run))
             except ImportLineError as exc:
                 report.errors.append(str(exc))
+                continue
+            except ImportInterruptedError as exc:  # the others may still import
+                report.errors.append(str(exc))
+                report.interrupted = True
                 continue
             if not dry_run and not plan.held:
                 self._applied[plan.session] = stamps

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
 from memory.importers import LogImporter
 from memory.runtime import RuntimeConfig, open_runtime
-from tests.memory.importers._logs import append_line, iso
+from tests.faults import RefusingFiles
+from tests.memory.importers._logs import append_line, iso, pi_sessions, raw_pi
 
 NOW = 2_000_000_000.0
 
@@ -46,3 +48,24 @@ async def test_a_turn_in_the_future_refuses_the_whole_session(tmp_path: Path) ->
     assert report.errors == [(f"{log}:2: its time 4070908800.0 is in the future; nothing of "
                              "the file was imported: fix that line and run the import again")]
     assert not (tmp_path / "state" / "sessions" / "claude-code-s").exists()
+
+
+async def test_a_session_the_disk_refuses_stops_alone_and_a_second_run_completes_it(
+        tmp_path: Path) -> None:
+    first = pi_sessions(tmp_path / "logs")[0]
+    refused = "pi-11111111-aaaa-4aaa-8aaa-000000000001"
+    other = "pi-22222222-aaaa-4aaa-8aaa-000000000002"
+    files = RefusingFiles()
+    files.under, files.error = refused, errno.ENOSPC
+    config = RuntimeConfig(clock=lambda: NOW, files=files)
+    async with open_runtime(tmp_path / "state", config=config) as rt:
+        report = await LogImporter("pi", [tmp_path / "logs"]).run(rt)
+        assert report.interrupted and len(report.errors) == 1
+        assert refused in report.errors[0] and "run the same import again" in report.errors[0]
+        assert [s.session for s in report.sessions] == [other]
+        files.error = None
+        again = await LogImporter("pi", [tmp_path / "logs"]).run(rt)
+    assert not again.errors and not again.interrupted
+    imported = {s.session: s.imported for s in again.sessions}
+    raw = raw_pi(first)
+    assert imported == {refused: len(raw.turns) + raw.summaries, other: 0}
