@@ -193,7 +193,7 @@ class _Resolver:
 
     def node_of(self, key: str | None) -> str | None:
         """The node a child of ``key`` follows: ``key``'s own, or (transparent) its parent's."""
-        seen: list[str] = []
+        seen: dict[str, None] = {}  # in walk order
         while key is not None and key not in self._memo:
             entry = self.by_key.get(key)
             if entry is None:
@@ -201,7 +201,7 @@ class _Resolver:
             if key in seen:  # a cycle of left-out lines: nothing to follow
                 key = None
                 break
-            seen.append(key)
+            seen[key] = None
             if entry.kind == "turn":
                 self._memo[key] = node_id(entry.key)
                 break
@@ -260,6 +260,8 @@ def build_plan(agent: str, session: str, title: str, files: Iterable[str],
             role = "assistant"
         else:
             role = entry.role
+            if predecessor is not None and predecessor not in planned:
+                predecessor = None  # only in a cycle of parent links: as a missing parent
             if predecessor is None:
                 caller_node = resolver.node_of(entry.caller) if entry.caller else None
                 if caller_node is not None and caller_node in planned:
@@ -272,9 +274,6 @@ def build_plan(agent: str, session: str, title: str, files: Iterable[str],
                     predecessor = previous_main
                     if entry.parent is not None:
                         metadata["parent_missing"] = entry.parent
-            if entry.parent is not None and predecessor not in (None, ROOT) \
-                    and predecessor not in planned:
-                predecessor = previous_main or ROOT  # a parent later in the log: keep order
         turn = PlannedTurn(own, role, entry.content, entry.created_at, predecessor, caller,
                            metadata, entry.file, entry.line)
         planned[own] = turn

@@ -45,3 +45,9 @@ def test_a_second_root_follows_the_turn_before_it_and_keeps_the_missing_parent()
     plan = build_plan("x", "s", "t", ["f"], [_turn("a", None, 1), _turn("b", "gone", 2)])
     assert [(t.id, t.predecessor) for t in plan.turns] == [("a", "ROOT"), ("b", "a")]
     assert plan.turns[1].metadata["parent_missing"] == "gone"
+
+
+def test_a_cycle_of_parent_links_is_broken_where_it_is_entered() -> None:
+    plan = build_plan("x", "s", "t", ["f"], [_turn("a", None, 1), _turn("b", "c", 2),
+                                             _turn("c", "b", 3)])
+    assert [(t.id, t.predecessor) for t in plan.turns] == [("a", "ROOT"), ("c", "a"), ("b", "c")]
