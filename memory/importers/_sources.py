@@ -45,6 +45,7 @@ DEFAULT_ROOTS = {
     "pi": "~/.pi/agent/sessions",
 }
 AGENTS = tuple(DEFAULT_ROOTS)
+SESSIONS_AT_ONCE = 4
 Stamp = tuple[int, int]
 
 
@@ -188,24 +189,40 @@ class LogImporter:
 
     async def run(self, rt: MemoryRuntime, *, dry_run: bool = False,
                   hold_fresh_tails: bool = False) -> ImportPass:
-        """One pass: plan in a worker thread, append the sessions whose files changed."""
+        """One pass: plan in a worker thread, append the sessions whose files changed.
+
+        Sessions are appended ``SESSIONS_AT_ONCE`` at a time: each session's
+        turns go one after the other (a turn's predecessor must be there),
+        so a first import of many sessions would otherwise wait on one
+        durable write at a time.
+        """
         plans, report = await anyio.to_thread.run_sync(
             lambda: self.plans(hold_fresh_tails=hold_fresh_tails))
-        for plan in plans:
-            stamps = tuple(self._read[f].stamp if f in self._read else None for f in plan.files)
-            if not dry_run and self._applied.get(plan.session) == stamps and not plan.waiting:
-                continue
-            try:
-                report.sessions.append(await apply_plan(rt, plan, dry_run=dry_run))
-            except ImportLineError as exc:
-                report.errors.append(str(exc))
-                continue
-            except ImportInterruptedError as exc:  # the others may still import
-                report.errors.append(str(exc))
-                report.interrupted = True
-                continue
+        done: dict[str, SessionImport] = {}
+        limiter = anyio.CapacityLimiter(SESSIONS_AT_ONCE)
+
+        async def one(plan: SessionPlan, stamps: tuple[Stamp | None, ...]) -> None:
+            async with limiter:
+                try:
+                    done[plan.session] = await apply_plan(rt, plan, dry_run=dry_run)
+                except ImportLineError as exc:
+                    report.errors.append(str(exc))
+                    return
+                except ImportInterruptedError as exc:  # the others may still import
+                    report.errors.append(str(exc))
+                    report.interrupted = True
+                    return
             if not dry_run and not plan.held:
                 self._applied[plan.session] = stamps
+
+        async with anyio.create_task_group() as tg:
+            for plan in plans:
+                stamps = tuple(self._read[f].stamp if f in self._read else None
+                               for f in plan.files)
+                if dry_run or self._applied.get(plan.session) != stamps or plan.waiting:
+                    tg.start_soon(one, plan, stamps)
+        report.sessions = [done[p.session] for p in plans if p.session in done]
+        report.errors.sort()
         return report
 
 
