@@ -10,6 +10,11 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,9 +25,11 @@ from memory.cli._cli_errors import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
 from tests.memory.importers._logs import (
     FACTS,
     SHARED,
+    append_line,
     claude_code_session,
     codex_rollouts,
     pi_sessions,
+    raw_codex,
 )
 
 # A fact stated on the head branch of each shared sample, and the session it is in.
@@ -92,6 +99,44 @@ def test_a_malformed_file_is_one_line_and_exit_1_the_others_imported(tmp_path: P
     assert err.startswith(f"scriptorium: {bad}:2: not JSON") and len(err.splitlines()) == 1
     assert "codex-aaaaaaaa-0000-4000-8000-000000000001 (new session)" in out
     assert files
+
+
+def _within(check: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "not within the bound"
+        time.sleep(0.05)
+
+
+def test_follow_imports_what_the_agent_appends_and_stops_cleanly_on_sigint(
+        tmp_path: Path) -> None:
+    files = codex_rollouts(tmp_path / "logs")
+    state = tmp_path / "state"
+    history = state / "sessions" / "codex-aaaaaaaa-0000-4000-8000-000000000001" / "history"
+
+    def nodes() -> int:
+        return len(list(history.glob("*.json"))) if history.is_dir() else 0
+
+    follower = subprocess.Popen(
+        [sys.executable, "-c", "from memory.cli._cli import main; main()", "import", "codex",
+         str(tmp_path / "logs"), "--follow", "--poll", "0.2", "--state", str(state)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = sum(len(raw.turns) + raw.summaries for raw in raw_codex(files).values())
+        _within(lambda: nodes() == first, 60)
+        append_line(files[0], {"timestamp": "2026-02-02T10:00:40.000Z", "type": "event_msg",
+                               "payload": {"type": "agent_message", "message": "Late."}})
+        _within(lambda: nodes() == first + 1, 60)
+        follower.send_signal(signal.SIGINT)
+        out, err = follower.communicate(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.communicate()
+    assert follower.returncode == EXIT_OK, err
+    lines = out.splitlines()
+    assert lines[0].startswith("codex-aaaaaaaa-0000-4000-8000-000000000001 (new session)")
+    assert lines[-1].startswith("codex-aaaaaaaa-0000-4000-8000-000000000001: imported 1 turn(s)")
 
 
 def test_a_missing_path_is_a_usage_error(tmp_path: Path) -> None:
