@@ -207,6 +207,8 @@ class LogImporter:
                     done[plan.session] = await apply_plan(rt, plan, dry_run=dry_run)
                 except ImportLineError as exc:
                     report.errors.append(str(exc))
+                    if not dry_run:  # refused until its files change: said once
+                        self._applied[plan.session] = stamps
                     return
                 except ImportInterruptedError as exc:  # the others may still import
                     report.errors.append(str(exc))
