@@ -235,8 +235,9 @@ def build_plan(agent: str, session: str, title: str, files: Iterable[str],
     resolver = _Resolver(entries)
     planned: dict[str, PlannedTurn] = {}
     order: list[str] = []
-    first_main: str | None = None
+    rooted = False  # a turn follows ROOT: the session's one first turn
     previous_main: str | None = None
+    previous: str | None = None
     head: str | None = None
     for entry in entries:
         if entry.kind == "skip":
@@ -268,21 +269,20 @@ def build_plan(agent: str, session: str, title: str, files: Iterable[str],
                     caller = caller_node
                     metadata.setdefault("source", "agent_spawn")
                     metadata["spawn_branch_root"] = True
-                elif first_main is None:
-                    predecessor = ROOT
-                elif previous_main is not None:
-                    predecessor = previous_main
+                elif not rooted:
+                    predecessor, rooted = ROOT, True
+                else:  # the store keeps one first turn: a later root follows the log
+                    predecessor = previous_main or previous
                     if entry.parent is not None:
                         metadata["parent_missing"] = entry.parent
         turn = PlannedTurn(own, role, entry.content, entry.created_at, predecessor, caller,
                            metadata, entry.file, entry.line)
         planned[own] = turn
         order.append(own)
-        if entry.kind == "turn" and entry.main and not caller:
-            if first_main is None and predecessor == ROOT:
-                first_main = own
-            previous_main = own
-            head = own
+        if entry.kind == "turn":
+            previous = own
+            if entry.main and not caller:
+                previous_main = head = own
     return SessionPlan(agent, session, title, tuple(files), [planned[i] for i in order],
                        head, unknown or Counter(), left_out, tuple(waiting))
 

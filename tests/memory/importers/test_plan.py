@@ -51,3 +51,10 @@ def test_a_cycle_of_parent_links_is_broken_where_it_is_entered() -> None:
     plan = build_plan("x", "s", "t", ["f"], [_turn("a", None, 1), _turn("b", "c", 2),
                                              _turn("c", "b", 3)])
     assert [(t.id, t.predecessor) for t in plan.turns] == [("a", "ROOT"), ("c", "a"), ("b", "c")]
+
+
+def test_a_log_of_sub_agent_lines_alone_has_one_first_turn() -> None:
+    entries = [Entry(key=k, parent=None, kind="turn", line=n, file="f", main=False)
+               for n, k in enumerate(("x", "y"), start=1)]
+    plan = build_plan("x", "s", "t", ["f"], entries)
+    assert [(t.id, t.predecessor) for t in plan.turns] == [("x", "ROOT"), ("y", "x")]
