@@ -25,8 +25,22 @@
     │   ├── MissingAuthorityError               a turn stamped authority_schema lacks its authority (SPEC §6.1)
     │   └── InvalidThresholdError               a batch threshold that is no positive integer
     ├── BoundaryError                      a session boundary stopped on an error (``rt.flush``)
-    └── RecallError                        a recall query that cannot be answered
-        └── EmptyQueryError                     a query with no word to search for
+    ├── RuntimeClosedError                 a MemoryRuntime used after its ``async with`` block ended
+    ├── RecallError                        a recall query that cannot be answered
+    │   ├── EmptyQueryError                     a query with no word to search for
+    │   └── RecallArgumentError                 k, since, until, as_of or budget_tokens out of range
+    ├── RecallIndexError                   SQLite failed on the recall index file (a full disk)
+    ├── ModelWriterFailedError             the model gave no acceptable edits for a batch
+    ├── ModelCallFailedError               a call to the model endpoint failed for good
+    │   ├── EndpointRefusedError                a 4xx other than 429 (never retried)
+    │   └── EndpointUnavailableError            429, 5xx or connection errors on every attempt
+    │       └── EndpointUnreachableError        nothing listens at the base URL
+    └── HistoryImportError                 an import refused or not finished
+        ├── ImportLineError                     a line cannot be imported; nothing was
+        ├── ImportInterruptedError              stopped part way; running it again completes it
+        └── ImportFailedError                   a new session's import failed: no session made
+
+Outside the tree, a warning: ``ReferenceThresholdWarning``.
 
 Messages name the session, node or file (relative to the state directory)
 and say what to do next.
@@ -47,14 +61,25 @@ __all__ = [
     "CorruptWorkspaceIdError",
     "EditRejectedError",
     "EmptyQueryError",
+    "EndpointRefusedError",
+    "EndpointUnavailableError",
+    "EndpointUnreachableError",
+    "HistoryImportError",
+    "ImportInterruptedError",
+    "ImportLineError",
     "IncompleteArchiveError",
     "InstallJournalCorruptError",
     "InstallUnfinishedError",
     "InvalidThresholdError",
     "LedgerError",
     "MissingAuthorityError",
+    "ModelCallFailedError",
+    "ModelWriterFailedError",
     "NothingChangedError",
+    "RecallArgumentError",
     "RecallError",
+    "ReferenceThresholdWarning",
+    "RuntimeClosedError",
     "ScriptoriumMemoryError",
     "SettingsError",
     "TopicError",
@@ -349,6 +374,22 @@ class BoundaryError(ScriptoriumMemoryError):
         super().__init__(reason)
 
 
+class RuntimeClosedError(ScriptoriumMemoryError, RuntimeError):
+    """*Your* code used a runtime whose ``async with open_runtime(...)`` block has ended.
+
+    Its actors, writer pool and index are gone, so nothing it would answer
+    can be trusted (trio's ``ClosedResourceError``, for a runtime). A
+    ``RuntimeError`` too: what a closed runtime raised before it had a name.
+    """
+
+    def __init__(self, state_dir: str, method: str) -> None:
+        self.state_dir, self.method = state_dir, method
+        super().__init__(
+            f"the memory runtime of {state_dir} was used ({method}) after its "
+            "'async with open_runtime(...)' block ended; use it inside the block, "
+            "or open the runtime again")
+
+
 # -- recall ------------------------------------------------------------------------
 
 
@@ -358,6 +399,119 @@ class RecallError(ScriptoriumMemoryError, ValueError):
 
 class EmptyQueryError(RecallError):
     """The query holds no word to search for."""
+
+
+class RecallArgumentError(RecallError):
+    """An argument of ``rt.recall`` / ``rt.context`` that asks for nothing (``k=0``, ``since=nan``).
+
+    Answering such a call with nothing would look like "memory holds no
+    match"; it is the caller's mistake, so it is named instead.
+    """
+
+    def __init__(self, argument: str, value: object, expected: str) -> None:
+        self.argument, self.value = argument, value
+        super().__init__(f"{argument}={value!r} cannot be used: {argument} must be {expected}")
+
+
+class RecallIndexError(ScriptoriumMemoryError):
+    """SQLite failed on the recall index file (a full disk, damage); the original is ``__cause__``.
+
+    The index is derived data (memory.recall._index): nothing of memory is
+    lost, but the query was not answered.
+    """
+
+    def __init__(self, path: str, cause: Exception) -> None:
+        self.path = path
+        full = "full" in str(cause)  # SQLITE_FULL: "database or disk is full"
+        advice = ("free disk space, then run the command again" if full else
+                  "run 'scriptorium memory reindex' to make it again from memory's files")
+        super().__init__(f"{path}: {cause} (the recall index); {advice}")
+
+
+# -- the model writer -------------------------------------------------------------
+
+
+class ModelWriterFailedError(ScriptoriumMemoryError):
+    """The model gave no acceptable edits for the batch; the message says why (never a key)."""
+
+
+class ModelCallFailedError(ScriptoriumMemoryError):
+    """A call to the model endpoint failed for good; the message names the endpoint, never the key.
+
+    ``retries``: the attempts it made after the first (the usage counts them).
+    """
+
+    retries = 0
+
+
+class EndpointRefusedError(ModelCallFailedError):
+    """A 4xx other than 429: the request itself is wrong (never retried)."""
+
+    def __init__(self, what: str, status: int, body: str = "") -> None:
+        super().__init__(what)
+        self.status = status
+        self.body = body  # the start of the refusal's body, redacted
+
+
+class EndpointUnavailableError(ModelCallFailedError):
+    """429, 5xx or connection errors on every attempt."""
+
+
+class EndpointUnreachableError(EndpointUnavailableError):
+    """Nothing accepts a connection at the base URL's host and port (see :func:`probe_endpoint`)."""
+
+
+# -- importing history ------------------------------------------------------------
+
+
+class HistoryImportError(ScriptoriumMemoryError):
+    """An import that was refused or did not finish; the message says what to do."""
+
+
+class ImportLineError(HistoryImportError):
+    """A line of the file cannot be imported; nothing of the file was."""
+
+    def __init__(self, file: str, line: int, problem: str) -> None:
+        self.file, self.line, self.problem = file, line, problem
+        super().__init__(
+            f"{file}:{line}: {problem}; nothing of the file was imported: fix that line "
+            "and run the import again"
+        )
+
+
+class ImportInterruptedError(HistoryImportError):
+    """Appending a checked file failed part way; running it again completes it."""
+
+    def __init__(self, file: str, line: int, session: str, appended: int,
+                 cause: BaseException) -> None:
+        self.file, self.line, self.session, self.appended = file, line, session, appended
+        super().__init__(
+            f"{file}:{line}: the import into session {session!r} stopped ({cause}); "
+            f"{appended} turn(s) before that line are in the session: run the same import "
+            "again to finish it (turns already there are skipped)"
+        )
+
+
+class ImportFailedError(HistoryImportError):
+    """Importing into a new session failed: no session was made (or, ``installed``, a whole one)."""
+
+    def __init__(self, file: str, session: str, cause: BaseException, *,
+                 installed: bool = False) -> None:
+        self.file, self.session, self.installed = file, session, installed
+        super().__init__(
+            f"{file}: the import into new session {session!r} failed after the whole session "
+            f"was moved into place ({cause}); it may not be on the disk yet: run the same "
+            "import again (turns already there are skipped)" if installed else
+            f"{file}: the import into new session {session!r} failed ({cause}); nothing of "
+            "the file was imported and no session was made: fix the cause and run the same "
+            "import again")
+
+
+# -- warnings (outside the tree) --------------------------------------------------
+
+
+class ReferenceThresholdWarning(UserWarning):
+    """A token threshold outside 8,000 / 16,000 / 32,000: fine here, refused by the reference."""
 
 
 def describe_error(error: BaseException) -> str:

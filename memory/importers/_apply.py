@@ -23,15 +23,8 @@ import anyio
 
 from memory.importers._plan import PlannedTurn, SessionPlan
 from memory.runtime import ImportInterruptedError, ImportLineError
-from store import (
-    CLOCK_SKEW,
-    FindNodes,
-    InvalidRequestError,
-    citable_id_problem,
-    encode_node,
-    message_to_node,
-    validate_id,
-)
+from store import CLOCK_SKEW, FindNodes, InvalidRequestError, message_to_node
+from store.lowlevel import citable_id_problem, encode_node, validate_id
 
 if TYPE_CHECKING:
     from memory.runtime import MemoryRuntime
@@ -100,7 +93,7 @@ async def apply_plan(rt: MemoryRuntime, plan: SessionPlan, *,
     held: dict[str, Any] = {}
     if exists and plan.turns:
         held = await rt.session_ref(plan.session).call(
-            FindNodes(tuple(t.id for t in plan.turns)), timeout=rt.config.call_timeout)
+            FindNodes(tuple(t.id for t in plan.turns)))
     todo = [t for t in plan.turns if t.id not in held]
     # A turn stays as it was appended (the store never rewrites a turn's text): a log that
     # changed a turn since (more blocks of one response, imported half way) is reported.

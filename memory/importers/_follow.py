@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Never
 
 import anyio
 
@@ -35,7 +35,7 @@ def watcher_available() -> bool:
     return importlib.util.find_spec("watchfiles") is not None
 
 
-class Follower(Actor):
+class Follower(Actor[Never]):
     """One import pass per change of the logs (see the module docstring)."""
 
     def __init__(self, rt: MemoryRuntime, importer: LogImporter, *, poll: float,

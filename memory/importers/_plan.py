@@ -43,7 +43,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import unquote
 
-from store import InvalidRequestError, citable_id_problem, validate_id
+from store import InvalidRequestError
+from store.lowlevel import citable_id_problem, validate_id
 
 __all__ = [
     "Entry",

@@ -77,7 +77,7 @@ class BranchView:
 class Hit:
     """One recalled unit with its provenance (SPEC-style ``(session, node_id)`` pairs)."""
 
-    kind: str  # "topic" | "source"
+    kind: str  # "topic" | "source" | "owed" (a turn not yet in memory: memory.recall._owed)
     text: str
     score: float
     time: str
@@ -98,13 +98,13 @@ class Hit:
     @property
     def hides(self) -> tuple[tuple[str, str], ...]:
         """The turns a shown hit makes redundant: itself, or the turns a paragraph covers."""
-        if self.kind == "source":
+        if self.kind != "topic":  # a turn, archived or owed
             return ((self.session or "", self.node_id or ""),)
         return self.sources if self.covers is None else self.covers
 
     def as_json(self) -> dict[str, object]:
         document: dict[str, object] = {
-            "kind": self.kind, "text": self.text, "score": round(self.score, 6),
+            "kind": self.kind, "text": self.text, "score": float(f"{self.score:.6g}"),  # 6 digits: tiny on a small memory
             "time": self.time, "when": self.when, "file": self.file,
         }
         if self.kind == "topic":

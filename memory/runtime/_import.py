@@ -37,46 +37,52 @@ Contract:
   the file's sha256: the same file imports into the same session, so a
   second import changes nothing there too.
 
-All or nothing: a checked file can still fail while it is appended (a full
-disk, a crash). The turns appended up to then stay (the store deletes
+All or nothing: a checked file can still fail while it is written (a full
+disk, a crash). A new session is built aside and moved into place whole
+(:mod:`memory.runtime._import_staging`): it is there with every turn, or not
+at all (:class:`ImportFailedError`). Into an existing session each turn is
+appended whole; the turns appended before a failure stay (the store deletes
 nothing), and every line has an id, so running the same import again skips
 them and appends the rest: :class:`ImportInterruptedError` says so.
 """
 
 from __future__ import annotations
 
+import codecs
+import functools
 import hashlib
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import orjson
 
-from memory._errors import ScriptoriumMemoryError
+from memory._errors import (
+    HistoryImportError,
+    ImportFailedError,
+    ImportInterruptedError,
+    ImportLineError,
+)
+from memory.runtime._import_staging import import_new_session
 from store import (
     CLOCK_SKEW,
     RESERVED_KEYS,
     FindNodes,
     GetMeta,
     InvalidRequestError,
-    SessionExistsError,
-    citable_id_problem,
-    encode_node,
+    StoreError,
     message_to_node,
-    validate_id,
 )
+from store.lowlevel import citable_id_problem, encode_node, run_durable, validate_id
 
 if TYPE_CHECKING:
     from memory.runtime._runtime import MemoryRuntime
 
 __all__ = [
-    "HistoryImportError",
-    "ImportInterruptedError",
     "ImportLine",
-    "ImportLineError",
     "ImportReport",
     "derived_session_id",
     "import_jsonl",
@@ -92,34 +98,6 @@ SPEAKER_KEY = "speaker_display"
 # Fields of the message view a line cannot set: its time is created_at, and
 # sub-calls, tool rows and model names are not conversation history.
 _REFUSED = (RESERVED_KEYS | {"name", "input", "reads"}) - _LINE_FIELDS
-
-
-class HistoryImportError(ScriptoriumMemoryError):
-    """An import that was refused or did not finish; the message says what to do."""
-
-
-class ImportLineError(HistoryImportError):
-    """A line of the file cannot be imported; nothing of the file was."""
-
-    def __init__(self, file: str, line: int, problem: str) -> None:
-        self.file, self.line, self.problem = file, line, problem
-        super().__init__(
-            f"{file}:{line}: {problem}; nothing of the file was imported: fix that line "
-            "and run the import again"
-        )
-
-
-class ImportInterruptedError(HistoryImportError):
-    """Appending a checked file failed part way; running it again completes it."""
-
-    def __init__(self, file: str, line: int, session: str, appended: int,
-                 cause: BaseException) -> None:
-        self.file, self.line, self.session, self.appended = file, line, session, appended
-        super().__init__(
-            f"{file}:{line}: the import into session {session!r} stopped ({cause}); "
-            f"{appended} turn(s) before that line are in the session: run the same import "
-            "again to finish it (turns already there are skipped)"
-        )
 
 
 @dataclass(frozen=True)
@@ -223,10 +201,12 @@ def _line_turn(record: Mapping[str, Any], now: float) -> tuple[str, str, float |
 def parse_import_lines(data: bytes, file: str, *, now: float) -> list[ImportLine]:
     """Every line of ``data`` checked as a turn, ids and predecessors settled within the file.
 
-    Blank lines are skipped; line numbers count every line. Raises
-    :class:`ImportLineError` for the first bad line; predecessors naming
-    turns outside the file are checked by :func:`plan_import`.
+    Blank lines are skipped; line numbers count every line. A leading UTF-8
+    byte order mark (what Windows editors and Excel write) is not part of
+    the first line. Raises :class:`ImportLineError` for the first bad line;
+    predecessors naming turns outside the file are checked by :func:`plan_import`.
     """
+    data = data.removeprefix(codecs.BOM_UTF8)
     lines: list[ImportLine] = []
     seen: dict[str, int] = {}
     previous: str | None = None
@@ -346,12 +326,14 @@ def _session_exists(state_dir: str, session: str) -> bool:
 
 
 async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
-                       session: str | None = None) -> ImportReport:
+                       session: str | None = None,
+                       progress: Callable[[int, int], None] | None = None) -> ImportReport:
     """Import the file at ``path`` into ``session`` (default: :func:`derived_session_id`).
 
     A session that does not exist is created. Raises :class:`ImportLineError`
     (nothing imported), :class:`ImportInterruptedError` (some turns appended: run
     it again), or the store's error for an unusable session id.
+    ``progress(done, total)`` is called after each turn appended (or staged).
     """
     file = os.fspath(path)
     data = await anyio.to_thread.run_sync(_read, file)
@@ -366,15 +348,20 @@ async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
     exists = await anyio.to_thread.run_sync(_session_exists, rt.state_dir, sid)
     held, first_turn = await _held(rt, sid, names) if exists else ({}, False)
     todo = plan_import(lines, file, sid, held, has_first_turn=first_turn)
-    created = False
-    if not exists:
+    if not exists:  # all or nothing: built aside, moved into place whole
+        turns = [(line.message(), line.created_at) for line in todo]
         try:
-            await rt.sessions.create(title=f"imported from {os.path.basename(file)}",
-                                     session_id=sid)
-            created = True
-        except SessionExistsError:  # created meanwhile by someone else: check against it
-            held, first_turn = await _held(rt, sid, names)
-            todo = plan_import(lines, file, sid, held, has_first_turn=first_turn)
+            installed = await run_durable(functools.partial(
+                import_new_session, rt.state_dir, sid, f"imported from {os.path.basename(file)}",
+                turns, lines[-1].id if todo else None, files=rt.config.files,
+                clock=rt.config.clock, progress=progress))
+        except (OSError, StoreError) as exc:  # only the sync after the move leaves one
+            made = await anyio.to_thread.run_sync(_session_exists, rt.state_dir, sid)
+            raise ImportFailedError(file, sid, exc, installed=made) from exc
+        if installed:
+            return ImportReport(file, sid, True, len(todo), len(lines) - len(todo))
+        held, first_turn = await _held(rt, sid, names)  # created meanwhile: check against it
+        todo = plan_import(lines, file, sid, held, has_first_turn=first_turn)
     appended = 0
     for line in todo:
         try:
@@ -382,12 +369,14 @@ async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
         except Exception as exc:
             raise ImportInterruptedError(file, line.number, sid, appended, exc) from exc
         appended += 1
+        if progress is not None:
+            progress(appended, len(todo))
     if appended:  # recall ranks the head's branch first: the imported turns are the live ones
         try:
             await rt.sessions.set_head(sid, lines[-1].id)
         except Exception as exc:
             raise ImportInterruptedError(file, lines[-1].number, sid, appended, exc) from exc
-    return ImportReport(file, sid, created, appended, len(lines) - appended)
+    return ImportReport(file, sid, False, appended, len(lines) - appended)
 
 
 async def _held(rt: MemoryRuntime, session: str,
@@ -400,8 +389,8 @@ async def _held(rt: MemoryRuntime, session: str,
     """
     ref = rt.session_ref(session)
     held: dict[str, dict[str, Any]] = await ref.call(
-        FindNodes(names), timeout=rt.config.call_timeout)
-    meta: dict[str, Any] = await ref.call(GetMeta(), timeout=rt.config.call_timeout)
+        FindNodes(names))
+    meta: dict[str, Any] = await ref.call(GetMeta())
     first_turn = False
     if meta.get("head_id") is not None:
         first_turn = any(m.get("role") in ROLES and m.get("display") != "root"

@@ -34,16 +34,18 @@ from typing import Any, TypeVar
 import anyio
 import anyio.from_thread
 
-from actors import ActorError, ActorRef, MailboxOptions, Request, open_actor
-from memory._errors import BoundaryError, RecallError, describe_error
+from actors import ActorError, ActorRef, Asks, MailboxOptions, open_actor
+from memory._errors import BoundaryError, RecallError, RuntimeClosedError, describe_error
 from memory.ledger._records import MARKER_KEY, SourceRecord
 from memory.maintenance._backfill import BackfillReport, backfill
 from memory.maintenance._migrate import MigrationReport, Progress, migrate
-from memory.recall import BranchView, Context, Hit, Recall, SyncReport, TimeBound
+from memory.recall import BranchView, Context, Hit, Recall, SyncReport, TimeBound, with_owed
+from memory.runtime._backlog import MemoryLag
 from memory.runtime._claims import ClaimsLedger
 from memory.runtime._config import RuntimeConfig, apply_timings
 from memory.runtime._events import EventHook
 from memory.runtime._jobs import JobQueue, WriteJob
+from memory.runtime._owed_turns import owed_records
 from memory.runtime._pool import worker_factory
 from memory.runtime._session_actor import (
     SESSION_ERRORS,
@@ -51,6 +53,7 @@ from memory.runtime._session_actor import (
     BoundaryReport,
     BoundaryResult,
     Flush,
+    MemorySessionMessage,
     Pending,
     Reconsider,
     RepairMarkers,
@@ -61,7 +64,7 @@ from memory.runtime._session_actor import (
 )
 from memory.runtime._settings import read_settings
 from memory.runtime._timers import Timers
-from memory.runtime._watchdog import IdleWatchdog, PollNow, Touched
+from memory.runtime._watchdog import IdleWatchdog, PollNow, Touched, WatchdogMessage
 from memory.runtime._workspace_actor import (
     CitedSources,
     QuarantineBatch,
@@ -72,6 +75,7 @@ from memory.runtime._workspace_actor import (
     ReplaceRuntimeState,
     TakeSnapshot,
     WorkspaceActor,
+    WorkspaceMessage,
 )
 from memory.runtime._write_cycle import CONCURRENT_RETRIES, WriteCycle
 from memory.workspace._edits import WorkspaceSnapshot
@@ -92,14 +96,11 @@ from store import (
     RuntimeLog,
     SessionCore,
     SessionNotFoundError,
+    SessionOptions,
     SetHead,
     SpawnBranch,
-    missing_meta,
-    recover_dead_runtimes,
-    run_durable,
-    state_path,
-    validate_id,
 )
+from store.lowlevel import missing_meta, recover_dead_runtimes, run_durable, state_path, validate_id
 from supervisors import (
     ChildSpec,
     DynamicSupervisor,
@@ -107,6 +108,7 @@ from supervisors import (
     Restart,
     Strategy,
     Supervisor,
+    SupervisorMessage,
     get_child,
 )
 
@@ -131,6 +133,7 @@ class RuntimeStatistics:
     quarantined: int  # batches parked in quarantine now
     sessions_active: int  # session actors running
     writer: Mapping[str, Any]  # a writer's own usage (a model writer's tokens, calls, retries)
+    lag: MemoryLag  # how far memory is behind (memory.runtime._backlog)
 
 
 class MemoryRuntime:
@@ -161,15 +164,26 @@ class MemoryRuntime:
         self.recall_index = Recall(self.memory_dir, counter=config.counter, files=config.files,
                                    lock_timeout=config.lock_timeout, clock=config.clock,
                                    embedder=config.recall_embedder)
-        self._sessions: DynamicSupervisor[str] | None = None
+        self._sessions: DynamicSupervisor[str, MemorySessionMessage] | None = None
         self._watchdog: IdleWatchdog | None = None
-        self.root: ActorRef | None = None
+        self.root: ActorRef[SupervisorMessage] | None = None
         # The runtime log of journal = "shared" (opened by open_runtime), else None.
         self.runtime_log: RuntimeLog | None = None
         self.migration: MigrationReport | None = None
         # Set by open_runtime once the tree is up; stable across restarts (refs point at cells).
-        self.workspace_ref: ActorRef
-        self.watchdog_ref: ActorRef
+        self.workspace_ref: ActorRef[WorkspaceMessage]
+        self.watchdog_ref: ActorRef[WatchdogMessage]
+        # The root's children that others talk to, by the spec they run from (typed refs).
+        self.workspace_spec: ChildSpec[WorkspaceMessage]
+        self.watchdog_spec: ChildSpec[WatchdogMessage]
+        # Set when open_runtime's block ends: every public method then raises
+        # RuntimeClosedError (statistics() stays readable: counters of a finished run).
+        self.closed = False
+
+    def ensure_open(self, method: str) -> None:
+        """Raise :class:`RuntimeClosedError` naming ``method`` once the runtime's block ended."""
+        if self.closed:
+            raise RuntimeClosedError(self.state_dir, method)
 
     def _event_from_thread(self, event: str, **fields: Any) -> None:
         """An event of a worker thread (the CPU worker's), emitted on the event loop's thread."""
@@ -188,7 +202,7 @@ class MemoryRuntime:
                                              run_cpu=self.cpu_worker)
             return self._workspace
 
-        def start_sessions() -> DynamicSupervisor[str]:
+        def start_sessions() -> DynamicSupervisor[str, MemorySessionMessage]:
             self._sessions = DynamicSupervisor(
                 session_factory(self), restart=Restart.TRANSIENT,
                 idle_timeout=config.passivate_after,
@@ -197,7 +211,7 @@ class MemoryRuntime:
             return self._sessions
 
         def start_pool() -> Supervisor:
-            start = worker_factory(self, self.jobs.receive)
+            start = worker_factory(self, self.jobs)
             workers = [
                 ChildSpec(f"writer-{i}", start, Restart.PERMANENT)
                 for i in range(config.writer_workers)
@@ -212,14 +226,16 @@ class MemoryRuntime:
             self._watchdog = IdleWatchdog(self)
             return self._watchdog
 
+        self.workspace_spec = ChildSpec("workspace", start_workspace, Restart.PERMANENT,
+                                        options=MailboxOptions(capacity=100_000))
+        self.watchdog_spec = ChildSpec("watchdog", start_watchdog, Restart.PERMANENT,
+                                       options=MailboxOptions(capacity=100_000))
         return Supervisor(
             [
-                ChildSpec("workspace", start_workspace, Restart.PERMANENT,
-                          options=MailboxOptions(capacity=100_000)),
+                self.workspace_spec,
                 ChildSpec("sessions", start_sessions, Restart.PERMANENT),
                 ChildSpec("writers", start_pool, Restart.PERMANENT),
-                ChildSpec("watchdog", start_watchdog, Restart.PERMANENT,
-                          options=MailboxOptions(capacity=100_000)),
+                self.watchdog_spec,
             ],
             strategy=Strategy.ONE_FOR_ONE, rng=self.rng,
         )
@@ -235,7 +251,7 @@ class MemoryRuntime:
         """This runtime's name in the claims it writes (new per ``open_runtime``)."""
         return self.claims.instance_id
 
-    def session_ref(self, session: str) -> ActorRef:
+    def session_ref(self, session: str) -> ActorRef[MemorySessionMessage]:
         """The session's actor; it activates on the first message.
 
         An unknown id is checked on disk once: a ``stat`` per call on the event
@@ -253,7 +269,7 @@ class MemoryRuntime:
             raise RuntimeError("the session supervisor has not started yet")
         return self._sessions.child(session)
 
-    async def _cast(self, session: str, message: object) -> None:
+    async def _cast(self, session: str, message: MemorySessionMessage) -> None:
         await self.session_ref(session).cast(message)
 
     # -- what the children use (SessionHost, PoolHost, WatchdogHost) --------------------
@@ -357,6 +373,7 @@ class MemoryRuntime:
 
     async def migrate(self, progress: Progress | None = None) -> MigrationReport:
         """SPEC §6.7: position cursors in runtime.json become markers (no-op without cursors)."""
+        self.ensure_open("rt.migrate")
         workspace = self.workspace_ref
 
         async def read_state() -> RuntimeState:
@@ -379,6 +396,7 @@ class MemoryRuntime:
 
     async def backfill(self, progress: Progress | None = None) -> BackfillReport:
         """SPEC §6.8: write every trusted archived source no topic cites yet (markers ignored)."""
+        self.ensure_open("rt.backfill")
         workspace = self.workspace_ref
         cited: frozenset[str] = await workspace.call(CitedSources())
 
@@ -395,8 +413,9 @@ class MemoryRuntime:
 
     async def pending(self, session: str, tip: str | None = None) -> list[SourceRecord]:
         """The owed records of a branch (default: the head branch), oldest first."""
+        self.ensure_open("rt.pending")
         owed: list[SourceRecord] = await self.session_ref(session).call(
-            Pending(tip), timeout=self.config.call_timeout)
+            Pending(tip))
         return owed
 
     async def flush(self, session: str) -> BoundaryOutcome:
@@ -406,6 +425,7 @@ class MemoryRuntime:
         ``cause``) when the boundary stopped on an error rather than an
         outcome; :meth:`boundary` returns that as a report instead.
         """
+        self.ensure_open("rt.flush")
         report = await self.boundary(session)
         if report.outcome is BoundaryOutcome.ERROR:
             raise BoundaryError(session, report.reason, report.cause) from report.cause
@@ -420,9 +440,10 @@ class MemoryRuntime:
         naming the session and the node or file (docs/decisions.md,
         "Boundaries end").
         """
+        self.ensure_open("rt.boundary")
         try:
             result: BoundaryResult = await self.session_ref(session).call(
-                Flush(), timeout=self.config.call_timeout)
+                Flush())
         except (*SESSION_ERRORS, ActorError) as exc:
             return BoundaryReport.failed(session, exc)
         await result.wait()
@@ -430,12 +451,14 @@ class MemoryRuntime:
 
     async def still_owed(self, session: str, *, boundary: bool) -> list[tuple[str, list[str]]]:
         """Per tip the rules cover (see :class:`StillOwed`), the node ids not marked yet."""
+        self.ensure_open("rt.still_owed")
         owed: list[tuple[str, list[str]]] = await self.session_ref(session).call(
-            StillOwed(boundary), timeout=self.config.call_timeout)
+            StillOwed(boundary))
         return owed
 
     async def drain(self) -> None:
         """Wait until no write job is in flight."""
+        self.ensure_open("rt.drain")
         await self.jobs.drain()
 
     async def repair_markers(self, session: str) -> list[str]:
@@ -444,16 +467,19 @@ class MemoryRuntime:
         The same repair a session actor runs when it activates and when the
         idle watchdog's scan sees its files change; it writes no memory.
         """
+        self.ensure_open("rt.repair_markers")
         marked: list[str] = await self.session_ref(session).call(
-            RepairMarkers(raise_errors=True, reload=True), timeout=self.config.call_timeout)
+            RepairMarkers(raise_errors=True, reload=True))
         return marked
 
     async def poll_idle(self) -> int:
         """Run the idle watchdog's disk scan now; returns how many sessions it asked."""
+        self.ensure_open("rt.poll_idle")
         found: int = await self.watchdog_ref.call(PollNow())
         return found
 
     async def release(self, session: str | None = None) -> list[QuarantineEntry]:
+        self.ensure_open("rt.release")
         released: list[QuarantineEntry] = await self.workspace_ref.call(
             ReleaseQuarantine(session))
         gone = {(e.session, e.node_ids) for e in released}
@@ -469,24 +495,49 @@ class MemoryRuntime:
     async def recall(
         self, query: str, *, k: int = 8, session: str | None = None, tip: str | None = None,
         since: TimeBound = None, until: TimeBound = None, include_pending: bool = False,
+        include_owed: bool = False,
     ) -> list[Hit]:
-        """The ``k`` best units for ``query``; with ``session`` (and ``tip``), branch-aware."""
+        """The ``k`` best units for ``query``; with ``session`` (and ``tip``), branch-aware.
+
+        ``include_owed``: then up to ``k`` turns not yet in memory (``kind="owed"``,
+        :mod:`memory.recall._owed`).
+        """
+        self.ensure_open("rt.recall")
         view = await self._branch_view(session, tip)
-        return await self.recall_index.recall(query, k=k, view=view, since=since, until=until,
+        hits = await self.recall_index.recall(query, k=k, view=view, since=since, until=until,
                                               include_pending=include_pending)
+        if include_owed:
+            hits += await self.recall_index.recall_owed(
+                query, await self._owed(), k=k, view=view, since=since, until=until,
+                include_pending=include_pending, shown=hits)
+        return hits
+
+    async def _owed(self) -> list[SourceRecord]:
+        return await owed_records(self.state_dir, self.workspace_id, self.sessions,
+                                  self.config.counter)
 
     async def context(
         self, query: str, *, budget_tokens: int = 500, session: str | None = None,
-        tip: str | None = None, as_of: TimeBound = None,
+        tip: str | None = None, as_of: TimeBound = None, include_owed: bool = False,
     ) -> Context:
-        """A prompt block of at most ``budget_tokens`` (the config's counter) for ``query``."""
-        view = await self._branch_view(session, tip)
-        return await self.recall_index.context(query, budget_tokens=budget_tokens, view=view,
-                                               as_of=as_of)
+        """A prompt block of at most ``budget_tokens`` (the config's counter) for ``query``.
 
-    async def reindex(self) -> SyncReport:
-        """Rebuild the recall index from the files."""
-        return await self.recall_index.reindex()
+        ``include_owed``: turns not yet in memory fill what memory's block left of the budget.
+        """
+        self.ensure_open("rt.context")
+        view = await self._branch_view(session, tip)
+        context = await self.recall_index.context(query, budget_tokens=budget_tokens, view=view,
+                                                  as_of=as_of)
+        if include_owed:
+            owed = await self.recall_index.recall_owed(
+                query, await self._owed(), view=view, shown=context.hits)
+            context = with_owed(context, owed, budget_tokens, self.config.counter)
+        return context
+
+    async def reindex(self, progress: Progress | None = None) -> SyncReport:
+        """Rebuild the recall index from the files (``progress(done, total)`` files)."""
+        self.ensure_open("rt.reindex")
+        return await self.recall_index.reindex(progress)
 
     async def _branch_view(self, session: str | None, tip: str | None) -> BranchView | None:
         if session is None:
@@ -511,6 +562,7 @@ class MemoryRuntime:
             sessions_active=0 if self._sessions is None else len(self._sessions.registry),
             # A writer with usage to report (a model writer's tokens, calls, retries).
             writer=getattr(self.writer, "statistics", dict)(),
+            lag=self.jobs.lag(),
         )
 
 
@@ -522,12 +574,15 @@ class Sessions:
 
     async def create(self, title: str = "", session_id: str | None = None) -> str:
         rt = self._rt
+        rt.ensure_open("rt.sessions.create")
+        options = SessionOptions(files=rt.config.files, clock=rt.config.clock)
         core = await run_durable(lambda: SessionCore.create(
-            rt.state_dir, session_id, title=title, files=rt.config.files, clock=rt.config.clock))
+            rt.state_dir, session_id, title=title, options=options))
         return core.session
 
-    async def _call(self, session: str, message: Request[R]) -> R:
-        return await self._rt.session_ref(session).call(message, timeout=self._rt.config.call_timeout)
+    async def _call(self, session: str, message: Asks[MemorySessionMessage, R]) -> R:
+        self._rt.ensure_open(f"rt.sessions, {type(message).__name__}")
+        return await self._rt.session_ref(session).call(message)
 
     async def append(self, session: str, message: Mapping[str, Any], *,
                      created_at: float | None = None) -> dict[str, Any]:
@@ -598,8 +653,8 @@ async def open_runtime(
             await run_durable(recover_dead_runtimes, state, runtime.runtime_log)
         async with open_actor(runtime.root_supervisor(), name="runtime") as root:
             runtime.root = root
-            runtime.workspace_ref = await get_child(root, "workspace")
-            runtime.watchdog_ref = await get_child(root, "watchdog")
+            runtime.workspace_ref = await get_child(root, runtime.workspace_spec)
+            runtime.watchdog_ref = await get_child(root, runtime.watchdog_spec)
             runtime.quarantined = list(await runtime.workspace_ref.call(ReadQuarantine()))
             # SPEC §6.7: before anything computes what a branch owes.
             runtime.migration = await runtime.migrate()
@@ -611,6 +666,8 @@ async def open_runtime(
                     yield runtime
                 except BaseException as exc:  # noqa: BLE001 - re-raised below, not in a group
                     body_error = exc
+                finally:
+                    runtime.closed = True  # before the tree stops: RuntimeClosedError from here
             if body_error is not None:
                 raise body_error
     finally:

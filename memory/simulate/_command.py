@@ -10,21 +10,19 @@ arrivals came late, and the latencies at that rate. Any FAIL exits non-zero. Wit
 ``--json`` exactly one JSON object goes to stdout and progress stays on
 stderr.
 
-``--compare`` hands the same workload to the baselines of issue 6. They are
-benchmark code, not installed: they are loaded from ``bench/baselines/`` of
-the source checkout this package runs from (:data:`BASELINES`, one explicit
-path), and without it the command stops at once with a one-line error.
+``--compare`` hands the same workload to the baselines of issue 6
+(:mod:`memory.simulate.baselines`, installed with the package).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
+import importlib
 import math
 import os
 import sys
 import tempfile
 import warnings
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -32,8 +30,8 @@ import anyio
 import click
 import orjson
 
-from memory._errors import SettingsError
-from memory.ledger._ledger import ReferenceThresholdWarning, threshold_warning
+from memory._errors import EndpointUnreachableError, ReferenceThresholdWarning, SettingsError
+from memory.ledger._ledger import threshold_warning
 from memory.runtime._config import JOURNAL_MODES, JournalMode
 from memory.runtime._settings import check_model_flags, check_seconds, check_threshold
 from memory.simulate._faults import FAULTS, parse_faults
@@ -41,10 +39,11 @@ from memory.simulate._open_loop import ARRIVALS
 from memory.simulate._simulate import SimulationConfig, SimulationResult
 from memory.simulate._simulate import simulate as run_simulation
 from memory.writers import CPU_WORKER_MODES, CpuWorkerMode
-from memory.writers.model import EndpointUnreachableError, model_settings, probe_endpoint
-from store import state_path
+from memory.writers.model import model_settings, probe_endpoint
+from store.lowlevel import state_path
 
-__all__ = ["percentile", "render_report", "result_document", "simulate"]
+__all__ = ["memory_lag_document", "percentile", "render_report", "result_document",
+           "simulate"]
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -106,12 +105,29 @@ def result_document(result: SimulationResult) -> dict[str, Any]:
         "problems": {n: v.problems for n, v in result.invariants.items() if v.problems},
         "notes": list(result.notes),
         "open_loop": open_loop,
+        "memory_lag": memory_lag_document(result),
+    }
+
+
+def memory_lag_document(result: SimulationResult) -> dict[str, Any]:
+    """How far memory fell behind: the lag seen at each group taken, and the group sizes."""
+    ages = result.latencies.get("memory_lag", [])
+    sizes = [size for size, count in result.groups.items() for _ in range(count)]
+    return {
+        "oldest_due_age_p50_ms": round(percentile(ages, 0.5) * 1000, 3),
+        "oldest_due_age_p99_ms": round(percentile(ages, 0.99) * 1000, 3),
+        "oldest_due_age_max_ms": round(max(ages, default=0.0) * 1000, 3),
+        "due_waiting_max": result.due_waiting_max,
+        "groups": {str(size): count for size, count in sorted(result.groups.items())},
+        "group_size_mean": round(sum(sizes) / len(sizes), 2) if sizes else 0.0,
+        "group_size_max": max(sizes, default=0),
     }
 
 
 def render_report(result: SimulationResult) -> str:
     doc = result_document(result)
     lat = doc["latency_ms"]
+    lag = doc["memory_lag"]
     loop = doc["open_loop"]
     lines = [
         (f"scriptorium simulate: {doc['sessions']} sessions, seed {doc['seed']}, "
@@ -142,6 +158,9 @@ def render_report(result: SimulationResult) -> str:
         f"all: p99 {lat.get('due_to_durable_p99', 0):.1f} ms)"),
         (f"  append ack       p50 {lat.get('append_ack_p50', 0):>8.3f} ms   "
         f"p99 {lat.get('append_ack_p99', 0):>8.3f} ms"),
+        (f"  memory lag       p99 {lag['oldest_due_age_p99_ms']:>8.1f} ms   max "
+         f"{lag['oldest_due_age_max_ms']:.1f} ms   (groups: mean {lag['group_size_mean']}, "
+         f"max {lag['group_size_max']}; {lag['due_waiting_max']} due waiting at most)"),
         f"  restarts         {doc['restarts']:>10}   (supervisors healed crashed actors)",
         f"  quarantined      {doc['quarantined']:>10}",
         f"  runtime crashes  {doc['runtime_incarnations'] - 1:>10}   (reopened on the same state)",
@@ -160,25 +179,16 @@ def render_report(result: SimulationResult) -> str:
     return "\n".join(lines)
 
 
-class _Status:
-    """A one-line progress display on stderr (only on a terminal)."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        width = 30
-        filled = width * done // max(total, 1)
-        sys.stderr.write(f"\r  [{'#' * filled}{'.' * (width - filled)}] {done}/{total} turns")
-        if done >= total:
-            sys.stderr.write("  settling, then checking...\n")
-        sys.stderr.flush()
+# The CLI's progress display (memory.cli._progress), which this layer may not import: the
+# ``scriptorium`` group puts its factory in the click context under this key.
+PROGRESS_FACTORY = "scriptorium.progress"
 
 
-# memory/simulate/_command.py -> the checkout's root -> bench/baselines/
-BASELINES = Path(__file__).resolve().parents[2] / "bench" / "baselines"
+def _progress_view(quiet: bool) -> Any:
+    """The display of this run's stages, counts and rates on stderr; None without the CLI's."""
+    factory = click.get_current_context().meta.get(PROGRESS_FACTORY)
+    return None if factory is None else factory("starting the runtime", counted=False,
+                                                quiet=quiet)
 
 
 class EndpointUnreachable(click.ClickException):
@@ -187,27 +197,9 @@ class EndpointUnreachable(click.ClickException):
     exit_code = 2
 
 
-class BaselinesMissingError(click.ClickException):
-    """``--compare`` outside a source checkout: a usage error, said in one line."""
-
-    exit_code = 2
-
-
-def load_baselines(folder: Path | None = None) -> ModuleType:
-    """The baselines package at ``folder`` (default :data:`BASELINES`), or :class:`BaselinesMissingError`."""
-    folder = BASELINES if folder is None else folder
-    init = folder / "__init__.py"
-    if not init.is_file():
-        raise BaselinesMissingError(
-            f"--compare runs the baselines in {folder}, which only a source checkout has "
-            "(they are benchmark code, not installed); run from a checkout or drop --compare")
-    spec = importlib.util.spec_from_file_location(
-        "scriptorium_baselines", init, submodule_search_locations=[str(folder)])
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while building
-    spec.loader.exec_module(module)
-    return module
+def load_baselines() -> ModuleType:
+    """The baselines package, imported only when ``--compare`` asks for it."""
+    return importlib.import_module("memory.simulate.baselines")
 
 
 def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, str]:
@@ -230,7 +222,7 @@ def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, s
               default=None, callback=lambda _ctx, _param, value: (
                   state_path(value) if value is not None else None),
               help="Keep the simulated state here (default: a temporary dir).")
-@click.option("--compare", is_flag=True, help="Also run the baselines on the same workload (bench/baselines/: a source checkout only).")
+@click.option("--compare", is_flag=True, help="Also run the ledger baselines on the same workload.")
 @click.option("--threshold", type=int, default=8000, show_default=True,
               help="Owed tokens that trigger a write (the reference accepts 8000/16000/32000).")
 @click.option("--idle-after", type=float, default=None,
@@ -257,12 +249,14 @@ def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, s
               show_default=True,
               help="Where mutations are made durable (RuntimeConfig.journal): each session's "
                    "journal, or one runtime log shared by every session.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="Draw no progress on stderr (it is drawn only on a terminal anyway).")
 def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: str,
              as_json: bool, state_dir: str | None, compare: bool, threshold: int,
              idle_after: float | None, session_idle: float, watchdog_poll: float,
              writer: str, base_url: str | None, model: str | None,
              provider: str | None, rate: float | None, arrivals: str,
-             cpu_worker: CpuWorkerMode, journal: JournalMode) -> None:
+             cpu_worker: CpuWorkerMode, journal: JournalMode, quiet: bool) -> None:
     """Run concurrent simulated agents with seeded faults, then check every invariant."""
     model_config = None
     try:
@@ -308,13 +302,15 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
             raise click.UsageError(f"--state {state_dir} already holds sessions; "
                                    "give an empty or new directory")
         os.makedirs(state, mode=0o700, exist_ok=True)
+        view = _progress_view(quiet)
         config = SimulationConfig(state_dir=state, sessions=sessions, turns=turns, seed=seed,
-                                  faults=faults, progress=_Status(sys.stderr.isatty()),
+                                  faults=faults, progress=view,
+                                  on_event=None if view is None else view.on_event,
                                   threshold=threshold, idle_after=idle_after,
                                   session_idle=session_idle, watchdog_poll=watchdog_poll,
                                   model=model_config, rate=rate, arrivals=arrivals,
                                   cpu_worker=cpu_worker, journal=journal)
-        with warnings.catch_warnings():  # said once above, in one line
+        with warnings.catch_warnings(), view or contextlib.nullcontext():  # warned above
             warnings.simplefilter("ignore", ReferenceThresholdWarning)
             result = anyio.run(run_simulation, config, backend=backend)
         document = result_document(result)

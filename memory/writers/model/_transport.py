@@ -33,7 +33,7 @@ from typing import Any, Self
 import anyio
 import httpx
 
-from memory._errors import ScriptoriumMemoryError
+from memory._errors import EndpointRefusedError, EndpointUnavailableError, EndpointUnreachableError
 from memory.writers.model._retry import (
     parse_retry_after,
     retry_delay,
@@ -50,10 +50,6 @@ from memory.writers.model._wire import ResponseUnreadableError, auth_headers
 __all__ = [
     "CallStats",
     "Endpoint",
-    "EndpointRefusedError",
-    "EndpointUnavailableError",
-    "EndpointUnreachableError",
-    "ModelCallFailedError",
     "probe_endpoint",
 ]
 
@@ -71,32 +67,6 @@ class _RedactedURLs(logging.Filter):
 _HTTPX_LOG = logging.getLogger("httpx")
 if not any(isinstance(f, _RedactedURLs) for f in _HTTPX_LOG.filters):
     _HTTPX_LOG.addFilter(_RedactedURLs())
-
-
-class ModelCallFailedError(ScriptoriumMemoryError):
-    """A call to the model endpoint failed for good; the message names the endpoint, never the key.
-
-    ``retries``: the attempts it made after the first (the usage counts them).
-    """
-
-    retries = 0
-
-
-class EndpointRefusedError(ModelCallFailedError):
-    """A 4xx other than 429: the request itself is wrong (never retried)."""
-
-    def __init__(self, what: str, status: int, body: str = "") -> None:
-        super().__init__(what)
-        self.status = status
-        self.body = body  # the start of the refusal's body, redacted
-
-
-class EndpointUnavailableError(ModelCallFailedError):
-    """429, 5xx or connection errors on every attempt."""
-
-
-class EndpointUnreachableError(EndpointUnavailableError):
-    """Nothing accepts a connection at the base URL's host and port (see :func:`probe_endpoint`)."""
 
 
 async def probe_endpoint(settings: ModelSettings) -> None:
@@ -146,6 +116,9 @@ class CallStats:
 
 
 Sleep = Callable[[float], Awaitable[None]]
+OnRetry = Callable[[int, int, float, str], None]
+"""``on_retry(attempt, attempts, seconds, error)``: attempt ``attempt`` failed with ``error``;
+the next starts after ``seconds`` (a CLI draws it: a wait is not a hang)."""
 
 
 class Endpoint:
@@ -155,8 +128,10 @@ class Endpoint:
         self, settings: ModelSettings, *, env: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None, sleep: Sleep = anyio.sleep,
         clock: Callable[[], float] = time.time, rng: random.Random | None = None,
+        on_retry: OnRetry | None = None,
     ) -> None:
         self.settings = settings
+        self._on_retry = on_retry
         check_base_url(settings.base_url, "base_url")  # a usage error now, not retried later
         source = os.environ if env is None else env
         self.__key = source.get(settings.key_variable) or None
@@ -252,7 +227,10 @@ class Endpoint:
                 last = f"HTTP {status}: {excerpt}"
                 retry_after = parse_retry_after(response.headers.get("retry-after"), self._clock())
             if attempt < policy.attempts:
-                await self._sleep(retry_delay(policy, attempt, retry_after, self._rng))
+                delay = retry_delay(policy, attempt, retry_after, self._rng)
+                if self._on_retry is not None:
+                    self._on_retry(attempt, policy.attempts, delay, last)
+                await self._sleep(delay)
         unavailable = EndpointUnavailableError(
             f"{where} failed {policy.attempts} attempt(s); last: {last}")
         unavailable.retries = policy.attempts - 1

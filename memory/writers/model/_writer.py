@@ -51,7 +51,9 @@ import httpx
 
 from memory._errors import (
     ConcurrentUpdateError,
-    ScriptoriumMemoryError,
+    EndpointRefusedError,
+    ModelCallFailedError,
+    ModelWriterFailedError,
     TopicError,
     describe_error,
 )
@@ -68,12 +70,7 @@ from memory.writers.model._edits import (
 from memory.writers.model._prompt import WRITING_RULES, Ranking, core_first, render_model_prompt
 from memory.writers.model._retry import DailySpend, batch_budget_allows, daily_wait
 from memory.writers.model._settings import ENV_PREFIX, ModelSettings, redact_url
-from memory.writers.model._transport import (
-    Endpoint,
-    EndpointRefusedError,
-    ModelCallFailedError,
-    Sleep,
-)
+from memory.writers.model._transport import Endpoint, Sleep
 from memory.writers.model._usage import UsageFile
 from memory.writers.model._wire import (
     MODES,
@@ -83,17 +80,13 @@ from memory.writers.model._wire import (
     read_response,
     refuses_form,
 )
-from store import run_durable
+from store.lowlevel import run_durable
 
 __all__ = ["ModelWriter", "ModelWriterFailedError"]
 
 _REUSABLE = 256  # batches whose edits are kept for a retry after a concurrent update
 USAGE_FLUSH = 1.0  # seconds between writes of the usage file
 _STEP_DOWN = (400, 422)
-
-
-class ModelWriterFailedError(ScriptoriumMemoryError):
-    """The model gave no acceptable edits for the batch; the message says why (never a key)."""
 
 
 def _read_or_none(snapshot: WorkspaceSnapshot) -> Callable[[str], str | None]:
@@ -144,7 +137,7 @@ class ModelWriter:
         self.settings = settings
         self.usage_file = usage_file
         self.endpoint = endpoint or Endpoint(settings, env=env, transport=transport,
-                                             sleep=sleep, clock=clock)
+                                             sleep=sleep, clock=clock, on_retry=self._retrying)
         self.mode = "json_schema" if settings.mode == "auto" else settings.mode
         self.count = counter or default_counter()
         self.rank = rank
@@ -377,6 +370,11 @@ class ModelWriter:
             self.daily = self.daily.add(completion.prompt_tokens + completion.completion_tokens,
                                         self.clock())
             return completion
+
+    def _retrying(self, attempt: int, attempts: int, seconds: float, error: str) -> None:
+        """``model_retry``: a call failed and the next attempt waits ``seconds``."""
+        self._emit_plain("model_retry", attempt=attempt, attempts=attempts,
+                         seconds=round(seconds, 3), error=error)
 
     def _emit(self, event: str, batch: Batch, **fields: Any) -> None:
         self._emit_plain(event, session=batch.session_id, nodes=len(batch.node_ids), **fields)

@@ -9,10 +9,12 @@ finds a fact stated in each log: the built ones and every shared sample.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -120,23 +122,28 @@ def test_follow_imports_what_the_agent_appends_and_stops_cleanly_on_sigint(
     follower = subprocess.Popen(
         [sys.executable, "-c", "from memory.cli._cli import main; main()", "import", "codex",
          str(tmp_path / "logs"), "--follow", "--poll", "0.2", "--state", str(state)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines: list[str] = []
+    stdout = follower.stdout
+    assert stdout is not None
+    threading.Thread(target=lambda: lines.extend(iter(stdout.readline, "")), daemon=True).start()
     try:
         first = sum(len(raw.turns) + raw.summaries for raw in raw_codex(files).values())
-        _within(lambda: nodes() == first, 60)
+        _within(lambda: nodes() == first and len(lines) == 1, 60)
         append_line(files[0], {"timestamp": "2026-02-02T10:00:40.000Z", "type": "event_msg",
                                "payload": {"type": "agent_message", "message": "Late."}})
-        _within(lambda: nodes() == first + 1, 60)
+        _within(lambda: len(lines) == 2, 60)  # the pass that imported it said so
+        assert nodes() == first + 1
         follower.send_signal(signal.SIGINT)
-        out, err = follower.communicate(timeout=60)
+        _, err = follower.communicate(timeout=60)
     finally:
         if follower.poll() is None:
             follower.kill()
             follower.communicate()
     assert follower.returncode == EXIT_OK, err
-    lines = out.splitlines()
     assert lines[0].startswith("codex-aaaaaaaa-0000-4000-8000-000000000001 (new session)")
-    assert lines[-1].startswith("codex-aaaaaaaa-0000-4000-8000-000000000001: imported 1 turn(s)")
+    assert lines[1].startswith("codex-aaaaaaaa-0000-4000-8000-000000000001: imported 1 turn(s)")
 
 
 def test_a_missing_path_is_a_usage_error(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from memory.importers import Entry, agent_id, node_id
 from memory.importers._plan import build_plan
-from store import citable_id_problem, validate_id
+from store.lowlevel import citable_id_problem, validate_id
 
 
 @given(st.text(min_size=1, max_size=30))

@@ -2,7 +2,7 @@
 
 SPEC §1 names the design doc's one unsolved weakness: node files are
 unlocked, so a marker merged while another component rewrites the same node
-is lost wholesale. The model in :mod:`bench.baselines._ledgers` counts the
+is lost wholesale. The model in :mod:`memory.simulate.baselines._ledgers` counts the
 consequences over a whole workload; this shows the race itself on disk.
 
 Two components patch the same node files: memory sets its marker, the host
@@ -22,10 +22,9 @@ import os
 import random
 from typing import Any
 
-from memory.ledger._records import MARKER_KEY
-from store._durable import DurableFiles
-from store._format import decode_node, encode_node, node_filename
-from store._session import SessionCore
+from memory.ledger import MARKER_KEY
+from store import DurableFiles, SessionCore, SessionOptions
+from store.lowlevel import decode_node, encode_node, node_filename
 
 from ._ledgers import STAMP_KEY
 
@@ -41,7 +40,7 @@ def _history(core: SessionCore, node_id: str) -> str:
 def _session(state_dir: str, name: str, nodes: int, files: DurableFiles) -> tuple[
     SessionCore, list[str]
 ]:
-    core = SessionCore.create(state_dir, name, title=name, files=files)
+    core = SessionCore.create(state_dir, name, title=name, options=SessionOptions(files=files))
     ids = [
         core.append({"role": ("user", "assistant")[i % 2], "content": f"turn {i}"})["id"]
         for i in range(nodes)
