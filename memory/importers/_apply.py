@@ -7,24 +7,30 @@ the others are appended, parents first, each with its own time. The head
 moves to the agent's last turn when anything was appended.
 
 Before anything is appended the whole plan is checked (ids the store can
-hold, times not in the future): a plan that fails names the file and line
-and nothing of it is appended (:class:`ImportLineError`). An append that
+hold, times not in the future, what the store would refuse): a plan that
+fails names the file and line and nothing of it is appended
+(:class:`ImportLineError`). A new session is built aside and moved into
+place whole, as ``import jsonl`` does (:class:`ImportFailedError`: none was
+made). Appending to a session that exists goes through its actor; one that
 fails part way (a full disk) leaves what was appended, and running the
 import again completes it (:class:`ImportInterruptedError`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from memory._errors import ImportFailedError
 from memory.importers._plan import PlannedTurn, SessionPlan
 from memory.runtime import ImportInterruptedError, ImportLineError
-from store import CLOCK_SKEW, FindNodes, InvalidRequestError, message_to_node
-from store.lowlevel import citable_id_problem, encode_node, validate_id
+from memory.runtime._import_staging import import_new_session
+from store import CLOCK_SKEW, FindNodes, InvalidRequestError, StoreError, message_to_node
+from store.lowlevel import citable_id_problem, encode_node, run_durable, validate_id
 
 if TYPE_CHECKING:
     from memory.runtime import MemoryRuntime
@@ -100,19 +106,35 @@ async def apply_plan(rt: MemoryRuntime, plan: SessionPlan, *,
     changed = tuple(t.id for t in plan.turns
                     if t.id in held and held[t.id].get("content") != t.content)
     created = False
-    if not dry_run and todo:
-        if not exists:
-            try:
-                await rt.sessions.create(title=plan.title, session_id=plan.session)
-            except Exception as exc:
-                raise ImportInterruptedError(plan.files[0], todo[0].line, plan.session, 0,
-                                             exc) from exc
-            created = True
+    if not dry_run and todo and not exists:
+        created = await _new_session(rt, plan)
+        if not created:  # made meanwhile by someone else: append what it lacks
+            held = await rt.session_ref(plan.session).call(
+                FindNodes(tuple(t.id for t in plan.turns)))
+            todo = [t for t in plan.turns if t.id not in held]
+    if not dry_run and todo and not created:
         await _append_all(rt, plan, todo)
     return SessionImport(
         plan.agent, plan.session, created or (dry_run and not exists and bool(todo)),
         len(todo), len(plan.turns) - len(todo), sum(t.is_summary for t in todo),
         sum(t.is_spawn_root for t in todo), plan.left_out, dict(plan.unknown), changed)
+
+
+async def _new_session(rt: MemoryRuntime, plan: SessionPlan) -> bool:
+    """A new session built aside and moved into place whole; False if it exists meanwhile.
+
+    As ``import jsonl`` does (:mod:`memory.runtime._import_staging`): a full
+    disk or a crash leaves no half session, and nothing goes through a
+    session actor turn by turn.
+    """
+    turns = [(t.message(), t.created_at) for t in plan.turns]
+    try:
+        return await run_durable(functools.partial(
+            import_new_session, rt.state_dir, plan.session, plan.title, turns, plan.head,
+            files=rt.config.files, clock=rt.config.clock))
+    except (OSError, StoreError) as exc:  # only the sync after the move leaves one
+        made = await anyio.to_thread.run_sync(_session_exists, rt.state_dir, plan.session)
+        raise ImportFailedError(plan.files[0], plan.session, exc, installed=made) from exc
 
 
 async def _append_all(rt: MemoryRuntime, plan: SessionPlan, todo: list[PlannedTurn]) -> None:

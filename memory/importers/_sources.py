@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import orjson
 
+from memory._errors import ImportFailedError
 from memory.importers._apply import SessionImport, apply_plan
 from memory.importers._claude_code import SubagentLog, plan_claude_code
 from memory.importers._codex import plan_codex
@@ -210,7 +211,7 @@ class LogImporter:
                     if not dry_run:  # refused until its files change: said once
                         self._applied[plan.session] = stamps
                     return
-                except ImportInterruptedError as exc:  # the others may still import
+                except (ImportInterruptedError, ImportFailedError) as exc:  # others may import
                     report.errors.append(str(exc))
                     report.interrupted = True
                     return

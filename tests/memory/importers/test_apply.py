@@ -53,7 +53,7 @@ async def test_a_turn_in_the_future_refuses_the_whole_session(tmp_path: Path) ->
     assert not (tmp_path / "state" / "sessions" / "claude-code-s").exists()
 
 
-async def test_a_session_the_disk_refuses_stops_alone_and_a_second_run_completes_it(
+async def test_a_new_session_the_disk_refuses_is_not_made_and_the_others_are(
         tmp_path: Path) -> None:
     first = pi_sessions(tmp_path / "logs")[0]
     refused = "pi-11111111-aaaa-4aaa-8aaa-000000000001"
@@ -66,6 +66,7 @@ async def test_a_session_the_disk_refuses_stops_alone_and_a_second_run_completes
         assert report.interrupted and len(report.errors) == 1
         assert refused in report.errors[0] and "run the same import again" in report.errors[0]
         assert [s.session for s in report.sessions] == [other]
+        assert not (tmp_path / "state" / "sessions" / refused).exists()  # no half session
         files.error = None
         again = await LogImporter("pi", [tmp_path / "logs"]).run(rt)
     assert not again.errors and not again.interrupted
