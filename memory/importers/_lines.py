@@ -10,16 +10,15 @@ names the file and the line, and nothing of that file is imported.
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from memory.runtime import ImportLineError
+from memory.runtime._import import object_line
 
 __all__ = ["LogLines", "read_lines"]
-
-_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True)
@@ -33,17 +32,13 @@ class LogLines:
 
 def read_lines(data: bytes, file: str) -> LogLines:
     """The complete JSON-object lines of ``data`` (blank lines skipped; numbers count all)."""
-    pieces = data.split(b"\n")
+    pieces = data.removeprefix(codecs.BOM_UTF8).split(b"\n")
     tail = pieces.pop()  # after the last newline: b"" or a line still being written
-    if pieces and pieces[0].startswith(_BOM):
-        pieces[0] = pieces[0][len(_BOM):]
-    elif not pieces and tail.startswith(_BOM):
-        tail = tail[len(_BOM):]
     records: list[tuple[int, dict[str, Any]]] = []
     for number, raw in enumerate(pieces, start=1):
         if not raw.strip():
             continue
-        records.append((number, _object(raw, file, number)))
+        records.append((number, object_line(raw, file, number)))
     waiting = False
     if tail.strip():
         try:
@@ -56,13 +51,3 @@ def read_lines(data: bytes, file: str) -> LogLines:
             else:
                 waiting = True
     return LogLines(file, records, waiting)
-
-
-def _object(raw: bytes, file: str, number: int) -> dict[str, Any]:
-    try:
-        record = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ImportLineError(file, number, f"not JSON ({exc})") from None
-    if not isinstance(record, dict):
-        raise ImportLineError(file, number, "not a JSON object")
-    return record
