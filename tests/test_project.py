@@ -24,7 +24,7 @@ ALLOWED = {
 # memory._errors (the package's one errors module). cli is last: `scriptorium
 # simulate` is one of its commands.
 MEMORY_LAYERS = ("ledger", "workspace", "recall", "writers", "maintenance", "runtime", "importers",
-                 "simulate", "cli")
+                 "mcp", "simulate", "cli")
 
 
 def _imported_packages(path: Path) -> set[str]:
