@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import click
 
+from memory.cli._agent_import_command import register_agent_imports
 from memory.cli._cli_errors import ReportingGroup
 from memory.cli._import_command import import_group
 from memory.cli._mcp_command import mcp_command
@@ -75,3 +76,4 @@ for _command in (memory_pending, memory_write, memory_release, memory_migrate, m
     memory.add_command(_command)
 for _command in (run, simulate, import_group, status, mcp_command):
     main.add_command(_command)
+register_agent_imports(import_group)
