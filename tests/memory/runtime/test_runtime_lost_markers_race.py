@@ -25,7 +25,7 @@ import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from memory.ledger._ledger import WritePolicy
-from memory.maintenance._audit import audit, read_audit_inputs
+from memory.maintenance import audit, read_audit_inputs
 from memory.runtime._events import EventTally
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from memory.runtime._session_state import BoundaryOutcome

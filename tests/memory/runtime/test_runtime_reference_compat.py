@@ -22,7 +22,8 @@ import pytest
 from click.testing import CliRunner
 
 from memory._errors import MissingAuthorityError, ReferenceThresholdWarning, SettingsError
-from memory.cli._cli import _config, main
+from memory.cli._cli import main
+from memory.cli._options import _config
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
 from memory.runtime._config import apply_timings

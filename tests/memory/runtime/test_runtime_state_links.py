@@ -17,7 +17,7 @@ import pytest
 
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
-from memory.maintenance._audit import audit, read_audit_inputs
+from memory.maintenance import audit, read_audit_inputs
 from memory.runtime._events import EventTally
 from memory.runtime._headless import run_once
 from memory.runtime._runtime import RuntimeConfig, open_runtime
