@@ -33,6 +33,7 @@ from memory.cli._cli_errors import (
     check_state_dir,
     remember_state,
 )
+from memory.cli._live_inspector import INSPECT_OPTION, live_inspector
 from memory.cli._progress import QUIET_OPTION, ProgressView
 from memory.cli._session_view import render_session_tree
 from memory.cli._store_warnings import store_warnings_to
@@ -573,14 +574,15 @@ def memory_release(sid: str | None, state_dir: str, as_json: bool) -> None:
 @click.option("--drain-timeout", type=float, default=30.0, show_default=True,
               help="On SIGINT/SIGTERM, how long in-flight jobs may take to finish.")
 @LOCK_TIMEOUT_OPTION
+@INSPECT_OPTION
 @writer_options
 @runtime_options
 @timing_options
 @creating_state_options
 def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
-        lock_timeout: float, threshold: int | None, workers: int, backend: str, state_dir: str,
-        as_json: bool, writer: str | None, base_url: str | None, model: str | None,
-        provider: str | None, **timings: float | None) -> None:
+        lock_timeout: float, inspect_port: int | None, threshold: int | None, workers: int,
+        backend: str, state_dir: str, as_json: bool, writer: str | None, base_url: str | None,
+        model: str | None, provider: str | None, **timings: float | None) -> None:
     """Run the memory runtime headless until SIGINT/SIGTERM (or, with --once, until done)."""
 
     def log(event: dict[str, Any]) -> None:
@@ -593,7 +595,8 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
             sys.stderr.write(f"scriptorium: {event['event']} {details}\n")
         sys.stderr.flush()
 
-    config = _config(state_dir, workers, {"threshold": threshold, **timings}, on_event=log,
+    on_event, beside = live_inspector(None if once else inspect_port, state_dir, log)
+    config = _config(state_dir, workers, {"threshold": threshold, **timings}, on_event=on_event,
                      lock_timeout=lock_timeout)
     model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
                                        "provider": provider}, log)
@@ -607,7 +610,8 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
     async def headless() -> None:
         try:
             await run_headless(state_dir, config=config, scan_interval=scan_interval,
-                               drain_timeout=drain_timeout, log=log, writer=model_writer)
+                               drain_timeout=drain_timeout, log=log, writer=model_writer,
+                               beside=beside)
         finally:
             if model_writer is not None:
                 await model_writer.aclose()
