@@ -229,6 +229,7 @@ class TurnDetail:
     frame: ArchiveFrame | None
     citing: tuple[Citing, ...]
     markers: Mapping[str, Any]  # every memory_written_* key of its metadata
+    linked: frozenset[str] = frozenset()  # its predecessor and caller, where they are nodes
 
 
 def read_turn(state_dir: str, view: SessionView, node_id: str) -> TurnDetail | None:
@@ -246,7 +247,9 @@ def read_turn(state_dir: str, view: SessionView, node_id: str) -> TurnDetail | N
             citing += [Citing(topic.path, p.block_id, p.body) for p in topic.paragraphs()
                        if key in topic.keys_of(p)]
     markers = {k: v for k, v in turn.node.metadata.items() if k.startswith("memory_written")}
-    return TurnDetail(turn, view.session, frame, tuple(citing), markers)
+    ids = {t.node.id for t in view.turns}
+    linked = frozenset(n for n in (turn.node.predecessor, turn.node.caller) if n in ids)
+    return TurnDetail(turn, view.session, frame, tuple(citing), markers, linked)
 
 
 # -- topics --------------------------------------------------------------------------------
