@@ -156,7 +156,9 @@ def draw_session(session: str, turns: Sequence[Turn], head: str | None,
                  else f'<circle cx="{x}" cy="{y}" r="5"/>')
         ring = f'<circle class="ring" cx="{x}" cy="{y}" r="8"/>' if node_id == head else ""
         note = f" [{', '.join(flags)}]" if flags else ""
-        label = f"{node_id} {_ROLE.get(node.role, node.role)}: {short_text(node.output)}{note}"
+        speaker = node.metadata.get("speaker_display")
+        who = speaker if isinstance(speaker, str) and speaker else _ROLE.get(node.role, node.role)
+        label = f"{node_id} {short_text(who, 24)}: {short_text(node.output)}{note}"
         out.append(
             f'<a href="{base}{quote(node_id, safe="")}" class="{classes}" '
             f'data-turn="{html.escape(node_id)}">{ring}{shape}'

@@ -21,11 +21,12 @@ from typing import TypeVar
 import anyio
 
 from memory.runtime import import_jsonl, open_runtime
+from store import SessionCore
 from tests.fixture import FIXTURE, copy_fixture
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "bench"))
-from _locomo import load_conversations  # noqa: E402 - bench/ is a directory of scripts
+from _locomo import load_conversations  # bench/ is a directory of scripts
 
 __all__ = ["DATA", "FIXTURE", "LOCOMO_SESSION", "LONG", "PWN", "digest", "locomo_state",
            "run_apart", "sample_state"]
@@ -48,19 +49,22 @@ def locomo_state(tmp: Path, sessions: int = 2) -> Path:
     [conversation] = load_conversations(DATA, ["conv-26"])
     source = conversation.sliced(sessions).write_jsonl(tmp / "conv-26.jsonl")
 
-    async def build() -> None:
+    async def build() -> str:
         async with open_runtime(state) as rt:
             await import_jsonl(rt, source, session=LOCOMO_SESSION)
             branch = await rt.sessions.get_branch(LOCOMO_SESSION)
             await rt.sessions.append(LOCOMO_SESSION, {"role": "user", "content": PWN})
             await rt.sessions.append(LOCOMO_SESSION, {"role": "assistant", "content": JS_LINK})
             await rt.flush(LOCOMO_SESSION)
-            # a fork from a turn in the middle: a second branch, owed
-            await rt.sessions.set_head(LOCOMO_SESSION, str(branch[len(branch) // 2]["id"]))
-            await rt.sessions.append(LOCOMO_SESSION, {"role": "user", "content": "A re-ask."})
-            await rt.sessions.append(LOCOMO_SESSION, {"role": "user", "content": LONG})
+            return str(branch[len(branch) // 2]["id"])
 
-    run_apart(build)
+    middle = run_apart(build)
+    # a fork from a turn in the middle: a second branch, owed (no runtime: nothing writes it)
+    core = SessionCore.open(state, LOCOMO_SESSION)
+    core.set_head(middle)
+    core.append({"role": "user", "content": "A re-ask."})
+    core.append({"role": "user", "content": LONG})
+    core.close()
     return state
 
 

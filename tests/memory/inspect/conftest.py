@@ -22,16 +22,21 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-background-networking"]
 
 
+def need_chromium() -> None:
+    """Skip without chromium, locally; in CI, fail: the browser tests must run there."""
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing in CI: .ci/run installs Debian's chromium")
+        pytest.skip("chromium is not installed here (apt-get install chromium)")
+
+
 def launch(playwright: Any) -> Any:
     return playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing in CI: .ci/run installs Debian's chromium")
-        pytest.skip("chromium is not installed here (apt-get install chromium)")
+    need_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

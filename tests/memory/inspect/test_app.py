@@ -130,7 +130,11 @@ def test_clicking_a_turn_shows_its_detail(
     assert written.node.output.strip() in detail.inner_text().split("Archive frame", 1)[1]
     assert detail.locator("blockquote").count() >= 1
     assert not watched.errors
-    if SHOTS:
+    if SHOTS:  # the README's picture: an owed turn of the fork, its detail open
+        owed = page.locator("svg.dag a.turn.owed").first
+        owed.scroll_into_view_if_needed()
+        owed.click()
+        page.wait_for_selector("#panel .badge.owed")
         _shot(page, "turn", tmp_path)
     # every status the legend names is counted, and the fork drew an elbow
     assert page.locator("svg.dag path.edge.fork").count() >= 1
