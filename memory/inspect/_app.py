@@ -36,6 +36,7 @@ from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
@@ -241,7 +242,8 @@ def inspector_app(
         Route("/runtime.json", runtime_json, methods=["GET"]),
         Mount("/static", app=StaticFiles(directory=static), name="static"),
     ]
-    middleware = [Middleware(_Guard, token=token)]
+    # A 5,000-turn session page is 1.5 MB of SVG, 0.15 MB compressed.
+    middleware = [Middleware(GZipMiddleware, minimum_size=4096), Middleware(_Guard, token=token)]
     if hosts is not None:
         middleware.insert(0, Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts)))
     return Starlette(routes=routes, middleware=middleware)

@@ -11,6 +11,7 @@ walks, exactly as ``scriptorium session show`` and ``memory pending`` do.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -18,14 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memory._errors import LedgerError, TopicError
-from memory.ledger import MARKER_KEY, records_from_branch, unwritten_turns
-from memory.ledger._ledger import (
-    APPENDING_TIERS,
-    is_runtime_turn,
-    message_text,
-    record_of,
-    speaker_authority,
-)
+from memory.ledger import MARKER_KEY, NodeRecords, records_from_branch
+from memory.ledger._ledger import APPENDING_TIERS, is_runtime_turn, message_text, speaker_authority
 from memory.maintenance import audit, read_audit_inputs
 from memory.maintenance._audit import read_topics
 from memory.workspace import (
@@ -144,6 +139,7 @@ def read_session(state_dir: str, session: str, workspace: str | None = None) -> 
     tips: list[str] = []
     owed: set[str] = set()
     refused: dict[str, str] = {}
+    records = NodeRecords(session)  # each node's record once: many tips share their turns
     try:
         rows = core.list_branches()
     except StoreError as error:
@@ -152,20 +148,29 @@ def read_session(state_dir: str, session: str, workspace: str | None = None) -> 
     for row in rows:
         tip = str(row["head_msg_id"])
         tips.append(tip)
-        try:
-            branch = core.get_branch(tip)
-            records = records_from_branch(session, branch)
-        except (StoreError, LedgerError) as error:
+        try:  # the runtime's own walk: back from the tip to its newest own marker
+            tail = (records.owed(core.nodes_back(tip), functools.partial(core.branch_nodes, tip),
+                                 workspace) if workspace is not None
+                    else records_from_branch(session, core.get_branch(tip)))
+        except LedgerError as error:
             problems.append(f"branch to {tip}: {error}")
-            if isinstance(error, LedgerError):
-                refused.update({str(m["id"]): str(error) for m in branch if m.get("id")})
+            refused.update(dict.fromkeys((n.id for n in _branch_or_none(core, tip)), str(error)))
             continue
-        tail = records if workspace is None else unwritten_turns(records, workspace)
+        except StoreError as error:
+            problems.append(f"branch to {tip}: {error}")
+            continue
         owed.update(record.message_id for record in tail)
     problems += [f"a predecessor loop: {' -> '.join(loop)}" for loop in predecessor_cycles(nodes)]
-    turns = tuple(_turn(session, node, workspace, owed, refused) for node in nodes)
+    turns = tuple(_turn(session, node, records, workspace, owed, refused) for node in nodes)
     return SessionView(session, _title(core), head, tuple(tips), turns, workspace,
                        tuple(problems))
+
+
+def _branch_or_none(core: SessionCore, tip: str) -> list[Node]:
+    try:
+        return core.branch_nodes(tip)
+    except StoreError:
+        return []
 
 
 def _head(core: SessionCore, problems: list[str]) -> str | None:
@@ -184,18 +189,17 @@ def _title(core: SessionCore) -> str:
     return title if isinstance(title, str) else ""
 
 
-def _turn(session: str, node: Node, workspace: str | None, owed: set[str],
-          refused: Mapping[str, str]) -> Turn:
+def _turn(session: str, node: Node, records: NodeRecords, workspace: str | None,
+          owed: set[str], refused: Mapping[str, str]) -> Turn:
     marker = node.metadata.get(MARKER_KEY)
-    message = node_to_message(node, session)
     try:
-        record = record_of(session, message)
+        record = records.of(node)
     except LedgerError as error:
         return Turn(node, REFUSED, str(error))
     if node.id in refused:
         return Turn(node, REFUSED, refused[node.id])
     if record is None:
-        return Turn(node, NOT_RECORD, _why_not_a_record(message))
+        return Turn(node, NOT_RECORD, _why_not_a_record(node_to_message(node, session)))
     if workspace is not None and marker == workspace:
         return Turn(node, WRITTEN, f"marked {MARKER_KEY} = {workspace}", record.tokens)
     if node.id in owed:
