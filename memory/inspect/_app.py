@@ -68,7 +68,8 @@ TOKEN_COOKIE = "scriptorium_inspect"
 
 def _templates() -> Environment:
     env = Environment(loader=PackageLoader("memory.inspect", "templates"), autoescape=True)
-    env.filters.update(shown=shown, when=when, ago=ago, pretty=pretty, turn_url=turn_url)
+    env.filters.update(shown=shown, when=when, ago=ago, pretty=pretty, turn_url=turn_url,
+                       by_session=by_session)
     env.globals["STATUSES"] = STATUSES
     return env
 
@@ -102,6 +103,14 @@ def ago(seconds: object) -> str:
 
 def turn_url(session: str, node: str) -> str:
     return f"/session/{quote(session, safe='')}/turn/{quote(node, safe='')}"
+
+
+def by_session(pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(session, "id,id,...") per session of ``(session, node)`` pairs: a session page's ?quoted=."""
+    found: dict[str, list[str]] = {}
+    for session, node in pairs:
+        found.setdefault(session, []).append(node)
+    return [(session, ",".join(nodes)) for session, nodes in found.items()]
 
 
 def cited_body(topic: TopicView, paragraph: Paragraph,
@@ -187,7 +196,8 @@ def inspector_app(
     async def session(request: Request) -> Response:
         sid = _session_id(request)
         view = await anyio.to_thread.run_sync(read_session, state_dir, sid)
-        svg, layout = draw_session(sid, view.turns, view.head, view.tips)
+        quoted = frozenset(request.query_params.get("quoted", "").split(","))
+        svg, layout = draw_session(sid, view.turns, view.head, view.tips, quoted)
         return page("session.html", title=f"Session {sid}", v=view, svg=Markup(svg),
                     counts=view.counts(), hidden=len(view.turns) - len(layout.order))
 

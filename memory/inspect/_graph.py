@@ -127,8 +127,11 @@ def _y(row: int) -> int:
 
 
 def draw_session(session: str, turns: Sequence[Turn], head: str | None,
-                 tips: Sequence[str]) -> tuple[str, Layout]:
-    """The SVG of a session (already escaped: safe to put in a page as it is)."""
+                 tips: Sequence[str], quoted: frozenset[str] = frozenset()) -> tuple[str, Layout]:
+    """The SVG of a session (already escaped: safe to put in a page as it is).
+
+    ``quoted``: turns highlighted (those a context block quoted, from the memory page).
+    """
     layout = lay_out([turn.node for turn in turns])
     by_id = {turn.node.id: turn for turn in turns}
     tip_set = set(tips)
@@ -150,7 +153,8 @@ def draw_session(session: str, turns: Sequence[Turn], head: str | None,
         x, y = _x(column), _y(row)
         flags = [flag for flag, on in (("head", node_id == head), ("tip", node_id in tip_set),
                                        ("rewound", node.rewound), ("spawn", node.is_spawn_root),
-                                       ("summary", node.is_summary)) if on]
+                                       ("summary", node.is_summary),
+                                       ("quoted", node_id in quoted)) if on]
         classes = " ".join(["turn", turn.status, *flags])
         shape = (f'<rect x="{x - 5}" y="{y - 5}" width="10" height="10"/>' if node.is_summary
                  else f'<circle cx="{x}" cy="{y}" r="5"/>')

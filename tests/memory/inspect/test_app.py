@@ -156,6 +156,9 @@ def test_search_and_context_are_what_rt_recall_and_rt_context_return(
     shown = [(li.get_attribute("data-score"), li.locator("a").first.inner_text())
              for li in page.locator("#hits li.hit").all()]
     block = page.locator("#context").inner_text()
+    page.click("a.on-session")  # the quoted turns, highlighted on their session
+    page.wait_for_selector("svg.dag")
+    highlighted = {a.get_attribute("data-turn") for a in page.locator("a.turn.quoted").all()}
     assert not watched.errors
     watched.page.close()
 
@@ -173,6 +176,7 @@ def test_search_and_context_are_what_rt_recall_and_rt_context_return(
                 for h in hits]
     assert shown == expected
     assert block == context.text
+    assert highlighted == {node for _, node in context.quoted}
 
 
 def test_hostile_text_is_shown_as_text_and_never_runs(
