@@ -81,6 +81,7 @@ from ._session_view import unreplayed as unreplayed
 from ._sessions import list_sessions as list_sessions
 from ._sessions import missing_meta as missing_meta
 from ._sessions import state_path as state_path
+from ._walk import drawing_tree as drawing_tree
 from ._walk import predecessor_cycles as predecessor_cycles
 
 __all__ = [
@@ -136,6 +137,7 @@ __all__ = [
     "UnsafeLinkError",
     "citable_id_problem",
     "decode_node",
+    "drawing_tree",
     "encode_node",
     "file_stamp",
     "find_damaged_logs",

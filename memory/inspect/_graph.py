@@ -17,13 +17,12 @@ URL-quoted too.
 from __future__ import annotations
 
 import html
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
 from memory.inspect._state import Turn
-from store import Node
+from store import Node, drawing_tree
 
 __all__ = ["Layout", "draw_session", "lay_out", "short_text"]
 
@@ -51,17 +50,7 @@ class Layout:
 
 def lay_out(nodes: Sequence[Node]) -> Layout:
     """Pure: the layout of ``nodes`` (any order); nodes on a predecessor loop are left out."""
-    ordered = sorted(nodes, key=lambda n: n.seq)
-    by_id = {n.id: n for n in ordered}
-    children: dict[str, list[Node]] = defaultdict(list)
-    roots: list[Node] = []
-    for node in ordered:
-        if node.predecessor in by_id:
-            children[node.predecessor].append(node)
-        elif node.is_spawn_root and node.caller in by_id:
-            children[node.caller].append(node)
-        else:
-            roots.append(node)
+    roots, children = drawing_tree(nodes)
     cells: dict[str, tuple[int, int]] = {}
     order: list[str] = []
     runs: dict[int, list[int]] = {}  # column -> [first row, last row] of its open run
@@ -91,7 +80,7 @@ def lay_out(nodes: Sequence[Node]) -> Layout:
                         closed.append((column, run[0], run[1]))
                     runs[column] = [prow, row]
             else:
-                kind = "spawn" if node.is_spawn_root and node.predecessor not in by_id else "fork"
+                kind = "fork" if node.predecessor == parent.id else "spawn"  # under its caller
                 elbows.append((prow, pcol, row, column, kind))
         kids = children.get(node.id, ())
         # The first child continues this column; each further one opens a new column.

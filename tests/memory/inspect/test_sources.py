@@ -18,20 +18,10 @@ import httpx
 
 from memory.inspect import InspectorServer, LiveRuntime, inspector_app
 from memory.runtime import RuntimeConfig, open_runtime
-from store import SessionCore
+from tests.memory.cli._states import owing_state
 from tests.memory.inspect.conftest import launch, need_chromium
 
 QUESTION = "green tea"
-
-
-def _state(tmp_path: Path) -> Path:
-    state = tmp_path / "state"
-    core = SessionCore.create(state, "demo", title="demo")
-    for fact in ("I prefer green tea.", "My sister is named Alice.", "The office is in Berlin."):
-        core.append({"role": "user", "content": fact})
-        core.append({"role": "assistant", "content": "Noted."})
-    core.close()
-    return state
 
 
 def _browse(base: str) -> dict[str, Any]:
@@ -63,7 +53,7 @@ def _browse(base: str) -> dict[str, Any]:
 
 async def test_the_runtime_page_shows_the_live_tree_and_memory_asks_rt(tmp_path: Path) -> None:
     need_chromium()
-    state = _state(tmp_path)
+    state = owing_state(tmp_path)
     live = LiveRuntime(interval=0.05)
     async with (open_runtime(state, config=RuntimeConfig(on_event=live.on_event)) as rt,
                 anyio.create_task_group() as tg):
