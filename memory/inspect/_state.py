@@ -63,13 +63,14 @@ __all__ = [
     "read_turn",
 ]
 
-WRITTEN, OWED, STRANDED, FOREIGN, NOT_RECORD, REFUSED = (
-    "written", "owed", "stranded", "foreign", "not-a-record", "refused")
+WRITTEN, OWED, STRANDED, REWOUND, FOREIGN, NOT_RECORD, REFUSED = (
+    "written", "owed", "stranded", "rewound", "foreign", "not-a-record", "refused")
 # Every status a turn can have, in the legend's order, with what it means.
 STATUSES = {
     WRITTEN: "in memory: marked by this workspace",
     OWED: "owed: on a branch's unwritten tail, the next write takes it",
     STRANDED: "a record no branch owes: a newer turn of its branches is marked, or no tip reaches it",
+    REWOUND: "a record rewound off its branch: no live branch holds it, so it is never owed",
     FOREIGN: "marked by another workspace only (a copied session): owed here when on a tail",
     NOT_RECORD: "not a record (SPEC §6.1): never written, with the reason",
     REFUSED: "refused: its branch cannot be turned into records until it is repaired",
@@ -209,6 +210,10 @@ def _turn(session: str, node: Node, records: NodeRecords, workspace: str | None,
         return Turn(node, OWED, "on the unwritten tail of a branch", record.tokens)
     if marker is not None:
         return Turn(node, FOREIGN, f"marked by another workspace ({marker})", record.tokens)
+    if node.rewound:
+        return Turn(node, REWOUND, "rewound: the walk from every tip skips it, so no branch "
+                    "owes it (what was said before the rewind is kept only if written then)",
+                    record.tokens)
     return Turn(node, STRANDED, "not marked, yet no branch owes it: a newer turn of each of "
                 "its branches is marked (audit: non-prefix branch), or no tip reaches it",
                 record.tokens)
