@@ -137,7 +137,6 @@ def read_session(state_dir: str, session: str, workspace: str | None = None) -> 
         problems.append(f"sessions/{session}/.journal holds turns not replayed yet: "
                         "this view may be behind until the session is next opened")
     head = _head(core, problems)
-    tips: list[str] = []
     owed: set[str] = set()
     refused: dict[str, str] = {}
     records = NodeRecords(session)  # each node's record once: many tips share their turns
@@ -146,9 +145,8 @@ def read_session(state_dir: str, session: str, workspace: str | None = None) -> 
     except StoreError as error:
         rows = []
         problems.append(str(error))
-    for row in rows:
-        tip = str(row["head_msg_id"])
-        tips.append(tip)
+    tips = [str(row["head_msg_id"]) for row in rows]
+    for tip in [*tips, *([head] if head is not None and head not in tips else [])]:
         try:  # the runtime's own walk: back from the tip to its newest own marker
             tail = (records.owed(core.nodes_back(tip), functools.partial(core.branch_nodes, tip),
                                  workspace) if workspace is not None
