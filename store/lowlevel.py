@@ -18,7 +18,7 @@ caller keeps the store's rules; this module only re-exports.
   of a dead runtime's log (``recover_dead_runtimes``), and for the audit of
   a state that cannot be written, the damaged logs found without writing
   (``find_damaged_logs``) and a session read as found (``read_session_as_found``,
-  ``unreplayed``).
+  ``unreplayed``); and a session's nodes as a tree to draw (``drawing_tree``).
 - For the ledger baselines of ``scriptorium simulate --compare``
   (``memory.simulate.baselines``), which replay a forking workload on an
   in-memory DAG and write session files of a given size: ``SessionIndex``,
@@ -40,7 +40,14 @@ from store._session import recover_dead_runtimes
 from store._session_view import read_session_as_found, unreplayed
 from store._sessions import missing_meta, state_path
 from store._threads import mark_lane, write_lane
-from store._walk import branch, list_tips, predecessor_cycles, rewind_ids, visible_back_from
+from store._walk import (
+    branch,
+    drawing_tree,
+    list_tips,
+    predecessor_cycles,
+    rewind_ids,
+    visible_back_from,
+)
 
 __all__ = [
     "CLAIM_NAME",
@@ -55,6 +62,7 @@ __all__ = [
     "branch",
     "citable_id_problem",
     "decode_node",
+    "drawing_tree",
     "encode_meta",
     "encode_node",
     "file_stamp",

@@ -23,6 +23,7 @@ import click
 from memory.cli._agent_import_command import register_agent_imports
 from memory.cli._cli_errors import ReportingGroup
 from memory.cli._import_command import import_group
+from memory.cli._inspect_command import inspect_command
 from memory.cli._mcp_command import mcp_command
 from memory.cli._memory_commands import (
     memory_audit,
@@ -74,6 +75,6 @@ for _command in (session_list, session_branches, session_branch, session_show):
 for _command in (memory_pending, memory_write, memory_release, memory_migrate, memory_backfill,
                  memory_audit, memory_search, memory_context, memory_reindex):
     memory.add_command(_command)
-for _command in (run, simulate, import_group, status, mcp_command):
+for _command in (run, simulate, import_group, status, mcp_command, inspect_command):
     main.add_command(_command)
 register_agent_imports(import_group)

@@ -14,6 +14,7 @@ import click
 import orjson
 
 from memory.cli._cli_errors import CliError
+from memory.cli._live_inspector import INSPECT_OPTION, live_inspector
 from memory.cli._options import (
     LOCK_TIMEOUT_OPTION,
     _config,
@@ -41,12 +42,14 @@ from store import StoreError
 @click.option("--lag-interval", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
               help="Seconds between 'lag' log lines (how far memory is behind).")
 @LOCK_TIMEOUT_OPTION
+@INSPECT_OPTION
 @writer_options
 @runtime_options
 @timing_options
 @creating_state_options
 def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
-        lag_interval: float, lock_timeout: float, threshold: int | None, workers: int,
+        lag_interval: float, lock_timeout: float, inspect_port: int | None,
+        threshold: int | None, workers: int,
         backend: str, state_dir: str, as_json: bool, writer: str | None, base_url: str | None,
         model: str | None, provider: str | None, **timings: float | None) -> None:
     """Run the memory runtime headless until SIGINT/SIGTERM (or, with --once, until done)."""
@@ -61,7 +64,8 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
             sys.stderr.write(f"scriptorium: {event['event']} {details}\n")
         sys.stderr.flush()
 
-    config = _config(state_dir, workers, {"threshold": threshold, **timings}, on_event=log,
+    on_event, beside = live_inspector(None if once else inspect_port, state_dir, log)
+    config = _config(state_dir, workers, {"threshold": threshold, **timings}, on_event=on_event,
                      lock_timeout=lock_timeout)
     model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
                                        "provider": provider}, log)
@@ -76,7 +80,7 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
         try:
             await run_headless(state_dir, config=config, scan_interval=scan_interval,
                                drain_timeout=drain_timeout, lag_interval=lag_interval,
-                               log=log, writer=model_writer)
+                               log=log, writer=model_writer, beside=beside)
         finally:
             if model_writer is not None:
                 await model_writer.aclose()

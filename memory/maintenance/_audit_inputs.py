@@ -76,9 +76,11 @@ def read_topics(
     return topics
 
 
-def read_audit_inputs(state_dir: str, workspace_id: str, *,
-                      files: DurableFiles | None = None) -> AuditInputs:
+def read_audit_inputs(state_dir: str, workspace_id: str, *, files: DurableFiles | None = None,
+                      as_found: bool = False) -> AuditInputs:
     """The facts of a state directory. Run it where no runtime writes (or accept a snapshot race).
+
+    ``as_found``: no session is opened (no lock, no recovery), as for a read-only state.
 
     Sessions that cannot be opened or listed (no meta.json), heads and
     branches that cannot be walked, linked topic files and link loops are
@@ -94,7 +96,7 @@ def read_audit_inputs(state_dir: str, workspace_id: str, *,
     for row in rows:
         sid = row["id"]
         try:
-            core = _open_for_audit(state_dir, sid, problems, files)
+            core = _open_for_audit(state_dir, sid, problems, files, as_found)
             try:
                 core.head  # noqa: B018 - raises for an unusable head_id, as pending and write do
             except StoreError as error:
@@ -152,23 +154,23 @@ def read_audit_inputs(state_dir: str, workspace_id: str, *,
 
 
 def _open_for_audit(state_dir: str, sid: str, problems: list[str],
-                    files: DurableFiles | None) -> SessionCore:
+                    files: DurableFiles | None, as_found: bool) -> SessionCore:
     """The session opened (recovered); where that cannot write (read-only, full), read as found.
 
-    Auditing must not need to write. Read as found, a journal's records are
-    not replayed, so what they hold is not checked: said in ``problems``.
+    Auditing must not need to write. Read as found (``as_found``: a look that changes nothing),
+    a journal's records are not replayed, so what they hold is not checked: said in ``problems``.
     """
+    reason = "read as found, as asked"
     try:
-        return SessionCore.open(state_dir, sid, options=SessionOptions(files=files))
+        if not as_found:
+            return SessionCore.open(state_dir, sid, options=SessionOptions(files=files))
     except OSError as error:
         if error.errno not in _CANNOT_WRITE:
             raise
-        reason = error.strerror or str(error)
-    core = read_session_as_found(state_dir, sid)
-    if unreplayed(core):
-        problems.append(f"sessions/{sid}/.journal: not replayed (the state cannot be written "
-                        f"here: {reason}), so the turns it holds were not checked; audit "
-                        "again where it can be written")
+        reason = f"the state cannot be written here: {error.strerror or error}"
+    if unreplayed(core := read_session_as_found(state_dir, sid)):
+        problems.append(f"sessions/{sid}/.journal: not replayed ({reason}), so the turns it "
+                        "holds were not checked; audit again where it can be written")
     return core
 
 

@@ -32,6 +32,7 @@ and a turn's neighbours :mod:`~memory.recall._surroundings`'s.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -127,6 +128,7 @@ class RecallIndex(IndexReads):
         step: Callable[[str], None] | None = None,
         embedder: Embedder | None = None,
         clock: Callable[[], int] = time.time_ns,
+        read_only: bool = False,
     ) -> None:
         self.memory_dir = memory_dir
         self.embedder = embedder
@@ -145,7 +147,10 @@ class RecallIndex(IndexReads):
         self._common: dict[tuple[str, int], bool] = {}  # (term, bound) -> common (per revision)
         self.rows_read = 0  # unit rows a ranked query read (tests look at it)
         # Why the shared file could not be written (memory.recall._private); None: it can.
-        self.private: OSError | sqlite3.OperationalError | None = None
+        # ``read_only`` (the inspector): private from the start, and no lock file is made.
+        self.read_only = read_only
+        self.private: OSError | sqlite3.OperationalError | None = (
+            PermissionError(errno.EROFS, "opened read-only", self.path) if read_only else None)
 
     # -- opening -----------------------------------------------------------------
 
@@ -310,8 +315,10 @@ class RecallIndex(IndexReads):
     def _sync(self, progress: Callable[[int, int], None] | None = None) -> SyncReport:
         db = self.db
         self._quiet = None
-        lock = (workspace_lock if self.private is None else reading_lock)
-        with lock(self.memory_dir, self.files, timeout=self._wait):
+        lock = (workspace_lock(self.memory_dir, self.files, timeout=self._wait)
+                if self.private is None else reading_lock(self.memory_dir, self.files, self._wait,
+                                                          create=not self.read_only))
+        with lock:
             scanned_at = self.clock()
             revision = self.revisions.revision()
             row = db.execute("SELECT value FROM meta WHERE key='revision'").fetchone()

@@ -78,9 +78,11 @@ class Recall:
         clock: Callable[[], float] = time.time,
         step: Callable[[str], None] | None = None,
         embedder: Embedder | None = None,
+        read_only: bool = False,
     ) -> None:
+        # read_only: the index in memory, nothing written to the state (memory.recall._private).
         self.index = RecallIndex(memory_dir, files=files, lock_timeout=lock_timeout, step=step,
-                                 embedder=embedder)
+                                 embedder=embedder, read_only=read_only)
         self.count = counter or default_counter()
         self.clock = clock
         self._lock = threading.Lock()
