@@ -11,7 +11,8 @@ caller keeps the store's rules; this module only re-exports.
   cross-process lock (``SessionLock``, ``wait_for_flock``, ``CLAIM_NAME``),
   the fingerprint of a session directory (``Fingerprint``, ``FileStamp``,
   ``file_stamp``), the symlink rules (``refuse_file_link``, ``walk_files``),
-  the node file format (``decode_node``, ``encode_node``,
+  the thread lanes of memory's write side and marker merges (``write_lane``,
+  ``mark_lane``), the node file format (``decode_node``, ``encode_node``,
   ``parse_filename``), id checks (``validate_id``, ``citable_id_problem``),
   ``state_path``, ``missing_meta``, ``predecessor_cycles``, the recovery
   of a dead runtime's log (``recover_dead_runtimes``), and for the audit of
@@ -38,6 +39,7 @@ from store._node import ROOT
 from store._session import recover_dead_runtimes
 from store._session_view import read_session_as_found, unreplayed
 from store._sessions import missing_meta, state_path
+from store._threads import mark_lane, write_lane
 from store._walk import (
     branch,
     drawing_tree,
@@ -66,6 +68,7 @@ __all__ = [
     "file_stamp",
     "find_damaged_logs",
     "list_tips",
+    "mark_lane",
     "missing_meta",
     "node_filename",
     "parse_filename",
@@ -81,4 +84,5 @@ __all__ = [
     "visible_back_from",
     "wait_for_flock",
     "walk_files",
+    "write_lane",
 ]

@@ -37,7 +37,7 @@ from actors import ActorError
 from memory._errors import describe_error
 from memory.runtime._backlog import MemoryLag
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
-from memory.runtime._session_actor import (
+from memory.runtime._session_state import (
     SESSION_ERRORS,
     BoundaryOutcome,
     BoundaryReport,

@@ -80,6 +80,7 @@ from memory.workspace._topics import (
 from memory.workspace._transaction import TopicReader
 from memory.writers._sentences import fact_key, facts_of, record_day, subject_of
 from memory.writers._writer import Batch
+from store.lowlevel import write_lane
 
 __all__ = [
     "CONVERSATIONS", "EVIDENCE_LIMIT", "SHARD_BYTES", "SHARD_LIMIT", "ExtractiveWriter",
@@ -480,8 +481,10 @@ class ExtractiveWriter:
     async def _extract(
         self, records: tuple[SourceRecord, ...], workspace: WorkspaceSnapshot
     ) -> list[TopicEdit]:
+        # The write lane (store.lowlevel.write_lane): extraction never holds an append's thread.
         return await anyio.to_thread.run_sync(
-            self._extract_locked, records, workspace, abandon_on_cancel=True)
+            self._extract_locked, records, workspace, abandon_on_cancel=True,
+            limiter=write_lane())
 
     def _extract_locked(
         self, records: tuple[SourceRecord, ...], workspace: WorkspaceSnapshot

@@ -16,7 +16,7 @@ from memory._errors import TopicError
 from memory.ledger._ledger import WritePolicy
 from memory.maintenance import audit, read_audit_inputs
 from memory.runtime._runtime import RuntimeConfig, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace._edits import TopicEdit
 from memory.workspace._transaction import Transactions
 
