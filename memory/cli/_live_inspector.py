@@ -15,12 +15,13 @@ import anyio
 import click
 
 from memory.cli._cli_errors import EXIT_USAGE, CliError
+from memory.writers import Event, EventListener
 
 if TYPE_CHECKING:
     from memory.inspect import LiveRuntime
     from memory.runtime import MemoryRuntime
 
-__all__ = ["INSPECT_OPTION", "inspector_hosts", "live_inspector", "load_inspector"]
+__all__ = ["INSPECT_OPTION", "inspector_hosts", "live_inspector", "load_inspector", "logged"]
 
 
 def load_inspector() -> Any:
@@ -48,20 +49,19 @@ INSPECT_OPTION = click.option(
 
 def live_inspector(
     inspect_port: int | None, state_dir: str, log: Callable[[dict[str, Any]], None],
-) -> tuple[Callable[[dict[str, Any]], None],
-           Callable[[MemoryRuntime], Coroutine[Any, Any, None]] | None]:
+) -> tuple[EventListener, Callable[[MemoryRuntime], Coroutine[Any, Any, None]] | None]:
     """``run --inspect``: the run's event hook (its log and the live page's) and what runs beside.
 
     Without ``--inspect``: the log alone, and nothing beside.
     """
     if inspect_port is None:
-        return log, None
+        return logged(log), None
     inspector = load_inspector()
     live: LiveRuntime = inspector.LiveRuntime()
 
-    def on_event(event: dict[str, Any]) -> None:
+    def on_event(event: Event) -> None:
         live.on_event(event)
-        log(event)
+        log(event.as_record())
 
     async def beside(rt: MemoryRuntime) -> None:
         app = inspector.inspector_app(state_dir, live, live=live,
@@ -76,3 +76,12 @@ def live_inspector(
                 await anyio.to_thread.run_sync(server.stop)
 
     return on_event, beside
+
+
+def logged(log: Callable[[dict[str, Any]], None]) -> EventListener:
+    """An event listener writing each event's record to ``log`` (a line of the run's log)."""
+
+    def on_event(event: Event) -> None:
+        log(event.as_record())
+
+    return on_event

@@ -20,6 +20,7 @@ import click
 import orjson
 
 from memory.cli._cli_errors import EXIT_USAGE, CliError
+from memory.cli._live_inspector import logged
 from memory.cli._options import (
     _config,
     _with_runtime,
@@ -89,7 +90,7 @@ def mcp_command(http: str | None, allow_remote: bool, log_json: bool, drain_time
         sys.stderr.write(orjson.dumps(event, default=str).decode() + "\n")
         sys.stderr.flush()
 
-    on_event = log if log_json else None
+    on_event = logged(log) if log_json else None
     config = _config(state_dir, workers, {"threshold": threshold, **timings}, on_event=on_event)
     model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
                                        "provider": provider}, on_event)

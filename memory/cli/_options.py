@@ -38,6 +38,7 @@ from memory.runtime._settings import (
     read_settings,
     writer_kind,
 )
+from memory.writers import EventListener
 from memory.writers.model import ModelWriter, redact_url
 from store import LOCK_TIMEOUT, SessionCore, StoreError
 from store.lowlevel import state_path
@@ -175,7 +176,7 @@ def writer_options(command: F) -> F:
 
 
 def _writer(state_dir: str, flags: dict[str, Any],
-            on_event: Callable[[dict[str, Any]], None] | None) -> ModelWriter | None:
+            on_event: EventListener | None) -> ModelWriter | None:
     """The model writer the options ask for, or None (the built-in one); bad settings exit 2.
 
     The API key is read from the environment variable the settings name.

@@ -10,8 +10,9 @@ decisions notes).
 Only the CLI draws. The layers below report through what they already
 have: ``progress(done, total)`` callbacks (simulate, migrate, backfill,
 import, reindex) and the structured events of ``RuntimeConfig.on_event``
-and ``ModelWriter(on_event=...)``; :meth:`ProgressView.on_event` reads them,
-so no lower layer imports a drawing library.
+and ``ModelWriter(on_event=...)`` (typed events);
+:meth:`ProgressView.on_event` matches them by type, so no lower layer
+imports a drawing library.
 
 Off (a no-op) with ``--quiet`` or when stderr is not a terminal: a pipe or
 a log file gets no redraws. stdout is never touched, so ``--json`` stays
@@ -22,10 +23,14 @@ one document. What the rows look like (rich's columns) is
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any, Self, TypeVar
 
 import click
+
+from memory.runtime._events import Abandoned, Deferred, JobDone, Quarantined, Submitted
+from memory.simulate import Stage
+from memory.writers import Event, ModelBudgetWait, ModelMode, ModelRetry, ModelUsage
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -65,7 +70,7 @@ class ProgressView:
         self._batches: TaskID | None = None
         self._model: TaskID | None = None
         self._jobs: dict[str, int] = {"written": 0, "failed": 0, "quarantined": 0}
-        self._in_flight: set[object] = set()  # job ids submitted and not finished
+        self._in_flight: set[int] = set()  # job ids submitted and not finished
         self._calls = self._retries = 0
         self._waited = 0.0  # seconds the model writer's retries waited, in all
         self._last_error = ""
@@ -122,35 +127,36 @@ class ProgressView:
 
     # -- the runtime's and the model writer's events --------------------------------
 
-    def on_event(self, event: Mapping[str, Any]) -> None:
+    def on_event(self, event: Event) -> None:
         """Read one runtime or model-writer event (``RuntimeConfig.on_event``)."""
         if self._progress is None:
             return
-        name = event.get("event")
-        if name == "stage":  # the simulator's own: the next stage of its run
-            unit = str(event.get("unit", ""))
-            self.stage(str(event["what"]), unit, event.get("total"), counted=bool(unit))
-        elif name in ("submitted", "job", "abandoned", "deferred", "quarantined"):
-            self._on_job(str(name), event)
-        elif isinstance(name, str) and name.startswith("model_"):
-            self._on_model(name, event)
+        match event:
+            case Stage():  # the simulator's own: the next stage of its run
+                self.stage(event.what, event.unit, event.total, counted=bool(event.unit))
+            case Submitted() | JobDone() | Abandoned() | Deferred() | Quarantined():
+                self._on_job(event)
+            case ModelRetry() | ModelUsage() | ModelBudgetWait() | ModelMode():
+                self._on_model(event)
 
-    def _on_job(self, name: str, event: Mapping[str, Any]) -> None:
+    def _on_job(self, event: Submitted | JobDone | Abandoned | Deferred | Quarantined) -> None:
         assert self._progress is not None
         if self._batches is None:
             self._batches = self._progress.add_task("memory writes", total=None,
                                                     unit="batches", note="", tally=True)
         note = None
-        if name == "submitted":
-            self._in_flight.add(event.get("job"))
-        elif name in ("job", "abandoned"):
-            self._in_flight.discard(event.get("job"))
-            if name == "job":
-                self._jobs["written" if event.get("result") == "written" else "failed"] += 1
-        elif name == "quarantined":
-            self._jobs["quarantined"] += 1
-        elif name == "deferred":
-            note = f"a failed batch is retried in {_seconds(event.get('seconds'))}"
+        match event:
+            case Submitted():
+                self._in_flight.add(event.job)
+            case Abandoned():
+                self._in_flight.discard(event.job)
+            case JobDone():
+                self._in_flight.discard(event.job)
+                self._jobs["written" if event.result == "written" else "failed"] += 1
+            case Quarantined():
+                self._jobs["quarantined"] += 1
+            case Deferred():
+                note = f"a failed batch is retried in {_seconds(event.seconds)}"
         self._update_jobs(note)
 
     def _update_jobs(self, note: str | None) -> None:
@@ -168,26 +174,26 @@ class ProgressView:
                               note=counts if note is None else "; ".join(
                                   part for part in (note, counts) if part))
 
-    def _on_model(self, name: str, event: Mapping[str, Any]) -> None:
+    def _on_model(self, event: ModelRetry | ModelUsage | ModelBudgetWait | ModelMode) -> None:
         assert self._progress is not None
         if self._model is None:
             self._model = self._progress.add_task(
-                f"model {event.get('model', '')}".rstrip(), total=None, unit="", note="",
+                f"model {event.model}".rstrip(), total=None, unit="", note="",
                 bar=False, tally=True)
         now = ""  # what it waits for now; the counts stay after it
-        if name == "model_retry":
-            self._retries += 1
-            seconds = event.get("seconds")
-            self._waited += seconds if isinstance(seconds, int | float) else 0.0
-            self._last_error = _short(event.get("error"))
-            now = (f"waiting {_seconds(seconds)} before attempt "
-                   f"{int(event.get('attempt', 0)) + 1} of {event.get('attempts', '?')}; ")
-        elif name == "model_usage":  # a batch's end (its failure is on the writes' row)
-            self._calls += int(event.get("calls") or 0)
-        elif name == "model_budget_wait":
-            now = f"daily token budget spent: waiting {_seconds(event.get('seconds'))}; "
-        elif name == "model_mode":
-            now = f"the endpoint refused a form, now {event.get('mode')}; "
+        match event:
+            case ModelRetry():
+                self._retries += 1
+                self._waited += event.seconds
+                self._last_error = _short(event.error)
+                now = (f"waiting {_seconds(event.seconds)} before attempt "
+                       f"{event.attempt + 1} of {event.attempts}; ")
+            case ModelUsage():  # a batch's end (its failure is on the writes' row)
+                self._calls += event.calls
+            case ModelBudgetWait():
+                now = f"daily token budget spent: waiting {_seconds(event.seconds)}; "
+            case ModelMode():
+                now = f"the endpoint refused a form, now {event.mode}; "
         note = f"{self._calls} call{'s' * (self._calls != 1)}, " + (
             "1 retry" if self._retries == 1 else f"{self._retries} retries")
         if self._retries:

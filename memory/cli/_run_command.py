@@ -14,7 +14,7 @@ import click
 import orjson
 
 from memory.cli._cli_errors import CliError
-from memory.cli._live_inspector import INSPECT_OPTION, live_inspector
+from memory.cli._live_inspector import INSPECT_OPTION, live_inspector, logged
 from memory.cli._options import (
     LOCK_TIMEOUT_OPTION,
     _config,
@@ -68,7 +68,7 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
     config = _config(state_dir, workers, {"threshold": threshold, **timings}, on_event=on_event,
                      lock_timeout=lock_timeout)
     model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
-                                       "provider": provider}, log)
+                                       "provider": provider}, logged(log))
     if once:
         with store_warnings_to(log):
             reports = _with_runtime(state_dir, config, backend, run_once, model_writer)

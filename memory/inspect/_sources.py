@@ -32,7 +32,8 @@ from anyio.from_thread import BlockingPortal
 
 from actors import ActorSnapshot, snapshot
 from memory.recall import Context, Hit, Recall
-from memory.runtime import MemoryRuntime
+from memory.runtime import JobDone, Marked, MemoryRuntime, Submitted
+from memory.writers import Event
 
 __all__ = ["LiveRuntime", "Memory", "Sample", "StateMemory"]
 
@@ -102,22 +103,22 @@ class LiveRuntime:
         self.state_dir: str | None = None
         self._portal: BlockingPortal | None = None
         self._rt: MemoryRuntime | None = None
-        self._due: dict[object, float] = {}  # job -> due_at, while in flight
+        self._due: dict[int, float] = {}  # job -> due_at, while in flight
         self._marked = 0
 
-    def on_event(self, event: dict[str, Any]) -> None:
+    def on_event(self, event: Event) -> None:
         """The runtime's events (any thread): batches due and written, markers set."""
-        kind = event.get("event")
-        if kind == "submitted":
-            due = event.get("due_at")
-            self._due[event.get("job")] = float(due) if isinstance(due, (int, float)) else (
-                self.clock())
-        elif kind == "job":
-            self._due.pop(event.get("job"), None)
-            self.cycles.appendleft({k: v for k, v in event.items()
-                                    if k in ("at", "session", "result", "seconds", "node_ids")})
-        elif kind == "marked":
-            self._marked += len(event.get("node_ids") or ())
+        match event:
+            case Submitted():
+                self._due[event.job] = self.clock() if event.due_at is None else event.due_at
+            case JobDone():
+                self._due.pop(event.job, None)
+                self.cycles.appendleft({"at": event.at, "session": event.session,
+                                        "result": event.result,
+                                        "node_ids": list(event.node_ids),
+                                        "seconds": event.seconds})
+            case Marked():
+                self._marked += len(event.node_ids)
 
     async def sample_forever(self, rt: MemoryRuntime) -> None:
         """On the runtime's loop: open the portal the server calls through, sample every second."""

@@ -16,6 +16,24 @@ from memory._errors import ImportInterruptedError as ImportInterruptedError
 from memory._errors import ImportLineError as ImportLineError
 from memory.runtime._backlog import MemoryLag as MemoryLag
 from memory.runtime._config import apply_timings as apply_timings
+from memory.runtime._events import Abandoned as Abandoned
+from memory.runtime._events import BoundaryReached as BoundaryReached
+from memory.runtime._events import DeferralUnknown as DeferralUnknown
+from memory.runtime._events import Deferred as Deferred
+from memory.runtime._events import EventTally as EventTally
+from memory.runtime._events import GroupTaken as GroupTaken
+from memory.runtime._events import GroupWritten as GroupWritten
+from memory.runtime._events import JobDone as JobDone
+from memory.runtime._events import Marked as Marked
+from memory.runtime._events import MarkersRepaired as MarkersRepaired
+from memory.runtime._events import MarkersRepairFailed as MarkersRepairFailed
+from memory.runtime._events import Migrated as Migrated
+from memory.runtime._events import Quarantined as Quarantined
+from memory.runtime._events import QuarantineUnsaved as QuarantineUnsaved
+from memory.runtime._events import SessionEnd as SessionEnd
+from memory.runtime._events import SessionEndUnsaved as SessionEndUnsaved
+from memory.runtime._events import Skipped as Skipped
+from memory.runtime._events import Submitted as Submitted
 from memory.runtime._headless import SessionReport as SessionReport
 from memory.runtime._headless import run_headless as run_headless
 from memory.runtime._headless import run_once as run_once
@@ -34,16 +52,34 @@ from memory.runtime._settings import check_threshold as check_threshold
 from memory.runtime._settings import read_settings as read_settings
 
 __all__ = [
+    "Abandoned",
     "BoundaryOutcome",
+    "BoundaryReached",
     "BoundaryReport",
+    "DeferralUnknown",
+    "Deferred",
+    "EventTally",
+    "GroupTaken",
+    "GroupWritten",
     "ImportInterruptedError",
     "ImportLineError",
     "ImportReport",
+    "JobDone",
+    "Marked",
+    "MarkersRepairFailed",
+    "MarkersRepaired",
     "MemoryLag",
     "MemoryRuntime",
+    "Migrated",
+    "QuarantineUnsaved",
+    "Quarantined",
     "RuntimeConfig",
     "RuntimeStatistics",
+    "SessionEnd",
+    "SessionEndUnsaved",
     "SessionReport",
+    "Skipped",
+    "Submitted",
     "Timings",
     "apply_timings",
     "check_seconds",

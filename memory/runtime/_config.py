@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal
 
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._tokens import TokenCounter, default_counter
 from memory.recall import Embedder
 from memory.runtime._settings import Timings, check_lock_timeout
+from memory.writers._events import EventListener
 from memory.writers._offload import CPU_WORKER_MODES, CpuWorkerMode
 from store import LOCK_TIMEOUT, DurableFiles
 from supervisors import Backoff
@@ -27,9 +28,14 @@ class RuntimeConfig:
 
     ``clock`` is the wall clock (``updated_at``, timestamps, idle rules);
     timers use anyio's clock, so tests on virtual time pass a wall clock
-    derived from ``anyio.current_time()``. ``on_event`` receives the
-    runtime's structured events (:mod:`memory.runtime._events`): the log of
-    ``scriptorium run``, and the simulator's and the tests' instruments.
+    derived from ``anyio.current_time()``. ``on_event`` receives each of the
+    runtime's events as a typed, frozen :class:`~memory.writers.Event`
+    (``Submitted``, ``JobDone``, ``Marked``... of :mod:`memory.runtime._events`,
+    the CPU worker's ``CpuWorker*`` of :mod:`memory.writers._events`), stamped
+    with ``at`` from ``clock``, on the event loop's thread; it must not block.
+    Match on the type, or read ``event.name``; ``event.as_record()`` is the
+    ``{"event": name, "at": ..., fields...}`` line of ``scriptorium run
+    --log-json``. The log, and the simulator's and the tests' instruments.
     """
 
     policy: WritePolicy = field(default_factory=WritePolicy)
@@ -60,7 +66,7 @@ class RuntimeConfig:
     counter: TokenCounter = field(default_factory=default_counter)
     files: DurableFiles = field(default_factory=DurableFiles)
     seed: int | None = None
-    on_event: Callable[[dict[str, Any]], None] | None = None
+    on_event: EventListener | None = None
     # Recall's optional embedding backend (memory.recall.Embedder); None: BM25 and the rules.
     recall_embedder: Embedder | None = None
     # Where the extractive writer's extraction and a commit's normalisation run:

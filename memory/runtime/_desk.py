@@ -17,7 +17,7 @@ import anyio
 
 from actors import ActorRef
 from memory._errors import describe_error
-from memory.runtime._events import EventHook
+from memory.runtime._events import Abandoned, DeferralUnknown, Deferred, EventHook
 from memory.runtime._jobs import JobQueue, WriteJob
 from memory.runtime._session_state import MemorySessionMessage, Reconsider, SessionLedgers
 from memory.runtime._timers import Timers
@@ -63,8 +63,7 @@ class JobDesk:
         try:
             return await self.cycle.deferral(batch)
         except Exception as exc:  # noqa: BLE001 - the cycle meets the writer's trouble itself
-            self.events.emit("deferral_unknown", session=batch.session_id,
-                             error=describe_error(exc))
+            self.events.emit(DeferralUnknown(session=batch.session_id, error=describe_error(exc)))
             return 0.0
 
     def record_outcome(self, job: WriteJob, outcome: WriteOutcome) -> None:
@@ -77,8 +76,8 @@ class JobDesk:
         closing has no timers left: the job is abandoned (its session plans
         again next time; the batch stays owed).
         """
-        self.events.emit("deferred", session=job.batch.session_id, job=job.id,
-                         nodes=len(job.batch.node_ids), seconds=delay)
+        self.events.emit(Deferred(session=job.batch.session_id, job=job.id,
+                                  nodes=len(job.batch.node_ids), seconds=delay))
         try:
             self.timers.call_later(delay, lambda: self._offer_again(job))
         except RuntimeError:
@@ -103,7 +102,6 @@ class JobDesk:
         ledger.in_flight = None
         self.jobs.forget(job)
         self.jobs.done(job)
-        self.events.emit("abandoned", session=session, job=job.id,
-                         nodes=len(job.batch.node_ids))
+        self.events.emit(Abandoned(session=session, job=job.id, nodes=len(job.batch.node_ids)))
         with contextlib.suppress(Exception):  # a runtime going down has no session to wake
             self.session_ref(session).cast_nowait(Reconsider())

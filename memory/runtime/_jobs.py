@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import anyio
 
 from memory.runtime._backlog import MemoryLag, memory_lag
-from memory.runtime._events import EventHook
+from memory.runtime._events import EventHook, GroupTaken, JobDone, Submitted
 from memory.writers._cycle import WriteOutcome
 from memory.writers._writer import Batch
 
@@ -65,8 +65,8 @@ class JobQueue:
         if due_at is not None:
             self._due_at[job.id] = due_at
         if self._events.enabled:
-            self._events.emit("submitted", session=batch.session_id, job=job.id,
-                              node_ids=list(batch.node_ids), due_at=due_at)
+            self._events.emit(Submitted(session=batch.session_id, job=job.id,
+                                        node_ids=tuple(batch.node_ids), due_at=due_at))
         self._send.send_nowait(job)
         return job
 
@@ -91,11 +91,11 @@ class JobQueue:
         self.outcomes[result] += 1
         started = self._submitted_at.pop(job.id, None)
         elapsed = None if started is None else anyio.current_time() - started
-        self._events.emit(
-            "job", session=job.batch.session_id, job=job.id, result=result,
-            nodes=len(job.batch.node_ids), node_ids=list(job.batch.node_ids),
-            files=list(outcome.changed_files), seconds=elapsed,
-            error=None if outcome.error is None else str(outcome.error))
+        self._events.emit(JobDone(
+            session=job.batch.session_id, job=job.id, result=result,
+            nodes=len(job.batch.node_ids), node_ids=tuple(job.batch.node_ids),
+            files=tuple(outcome.changed_files), seconds=elapsed,
+            error=None if outcome.error is None else str(outcome.error)))
 
     @property
     def waiting(self) -> int:
@@ -112,8 +112,8 @@ class JobQueue:
         self.recent_groups.append(size)
         if self._events.enabled:
             lag = self.lag()
-            self._events.emit("group_taken", size=size, waiting=lag.due_waiting,
-                              oldest_due_age=lag.oldest_due_age)
+            self._events.emit(GroupTaken(size=size, waiting=lag.due_waiting,
+                                         oldest_due_age=lag.oldest_due_age))
 
     async def drain(self) -> None:
         """Wait until no job is in flight."""

@@ -15,7 +15,7 @@ from memory.ledger._records import MARKER_KEY
 from memory.maintenance._backfill import BackfillReport, backfill
 from memory.maintenance._migrate import MigrationReport, Progress, migrate
 from memory.runtime._config import RuntimeConfig
-from memory.runtime._events import EventHook
+from memory.runtime._events import EventHook, Migrated
 from memory.runtime._sessions import Sessions
 from memory.runtime._workspace_actor import (
     CitedSources,
@@ -51,8 +51,8 @@ async def migrate_cursors(workspace: ActorRef[WorkspaceMessage], sessions: Sessi
     report = await migrate(memory_dir, get_branch=sessions.get_branch, mark=mark,
                            read_state=read_state, write_state=write_state, progress=progress)
     if report.had_cursors:
-        events.emit("migrated", marked={s: len(ids) for s, ids in report.marked.items()},
-                    cursors_removed=report.cursors_removed, errors=list(report.errors))
+        events.emit(Migrated(marked={s: len(ids) for s, ids in report.marked.items()},
+                             cursors_removed=report.cursors_removed, errors=tuple(report.errors)))
     return report
 
 

@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from actors import ActorRef
-from memory.runtime._events import EventHook
+from memory.runtime._events import EventHook, Quarantined
 from memory.runtime._workspace_actor import (
     QuarantineBatch,
     ReadQuarantine,
@@ -45,8 +45,8 @@ class Quarantine:
         await self._workspace().call(QuarantineBatch(entry))
         self.entries.append(entry)
         self._outcomes["quarantined"] += 1
-        self._events.emit("quarantined", session=entry.session, nodes=list(entry.node_ids),
-                          error=entry.error)
+        self._events.emit(Quarantined(session=entry.session, nodes=entry.node_ids,
+                                      error=entry.error))
 
     async def release(self, session: str | None) -> list[QuarantineEntry]:
         """Release ``session``'s parked batches (every session's with None); the entries."""

@@ -27,7 +27,6 @@ serves the public API.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import random
 from collections.abc import AsyncIterator, Mapping
@@ -79,6 +78,7 @@ from memory.runtime._workspace_actor import (
 )
 from memory.runtime._write_cycle import CONCURRENT_RETRIES, WriteCycle
 from memory.workspace._quarantine import QuarantineEntry
+from memory.writers._events import Event
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._offload import CpuWorker
 from memory.writers._writer import Writer
@@ -171,9 +171,9 @@ class MemoryRuntime:
         if self.closed:
             raise RuntimeClosedError(self.state_dir, method)
 
-    def _event_from_thread(self, event: str, **fields: Any) -> None:
+    def _event_from_thread(self, event: Event) -> None:
         """An event of a worker thread (the CPU worker's), emitted on the event loop's thread."""
-        anyio.from_thread.run_sync(functools.partial(self.events.emit, event, **fields))
+        anyio.from_thread.run_sync(self.events.emit, event)
 
     # -- the tree -------------------------------------------------------------------
 
@@ -274,10 +274,6 @@ class MemoryRuntime:
     def ledger(self, session: str) -> SessionLedger:
         """What the runtime remembers of ``session``'s memory (its jobs, failures, boundary)."""
         return self.ledgers.of(session)
-
-    def emit(self, event: str, **fields: Any) -> None:
-        """One structured event (``scriptorium run --log-json`` prints each as a JSON line)."""
-        self.events.emit(event, **fields)
 
     def _touch(self, session: str, updated_at: object) -> None:
         """A session appended: move its idle deadline in the watchdog."""

@@ -69,6 +69,7 @@ from memory.ledger._plan import (
     span,
 )
 from memory.ledger._records import SourceRecord
+from memory.runtime._events import MarkersRepairFailed
 from memory.runtime._session_marks import MarkerOwner
 from memory.runtime._session_state import (
     SESSION_ERRORS,
@@ -184,8 +185,8 @@ class MemorySessionActor(MarkerOwner):
                 except (ScriptoriumMemoryError, StoreError, ActorError, OSError) as error:
                     if raise_errors:
                         raise
-                    self.parts.events.emit("markers_repair_failed", session=self.session,
-                                      error=str(error))
+                    self.parts.events.emit(MarkersRepairFailed(session=self.session,
+                                                               error=str(error)))
                     return []
         return await super().dispatch(message)
 

@@ -26,6 +26,7 @@ from memory.ledger._plan import MARKER_CHUNK, marker_chunks, span
 from memory.ledger._records import MARKER_KEY
 from memory.ledger._tails import ConsistentSince, NodeRecords, OwedTails, listed_branches
 from memory.runtime._claims import SessionClaims
+from memory.runtime._events import Marked, MarkersRepaired, Skipped
 from memory.runtime._jobs import WriteJob
 from memory.runtime._session_outcomes import SessionOutcomes
 from memory.runtime._session_state import (
@@ -213,7 +214,7 @@ class MarkerOwner(SessionActor[MemorySessionMessage]):
             ledger.last_result, ledger.last_reason = "unmarked", reason
             if ledger.reported_error != reason:
                 ledger.reported_error = reason
-                self.parts.events.emit("skipped", session=self.session, reason=reason)
+                self.parts.events.emit(Skipped(session=self.session, reason=reason))
             await self.outcomes.finish_boundary(BoundaryOutcome.ERROR, reason, error)
             if not ledger.retry_pending:
                 ledger.retry_pending = True
@@ -267,14 +268,14 @@ class MarkerOwner(SessionActor[MemorySessionMessage]):
                           limiter=mark_lane())
         self._marked(lost, anyio.current_time() - started)
         self._queue_checkpoint()
-        self.parts.events.emit("markers_repaired", session=self.session, nodes=lost)
+        self.parts.events.emit(MarkersRepaired(session=self.session, nodes=tuple(lost)))
         return lost
 
 
     def _marked(self, node_ids: Sequence[str], seconds: float) -> None:
         """Markers of ``node_ids`` are durable, merged in ``seconds`` (an instrument's event)."""
-        self.parts.events.emit("marked", session=self.session, node_ids=list(node_ids),
-                          seconds=seconds)
+        self.parts.events.emit(Marked(session=self.session, node_ids=tuple(node_ids),
+                                      seconds=seconds))
 
 
 def cycle_reason(outcome: WriteOutcome) -> str:

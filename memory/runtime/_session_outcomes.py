@@ -15,6 +15,13 @@ from collections.abc import Sequence
 
 from memory._errors import LedgerError, MissingAuthorityError, describe_error
 from memory.ledger._plan import after_failure
+from memory.runtime._events import (
+    BoundaryReached,
+    QuarantineUnsaved,
+    SessionEnd,
+    SessionEndUnsaved,
+    Skipped,
+)
 from memory.runtime._jobs import WriteJob
 from memory.runtime._session_state import BoundaryOutcome, SessionLedger, SessionParts
 from memory.runtime._workspace_actor import RecordSessionEnd
@@ -45,7 +52,7 @@ class SessionOutcomes:
         ledger.last_reason = reason
         if ledger.reported_error != reason:
             ledger.reported_error = reason
-            self.parts.events.emit("skipped", session=self.session, reason=reason)
+            self.parts.events.emit(Skipped(session=self.session, reason=reason))
         await self.finish_boundary(BoundaryOutcome.ERROR, reason, error)
         return reason
 
@@ -77,8 +84,8 @@ class SessionOutcomes:
             await self.parts.quarantine.park(entry)
         except Exception as exc:  # noqa: BLE001 - parked in memory all the same, and said so
             self.parts.quarantine.entries.append(entry)
-            self.parts.events.emit("quarantine_unsaved", session=self.session,
-                              nodes=list(entry.node_ids), error=describe_error(exc))
+            self.parts.events.emit(QuarantineUnsaved(session=self.session, nodes=entry.node_ids,
+                                                     error=describe_error(exc)))
         self.ledger.failures = 0
 
     async def refuse(self, error: LedgerError, updated_at: object) -> None:
@@ -114,13 +121,13 @@ class SessionOutcomes:
             waiter.cause = cause
             waiter.batches = batches
             waiter.done.set()
-        self.parts.events.emit("boundary", session=self.session, outcome=outcome.value,
-                          batches=batches, reason=error)
+        self.parts.events.emit(BoundaryReached(session=self.session, outcome=outcome.value,
+                                               batches=batches, reason=error))
         if record:
             updated_at = next(w.updated_at for w in waiters if w.updated_at is not None)
             try:
                 await self.parts.workspace().call(RecordSessionEnd(self.session, updated_at))
-                self.parts.events.emit("session_end", session=self.session, updated_at=updated_at)
+                self.parts.events.emit(SessionEnd(session=self.session, updated_at=updated_at))
             except Exception as exc:  # noqa: BLE001 - the watchdog only looks at it again
-                self.parts.events.emit("session_end_unsaved", session=self.session,
-                                  error=describe_error(exc))
+                self.parts.events.emit(SessionEndUnsaved(session=self.session,
+                                                         error=describe_error(exc)))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio
 
@@ -31,6 +31,7 @@ from memory.runtime._jobs import WriteJob
 from memory.runtime._workspace_actor import WorkspaceMessage
 from memory.workspace._quarantine import QuarantineEntry
 from memory.writers._cycle import WriteOutcome
+from memory.writers._events import Event
 from memory.writers._writer import Batch
 from store import RuntimeLog, SessionMessage, StoreError
 
@@ -285,7 +286,7 @@ class ParkedBatches(Protocol):
 class Events(Protocol):
     """The runtime's event hook (:class:`~memory.runtime._events.EventHook`)."""
 
-    def emit(self, event: str, **fields: Any) -> None: ...
+    def emit(self, event: Event) -> None: ...
 
 
 class SessionLedgers:

@@ -29,11 +29,12 @@ from __future__ import annotations
 import math
 import os
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from memory._errors import SettingsError
+from memory.writers import EventListener
 from memory.writers.model import ModelWriter, UsageFile, model_settings
 
 __all__ = [
@@ -163,7 +164,7 @@ def check_model_flags(kind: str, flags: Mapping[str, Any]) -> None:
 def model_writer_for(
     state_dir: str | os.PathLike[str], flags: Mapping[str, Any], *,
     env: Mapping[str, str] | None = None,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_event: EventListener | None = None,
 ) -> ModelWriter:
     """A :class:`ModelWriter` from ``[writer]``, the environment and ``flags`` (the later wins)."""
     source = os.environ if env is None else env

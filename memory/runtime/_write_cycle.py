@@ -24,7 +24,7 @@ import anyio
 
 from actors import ActorRef
 from memory._errors import ConcurrentUpdateError
-from memory.runtime._events import EventHook
+from memory.runtime._events import EventHook, GroupWritten
 from memory.runtime._workspace_actor import (
     ArchiveBatches,
     BatchesCovered,
@@ -145,6 +145,6 @@ class WriteCycle:
                 batches, writer, snapshot=steps.snapshot, archive=steps.archive,
                 commit=steps.commit, covered=steps.covered, timeout=self._timeout)
         written = sum(outcome is not None for outcome in group.outcomes)
-        self._events.emit("group", batches=len(batches), written=written,
-                          fallback=group.fallback)
+        self._events.emit(GroupWritten(batches=len(batches), written=written,
+                                       fallback=group.fallback))
         return list(group.outcomes)

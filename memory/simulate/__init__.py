@@ -8,6 +8,7 @@ it is asked, ``_result`` what it returns; ``_agents``,
 """
 
 from memory.simulate._config import SimulationConfig as SimulationConfig
+from memory.simulate._config import Stage as Stage
 from memory.simulate._faults import FAULTS as FAULTS
 from memory.simulate._faults import parse_faults as parse_faults
 from memory.simulate._result import SimulationResult as SimulationResult
@@ -17,6 +18,7 @@ __all__ = [
     "FAULTS",
     "SimulationConfig",
     "SimulationResult",
+    "Stage",
     "parse_faults",
     "simulate",
 ]

@@ -8,15 +8,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from memory.runtime._config import JournalMode
 from memory.simulate._agents import Mix
+from memory.writers._events import Event, EventListener
 from memory.writers._offload import CpuWorkerMode
 from memory.writers.model import ModelSettings
 from store.lowlevel import state_path
 
-__all__ = ["SimulationConfig"]
+__all__ = ["SimulationConfig", "Stage"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stage(Event):
+    """The simulation moves on to ``what``, counted in ``unit`` (``total`` if known)."""
+
+    name: ClassVar[str] = "stage"
+    what: str
+    unit: str
+    total: int | None
 
 
 @dataclass(frozen=True)
@@ -42,9 +53,9 @@ class SimulationConfig:
     fault_rates: Mapping[str, Any] = field(default_factory=dict)  # FaultPlan field overrides
     model: ModelSettings | None = None  # a model writer on this endpoint; None: extractive
     progress: Callable[[int, int], None] | None = None  # done, total of the current stage
-    # Every runtime and model-writer event, and a ``stage`` event ({"what", "unit",
-    # "total"}) as the run moves on: appending, each boundary round, the oracle.
-    on_event: Callable[[dict[str, Any]], None] | None = None
+    # Every runtime and model-writer event, and a Stage event as the run moves on:
+    # appending, each boundary round, the oracle.
+    on_event: EventListener | None = None
     rate: float | None = None  # turns/s of the open loop; None: the closed loop
     arrivals: str = "poisson"  # the open loop's arrival process (see _open_loop.ARRIVALS)
     cpu_worker: CpuWorkerMode = "thread"  # RuntimeConfig.cpu_worker

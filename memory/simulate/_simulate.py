@@ -45,7 +45,7 @@ from memory.ledger._tokens import default_counter
 from memory.runtime._events import EventTally
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory.simulate._agents import Acknowledged, Agent
-from memory.simulate._config import SimulationConfig
+from memory.simulate._config import SimulationConfig, Stage
 from memory.simulate._faults import FaultPlan, FaultyDisk, FaultyWriter, SimulatedCrash
 from memory.simulate._open_loop import OpenLoop, arrival_offsets
 from memory.simulate._oracle import Evidence, check_invariants, outside_evidence
@@ -349,8 +349,7 @@ async def _run_open_loop(rt: MemoryRuntime, agents: list[Agent], loop: OpenLoop,
 def _stage(config: SimulationConfig, what: str, unit: str, total: int | None = None) -> None:
     """Say the run moves on to ``what`` (counted in ``unit``), for a progress display."""
     if config.on_event is not None:
-        config.on_event({"event": "stage", "at": time.time(), "what": what, "unit": unit,
-                         "total": total})
+        config.on_event(Stage(at=time.time(), what=what, unit=unit, total=total))
 
 
 def _triples(value: object) -> list[tuple[str, str, str]]:

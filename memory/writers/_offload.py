@@ -45,6 +45,14 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
+from memory.writers._events import (
+    CpuWorkerFallback,
+    CpuWorkerLost,
+    CpuWorkerStarted,
+    Event,
+    EventListener,
+)
+
 __all__ = ["CPU_WORKER_MODES", "MAX_STARTS", "CpuWorker", "CpuWorkerMode"]
 
 CpuWorkerMode = Literal["process", "thread"]
@@ -54,7 +62,6 @@ MAX_STARTS = 4
 """Worker processes started in one runtime's life before it stays in-thread."""
 
 _Result = TypeVar("_Result")
-EventSink = Callable[..., None]
 
 
 def _guarded(fn: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any]:
@@ -170,11 +177,12 @@ class _Worker:
 class CpuWorker:
     """One long-lived worker process for pure CPU work; see the module docstring.
 
-    ``on_event(event, **fields)`` receives the ``cpu_worker`` events.
+    ``on_event`` receives the ``cpu_worker`` events (``CpuWorkerStarted``,
+    ``CpuWorkerLost``, ``CpuWorkerFallback``), on the calling thread.
     ``context`` is the multiprocessing context (tests plant a failing one).
     """
 
-    def __init__(self, *, on_event: EventSink | None = None, context: Any = None,
+    def __init__(self, *, on_event: EventListener | None = None, context: Any = None,
                  max_starts: int = MAX_STARTS) -> None:
         self._on_event = on_event
         self._context = context
@@ -205,7 +213,7 @@ class CpuWorker:
             self.fallbacks += 1
             return fn(*args)
         except Exception as error:  # noqa: BLE001 (arguments that cannot be sent)
-            self._emit("fallback", error=repr(error))
+            self._emit(CpuWorkerFallback(error=repr(error)))
             self.fallbacks += 1
             return fn(*args)
         if not ran:  # fn raised there: raise it here, with its own type
@@ -240,10 +248,10 @@ class CpuWorker:
                                        else _context())
             except Exception as error:  # noqa: BLE001 (no process here: in-thread it is)
                 final = self._starts >= self._max_starts
-                self._emit("unavailable" if final else "lost", error=repr(error),
-                           starts=self._starts)
+                self._emit(CpuWorkerLost(state="unavailable" if final else "lost",
+                                         error=repr(error), starts=self._starts))
                 return None
-            self._emit("started", starts=self._starts, pid=self._worker.process.pid)
+            self._emit(CpuWorkerStarted(starts=self._starts, pid=int(self._worker.process.pid)))
             return self._worker
 
     def _lost(self, worker: _Worker, error: BaseException) -> None:
@@ -252,11 +260,12 @@ class CpuWorker:
                 return  # another caller already replaced it
             self._worker = None
             final = self._starts >= self._max_starts
-        self._emit("unavailable" if final else "lost", error=repr(error), starts=self._starts)
+        self._emit(CpuWorkerLost(state="unavailable" if final else "lost", error=repr(error),
+                                 starts=self._starts))
         with contextlib.suppress(Exception):
             worker.stop()
 
-    def _emit(self, state: str, **fields: Any) -> None:
+    def _emit(self, event: Event) -> None:
         if self._on_event is not None:
             with contextlib.suppress(Exception):  # an instrument never fails the work
-                self._on_event("cpu_worker", state=state, **fields)
+                self._on_event(event)

@@ -34,11 +34,12 @@ no worker meanwhile (neither failed nor marked); :meth:`admit`, which a
 cycle run on its own (backfill) awaits before its timeout starts, waits
 that long instead.
 Usage (model, tokens, latency, retries, rounds) goes to ``on_event`` per
-batch and adds up in :meth:`statistics`.
+batch (a :class:`~memory.writers._events.ModelUsage` event) and adds up in :meth:`statistics`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import Counter, OrderedDict
@@ -59,6 +60,16 @@ from memory._errors import (
 )
 from memory.ledger import TokenCounter, default_counter
 from memory.workspace import TopicEdit, WorkspaceSnapshot
+from memory.writers._events import (
+    Event,
+    EventListener,
+    ModelBudgetWait,
+    ModelMode,
+    ModelRetry,
+    ModelUsage,
+    ModelUsageUnread,
+    ModelUsageUnsaved,
+)
 from memory.writers._extractive import log_nothing_new
 from memory.writers._writer import Batch
 from memory.writers.model._edits import (
@@ -130,7 +141,7 @@ class ModelWriter:
         self, settings: ModelSettings, *, endpoint: Endpoint | None = None,
         transport: httpx.AsyncBaseTransport | None = None, env: Mapping[str, str] | None = None,
         counter: TokenCounter | None = None, rank: Ranking = core_first,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
+        on_event: EventListener | None = None,
         clock: Callable[[], float] = time.time, sleep: Sleep = anyio.sleep,
         usage_file: UsageFile | None = None,
     ) -> None:
@@ -186,10 +197,12 @@ class ModelWriter:
             try:
                 self._spent_today(await run_durable(self.usage_file.daily))
             except Exception as exc:  # noqa: BLE001 - judged on this writer's own count
-                self._emit_plain("model_usage_unread", error=describe_error(exc))
+                self._emit(ModelUsageUnread(model=self.settings.model, error=describe_error(exc)))
         wait = daily_wait(self.settings.daily_tokens, self.daily, self.clock())
         if wait > 0:
-            self._emit("model_budget_wait", batch, seconds=wait, daily_tokens=self.daily.tokens)
+            self._emit(ModelBudgetWait(model=self.settings.model, session=batch.session_id,
+                                       nodes=len(batch.node_ids), seconds=wait,
+                                       daily_tokens=self.daily.tokens))
         return wait
 
     async def admit(self, batch: Batch) -> None:
@@ -207,8 +220,7 @@ class ModelWriter:
                 lambda: all(read(path) == text for path, text in bases.items()))
             if same:
                 self.totals["reused"] += 1
-                self._emit("model_usage", batch, result="reused", prompt_tokens=0,
-                           completion_tokens=0, seconds=0.0, retries=0, calls=0, repairs=0)
+                self._emit(self._usage(batch, "reused", 0.0, Counter()))
                 await self._save({"reused": 1}, 0)
                 if kept_edits is None:
                     return await self._nothing_new(batch, workspace)
@@ -226,9 +238,7 @@ class ModelWriter:
             self.totals.update(usage)
             self.totals["batches"] += 1
             self.totals["failed"] += result == "failed"
-            self._emit("model_usage", batch, result=result, seconds=round(seconds, 6),
-                       **{k: usage[k] for k in ("prompt_tokens", "completion_tokens", "retries",
-                                                "calls", "repairs")})
+            self._emit(self._usage(batch, result, round(seconds, 6), usage))
             await self._save({**usage, "batches": 1, "failed": int(result == "failed"),
                               "seconds": seconds},
                              usage["prompt_tokens"] + usage["completion_tokens"])
@@ -270,7 +280,7 @@ class ModelWriter:
                 self.usage_file.add, self.settings.model, pending, tokens_due, self.clock()))
             saved = True
         except Exception as exc:  # noqa: BLE001 - accounting must not cost a batch
-            self._emit_plain("model_usage_unsaved", error=describe_error(exc))
+            self._emit(ModelUsageUnsaved(model=self.settings.model, error=describe_error(exc)))
         finally:
             if not saved:  # failed, or cancelled before the write: pending again
                 for key, value in pending.items():
@@ -361,7 +371,7 @@ class ModelWriter:
                         f"mode = \"{MODES[MODES.index(self.mode) + 1]}\" in [writer] "
                         f"(or ${ENV_PREFIX}MODE)", exc.status, exc.body) from None
                 self.mode = MODES[MODES.index(self.mode) + 1]
-                self._emit_plain("model_mode", mode=self.mode, status=exc.status)
+                self._emit(ModelMode(model=s.model, mode=self.mode, status=exc.status))
                 continue
             usage["retries"] += stats.retries
             completion = read_response(s.provider, document)
@@ -373,14 +383,20 @@ class ModelWriter:
 
     def _retrying(self, attempt: int, attempts: int, seconds: float, error: str) -> None:
         """``model_retry``: a call failed and the next attempt waits ``seconds``."""
-        self._emit_plain("model_retry", attempt=attempt, attempts=attempts,
-                         seconds=round(seconds, 3), error=error)
+        self._emit(ModelRetry(model=self.settings.model, attempt=attempt, attempts=attempts,
+                              seconds=round(seconds, 3), error=error))
 
-    def _emit(self, event: str, batch: Batch, **fields: Any) -> None:
-        self._emit_plain(event, session=batch.session_id, nodes=len(batch.node_ids), **fields)
+    def _usage(self, batch: Batch, result: str, seconds: float,
+               usage: Counter[str]) -> ModelUsage:
+        return ModelUsage(model=self.settings.model, session=batch.session_id,
+                          nodes=len(batch.node_ids), result=result, seconds=seconds,
+                          prompt_tokens=usage["prompt_tokens"],
+                          completion_tokens=usage["completion_tokens"],
+                          retries=usage["retries"], calls=usage["calls"],
+                          repairs=usage["repairs"])
 
-    def _emit_plain(self, event: str, **fields: Any) -> None:
+    def _emit(self, event: Event) -> None:
+        """Stamp ``event`` with this writer's clock and hand it to ``on_event``."""
         if self.on_event is not None:
-            self.on_event({"event": event, "at": self.clock(), "model": self.settings.model,
-                           **fields})
+            self.on_event(dataclasses.replace(event, at=self.clock()))
 

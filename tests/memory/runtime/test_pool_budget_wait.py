@@ -15,17 +15,18 @@ import datetime
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import anyio
 import httpx
 import pytest
 
 from actors import ActorRef
+from memory.runtime import Deferred, JobDone, Submitted
 from memory.runtime._runtime import MemoryRuntime, open_runtime
 from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace import TopicEdit, WorkspaceSnapshot
-from memory.writers import Batch
+from memory.writers import Batch, Event, ModelBudgetWait
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers.model import ModelSettings, ModelWriter, UsageFile
 from supervisors import SupervisorMessage, get_child
@@ -78,12 +79,12 @@ async def worker_current(rt: MemoryRuntime) -> object:
 
 @pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_waiting_batch_does_not_hold_the_only_worker(tmp_path: Path) -> None:
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
     submitted = anyio.Event()
 
-    def on_event(event: dict[str, Any]) -> None:
-        events.append({**event, "t": anyio.current_time()})
-        if event["event"] == "submitted" and event["session"] == "waits":
+    def on_event(event: Event) -> None:
+        events.append(event)
+        if isinstance(event, Submitted) and event.session == "waits":
             submitted.set()
 
     writer = BudgetedWriter("waits", until=5 * HOUR)
@@ -107,11 +108,10 @@ async def test_a_waiting_batch_does_not_hold_the_only_worker(tmp_path: Path) -> 
     assert outcomes == {"waits": BoundaryOutcome.WRITTEN, "goes": BoundaryOutcome.WRITTEN}
     assert writer.written["waits"] >= 5 * HOUR  # offered again once the writer could take it
     assert sorted(marked(tmp_path, "waits")) == ["waits1", "waits2"]
-    jobs = [e for e in events if e["event"] == "job"]
-    assert [(j["session"], j["result"]) for j in jobs] == [("goes", "written"),
-                                                           ("waits", "written")]
-    [deferred] = [e for e in events if e["event"] == "deferred"]
-    assert deferred["session"] == "waits" and deferred["seconds"] > 4 * HOUR
+    jobs = [e for e in events if isinstance(e, JobDone)]
+    assert [(j.session, j.result) for j in jobs] == [("goes", "written"), ("waits", "written")]
+    [deferred] = [e for e in events if isinstance(e, Deferred)]
+    assert deferred.session == "waits" and deferred.seconds > 4 * HOUR
 
 
 NOON = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC).timestamp()
@@ -139,11 +139,11 @@ async def test_a_spent_daily_budget_puts_the_batch_back_until_the_next_utc_day(
         answer = good_actions(first_user_text(body))
         return httpx.Response(200, json=completion_body("openai", body, answer))
 
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
 
-    def on_event(event: dict[str, Any]) -> None:
+    def on_event(event: Event) -> None:
         events.append(event)
-        if event["event"] == "deferred":
+        if isinstance(event, Deferred):
             deferred.set()
 
     writer = ModelWriter(
@@ -174,6 +174,6 @@ async def test_a_spent_daily_budget_puts_the_batch_back_until_the_next_utc_day(
         await writer.aclose()
     assert len(calls) == 2 and MIDNIGHT <= calls[1] < MIDNIGHT + HOUR
     assert sorted(marked(tmp_path, "s2")) == ["s2a", "s2b"]
-    waits = [e for e in events if e["event"] == "model_budget_wait"]
-    assert waits and waits[0]["session"] == "s2"
-    assert all(e["result"] == "written" for e in events if e["event"] == "job")
+    waits = [e for e in events if isinstance(e, ModelBudgetWait)]
+    assert waits and waits[0].session == "s2"
+    assert all(e.result == "written" for e in events if isinstance(e, JobDone))

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
 from memory.ledger._records import MARKER_KEY
+from memory.runtime import GroupWritten
 from memory.runtime._runtime import MemoryRuntime, open_runtime
 from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.workspace._topics import parse_topic
 from memory.workspace._transaction import Transactions
+from memory.writers import Event
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._writer import Batch
 from store import DurableFiles, SessionNotFoundError, UnsafeIdError
@@ -222,7 +223,7 @@ class LeavesOneOut(ExtractiveWriter):
 
 async def test_waiting_batches_commit_as_one_group_and_an_uncovered_one_runs_alone(
         tmp_path: Path) -> None:
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
     async with open_runtime(tmp_path, config=config(writer_workers=1,
                                                     on_event=events.append)) as rt:
         sids = [await rt.sessions.create() for _ in range(6)]
@@ -230,8 +231,8 @@ async def test_waiting_batches_commit_as_one_group_and_an_uncovered_one_runs_alo
         await flush_all(rt, sids)
         assert rt.statistics().outcomes == {"written": 6}
         workspace = rt.workspace_id
-    groups = [e for e in events if e["event"] == "group"]
-    assert groups and max(g["batches"] for g in groups) > 1
+    groups = [e for e in events if isinstance(e, GroupWritten)]
+    assert groups and max(g.batches for g in groups) > 1
     assert sids[3] in writer.alone  # not covered by its group: written alone, not marked blind
     memory = Transactions(str(tmp_path / "memory"), archived=lambda source: True)
     for sid in sids:

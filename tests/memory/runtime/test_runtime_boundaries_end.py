@@ -15,15 +15,16 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
 from memory._errors import BoundaryError
 from memory.ledger._ledger import WritePolicy
+from memory.runtime import Skipped
 from memory.runtime._runtime import open_runtime
 from memory.runtime._session_state import BoundaryOutcome
+from memory.writers import Event
 from store import (
     BrokenChainError,
     HeadFieldError,
@@ -71,7 +72,7 @@ async def test_a_broken_branch_ends_the_boundary_with_an_error_naming_it(
     state: Path, how: str
 ) -> None:
     names = break_branch(state, how)
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
     async with open_runtime(state, config=virtual_config(on_event=events.append)) as rt:
         with anyio.fail_after(HANG):
             with pytest.raises(BoundaryError) as raised:
@@ -86,7 +87,7 @@ async def test_a_broken_branch_ends_the_boundary_with_an_error_naming_it(
             await rt.drain()
     assert marked(state, "good") == {"g1", "g2"}
     assert marked(state, "bad") == set()
-    assert [e["session"] for e in events if e["event"] == "skipped"] == ["bad"]  # logged once
+    assert [e.session for e in events if isinstance(e, Skipped)] == ["bad"]  # logged once
 
 
 @pytest.mark.virtual_time(wait_for_threads=True)

@@ -7,15 +7,17 @@ timeout elapse without real waiting.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import anyio
 import pytest
 
 from actors import ActorRef
+from memory.runtime import Abandoned, BoundaryReached
 from memory.runtime._runtime import MemoryRuntime, open_runtime
 from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace._quarantine import read_quarantine
+from memory.writers import Event
 from memory.writers._extractive import ExtractiveWriter
 from supervisors import (
     SupervisorMessage,
@@ -93,8 +95,8 @@ async def test_the_idle_watchdog_writes_an_idle_session_once(tmp_path: Path) -> 
     ended: list[float] = []
     written = anyio.Event()
 
-    def on_event(event: dict[str, Any]) -> None:
-        if event["event"] == "boundary":
+    def on_event(event: Event) -> None:
+        if isinstance(event, BoundaryReached):
             ended.append(anyio.current_time())
             written.set()
 
@@ -118,7 +120,7 @@ async def test_a_job_whose_worker_is_stopped_is_abandoned_and_written_again(
         tmp_path: Path) -> None:
     """Its session must not wait forever on a job nobody holds (the simulate hang)."""
     writer = FaultyWriter("hang", fail_calls={1})
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
     async with open_runtime(tmp_path, writer, config=virtual_config(
             writer_workers=1, on_event=events.append)) as rt:
         sid = await rt.sessions.create()
@@ -133,5 +135,5 @@ async def test_a_job_whose_worker_is_stopped_is_abandoned_and_written_again(
                 await restart_child(pool, "writer-0")
             await rt.drain()
         assert await rt.pending(sid) == []
-        assert [e["job"] for e in events if e["event"] == "abandoned"] == [1]
+        assert [e.job for e in events if isinstance(e, Abandoned)] == [1]
         assert writer.calls == 2

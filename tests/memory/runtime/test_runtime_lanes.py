@@ -25,8 +25,10 @@ import anyio.to_thread
 import pytest
 
 from memory.ledger._ledger import WritePolicy
+from memory.runtime import JobDone, Marked
 from memory.runtime._runtime import MemoryRuntime, open_runtime
 from memory.runtime._session_state import BoundaryOutcome, BoundaryResult, Flush, Reconsider
+from memory.writers import Event
 from store import DurableFiles
 from tests.memory._runtime import chain, tally, virtual_config
 
@@ -77,11 +79,11 @@ async def test_an_append_is_acknowledged_while_its_owner_merges_a_large_batch_of
     batch = {f"n{i}" for i in range(TURNS)}
     unmarked = set(batch)
 
-    def watch(event: dict[str, Any]) -> None:
-        if event["event"] == "job" and event.get("nodes") == TURNS:
+    def watch(event: Event) -> None:
+        if isinstance(event, JobDone) and event.nodes == TURNS:
             reported.set()  # the worker is handing the written batch to the session's owner
-        if event["event"] == "marked":
-            unmarked.difference_update(event["node_ids"])
+        if isinstance(event, Marked):
+            unmarked.difference_update(event.node_ids)
             if not unmarked:
                 all_marked.set()
 
@@ -114,8 +116,8 @@ async def test_an_append_never_waits_for_a_thread_the_write_cycle_holds(tmp_path
     limiter.total_tokens = 1  # the default lane, as full as a loaded runtime makes it
     written = anyio.Event()
 
-    def watch(event: dict[str, Any]) -> None:
-        if event["event"] == "job":
+    def watch(event: Event) -> None:
+        if isinstance(event, JobDone):
             written.set()
 
     memory = str(tmp_path / "memory")
@@ -148,11 +150,11 @@ async def test_an_append_never_waits_for_a_thread_another_sessions_marker_merge_
     batch = {f"n{i}" for i in range(TURNS)}
     unmarked = set(batch)
 
-    def watch(event: dict[str, Any]) -> None:
-        if event["event"] == "job" and event.get("nodes") == TURNS:
+    def watch(event: Event) -> None:
+        if isinstance(event, JobDone) and event.nodes == TURNS:
             reported.set()
-        if event["event"] == "marked" and event["session"] == "a":
-            unmarked.difference_update(event["node_ids"])
+        if isinstance(event, Marked) and event.session == "a":
+            unmarked.difference_update(event.node_ids)
             if not unmarked:
                 all_marked.set()
 

@@ -21,9 +21,11 @@ from click.testing import CliRunner
 from memory.cli._cli import main
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
+from memory.runtime import MarkersRepaired
 from memory.runtime._runtime import MemoryRuntime, open_runtime
 from memory.runtime._session_state import BoundaryOutcome
 from memory.runtime._workspace_actor import ArchiveBatches
+from memory.writers import Event
 from memory.writers._writer import Batch
 from store import SessionCore
 from tests.memory._runtime import chain, config, marker_values, tally, virtual_wall_clock
@@ -110,7 +112,7 @@ async def test_the_runtime_repairs_at_activation_without_writing(tmp_path: Path)
     for node in ("u1", "a1"):
         agent_drops_marker(tmp_path, sid, node)
     before = memory_files(tmp_path)
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
     async with open_runtime(tmp_path, config=config(on_event=events.append)) as rt:
         # Activation queues the repair before anything this call sends after it.
         assert await rt.pending(sid) == []
@@ -119,7 +121,7 @@ async def test_the_runtime_repairs_at_activation_without_writing(tmp_path: Path)
         assert not tally(rt).deliveries  # nothing was handed to a writer
     after = marker_values(tmp_path, sid)
     assert after["u1"] == after["a1"] == workspace
-    assert [e["nodes"] for e in events if e["event"] == "markers_repaired"] == [["a1", "u1"]]
+    assert [e.nodes for e in events if isinstance(e, MarkersRepaired)] == [("a1", "u1")]
     assert memory_files(tmp_path) == before
     core = SessionCore.open(tmp_path, sid)
     assert core.node("u1").metadata[AGENT_KEY] == "kept"  # the agent's own key survives

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from memory.runtime import MemoryLag, RuntimeStatistics
+from memory.runtime import JobDone, MemoryLag, RuntimeStatistics
 from memory.runtime._events import EventTally
 from memory.runtime._runtime import open_runtime
 from memory.runtime._session_state import BoundaryOutcome
+from memory.writers import Event
 from tests.memory._runtime import chain, config
 
 TURNS = ["u1", "a1", "u2", "a2"]
@@ -36,7 +36,7 @@ async def test_statistics_is_a_frozen_snapshot(tmp_path: Path) -> None:
 
 async def test_the_instruments_are_the_event_stream(tmp_path: Path) -> None:
     """Deliveries, written batches, markers and latencies come from events, not runtime members."""
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
     tally = EventTally(events.append)
     async with open_runtime(tmp_path, config=config(on_event=tally)) as rt:
         sid = await rt.sessions.create(title="tea")
@@ -49,7 +49,7 @@ async def test_the_instruments_are_the_event_stream(tmp_path: Path) -> None:
     assert tally.written_batches == [(sid, tuple(TURNS))]
     assert tally.marked == {(sid, node) for node in TURNS}
     assert [len(tally.latencies[name]) for name in ("write_cycle", "marker_merge")] == [1, 1]
-    kinds = [e["event"] for e in events if e["event"] in ("submitted", "job", "marked")]
+    kinds = [e.name for e in events if e.name in ("submitted", "job", "marked")]
     assert kinds == ["submitted", "job", "marked"]  # forwarded, in the order they happened
-    [job] = [e for e in events if e["event"] == "job"]
-    assert job["node_ids"] == TURNS and job["nodes"] == len(TURNS) and job["result"] == "written"
+    [job] = [e for e in events if isinstance(e, JobDone)]
+    assert job.node_ids == tuple(TURNS) and job.nodes == len(TURNS) and job.result == "written"

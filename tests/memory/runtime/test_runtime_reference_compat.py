@@ -26,12 +26,14 @@ from memory.cli._cli import main
 from memory.cli._options import _config
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
+from memory.runtime import BoundaryReached
 from memory.runtime._config import apply_timings
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from memory.runtime._session_state import BoundaryOutcome, Reconsider
 from memory.runtime._settings import Timings, read_settings
 from memory.workspace._archive import read_archive
 from memory.workspace._quarantine import read_quarantine
+from memory.writers import Event
 from store import SessionCore
 from tests.faults import first_event
 from tests.fixture import copy_fixture
@@ -410,8 +412,8 @@ async def test_the_files_timings_drive_the_watchdog_and_the_trigger(state: Path)
     write_settings(state, "idle_after = 60\nsession_idle = 5000\nwatchdog_poll = 30\n")
     ended = anyio.Event()
 
-    def on_event(event: dict[str, Any]) -> None:
-        if event["event"] == "boundary" and event["session"] == "demo":
+    def on_event(event: Event) -> None:
+        if isinstance(event, BoundaryReached) and event.session == "demo":
             ended.set()
 
     base = RuntimeConfig(clock=virtual_wall_clock, writer_workers=1,

@@ -26,6 +26,7 @@ from click.testing import CliRunner
 
 from memory.cli._cli import main
 from memory.ledger import SourceRecord, WritePolicy, batch_due_at
+from memory.runtime import Marked, Submitted
 from memory.runtime._config import RuntimeConfig
 from memory.runtime._events import EventTally
 from memory.simulate import _simulate
@@ -178,14 +179,10 @@ def test_a_shorter_batch_was_due_at_the_idle_rule_or_the_boundary_whichever_firs
 def test_the_tally_measures_from_the_first_time_due_to_the_markers() -> None:
     """A batch submitted twice (its first job failed) counts from its first due time."""
     tally = EventTally()
-    tally({"event": "submitted", "at": 11.0, "session": "s", "job": 1,
-           "node_ids": ["a", "b"], "due_at": 10.0})
-    tally({"event": "submitted", "at": 14.0, "session": "s", "job": 2,
-           "node_ids": ["a", "b"], "due_at": 10.0 + 1})
-    tally({"event": "marked", "at": 15.5, "session": "s", "node_ids": ["a", "b"],
-           "seconds": 0.01})
-    tally({"event": "marked", "at": 16.0, "session": "s", "node_ids": ["c"],
-           "seconds": 0.01})  # a repair: never due as a batch
+    tally(Submitted(at=11.0, session="s", job=1, node_ids=("a", "b"), due_at=10.0))
+    tally(Submitted(at=14.0, session="s", job=2, node_ids=("a", "b"), due_at=10.0 + 1))
+    tally(Marked(at=15.5, session="s", node_ids=("a", "b"), seconds=0.01))
+    tally(Marked(at=16.0, session="s", node_ids=("c",), seconds=0.01))  # a repair: never due
     assert tally.latencies["due_to_durable"] == [5.5]
     assert tally.cycles == [(10.0, 15.5)]
 

@@ -20,6 +20,7 @@ import pytest
 
 from memory.runtime._runtime import open_runtime
 from memory.runtime._session_state import BoundaryOutcome
+from memory.writers import Event
 from memory.writers.model import (
     ModelSettings,
     ModelWriter,
@@ -57,17 +58,21 @@ class Run:
         self.writer = ModelWriter(
             settings_for(server, provider, **overrides),
             env={"OPENAI_API_KEY": KEY, "ANTHROPIC_API_KEY": KEY},
-            on_event=self.events.append, sleep=self.sleep,
+            on_event=self.record, sleep=self.sleep,
             usage_file=UsageFile(str(self.state / "memory")))
         self.outcome: BoundaryOutcome | None = None
         self.session = ""
+
+    def record(self, event: Event) -> None:
+        """Keep ``event`` as the record ``run --log-json`` would print."""
+        self.events.append(event.as_record())
 
     async def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
         await anyio.lowlevel.checkpoint()
 
     async def __call__(self) -> Run:
-        cfg = config(on_event=self.events.append, max_failures=5,
+        cfg = config(on_event=self.record, max_failures=5,
                      retry_backoff=Backoff(initial=30.0, factor=2.0, maximum=60.0, jitter=0.0),
                      worker_backoff=Backoff(initial=0.01, factor=2.0, maximum=0.05, jitter=0.0))
         try:

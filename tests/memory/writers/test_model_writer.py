@@ -27,10 +27,11 @@ from memory._errors import (
 )
 from memory.ledger import estimate_tokens
 from memory.ledger._records import SourceRecord
+from memory.runtime import JobDone
 from memory.runtime._runtime import open_runtime
 from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace import WorkspaceSnapshot
-from memory.writers import Batch, run_write_cycle
+from memory.writers import Batch, Event, run_write_cycle
 from memory.writers.model import (
     Endpoint,
     ModelSettings,
@@ -342,8 +343,8 @@ async def test_two_workers_racing_call_the_model_again_only_for_a_touched_file(
     both_asked, alpha_written = anyio.Event(), anyio.Event()
     asked: list[str] = []
 
-    def on_event(event: dict[str, Any]) -> None:
-        if event["event"] == "job" and event["session"] == "alpha":
+    def on_event(event: Event) -> None:
+        if isinstance(event, JobDone) and event.session == "alpha":
             alpha_written.set()
 
     async def handler(request: httpx.Request) -> httpx.Response:

@@ -38,7 +38,7 @@ from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace._edits import TopicEdit
 from memory.workspace._transaction import Transactions
-from memory.writers import CpuWorker
+from memory.writers import CpuWorker, CpuWorkerFallback, CpuWorkerLost, CpuWorkerStarted, Event
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._writer import Batch
 
@@ -160,7 +160,7 @@ async def test_a_cancelled_call_leaves_the_worker_to_the_next_caller(worker: Cpu
     assert worker.fallbacks == 0 and worker.available
 
 
-def config(events: list[dict[str, Any]] | None = None, **overrides: Any) -> RuntimeConfig:
+def config(events: list[Event] | None = None, **overrides: Any) -> RuntimeConfig:
     forward = events.append if events is not None else None
     options: dict[str, Any] = {"policy": WritePolicy(threshold=8000), "writer_workers": 2,
                                "on_event": EventTally(forward), "cpu_worker": "process"}
@@ -168,8 +168,9 @@ def config(events: list[dict[str, Any]] | None = None, **overrides: Any) -> Runt
     return RuntimeConfig(**options)
 
 
-def cpu_states(events: list[dict[str, Any]]) -> list[str]:
-    return [e["state"] for e in events if e["event"] == "cpu_worker"]
+def cpu_states(events: list[Event]) -> list[str]:
+    return [e.state for e in events
+            if isinstance(e, CpuWorkerStarted | CpuWorkerLost | CpuWorkerFallback)]
 
 
 async def write_turns(rt: MemoryRuntime, sid: str, start: int, count: int) -> None:
@@ -210,7 +211,7 @@ async def test_the_runtime_writes_in_thread_when_no_worker_can_start(
         await write_turns(rt, sid, 0, 6)
     monkeypatch.setattr(offload, "_context", _NoProcesses)
     state = tmp_path / "state"
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
     async with open_runtime(state, config=config(events)) as rt:
         sid = await rt.sessions.create(session_id="s1")
         await write_turns(rt, sid, 0, 6)
@@ -236,7 +237,7 @@ def _wait_dead(pid: int) -> None:
 @pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="needs pidfd_open (Linux)")
 async def test_the_runtime_keeps_writing_when_its_worker_is_killed(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
     async with open_runtime(state, config=config(events)) as rt:
         cpu = rt.cpu_worker
         assert cpu is not None
