@@ -81,7 +81,7 @@ from memory.workspace._quarantine import QuarantineEntry
 from memory.writers._events import Event
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._offload import CpuWorker
-from memory.writers._writer import Writer
+from memory.writers._writer import ReportingWriter, Writer
 from store import (
     RuntimeLog,
     SessionNotFoundError,
@@ -430,7 +430,7 @@ class MemoryRuntime:
             quarantined=len(self.quarantined),
             sessions_active=0 if self._sessions is None else len(self._sessions.registry),
             # A writer with usage to report (a model writer's tokens, calls, retries).
-            writer=getattr(self.writer, "statistics", dict)(),
+            writer=self.writer.statistics() if isinstance(self.writer, ReportingWriter) else {},
             lag=self.jobs.lag(),
         )
 

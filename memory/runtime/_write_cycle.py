@@ -35,7 +35,7 @@ from memory.runtime._workspace_actor import (
 )
 from memory.workspace._edits import CpuRunner, TopicEdit, WorkspaceSnapshot
 from memory.writers._cycle import FailureKind, WriteOutcome, run_group_cycle, run_write_cycle
-from memory.writers._writer import Batch, GroupWriter, Writer
+from memory.writers._writer import Batch, DeferringWriter, GroupWriter, Writer, is_exclusive
 
 __all__ = ["CONCURRENT_RETRIES", "WriteCycle"]
 
@@ -89,18 +89,18 @@ class WriteCycle:
         self._workspace = workspace
         self._events = events
         self._timeout = None if math.isinf(writer_timeout) else writer_timeout
-        self._exclusive = anyio.Lock()  # see Writer.exclusive
+        self._exclusive = anyio.Lock()  # see ExclusiveWriter
 
     @property
     def groups_batches(self) -> bool:
         """Whether waiting batches are committed together (an exclusive :class:`GroupWriter`)."""
         writer = self._writer()
-        return bool(getattr(writer, "exclusive", False)) and isinstance(writer, GroupWriter)
+        return is_exclusive(writer) and isinstance(writer, GroupWriter)
 
     async def deferral(self, batch: Batch) -> float:
-        """Seconds the writer asks ``batch`` to wait (its optional ``deferral``; 0: now)."""
-        hook = getattr(self._writer(), "deferral", None)
-        return 0.0 if hook is None else float(await hook(batch))
+        """Seconds the writer asks ``batch`` to wait (a :class:`DeferringWriter`'s; 0: now)."""
+        writer = self._writer()
+        return float(await writer.deferral(batch)) if isinstance(writer, DeferringWriter) else 0.0
 
     async def write(self, batch: Batch, *, admitted: bool = False) -> WriteOutcome:
         """One batch through archive → writer → commit (SPEC §6.4).
@@ -117,7 +117,7 @@ class WriteCycle:
         async def commit(batch: Batch, edits: Sequence[TopicEdit], base: str) -> Any:
             return await steps.commit((batch,), edits, base)
 
-        exclusive = self._exclusive if getattr(writer, "exclusive", False) else None
+        exclusive = self._exclusive if is_exclusive(writer) else None
         async with exclusive or contextlib.nullcontext():
             for _ in range(1 + CONCURRENT_RETRIES):
                 outcome = await run_write_cycle(

@@ -29,7 +29,7 @@ import anyio
 from memory.ledger._claim import RELEASED
 from memory.ledger._records import MARKER_KEY
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
-from memory.writers._writer import Batch, GroupWriter, Writer, WriterOutput
+from memory.writers._writer import Batch, GroupWriter, Writer, WriterOutput, is_exclusive
 from store import DurableFiles, RuntimeLog
 from store.lowlevel import CLAIM_NAME
 
@@ -151,7 +151,7 @@ class FaultyWriter:
         self.plan = plan
         # The runtime serialises an exclusive writer's cycles; a wrapper that hid
         # the flag would let workers race and lose commits to concurrent updates.
-        self.exclusive: bool = getattr(inner, "exclusive", False)
+        self.exclusive: bool = is_exclusive(inner)
         self._attempts: Counter[tuple[str, str]] = Counter()
 
     async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput:

@@ -29,14 +29,20 @@ from memory.writers._offload import CpuWorker as CpuWorker
 from memory.writers._offload import CpuWorkerMode as CpuWorkerMode
 from memory.writers._prompt import render_observations as render_observations
 from memory.writers._prompt import render_prompt as render_prompt
+from memory.writers._writer import AdmittingWriter as AdmittingWriter
 from memory.writers._writer import Batch as Batch
 from memory.writers._writer import CommittedWrite as CommittedWrite
+from memory.writers._writer import DeferringWriter as DeferringWriter
+from memory.writers._writer import ExclusiveWriter as ExclusiveWriter
 from memory.writers._writer import GroupWriter as GroupWriter
+from memory.writers._writer import ReportingWriter as ReportingWriter
 from memory.writers._writer import Writer as Writer
 from memory.writers._writer import WriterOutput as WriterOutput
+from memory.writers._writer import is_exclusive as is_exclusive
 
 __all__ = [
     "CPU_WORKER_MODES",
+    "AdmittingWriter",
     "Batch",
     "CommittedWrite",
     "CpuWorker",
@@ -44,8 +50,10 @@ __all__ = [
     "CpuWorkerLost",
     "CpuWorkerMode",
     "CpuWorkerStarted",
+    "DeferringWriter",
     "Event",
     "EventListener",
+    "ExclusiveWriter",
     "ExtractiveWriter",
     "FailureKind",
     "GroupWriter",
@@ -55,10 +63,12 @@ __all__ = [
     "ModelUsage",
     "ModelUsageUnread",
     "ModelUsageUnsaved",
+    "ReportingWriter",
     "WriteOutcome",
     "Writer",
     "WriterOutput",
     "extract_edits",
+    "is_exclusive",
     "render_observations",
     "render_prompt",
     "run_group_cycle",

@@ -58,7 +58,7 @@ from memory._errors import (
     describe_error,
 )
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
-from memory.writers._writer import Batch, CommittedWrite, GroupWriter, Writer
+from memory.writers._writer import AdmittingWriter, Batch, CommittedWrite, GroupWriter, Writer
 
 __all__ = [
     "DEFAULT_WRITER_TIMEOUT",
@@ -157,11 +157,10 @@ async def run_write_cycle(
     the original. Cancellation propagates untouched.
     """
     sid, ids = batch.session_id, batch.node_ids
-    admission = getattr(writer, "admit", None) if admit else None
-    if admission is not None:
+    if admit and isinstance(writer, AdmittingWriter):
         # A writer waiting for a budget (a model's daily tokens) waits here,
         # before the timeout starts: a wait is neither a failure nor a mark.
-        await admission(batch)
+        await writer.admit(batch)
     try:
         await archive(batch)
     except Exception as exc:  # noqa: BLE001 (every failure is an outcome; nothing marked)

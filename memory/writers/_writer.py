@@ -21,7 +21,8 @@ from typing import Any, Protocol, runtime_checkable
 from memory.ledger._records import SourceRecord
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 
-__all__ = ["Batch", "CommittedWrite", "GroupWriter", "Writer", "WriterOutput"]
+__all__ = ["AdmittingWriter", "Batch", "CommittedWrite", "DeferringWriter", "ExclusiveWriter",
+           "GroupWriter", "ReportingWriter", "Writer", "WriterOutput", "is_exclusive"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,11 +53,10 @@ WriterOutput = Sequence[TopicEdit] | CommittedWrite
 class Writer(Protocol):
     """Turns a batch into topic edits. Must not mutate the workspace itself.
 
-    A writer may set ``exclusive = True`` when it is cheap and local (no
-    model, no network): the runtime then runs snapshot → write → commit for
-    one batch at a time, so workers never redo a writer run because another
-    commit landed first. A slow writer (a model) leaves it unset and the
-    runtime commits optimistically, retrying on ``ConcurrentUpdateError``.
+    What else a writer may offer, the runtime finds by the optional hooks
+    below (:class:`ExclusiveWriter`, :class:`DeferringWriter`,
+    :class:`AdmittingWriter`, :class:`ReportingWriter`); a writer that has
+    none of them is written one batch at a time, concurrently, at once.
     """
 
     async def write(self, batch: Batch, workspace: WorkspaceSnapshot) -> WriterOutput: ...
@@ -79,3 +79,58 @@ class GroupWriter(Writer, Protocol):
     async def write_group(
         self, batches: Sequence[Batch], workspace: WorkspaceSnapshot
     ) -> Sequence[TopicEdit]: ...
+
+
+# -- optional hooks: a writer implements those it needs ----------------------------------
+
+
+@runtime_checkable
+class ExclusiveWriter(Protocol):
+    """A writer that says whether its cycles must run one at a time.
+
+    ``exclusive = True`` when it is cheap and local (no model, no network):
+    the runtime then runs snapshot → write → commit for one batch at a time,
+    so workers never redo a writer run because another commit landed first.
+    A slow writer (a model) says False (or leaves it out), and the runtime
+    commits optimistically, retrying on ``ConcurrentUpdateError``.
+    """
+
+    exclusive: bool
+
+
+@runtime_checkable
+class DeferringWriter(Protocol):
+    """A writer that may ask a batch to wait before it is written (a spent model budget).
+
+    The writer pool asks before it hands a batch to a worker: a positive
+    number of seconds puts the batch back in the queue that long, holding no
+    worker and neither failing nor marking it.
+    """
+
+    async def deferral(self, batch: Batch) -> float: ...
+
+
+@runtime_checkable
+class AdmittingWriter(Protocol):
+    """A writer that waits, before its write starts, until it may take ``batch``.
+
+    For a cycle run without the pool (backfill): awaited before the write's
+    timeout starts, so a wait is neither a failure nor a mark.
+    """
+
+    async def admit(self, batch: Batch) -> None: ...
+
+
+@runtime_checkable
+class ReportingWriter(Protocol):
+    """A writer with usage to report (a model writer's tokens, calls, retries).
+
+    ``MemoryRuntime.statistics().writer`` is what this returns.
+    """
+
+    def statistics(self) -> dict[str, Any]: ...
+
+
+def is_exclusive(writer: object) -> bool:
+    """Whether ``writer`` asks for its cycles one at a time (:class:`ExclusiveWriter`)."""
+    return isinstance(writer, ExclusiveWriter) and bool(writer.exclusive)
