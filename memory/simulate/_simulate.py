@@ -149,11 +149,20 @@ def outside_writers(sessions: list[str], config: SimulationConfig, plan: FaultPl
     return sessions[:outside], sessions[outside: outside + agent], notes
 
 
+def _child_env() -> dict[str, str]:
+    """The environment of a child ``python -m memory...``: the directory holding ``memory``.
+
+    Not ``memory/`` itself: on the path, its ``inspect`` folder would shadow the
+    standard library's ``inspect`` (which ``dataclasses`` imports).
+    """
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(
+        "PYTHONPATH")]))}
+
+
 async def _outside(config: SimulationConfig, sessions: list[str], into: dict[str, object]) -> None:
     """The outside writer subprocess; its acknowledged writes land in ``into``."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(
-        "PYTHONPATH")]))}
+    env = _child_env()
     command = [sys.executable, "-m", "memory.simulate._outside", config.state_dir,
                str(config.seed), str(config.outside_rounds), *sessions]
     done = await anyio.run_process(command, env=env, check=False, stderr=subprocess.PIPE)
@@ -166,9 +175,7 @@ async def _outside(config: SimulationConfig, sessions: list[str], into: dict[str
 async def _agent(config: SimulationConfig, sessions: list[str], into: dict[str, object],
                  go: anyio.Event) -> None:
     """The unlocked reference agent's process (``agent-writes``); it starts writing on ``go``."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(
-        "PYTHONPATH")]))}
+    env = _child_env()
     command = [sys.executable, "-m", "memory.simulate._outside", "--agent", config.state_dir,
                str(config.seed), str(config.agent_rounds), *sessions]
     async with await anyio.open_process(command, env=env, stdin=subprocess.PIPE,
