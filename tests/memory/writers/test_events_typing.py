@@ -7,11 +7,9 @@ so the program below has an error exactly on the lines marked ``# error``.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests._mypy import marked_lines, mypy_report
 
 PROGRAM = '''\
 from memory.runtime import Marked, RuntimeConfig, Skipped
@@ -44,19 +42,14 @@ def config() -> RuntimeConfig:
     return RuntimeConfig(on_event=lambda event: print(event["event"]))  # error
 '''
 
-ERRORS = {line for line, text in enumerate(PROGRAM.splitlines(), 1) if "# error" in text}
+ERRORS = marked_lines(PROGRAM)
 
 
 def test_mypy_refuses_unknown_events_and_wrong_fields(tmp_path: Path) -> None:
     program = tmp_path / "emits_events.py"
     program.write_text(PROGRAM)
-    result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(program)],
-        cwd=ROOT, capture_output=True, text=True, check=False, timeout=600,
-    )
-    lines = [line for line in result.stdout.splitlines() if "emits_events.py" in line]
-    errors = {int(line.split(":")[1]) for line in lines if ": error: " in line}
-    assert len(ERRORS) == 11 and errors == ERRORS, result.stdout
+    errors, lines = mypy_report(program)
+    assert len(ERRORS) == 11 and errors == ERRORS, "\n".join(lines)
     reveal = PROGRAM.splitlines().index("            reveal_type(event.node_ids)") + 1
     assert any(f":{reveal}: note: Revealed type is \"tuple[str, ...]\""
-               in line for line in lines), result.stdout
+               in line for line in lines), "\n".join(lines)
