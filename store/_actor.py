@@ -56,7 +56,8 @@ from ._durable import run_durable
 from ._errors import StoreError
 from ._message import node_to_message
 from ._options import SessionOptions
-from ._session import DEFAULTS, SessionCore
+from ._session import SessionCore
+from ._session_reads import DEFAULTS
 
 __all__ = [
     "Append",
