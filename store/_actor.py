@@ -316,7 +316,7 @@ class SessionActor(Actor[M_contra]):
                     lambda: core.append_turn(msg, created_at=created_at))
                 node = appended.message
                 head = core.head
-                if core.statistics().journal_records >= CHECKPOINT_AFTER:
+                if core.journal_records >= CHECKPOINT_AFTER:
                     self._queue_checkpoint()
                 moved = head != head_before if appended.created else head == node["id"]
                 await self.tip_moved(TipMoved(self.session, node, head, head_moved=moved,

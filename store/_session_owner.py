@@ -21,7 +21,7 @@ from typing import Any
 from ._durable import TEMP_SUFFIX
 from ._errors import StoreError
 from ._format import encode_meta
-from ._index import HISTORY, META, Fingerprint
+from ._index import HISTORY, META
 from ._journal import JournalEntry, digest
 from ._session_journal import LoggedJournal
 from ._session_reads import SessionReads
@@ -179,7 +179,7 @@ class SessionOwner(SessionReads):
 
     def _checkpoint_locked(self) -> None:
         """Checkpoint the journal; an index that was current stays current."""
-        unchanged = Fingerprint.of(self.directory) == self._fingerprint
+        unchanged = self._fingerprint_now() == self._fingerprint
         self._journal.checkpoint()
         if unchanged:  # the truncation is ours: the index is as current as before
             self._mark_synced()

@@ -29,7 +29,7 @@ from ._errors import (
 )
 from ._format import decode_meta, decode_node
 from ._ids import validate_id
-from ._index import META, Fingerprint, SessionIndex, load_index, read_capped
+from ._index import HISTORY, META, Fingerprint, SessionIndex, load_index, read_capped
 from ._lock import SessionLock
 from ._message import node_to_message
 from ._node import Node
@@ -76,6 +76,8 @@ class SessionReads:
         self.state_dir = os.fspath(state_dir)
         self.directory = os.path.join(self.state_dir, SESSIONS, session)
         self._rel = f"{SESSIONS}/{session}"
+        self._history_dir = os.path.join(self.directory, HISTORY)  # the fingerprint's two paths
+        self._meta_file = os.path.join(self.directory, META)
         self._files = options.files if options.files is not None else DurableFiles()
         self._clock = options.clock
         self._cap = max_node_bytes = options.max_node_bytes
@@ -179,7 +181,7 @@ class SessionReads:
 
     def is_stale(self) -> bool:
         """True when another process wrote since the index was built (two stat calls)."""
-        return Fingerprint.of(self.directory) != self._fingerprint
+        return self._fingerprint_now() != self._fingerprint
 
     def refresh(self) -> None:
         """Rebuild the index now if it is stale; the actor runs this in a worker thread."""
@@ -228,6 +230,11 @@ class SessionReads:
     def rebuilds(self) -> int:
         """Index loads from disk: the first, then one per outside write seen."""
         return self._rebuilds
+
+    @property
+    def journal_records(self) -> int:
+        """Own journal records not yet checkpointed (the owner asks after every append)."""
+        return self._journal.records
 
     def statistics(self) -> SessionStatistics:
         """A snapshot for introspection (no disk access)."""
@@ -278,7 +285,7 @@ class SessionReads:
         """
         if self._checked and not force:
             return
-        fingerprint = Fingerprint.of(self.directory)
+        fingerprint = self._fingerprint_now()
         if fingerprint == self._fingerprint:
             return
         try:
@@ -298,8 +305,11 @@ class SessionReads:
         self._fingerprint = fingerprint
         self._rebuilds += 1
 
+    def _fingerprint_now(self) -> Fingerprint:
+        return Fingerprint.of_paths(self._history_dir, self._meta_file)
+
     def _mark_synced(self) -> None:
-        self._fingerprint = Fingerprint.of(self.directory)
+        self._fingerprint = self._fingerprint_now()
 
     def _read_node(self, rel: str) -> tuple[bytes, Node]:
         path = f"{self._rel}/{rel}"
