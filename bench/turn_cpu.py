@@ -17,7 +17,7 @@ A diagnostic, not a benchmark: no floor, no target, so it is not a row of
 in the same session, alternating. Run from the repository root::
 
     python bench/turn_cpu.py [--sessions 100] [--turns 40] [--seed 5] [--runs 3]
-                             [--journal session|shared] [--json]
+                             [--journal session|shared] [--watchdog-poll S] [--in DIR] [--json]
 """
 
 from __future__ import annotations
@@ -63,12 +63,13 @@ class Clocks:
         raise LookupError(f"the run announced no stage {prefix!r} followed by another")
 
 
-def one_run(sessions: int, turns: int, seed: int, journal: str) -> dict[str, float]:
+def one_run(sessions: int, turns: int, seed: int, journal: str,
+            watchdog_poll: float, parent: Path) -> dict[str, float]:
     clocks = Clocks()
-    with tempfile.TemporaryDirectory(dir=ROOT) as state:
+    with tempfile.TemporaryDirectory(dir=parent) as state:
         config = SimulationConfig(state_dir=state, sessions=sessions, turns=turns, seed=seed,
                                   journal=journal,  # type: ignore[arg-type]
-                                  on_event=clocks.on_event)
+                                  watchdog_poll=watchdog_poll, on_event=clocks.on_event)
         loop, process = time.thread_time(), time.process_time()
         result = anyio.run(simulate, config)
         loop, process = time.thread_time() - loop, time.process_time() - process
@@ -93,13 +94,21 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=5)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--journal", choices=["session", "shared"], default="session")
+    parser.add_argument("--watchdog-poll", type=float, default=SimulationConfig.watchdog_poll,
+                        help="seconds between the idle watchdog's disk scans (simulate's "
+                             "compressed default; each scan reloads every changed session)")
+    parser.add_argument("--in", dest="parent", type=Path, default=ROOT,
+                        help="where the run's state directory goes (default: the repository; "
+                             "a tmpfs such as /dev/shm leaves the disk's variance out, and "
+                             "its flushes cost nothing)")
     parser.add_argument("--json", action="store_true", help="one JSON object, medians")
     args = parser.parse_args()
-    runs = [one_run(args.sessions, args.turns, args.seed, args.journal)
-            for _ in range(args.runs)]
+    runs = [one_run(args.sessions, args.turns, args.seed, args.journal, args.watchdog_poll,
+                    args.parent) for _ in range(args.runs)]
     medians = {key: round(statistics.median(run[key] for run in runs), 1) for key in runs[0]}
     if args.json:
-        print(json.dumps({"journal": args.journal, "runs": args.runs, **medians}))
+        print(json.dumps({"journal": args.journal, "watchdog_poll": args.watchdog_poll,
+                          "runs": args.runs, **medians}))
         return
     print(f"{args.sessions} sessions x {args.turns} turns, seed {args.seed}, "
           f"{args.journal} journal, median of {args.runs} runs (CPU microseconds per turn)")
