@@ -23,13 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import os
 import secrets
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
-
-import anyio.to_thread
 
 from ._links import refuse_file_link
 from ._linux import (
@@ -44,6 +41,7 @@ from ._linux import (
     shared_sync,
     syncfs,
 )
+from ._threads import run_durable
 
 __all__ = [
     "BULK_FILESYSTEMS",
@@ -66,18 +64,6 @@ DIR_MODE = 0o700
 TEMP_SUFFIX = ".scriptorium-tmp"
 
 T = TypeVar("T")
-
-
-async def run_durable(fn: Callable[..., T], *args: object) -> T:
-    """Run one durable operation in one worker-thread hop.
-
-    ``abandon_on_cancel=False`` (the default, spelled out because it is the
-    point): a cancelled caller waits for the write to finish, so a durable
-    write is never left half done by a timeout or a shutdown.
-    """
-    return await anyio.to_thread.run_sync(
-        functools.partial(fn, *args), abandon_on_cancel=False
-    )
 
 
 class DurableFiles:
