@@ -9,6 +9,8 @@ the error paths that keep running.
 
 ``count_steps(operation)`` runs an operation on a plain counting double and
 returns how many steps it takes, so a crash test can try every one.
+:class:`NoSyncFiles` skips every flush (isolation tests, fast);
+:class:`PowerLossLog` cuts the runtime log back to what its flushes covered.
 
 Beside the disk: :class:`FaultyWriter`, the writer that fails the chosen way
 on the chosen batches; :func:`hold_flock`, a real second process stuck
@@ -114,6 +116,36 @@ def count_steps(operation: Callable[[DurableFiles], object]) -> int:
     files = FaultyFiles()
     operation(files)
     return len(files.steps)
+
+
+class NoSyncFiles(DurableFiles):
+    """Every step runs except the flush itself: for tests of isolation, not durability."""
+
+    def _flush(self, fd: int, path: str, *, data_only: bool = False) -> None:
+        pass
+
+    def _flush_filesystem(self, fd: int, path: str) -> None:
+        pass
+
+
+class PowerLossLog(DurableFiles):
+    """Tracks each log's flushed size; :meth:`lose_unflushed` cuts the logs back to it."""
+
+    def __init__(self) -> None:
+        self.flushed: dict[str, int] = {}
+
+    def create_log(self, path: str) -> int:
+        self.flushed[path] = 0
+        return super().create_log(path)
+
+    def flush_log(self, fd: int, path: str) -> None:
+        super().flush_log(fd, path)
+        self.flushed[path] = os.fstat(fd).st_size
+
+    def lose_unflushed(self) -> None:
+        for path, size in self.flushed.items():
+            if os.path.exists(path):
+                os.truncate(path, size)
 
 
 @dataclass

@@ -231,3 +231,61 @@ def test_benchmarks_measure_the_store_from_outside() -> None:
         patches = _store_patches(path)
         assert not patches, (f"{path.relative_to(ROOT)} reaches into the store ({patches}); "
                              "measure through the public API or a DurableFiles subclass")
+
+
+# Test files exempt from the naming rule below, each with the reason.
+TEST_NAMING_EXEMPT = {
+    "tests/test_project.py": "the project's promises about itself: layout, lint, types, wheel",
+}
+
+
+def _module_names(folder: Path) -> set[str]:
+    """What a test file in the mirror of ``folder`` may be named after: its modules and packages."""
+    modules = {p.stem.removeprefix("_") for p in folder.glob("*.py") if p.stem != "__init__"}
+    return modules | {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()}
+
+
+def test_every_test_file_is_named_after_the_module_it_tests() -> None:
+    """``tests/<folder>/test_<module>[_<aspect>].py`` tests ``<folder>/[_]<module>.py``.
+
+    A newcomer looking for the tests of ``memory/runtime/_session_actor.py``
+    finds them in ``tests/memory/runtime/test_session_actor*.py``; a test file
+    in ``tests/`` itself tests a module of ``tests/`` (its tools).
+    """
+    tests = ROOT / "tests"
+    for path in sorted(tests.rglob("test_*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative in TEST_NAMING_EXEMPT:
+            continue
+        mirrored = path.parent.relative_to(tests)
+        folder = ROOT / mirrored if mirrored.parts else tests
+        assert folder.is_dir(), f"{relative}: its folder mirrors {mirrored}/, which does not exist"
+        name = path.stem.removeprefix("test_")
+        modules = _module_names(folder)
+        assert any(name == m or name.startswith(f"{m}_") for m in modules), (
+            f"{relative} names no module of {folder.relative_to(ROOT).as_posix() or '.'}/; "
+            f"name it test_<module>.py or test_<module>_<aspect>.py after the module it tests, "
+            f"one of {sorted(modules)}")
+    for relative in TEST_NAMING_EXEMPT:
+        assert (ROOT / relative).is_file(), f"TEST_NAMING_EXEMPT lists {relative}, which is gone"
+
+
+def test_no_test_module_imports_another() -> None:
+    """Helpers shared by tests live in conftest.py, tests/faults.py or a ``_``-named module.
+
+    A test module imported by another runs its own module-level code in both,
+    hides which helpers are shared, and ties the two files' names together.
+    """
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module or ''}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for name in names:
+                assert not any(part.startswith("test_") for part in name.split(".")), (
+                    f"{path.relative_to(ROOT)}:{node.lineno} imports {name}, a test module; "
+                    "move what it shares to conftest.py, tests/faults.py or a _helpers module")

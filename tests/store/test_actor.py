@@ -3,7 +3,7 @@
 The headline test is the lost-marker race of SPEC §1 run through the actor:
 many tasks append, rewind, merge markers and stamp checkpoints on one
 session at once; every acknowledged key must be on disk at the end and
-every node file must parse. ``test_race.py`` shows the same workload losing
+every node file must parse. ``test_session_race.py`` shows the same workload losing
 keys without an owner, so the checker can fail.
 """
 
@@ -40,7 +40,7 @@ from store._actor import (
 )
 from store._format import decode_node
 from supervisors import Backoff, ChildSpec, Supervisor, get_child
-from tests.store.test_race import NoSyncFiles
+from tests.faults import NoSyncFiles
 
 
 def _new_session(state: Path, sid: str = "s1") -> None:

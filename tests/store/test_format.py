@@ -23,7 +23,7 @@ from store._format import (
 )
 from store._node import Node
 from tests.fixture import FIXTURE
-from tests.store.conftest import DEMO_HISTORY
+from tests.store.conftest import BAD_FILES, DEMO_HISTORY, GOOD
 
 FIXTURE_FILES = sorted(DEMO_HISTORY.glob("*.json"))
 
@@ -87,32 +87,6 @@ def test_filenames_parse() -> None:
 
 
 # -- bad input: each a typed error naming the file -----------------------------
-
-GOOD = (DEMO_HISTORY / "0000-u-u1.json").read_bytes()
-
-
-def _flip(data: bytes, at: int) -> bytes:
-    return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
-
-
-BAD_FILES = {
-    "truncated": GOOD[: len(GOOD) // 2],
-    "byte_flipped": _flip(GOOD, 2),
-    "byte_flipped_in_string": _flip(GOOD, GOOD.index(b"I prefer")),
-    "invalid_utf8": GOOD.replace(b"tea", b"t\xffa"),
-    "lone_surrogate": GOOD.replace(b"tea", b"\\ud800"),
-    "nan": GOOD.replace(b'"seq": 0', b'"seq": NaN'),
-    "wide_int": GOOD.replace(b'"input": null', b'"input": 123456789012345678901234567890'),
-    "wide_negative_int": GOOD.replace(b'"input": null', b'"input": -9223372036854775809'),
-    "deep_nesting": GOOD.replace(b'"input": null', b'"input": ' + b"[" * 5000 + b"]" * 5000),
-    "not_an_object": b"[1, 2]",
-    "missing_field": GOOD.replace(b'"reads": [], ', b""),
-    "extra_field": GOOD.replace(b'"reads": []', b'"reads": [], "x": 1'),
-    "bad_role": GOOD.replace(b'"role": "user"', b'"role": "robot"'),
-    "hostile_id": GOOD.replace(b'"id": "u1"', b'"id": "../../etc/passwd"'),
-    "empty": b"",
-}
-
 
 @pytest.mark.parametrize("name", sorted(BAD_FILES))
 def test_bad_node_files_get_a_typed_error_naming_the_file(name: str) -> None:

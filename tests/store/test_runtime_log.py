@@ -17,7 +17,7 @@ from store._errors import SessionLockTimeoutError
 from store._lock import SessionLock
 from store._runtime_log import WAL_DIR, RuntimeLog, dead_sessions
 from store._session import SessionCore, recover_dead_runtimes
-from tests.faults import FaultyFiles
+from tests.faults import FaultyFiles, PowerLossLog
 
 MARK = "memory_written_scriptorium"
 
@@ -157,26 +157,6 @@ def test_closing_retires_durably_so_a_dead_owner_is_not_replayed_over_later_writ
     after = SessionCore.open(tmp_path, "s")
     assert after.head == "n2"
     assert not [n for n in _wal(tmp_path) if n.endswith(".log")]  # the dead log is gone
-
-
-class PowerLossLog(DurableFiles):
-    """Tracks each log's flushed size; :meth:`lose_unflushed` cuts the logs back to it."""
-
-    def __init__(self) -> None:
-        self.flushed: dict[str, int] = {}
-
-    def create_log(self, path: str) -> int:
-        self.flushed[path] = 0
-        return super().create_log(path)
-
-    def flush_log(self, fd: int, path: str) -> None:
-        super().flush_log(fd, path)
-        self.flushed[path] = os.fstat(fd).st_size
-
-    def lose_unflushed(self) -> None:
-        for path, size in self.flushed.items():
-            if os.path.exists(path):
-                os.truncate(path, size)
 
 
 def test_the_durable_retirement_check_catches_a_close_that_retires_lazily(

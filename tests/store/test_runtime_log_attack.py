@@ -29,18 +29,18 @@ from typing import Any
 import pytest
 
 from store._durable import TEMP_SUFFIX, DurableFiles
-from store._errors import SessionLockTimeoutError
+from store._errors import JournalFileError, SessionLockTimeoutError
 from store._runtime_log import WAL_DIR, RuntimeLog
 from store._session import SessionCore, recover_dead_runtimes
 from tests.faults import (
     FaultyFiles,
     FlushTracking,
+    NoSyncFiles,
     SimulatedCrash,
     count_steps,
     hold_flock,
     let_go,
 )
-from tests.store.test_race import NoSyncFiles
 
 REPO = Path(__file__).resolve().parents[2]
 MARK = "memory_written_scriptorium"
@@ -717,21 +717,21 @@ def test_a_dead_log_torn_in_its_last_record_is_recovered_up_to_the_tear(tmp_path
 # -- blast radius of one bad record; what a failed close keeps ------------------------------------
 
 
-def test_a_foreign_record_of_one_session_in_a_dead_log_blocks_every_session_and_startup(
+def test_a_foreign_record_of_one_session_in_a_dead_log_blocks_that_session_only(
     tmp_path: Path,
 ) -> None:
     """A record that is not ours refuses changes to *its* session only (store/_journal.py).
 
-    With a session journal that is what happens: the journal lies in the
+    With a session journal that is so by place: the journal lies in the
     session's directory. A dead runtime log holds every session's records,
-    and ``dead_live_records`` decodes all of them (``_read_segment`` ->
-    ``decode_entries``) whatever session the caller takes: one record of
-    ``s1`` naming a file outside its session (checksum valid; damage or a
-    file not written by scriptorium) makes every lock-take of every other
-    session raise ``JournalFileError``, so ``SessionCore.open`` of an
-    unrelated ``s2`` fails (reads included, though the message says "reads
-    still work"), and a shared runtime cannot start at all
-    (``recover_dead_runtimes`` -> ``dead_sessions`` raises the same).
+    and one record of ``s1`` naming a file outside its session (checksum
+    valid; damage or a file not written by scriptorium) used to make every
+    lock-take of every session raise ``JournalFileError`` (the log's records
+    were decoded whatever session the caller took): an unrelated ``s2``
+    could not be opened and a shared runtime could not start. Records are
+    decoded per session now: ``s2`` opens and changes in either journal
+    mode, a runtime starts, and ``s1`` alone refuses changes with an error
+    naming the dead log, which is left as it was (the evidence).
     """
     from store._runtime_log import _MUTATION, _record
 
@@ -741,14 +741,25 @@ def test_a_foreign_record_of_one_session_in_a_dead_log_blocks_every_session_and_
     wal = state / WAL_DIR
     wal.mkdir(parents=True)
     body = b"history/../../../outside.json\nabsent 0 2\n{}\nend\n"
-    (wal / "1234-deadbeef.0.log").write_bytes(_record(_MUTATION, "s1", body))
+    dead = wal / "1234-deadbeef.0.log"
+    dead.write_bytes(foreign := _record(_MUTATION, "s1", body))
     (wal / "1234-deadbeef.lock").write_bytes(b"")
     core = SessionCore.open(state, "s2")
     core.append({"id": "n1", "role": "user", "content": "s2 has nothing to do with s1"})
     core.close()
     log = RuntimeLog.open(state)
-    recover_dead_runtimes(state, log)
+    recover_dead_runtimes(state, log)  # a shared runtime's start-up
+    core = SessionCore.open(state, "s2", log=log)
+    core.append({"id": "n2", "role": "user", "content": "nor in a shared runtime"})
+    core.close()
+    for shared in (None, log):
+        with pytest.raises(JournalFileError, match="1234-deadbeef.0.log"):
+            s1 = SessionCore.open(state, "s1", log=shared)
+            s1.append({"id": "m1", "role": "user", "content": "s1 must refuse this"})
     log.close()
+    assert dead.read_bytes() == foreign
+    assert [n.id for n in SessionCore.open(state, "s2").nodes()] == ["n1", "n2"]
+    assert not list((state / "sessions" / "s1" / "history").glob("*-m1.json"))
 
 
 class _FailingWalUnlink(NoSyncFiles):

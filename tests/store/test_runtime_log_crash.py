@@ -1,6 +1,6 @@
 """Crash safety of the runtime log: every step of commit, install, checkpoint, rotation, recovery.
 
-As ``test_crash.py`` does for the session journal: each operation runs on
+As ``test_session_crash.py`` does for the session journal: each operation runs on
 :class:`tests.faults.FaultyFiles`, which raises :class:`SimulatedCrash`
 before primitive step *k* (the process dies there), for every *k*. The
 dead process's runtime log is then :meth:`~store.RuntimeLog.abandon`\\ ed (its
@@ -29,9 +29,8 @@ import pytest
 from store._durable import TEMP_SUFFIX, DurableFiles
 from store._runtime_log import WAL_DIR, RuntimeLog
 from store._session import SessionCore, recover_dead_runtimes
-from tests.faults import FaultyFiles, SimulatedCrash, count_steps
-from tests.store.test_crash import MARK, OPERATIONS, _build, _files, _state_of, first_wins
-from tests.store.test_race import NoSyncFiles
+from tests.faults import FaultyFiles, NoSyncFiles, PowerLossLog, SimulatedCrash, count_steps
+from tests.store._crash_cases import MARK, OPERATIONS, build, first_wins, node_files, state_of
 
 TURNS = ["u0", "a1", "u2", "a3", "u4", "a5"]  # what _build appends
 
@@ -67,16 +66,16 @@ def _crash_everywhere(
     segment_bytes: int = 1 << 20,
 ) -> int:
     def run(files: DurableFiles) -> None:
-        state = _build(tmp_path)
+        state = build(tmp_path)
         prepare(state)
         _owned(state, files, operation, segment_bytes)
 
     total = count_steps(run)
     assert total > 0
     for k in range(total + 1):
-        state = _build(tmp_path)
+        state = build(tmp_path)
         prepare(state)
-        before = _files(state)
+        before = node_files(state)
         try:
             _owned(state, FaultyFiles(crash_at=k), operation, segment_bytes)
             acknowledged = True
@@ -96,7 +95,7 @@ def _check_append(state: Path, before: dict[str, bytes], core: SessionCore, acke
                         != before["meta.json"])
     if acked:
         assert appended
-    after = _files(state)
+    after = node_files(state)
     for name, data in before.items():
         if name != "meta.json":
             assert after[name] == data
@@ -115,7 +114,7 @@ def _check_marks(value: str, nodes: list[str]) -> Callable[..., None]:
         assert marks in ([None] * len(nodes), [value] * len(nodes))  # all or nothing
         if acked:
             assert marks == [value] * len(nodes)
-        assert _files(state)["meta.json"] == before["meta.json"]
+        assert node_files(state)["meta.json"] == before["meta.json"]
     return check
 
 
@@ -187,7 +186,7 @@ def test_rotation_and_segment_deletion_crash_at_every_step(tmp_path: Path) -> No
             assert ids[6:] == extra
 
     def rotates(files: DurableFiles) -> None:
-        state = _build(tmp_path)
+        state = build(tmp_path)
         log = RuntimeLog.open(state, files=files, segment_bytes=400)
         appends(SessionCore.open(state, "s", files=files, log=log))
         unlinked = [p for s, p in getattr(files, "steps", []) if s == "unlink"]
@@ -270,15 +269,15 @@ def test_power_loss_with_the_log_cut_at_every_byte(tmp_path: Path) -> None:
     whose records lie wholly in those L bytes: a prefix, never a mix, and
     every acknowledged operation (its record was flushed) survives.
     """
-    state = _build(tmp_path)
-    before = _files(state)
+    state = build(tmp_path)
+    before = node_files(state)
     log = RuntimeLog.open(state)
     core = SessionCore.open(state, "s", log=log)
-    expected = [_state_of(core)]
+    expected = [state_of(core)]
     boundaries = [0]
     for operation in OPERATIONS:
         operation(core)
-        expected.append(_state_of(core))
+        expected.append(state_of(core))
         (grown,) = [p for p in (state / WAL_DIR).iterdir() if p.suffix == ".log"]
         boundaries.append(grown.stat().st_size)
     (segment,) = [p for p in (state / WAL_DIR).iterdir() if p.suffix == ".log"]
@@ -300,7 +299,7 @@ def test_power_loss_with_the_log_cut_at_every_byte(tmp_path: Path) -> None:
         complete = sum(1 for b in boundaries[1:] if b <= cut)
         recovered = SessionCore.open(state, "s", files=NoSyncFiles())
         assert recovered.problems == []
-        assert _state_of(recovered) == expected[complete], cut
+        assert state_of(recovered) == expected[complete], cut
 
 
 def test_the_power_loss_check_catches_a_recovery_in_the_wrong_order(
@@ -318,16 +317,14 @@ def test_every_acknowledged_operation_survives_losing_all_that_was_not_flushed(
     tmp_path: Path,
 ) -> None:
     """Power loss after the acks: the log keeps only what its flushes covered, installs are gone."""
-    from tests.store.test_runtime_log import PowerLossLog
-
-    state = _build(tmp_path)
-    before = _files(state)
+    state = build(tmp_path)
+    before = node_files(state)
     files = PowerLossLog()
     log = RuntimeLog.open(state, files=files)
     core = SessionCore.open(state, "s", files=files, log=log)
     for operation in OPERATIONS:
         operation(core)
-    expected = _state_of(core)
+    expected = state_of(core)
     log.abandon()
     files.lose_unflushed()
     root = state / "sessions" / "s"
@@ -335,7 +332,7 @@ def test_every_acknowledged_operation_survives_losing_all_that_was_not_flushed(
         path.unlink()
     for name, content in before.items():
         (root / name).write_bytes(content)
-    assert _state_of(_recover(state)) == expected
+    assert state_of(_recover(state)) == expected
 
 
 def test_the_flush_check_catches_a_commit_acknowledged_before_its_flush(

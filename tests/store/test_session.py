@@ -28,7 +28,7 @@ from store._errors import (
 )
 from store._session import SessionCore
 from store._sessions import list_sessions
-from tests.store.test_format import BAD_FILES
+from tests.store.conftest import BAD_FILES
 
 
 class Clock:

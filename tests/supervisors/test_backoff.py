@@ -1,4 +1,4 @@
-"""The restart backoff as a supervisor applies it, measured on virtual time.
+"""The restart backoff: the pure rule, and as a supervisor applies it, measured on virtual time.
 
 The rule is the one of docs/decisions.md ("Backoff defaults"): the first
 restart after a quiet period is immediate, then 50 ms doubling to at most
@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from actors import Actor, MailboxOptions, open_actor
-from supervisors import Backoff, ChildSpec, Intensity, Supervisor, get_child
+from supervisors import Backoff, BackoffStreak, ChildSpec, Intensity, Supervisor, get_child
 
 # The wait before each restart of a streak of crashes in quick succession.
 STREAK = [0.0, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0]
@@ -80,3 +80,42 @@ async def test_after_10_quiet_seconds_the_next_restart_is_immediate_again() -> N
     waits = await waits_before_restarts(4, quiet_first=True)
     assert waits[4] == 0.0
     assert STREAK[1] * (1 - JITTER) - 1e-9 <= waits[5] <= STREAK[1] * (1 + JITTER) + 1e-9, waits
+
+
+# -- the pure rule (BackoffStreak), no event loop -------------------------------
+
+
+def test_first_restart_is_immediate_then_exponential_then_capped() -> None:
+    policy = Backoff(initial=0.1, factor=2.0, maximum=0.5, jitter=0.0, reset_after=10.0)
+    streak = BackoffStreak()
+    rng = random.Random(1)
+    delays = [streak.next_delay(policy, now, rng) for now in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)]
+    assert delays == [0.0, 0.1, 0.2, 0.4, 0.5, 0.5]
+
+
+def test_a_streak_of_thousands_of_restarts_stays_at_the_cap() -> None:
+    policy = Backoff(initial=0.1, factor=2.0, maximum=5.0, jitter=0.0)
+    streak = BackoffStreak()
+    rng = random.Random(1)
+    delays = [streak.next_delay(policy, i * 1e-3, rng) for i in range(5000)]
+    assert delays[-1] == 5.0
+
+
+def test_a_quiet_period_resets_the_streak() -> None:
+    policy = Backoff(initial=1.0, jitter=0.0, reset_after=30.0)
+    streak = BackoffStreak()
+    rng = random.Random(1)
+    assert streak.next_delay(policy, 0.0, rng) == 0.0
+    assert streak.next_delay(policy, 1.0, rng) == 1.0
+    assert streak.next_delay(policy, 31.0, rng) == 0.0  # quiet for 30 s
+    assert streak.next_delay(policy, 32.0, rng) == 1.0
+
+
+def test_the_same_seed_gives_the_same_delays() -> None:
+    policy = Backoff()
+
+    def run(seed: int) -> list[float]:
+        streak, rng = BackoffStreak(), random.Random(seed)
+        return [streak.next_delay(policy, float(i), rng) for i in range(6)]
+
+    assert run(7) == run(7)

@@ -116,19 +116,3 @@ def test_only_records_are_candidates() -> None:
     records = records_from_branch("s", branch)
     everything = {f"openprogram/s/{m['id']}" for m in branch}
     assert lost_markers(records, WID, everything, everything) == ["u0", "a0"]
-
-
-def test_the_audit_counts_lost_markers_and_only_those() -> None:
-    from tests.memory.maintenance.test_audit import WID as AUDIT_WID
-    from tests.memory.maintenance.test_audit import linear, link, msg, run, topic
-
-    # A message's own trust_state is ignored: session records are always trusted (SPEC §6.1).
-    claimed = {**msg("p2"), "trust_state": "pending"}
-    s = linear("s", [msg("m0"), msg("m1"), claimed, msg("m3"), msg("m4", AUDIT_WID), msg("m5")])
-    # m0 archived and cited: lost; m1 and p2 archived, not cited; m3 never archived;
-    # m5 is the owed tail (archived and cited, still not a lost marker).
-    report = run([s], {"s": ["m0", "m1", "p2", "m4", "m5"]},
-                 {"topics/t.md": topic(link("s", "m0"), link("s", "m4"), link("s", "m5"))})
-    assert report["lost_markers"] == [{"session": "s", "node": "m0"}]
-    assert not report["ok"]
-    assert report["non_prefix_branches"][0]["unmarked"] == ["m0", "m1", "p2", "m3"]

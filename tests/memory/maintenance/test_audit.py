@@ -198,3 +198,16 @@ def test_planted_faults_in_the_fixture_are_found(state: str) -> None:
     assert report["non_prefix_branches"] == [
         {"session": "demo", "tip": "a2b", "unmarked": ["a1"], "last_marked": "a2b"}
     ]
+
+
+def test_the_audit_counts_lost_markers_and_only_those() -> None:
+    # A message's own trust_state is ignored: session records are always trusted (SPEC §6.1).
+    claimed = {**msg("p2"), "trust_state": "pending"}
+    s = linear("s", [msg("m0"), msg("m1"), claimed, msg("m3"), msg("m4", WID), msg("m5")])
+    # m0 archived and cited: lost; m1 and p2 archived, not cited; m3 never archived;
+    # m5 is the owed tail (archived and cited, still not a lost marker).
+    report = run([s], {"s": ["m0", "m1", "p2", "m4", "m5"]},
+                 {"topics/t.md": topic(link("s", "m0"), link("s", "m4"), link("s", "m5"))})
+    assert report["lost_markers"] == [{"session": "s", "node": "m0"}]
+    assert not report["ok"]
+    assert report["non_prefix_branches"][0]["unmarked"] == ["m0", "m1", "p2", "m3"]

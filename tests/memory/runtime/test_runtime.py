@@ -15,59 +15,17 @@ from typing import Any
 import anyio
 import pytest
 
-from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
-from memory.runtime._events import EventTally
-from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
+from memory.runtime._runtime import MemoryRuntime, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.workspace._topics import parse_topic
 from memory.workspace._transaction import Transactions
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._writer import Batch
-from store import DurableFiles, SessionCore, SessionNotFoundError, UnsafeIdError
+from store import DurableFiles, SessionNotFoundError, UnsafeIdError
 from tests.faults import SimulatedCrash
-
-SENTENCES = [
-    "I prefer green tea in the morning.",
-    "We decided to ship the release on Friday.",
-    "My sister is named Alice.",
-    "The project deadline is next month.",
-    "The office is in Berlin.",
-    "I love hiking in the Alps.",
-]
-
-
-def config(**overrides: Any) -> RuntimeConfig:
-    """The tests' runtime config; its events go to an :class:`EventTally` (and ``on_event``)."""
-    forward = overrides.pop("on_event", None)
-    options: dict[str, Any] = {"policy": WritePolicy(threshold=8000), "writer_workers": 2,
-                               "on_event": EventTally(forward)}
-    options.update(overrides)
-    return RuntimeConfig(**options)
-
-
-def tally(rt: MemoryRuntime) -> EventTally:
-    """What the runtime's events counted: the tally its config sends them to."""
-    found = rt.config.on_event
-    assert isinstance(found, EventTally), "a config without an EventTally counts nothing"
-    return found
-
-
-async def chain(rt: MemoryRuntime, sid: str, start: str, ids: list[str]) -> str:
-    previous = start
-    for index, node_id in enumerate(ids):
-        role = "user" if index % 2 == 0 else "assistant"
-        text = f"{SENTENCES[index % len(SENTENCES)]} Turn {node_id}."
-        await rt.sessions.append(sid, {"id": node_id, "role": role, "content": text,
-                                       "predecessor": previous})
-        previous = node_id
-    return previous
-
-
-def markers(state: Path, sid: str, workspace: str) -> set[str]:
-    core = SessionCore.open(state, sid)
-    return {n.id for n in core.nodes() if n.metadata.get(MARKER_KEY) == workspace}
+from tests.memory._runtime import chain, config, markers, tally
 
 
 async def test_the_measured_fork_case_of_spec_1(tmp_path: Path) -> None:

@@ -12,49 +12,18 @@ from typing import Any
 import anyio
 import pytest
 
-from memory.ledger._records import MARKER_KEY
-from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
+from memory.runtime._runtime import MemoryRuntime, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
 from memory.workspace._quarantine import read_quarantine
 from memory.writers._extractive import ExtractiveWriter
-from store import SessionCore
 from supervisors import (
-    Backoff,
     SupervisorStatistics,
     get_child,
     restart_child,
     terminate_child,
 )
 from tests.faults import FaultyWriter, WriterFault
-from tests.memory.runtime.test_runtime import chain, config, tally
-
-EPOCH = 1_800_000_000.0
-
-
-def virtual_wall_clock() -> float:
-    """Wall time that follows the virtual clock, also from the store's worker threads."""
-    try:
-        return EPOCH + anyio.current_time()
-    except anyio.NoEventLoopError:
-        return EPOCH + anyio.from_thread.run_sync(anyio.current_time)
-
-
-def virtual_config(**overrides: Any) -> RuntimeConfig:
-    options: dict[str, Any] = {
-        "clock": virtual_wall_clock,
-        "max_failures": 3,
-        "retry_backoff": Backoff(initial=5.0, factor=2.0, maximum=60.0, jitter=0.25),
-        "writer_timeout": 600.0,
-        "seed": 1,
-        # No call timeouts: on virtual time a slow disk would let them jump ahead.
-        "call_timeout": None,
-    }
-    options.update(overrides)
-    return config(**options)
-
-
-def marked(state: Path, sid: str) -> list[str]:
-    return [n.id for n in SessionCore.open(state, sid).nodes() if MARKER_KEY in n.metadata]
+from tests.memory._runtime import chain, marked, tally, virtual_config
 
 
 async def pool_restarts(rt: MemoryRuntime) -> int:
@@ -80,7 +49,7 @@ async def test_a_failing_writer_marks_nothing_retries_then_quarantines(
         outcomes = []
         for _ in range(3):
             outcomes.append(await rt.flush(bad))
-            assert marked(tmp_path, bad) == []  # nothing marked, ever
+            assert marked(tmp_path, bad) == set()  # nothing marked, ever
         # the same batch was delivered again after each backoff, then parked
         assert writer.calls == 3
         assert outcomes[-1] is BoundaryOutcome.QUARANTINED
@@ -114,7 +83,7 @@ async def test_an_operator_release_unparks_the_batch(tmp_path: Path) -> None:
         assert [e.node_ids for e in released] == [("u1",)]
         assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
     assert read_quarantine(str(tmp_path / "memory")) == []
-    assert marked(tmp_path, sid) == ["u1"]
+    assert marked(tmp_path, sid) == {"u1"}
 
 
 @pytest.mark.virtual_time(wait_for_threads=True)
@@ -132,7 +101,7 @@ async def test_the_idle_watchdog_writes_an_idle_session_once(tmp_path: Path) -> 
         sid = await rt.sessions.create()
         await chain(rt, sid, "ROOT", ["u1", "a1"])
         await anyio.sleep(1700)
-        assert marked(tmp_path, sid) == [] and ended == []  # not idle yet
+        assert marked(tmp_path, sid) == set() and ended == []  # not idle yet
         with anyio.fail_after(200):  # the deadline reported by the append falls due
             await written.wait()
         assert sorted(marked(tmp_path, sid)) == ["a1", "u1"]

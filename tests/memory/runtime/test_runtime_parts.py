@@ -12,7 +12,7 @@ from memory.runtime import RuntimeStatistics
 from memory.runtime._events import EventTally
 from memory.runtime._runtime import open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
-from tests.memory.runtime.test_runtime import chain, config
+from tests.memory._runtime import chain, config
 
 TURNS = ["u1", "a1", "u2", "a2"]
 

@@ -26,8 +26,7 @@ from memory.runtime._session_actor import BoundaryOutcome, BoundaryResult, Flush
 from memory.writers._extractive import ExtractiveWriter
 from store import CLAIM_NAME, DurableFiles, SessionCore, SessionLock
 from tests.faults import FaultyWriter
-from tests.memory.runtime.test_runtime import chain, tally
-from tests.memory.runtime.test_runtime_failures import marked, virtual_config
+from tests.memory._runtime import chain, marked, tally, virtual_config
 
 TURNS = ["u1", "a1", "u2", "a2"]
 

@@ -19,7 +19,7 @@ from memory.workspace._topic_ids import (
 )
 from memory.workspace._topics import Topic, parse_topic, render_topic
 from tests.fixture import FIXTURE as SAMPLE
-from tests.memory.workspace.test_topics import topics
+from tests.memory.workspace._strategies import topics
 
 FIXTURE = SAMPLE / "memory" / "topics" / "people" / "owner.md"
 PATH = "topics/people/owner.md"

@@ -110,7 +110,7 @@ def assert_nothing_marked(outcome: WriteOutcome, kind: FailureKind) -> None:
 
 async def test_success_archives_then_commits_and_hands_back_exactly_the_batch() -> None:
     # The cycle marks nothing itself; that the runtime's markers land on disk only
-    # after the archive and the install is tests/memory/runtime/test_write_order.py.
+    # after the archive and the install is tests/memory/runtime/test_runtime_write_order.py.
     rec = Recorder()
     outcome = await cycle(rec)
     assert rec.calls == ["archive", "snapshot", "write", "commit"]

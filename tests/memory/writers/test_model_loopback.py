@@ -28,8 +28,7 @@ from memory.writers.model import (
     read_model_usage,
 )
 from supervisors import Backoff
-from tests.memory.runtime.test_runtime import chain, config
-from tests.memory.runtime.test_runtime_failures import marked
+from tests.memory._runtime import chain, config, marked
 from tests.model_server import ScriptedModel
 
 PROVIDERS = ("openai", "anthropic")

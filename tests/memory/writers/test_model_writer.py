@@ -39,7 +39,7 @@ from memory.writers.model import (
     render_model_prompt,
 )
 from supervisors import Backoff
-from tests.memory.runtime.test_runtime import chain, config
+from tests.memory._runtime import chain, config
 from tests.model_server import completion_body, first_user_text, good_actions
 
 NOON = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC).timestamp()

@@ -50,7 +50,7 @@ from memory.workspace._archive import read_archive
 from memory.workspace._topics import parse_topic
 from memory.workspace._workspace_id import read_workspace_id
 from store import SessionCore
-from tests.memory.runtime.test_runtime import SENTENCES, tally
+from tests.memory._runtime import SENTENCES, tally
 
 REPO = Path(__file__).resolve().parents[3]
 SESSIONS = ["shared-a", "shared-b", "shared-c"]
@@ -140,7 +140,7 @@ def worker_main(argv: list[str]) -> None:
 def _start(
     state: Path, name: str, backend: str, seed: int, journal: str, plant: str | None = None
 ) -> subprocess.Popen[str]:
-    code = ("import sys; from tests.memory.runtime.test_two_processes import worker_main; "
+    code = ("import sys; from tests.memory.runtime.test_runtime_two_processes import worker_main; "
             "worker_main(sys.argv[1:])")
     return subprocess.Popen(
         [sys.executable, "-c", code, str(state), name, backend, str(seed), journal,

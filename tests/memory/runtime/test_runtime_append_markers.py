@@ -17,7 +17,7 @@ from memory.runtime._events import EventTally
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
 from store import SessionCore
-from tests.memory.runtime.test_runtime import tally
+from tests.memory._runtime import tally
 
 TURNS = [
     ("user", "I prefer green tea in the morning."),

@@ -29,8 +29,7 @@ from memory.maintenance._audit import audit, read_audit_inputs
 from memory.runtime._events import EventTally
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
-from tests.memory.runtime.test_lost_markers_runtime import markers
-from tests.memory.runtime.test_runtime import tally
+from tests.memory._runtime import marker_values, tally
 
 AGENT = str(Path(__file__).with_name("_unlocked_agent.py"))
 ROUNDS = 6  # two turns and one flush each
@@ -83,7 +82,7 @@ async def test_markers_lost_to_an_unlocked_merge_are_all_set_again(tmp_path: Pat
                 await tell("write")  # and the agent writes back what it read
                 dropped.append(victim)
             await agent.stdin.aclose()
-    assert {node for node, marker in markers(tmp_path, sid).items() if marker is None} == set(
+    assert {node for node, marker in marker_values(tmp_path, sid).items() if marker is None} == set(
         dropped)
     before = await anyio.to_thread.run_sync(audit_of, tmp_path, workspace)
     lost = {item["node"] for item in before["lost_markers"]}
@@ -91,7 +90,7 @@ async def test_markers_lost_to_an_unlocked_merge_are_all_set_again(tmp_path: Pat
     async with open_runtime(tmp_path, config=config()) as rt:
         await rt.pending(sid)
         await rt.pending(sid)  # behind the activation's repair
-        repaired_at_start = {node for node, marker in markers(tmp_path, sid).items()
+        repaired_at_start = {node for node, marker in marker_values(tmp_path, sid).items()
                              if node in lost and marker == workspace}
         # A marker dropped on the newest batch left an owed tail: delivered once more.
         assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
@@ -101,4 +100,4 @@ async def test_markers_lost_to_an_unlocked_merge_are_all_set_again(tmp_path: Pat
     assert not redelivered & lost  # a lost marker is set, never written again
     after = await anyio.to_thread.run_sync(audit_of, tmp_path, workspace)
     assert after["ok"], after
-    assert set(markers(tmp_path, sid).values()) == {workspace}
+    assert set(marker_values(tmp_path, sid).values()) == {workspace}

@@ -19,8 +19,7 @@ import pytest
 from memory.runtime._headless import run_once
 from memory.runtime._runtime import open_runtime
 from tests.faults import RefusingFiles
-from tests.memory.runtime.test_boundaries_end import HANG, build, marked
-from tests.memory.runtime.test_runtime_failures import virtual_config
+from tests.memory._runtime import HANG, build_session, marked, virtual_config
 
 SESSIONS = ("s1", "s2", "s3")
 
@@ -30,7 +29,7 @@ async def test_a_full_disk_at_recovery_names_the_file_and_enospc_and_heals(
     tmp_path: Path,
 ) -> None:
     for sid in SESSIONS:
-        build(tmp_path, sid, [f"{sid}-{i}" for i in range(4)])
+        build_session(tmp_path, sid, [f"{sid}-{i}" for i in range(4)])
     # The journal (memory/.scriptorium/) lands; every topic file replace is refused.
     files = RefusingFiles(under=f"{os.sep}memory{os.sep}topics{os.sep}")
     journal = tmp_path / "memory" / ".scriptorium" / "install.journal"

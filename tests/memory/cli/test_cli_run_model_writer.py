@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from memory.cli._cli import main
-from tests.memory.cli.test_broken_sessions import owing_state
+from tests.memory.cli._states import owing_state
 from tests.model_server import ScriptedModel
 
 KEY = "sk-cli-" + secrets.token_hex(16)

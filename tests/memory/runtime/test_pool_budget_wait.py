@@ -28,8 +28,7 @@ from memory.writers import Batch
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers.model import ModelSettings, ModelWriter, UsageFile
 from supervisors import get_child
-from tests.memory.runtime.test_runtime import chain
-from tests.memory.runtime.test_runtime_failures import marked, virtual_config
+from tests.memory._runtime import chain, marked, virtual_config
 from tests.model_server import completion_body, first_user_text, good_actions
 
 HOUR = 3600.0
@@ -102,7 +101,7 @@ async def test_a_waiting_batch_does_not_hold_the_only_worker(tmp_path: Path) -> 
             await flush("goes")
             # The worker wrote the other session at once: the wait held no worker.
             assert writer.written["goes"] < HOUR and "waits" not in writer.written
-            assert marked(tmp_path, "waits") == [] and rt.statistics().in_flight == 1
+            assert marked(tmp_path, "waits") == set() and rt.statistics().in_flight == 1
     assert outcomes == {"waits": BoundaryOutcome.WRITTEN, "goes": BoundaryOutcome.WRITTEN}
     assert writer.written["waits"] >= 5 * HOUR  # offered again once the writer could take it
     assert sorted(marked(tmp_path, "waits")) == ["waits1", "waits2"]
@@ -167,7 +166,7 @@ async def test_a_spent_daily_budget_puts_the_batch_back_until_the_next_utc_day(
                     await deferred.wait()
                 assert anyio.current_time() < MIDNIGHT and len(calls) == 1
                 assert await worker_current(rt) == []  # the wait holds no worker
-                assert marked(tmp_path, "s2") == [] and rt.statistics().in_flight == 1
+                assert marked(tmp_path, "s2") == set() and rt.statistics().in_flight == 1
         assert result == [BoundaryOutcome.WRITTEN]
     finally:
         await writer.aclose()

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from memory.cli._cli import main
-from tests.memory.cli.test_broken_sessions import FACTS, owing_state
+from tests.memory.cli._states import FACTS, owing_state
 from tests.model_server import ScriptedModel
 
 

@@ -24,7 +24,7 @@ from memory.runtime._runtime import RuntimeConfig, open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
 from memory.workspace._revision import RevisionCache
 from store import SessionCore, UnsafeLinkError, list_sessions
-from tests.memory.runtime.test_runtime import tally
+from tests.memory._runtime import tally
 
 
 def config() -> RuntimeConfig:

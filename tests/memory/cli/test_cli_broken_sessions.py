@@ -20,26 +20,14 @@ from click.testing import CliRunner
 
 from memory.cli._cli import main
 from store import SessionCore
+from tests.conftest import BACKENDS
 from tests.faults import first_event
-
-BACKENDS = ["asyncio", "trio"]
-FACTS = ["I prefer green tea.", "My sister is named Alice.", "The office is in Berlin."]
+from tests.memory.cli._states import FACTS, owing_state
 
 
 def run(*args: str) -> tuple[int, str, str]:
     result = CliRunner().invoke(main, list(args))
     return result.exit_code, result.stdout, result.stderr
-
-
-def owing_state(tmp_path: Path, sid: str = "demo") -> Path:
-    """A state whose session owes six turns (three facts and three replies)."""
-    state = tmp_path / "state"
-    core = SessionCore.create(state, sid, title=sid)
-    for fact in FACTS:
-        core.append({"role": "user", "content": fact})
-        core.append({"role": "assistant", "content": "Noted."})
-    core.close()  # checkpoint: the journal would otherwise replay over the hand edits
-    return state
 
 
 def set_head(state: Path, value: object, sid: str = "demo") -> None:

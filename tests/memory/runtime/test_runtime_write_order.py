@@ -19,7 +19,7 @@ from memory.runtime._runtime import open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
 from memory.workspace._archive import archive_relpath
 from tests.faults import FaultyFiles
-from tests.memory.runtime.test_runtime import SENTENCES, chain, config, markers
+from tests.memory._runtime import SENTENCES, chain, config, markers
 
 
 class MarkerLog(FaultyFiles):

@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 MARK = "memory_written_scriptorium"
 TURNS = ["u0", "a1", "u2", "a3", "u4", "a5"]
 MARKED = ["u0", "a1", "u2", "a3"]
-OWNER = "import sys; from tests.store.test_replay import owner_main; owner_main(sys.argv[1])"
+OWNER = "import sys; from tests.store.test_journal_replay import owner_main; owner_main(sys.argv[1])"
 
 
 def _six_turns(state: Path | str, content: Callable[[int], str] = str) -> SessionCore:

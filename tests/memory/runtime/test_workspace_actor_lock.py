@@ -20,7 +20,7 @@ from memory.runtime._session_actor import BoundaryOutcome
 from memory.workspace._transaction import workspace_lock
 from store import DurableFiles
 from tests.faults import hold_flock, let_go
-from tests.memory.runtime.test_boundaries_end import HANG, build, lock_config, marked
+from tests.memory._runtime import HANG, build_session, lock_config, marked
 
 
 @pytest.mark.virtual_time(wait_for_threads=True)
@@ -29,7 +29,7 @@ async def test_a_workspace_lock_held_by_a_stuck_process_fails_the_batch_naming_i
     tmp_path: Path, since: str
 ) -> None:
     """Held before the start too: the start's recovery must not wait for it either."""
-    build(tmp_path, "s1", ["u1", "a1", "u2", "a2"])
+    build_session(tmp_path, "s1", ["u1", "a1", "u2", "a2"])
     lock = tmp_path / "memory" / ".scriptorium" / "write.lock"
     lock.parent.mkdir(parents=True)
     holders = [hold_flock(lock)] if since == "before-start" else []

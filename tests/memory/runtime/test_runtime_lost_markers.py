@@ -26,8 +26,7 @@ from memory.runtime._session_actor import BoundaryOutcome
 from memory.runtime._workspace_actor import ArchiveBatches
 from memory.writers._writer import Batch
 from store import SessionCore
-from tests.memory.runtime.test_runtime import chain, config, tally
-from tests.memory.runtime.test_runtime_failures import virtual_wall_clock
+from tests.memory._runtime import chain, config, marker_values, tally, virtual_wall_clock
 
 AGENT_KEY = "agent_note"
 
@@ -41,14 +40,6 @@ def agent_drops_marker(state: Path, sid: str, node: str) -> None:
     temp = path.with_name(path.name + ".tmp")
     temp.write_text(json.dumps(record, ensure_ascii=False))
     os.replace(temp, path)
-
-
-def markers(state: Path, sid: str) -> dict[str, Any]:
-    core = SessionCore.open(state, sid)
-    try:
-        return {n.id: n.metadata.get(MARKER_KEY) for n in core.nodes()}
-    finally:
-        core.close()
 
 
 def memory_files(state: Path) -> dict[str, bytes]:
@@ -80,7 +71,7 @@ async def written_session(state: Path) -> tuple[str, str]:
         assert await rt.flush(sid) is BoundaryOutcome.WRITTEN
         await rt.drain()
         workspace = rt.workspace_id
-    assert set(markers(state, sid).values()) == {workspace}
+    assert set(marker_values(state, sid).values()) == {workspace}
     return sid, workspace
 
 
@@ -105,12 +96,12 @@ async def test_audit_reports_a_lost_marker_and_exits_non_zero(tmp_path: Path) ->
     assert text.exit_code == 1 and "lost_markers: 1" in text.stdout
     assert "lost marker(s): 'scriptorium memory audit --repair'" in text.stderr
     # audit is a read-only check: nothing changed, the marker is still lost
-    assert markers(tmp_path, sid)["u1"] is None and memory_files(tmp_path) == before
+    assert marker_values(tmp_path, sid)["u1"] is None and memory_files(tmp_path) == before
     # --repair sets it again through the runtime and audits again; memory is untouched
     code, report = await audit_json(tmp_path, "--repair")
     assert code == 0 and report["ok"], report
     assert report["repaired"] == [{"session": sid, "node": "u1"}]
-    assert markers(tmp_path, sid)["u1"] == workspace
+    assert marker_values(tmp_path, sid)["u1"] == workspace
     assert memory_files(tmp_path) == before
 
 
@@ -126,7 +117,7 @@ async def test_the_runtime_repairs_at_activation_without_writing(tmp_path: Path)
         assert await rt.pending(sid) == []
         await rt.drain()
         assert not tally(rt).deliveries  # nothing was handed to a writer
-    after = markers(tmp_path, sid)
+    after = marker_values(tmp_path, sid)
     assert after["u1"] == after["a1"] == workspace
     assert [e["nodes"] for e in events if e["event"] == "markers_repaired"] == [["a1", "u1"]]
     assert memory_files(tmp_path) == before
@@ -150,7 +141,7 @@ async def test_the_watchdog_scan_repairs_a_marker_lost_while_running(tmp_path: P
         await rt.poll_idle()
         assert watchdog.repairs == asked + 1
         await rt.pending(sid)  # behind the repair in the session's mailbox
-        assert markers(tmp_path, sid)["a1"] == workspace
+        assert marker_values(tmp_path, sid)["a1"] == workspace
         await rt.drain()
         assert not tally(rt).deliveries
         assert memory_files(tmp_path) == before
@@ -164,7 +155,7 @@ async def test_an_unmarked_turn_not_in_memory_is_never_marked(tmp_path: Path) ->
         await rt.poll_idle()
         await rt.pending(sid)
         assert await rt.repair_markers(sid) == []  # u1 was repaired by the scan
-        workspace_marks = markers(tmp_path, sid)
+        workspace_marks = marker_values(tmp_path, sid)
     code, report = await audit_json(tmp_path)
     assert workspace_marks["u1"] == workspace
     # u3 (archived, not cited) and u4, a3 (not archived) are owed a write, not a marker
@@ -193,7 +184,7 @@ async def test_the_scan_sees_a_drop_in_the_same_timestamp_tick_as_our_merge(
         assert await rt.pending(sid) == []  # the index did not notice
         await rt.poll_idle()
         await rt.pending(sid)
-        assert markers(tmp_path, sid)["u2"] == rt.workspace_id
+        assert marker_values(tmp_path, sid)["u2"] == rt.workspace_id
 
 
 @pytest.mark.virtual_time(wait_for_threads=True)
@@ -210,9 +201,9 @@ async def test_the_watchdogs_own_poll_repairs_within_one_interval(tmp_path: Path
         agent_drops_marker(tmp_path, sid, "a1")
         await rt.pending(sid)
         await rt.pending(sid)
-        assert markers(tmp_path, sid)["a1"] is None  # reading the fresh index repairs nothing
+        assert marker_values(tmp_path, sid)["a1"] is None  # reading the fresh index repairs nothing
         await anyio.sleep(300)
         await rt.pending(sid)
-        assert markers(tmp_path, sid)["a1"] == workspace
+        assert marker_values(tmp_path, sid)["a1"] == workspace
         await rt.drain()
         assert not tally(rt).deliveries

@@ -190,7 +190,7 @@ def _kill_and_check(tmp_path: Path, plant: str = "") -> dict[str, int]:
     for sid in SESSIONS:
         SessionCore.create(state, sid, title=sid)
     rng = random.Random(20261130)
-    agent = _python("import sys; from tests.memory.runtime.test_kill import agent_main; "
+    agent = _python("import sys; from tests.memory.runtime.test_headless_kill import agent_main; "
                     "agent_main(sys.argv[1:])", str(state),
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     jobs: list[dict[str, Any]] = []

@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from memory.cli._cli import main
-from tests.memory.cli.test_broken_sessions import BACKENDS, owing_state
+from tests.conftest import BACKENDS
+from tests.memory.cli._states import owing_state
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

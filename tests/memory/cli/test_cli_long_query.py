@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from memory.cli._cli import main
 from memory.recall import MAX_QUERY_CHARS
-from tests.memory.cli.test_broken_sessions import owing_state
+from tests.memory.cli._states import owing_state
 
 
 @pytest.fixture

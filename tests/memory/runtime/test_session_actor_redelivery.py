@@ -27,8 +27,7 @@ from memory.runtime._workspace_actor import QuarantineBatch, ReadQuarantine, Wor
 from memory.workspace._quarantine import QuarantineEntry
 from store import SessionCore
 from store._actor import TipMoved
-from tests.memory.runtime.test_runtime import chain, config
-from tests.memory.runtime.test_runtime_failures import virtual_config
+from tests.memory._runtime import chain, config, virtual_config
 
 TEA = "I prefer tea."
 

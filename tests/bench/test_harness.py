@@ -14,7 +14,7 @@ import pytest
 
 from tests.bench._modules import bench_module
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 h = bench_module("_harness")

@@ -32,23 +32,13 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from store._durable import DurableFiles
 from store._format import decode_node
 from store._session import SessionCore
+from tests.faults import NoSyncFiles
 
 NODES = [f"n{i}" for i in range(8)]
 ROUNDS = 300
 MARKER_TASKS = 3  # plus one checkpoint-stamp component
-
-
-class NoSyncFiles(DurableFiles):
-    """Every step runs except the flush itself."""
-
-    def _flush(self, fd: int, path: str, *, data_only: bool = False) -> None:
-        pass
-
-    def _flush_filesystem(self, fd: int, path: str) -> None:
-        pass
 
 
 def _session(state: Path) -> SessionCore:

@@ -34,7 +34,7 @@ from memory.workspace._quarantine import read_quarantine
 from store import SessionCore
 from tests.faults import first_event
 from tests.fixture import copy_fixture
-from tests.memory.runtime.test_runtime_failures import virtual_wall_clock
+from tests.memory._runtime import virtual_wall_clock
 
 WORKSPACE = "w-aa116220"  # the fixture's workspace id
 

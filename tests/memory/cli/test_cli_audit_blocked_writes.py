@@ -20,8 +20,7 @@ from click.testing import CliRunner
 from memory.cli._cli import main
 from memory.workspace._transaction import JOURNAL, _encode_journal
 from store import SessionCore
-
-FACTS = ["I prefer green tea.", "My sister is named Alice.", "The office is in Berlin."]
+from tests.memory.cli._states import FACTS
 
 
 def run(*args: str) -> tuple[int, str, str]:

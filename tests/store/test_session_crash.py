@@ -12,7 +12,6 @@ simulated on the files themselves: see the tests at the end.
 
 from __future__ import annotations
 
-import itertools
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -21,30 +20,10 @@ from typing import Any
 import pytest
 
 from store._durable import BULK_SYNC_FILES, TEMP_SUFFIX, DurableFiles, bulk_sync_device
-from store._journal import JOURNAL_NAME, JournalEntry
+from store._journal import JOURNAL_NAME
 from store._session import SessionCore
-from tests.faults import FaultyFiles, FlushTracking, SimulatedCrash, count_steps
-from tests.store.test_race import NoSyncFiles
-
-_runs = itertools.count()
-MARK = "memory_written_scriptorium"
-
-
-def _build(tmp_path: Path) -> Path:
-    """A fresh state directory holding session "s" with a short chain u0 a1 u2 a3 u4 a5."""
-    state = tmp_path / f"run{next(_runs)}"
-    core = SessionCore.create(state, "s")
-    for i in range(6):
-        core.append({"id": f"{'ua'[i % 2]}{i}", "role": ["user", "assistant"][i % 2],
-                     "content": f"turn {i}", "checkpoint": 0})
-    core.close()
-    return state
-
-
-def _files(state: Path) -> dict[str, bytes]:
-    root = state / "sessions" / "s"
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != ".lock"}
+from tests.faults import FaultyFiles, FlushTracking, NoSyncFiles, SimulatedCrash, count_steps
+from tests.store._crash_cases import MARK, OPERATIONS, build, first_wins, node_files, state_of
 
 
 def _recover(state: Path, files: DurableFiles | None = None) -> SessionCore:
@@ -64,16 +43,16 @@ def _crash_everywhere(
     prepare: Callable[[Path], None] = lambda state: None,
 ) -> int:
     def run(files: DurableFiles) -> None:
-        state = _build(tmp_path)
+        state = build(tmp_path)
         prepare(state)
         operation(SessionCore.open(state, "s", files=files))
 
     total = count_steps(run)
     assert total > 0
     for k in range(total + 1):
-        state = _build(tmp_path)
+        state = build(tmp_path)
         prepare(state)
-        before = _files(state)
+        before = node_files(state)
         try:
             operation(SessionCore.open(state, "s", files=FaultyFiles(crash_at=k)))
             acknowledged = True
@@ -95,7 +74,7 @@ def test_append_crash_at_every_step(tmp_path: Path) -> None:
         assert appended == (after_meta(state) != before["meta.json"])
         if acked:
             assert appended
-        after = _files(state)
+        after = node_files(state)
         for name, data in before.items():
             if name != "meta.json":
                 assert after[name] == data
@@ -119,7 +98,7 @@ def test_metadata_batch_crash_at_every_step(tmp_path: Path) -> None:
         else:
             # the journal is all-or-nothing once it exists: recovery makes it all
             assert marks in ([None] * 3, ["w-12345678"] * 3)
-        assert _files(state)["meta.json"] == before["meta.json"]
+        assert node_files(state)["meta.json"] == before["meta.json"]
         assert all(core.node(n).metadata["checkpoint"] == 0 for n in ("u0", "a1", "u2"))
 
     _crash_everywhere(tmp_path, lambda c: c.merge_node_metadata_batch(patch), check)
@@ -159,8 +138,8 @@ def test_rewind_crash_at_every_step(tmp_path: Path) -> None:
 
 def test_an_acknowledged_merge_survives_losing_every_unsynced_write(tmp_path: Path) -> None:
     """Power loss after the ack: installs not yet synced are gone; the journal brings them back."""
-    state = _build(tmp_path)
-    before = _files(state)
+    state = build(tmp_path)
+    before = node_files(state)
     core = SessionCore.open(state, "s")
     core.merge_node_metadata_batch({"u0": {MARK: "w-9"}, "a5": {MARK: "w-9"}})
     root = state / "sessions" / "s"
@@ -231,11 +210,11 @@ def test_an_io_error_at_every_step_leaves_the_owner_usable_and_the_batch_whole(
     call = calls[operation]
 
     def run(files: DurableFiles) -> None:
-        call(SessionCore.open(_build(tmp_path), "s", files=files))
+        call(SessionCore.open(build(tmp_path), "s", files=files))
 
     total = count_steps(run)
     for k in range(total):
-        state = _build(tmp_path)
+        state = build(tmp_path)
         files = FaultyFiles(fail_at=k)
         core = SessionCore.open(state, "s", files=files)
         with pytest.raises(OSError):
@@ -255,28 +234,6 @@ def test_an_io_error_at_every_step_leaves_the_owner_usable_and_the_batch_whole(
 
 # -- power loss: unsynced installs lost, the journal cut anywhere -----------------
 
-OPERATIONS: list[Callable[[SessionCore], Any]] = [
-    lambda c: c.append({"id": "u6", "content": "six", "predecessor": "a5"}),
-    lambda c: c.merge_node_metadata_batch({n: {MARK: "w-7"} for n in ("u0", "a1", "u6")}),
-    lambda c: c.append({"id": "a7", "role": "assistant", "content": "seven"}),
-    lambda c: c.rewind_to("u6"),
-    lambda c: c.set_head("a5"),
-]
-
-
-def _state_of(core: SessionCore) -> tuple[object, ...]:
-    return (core.head, [(n.id, n.metadata) for n in core.nodes()])
-
-
-def first_wins(records: list[list[JournalEntry]]) -> dict[str, bytes]:
-    """A planted fault: replay installs the first record naming a file, not the last."""
-    latest: dict[str, bytes] = {}
-    for entries in records:
-        for entry in entries:
-            latest.setdefault(entry.rel, entry.data)
-    return latest
-
-
 def test_power_loss_with_the_journal_cut_at_every_byte(tmp_path: Path) -> None:
     """The disk keeps only the journal's first L bytes and none of the unsynced installs.
 
@@ -287,15 +244,15 @@ def test_power_loss_with_the_journal_cut_at_every_byte(tmp_path: Path) -> None:
     through the bodies (every byte would take a minute); recovery skips the
     real flushes, which a simulated power loss does not need.
     """
-    state = _build(tmp_path)
-    before = _files(state)
+    state = build(tmp_path)
+    before = node_files(state)
     core = SessionCore.open(state, "s")
-    expected = [_state_of(core)]
+    expected = [state_of(core)]
     boundaries = [0]
     root = state / "sessions" / "s"
     for operation in OPERATIONS:
         operation(core)
-        expected.append(_state_of(core))
+        expected.append(state_of(core))
         boundaries.append((root / JOURNAL_NAME).stat().st_size)
     journal = (root / JOURNAL_NAME).read_bytes()
     assert core.statistics().journal_records == len(OPERATIONS)
@@ -309,7 +266,7 @@ def test_power_loss_with_the_journal_cut_at_every_byte(tmp_path: Path) -> None:
             (root / name).write_bytes(data)
         (root / JOURNAL_NAME).write_bytes(journal[:cut])
         complete = sum(1 for b in boundaries[1:] if b <= cut)
-        assert _state_of(_recover(state, NoSyncFiles())) == expected[complete], cut
+        assert state_of(_recover(state, NoSyncFiles())) == expected[complete], cut
 
 
 def test_the_power_loss_check_catches_a_replay_in_the_wrong_order(
@@ -327,7 +284,7 @@ def test_adopting_another_owners_records_crash_at_every_step(tmp_path: Path) -> 
     """Owner B adopts owner A's outstanding record, then appends; B dies at every step."""
 
     def scenario(files: DurableFiles) -> tuple[Path, bool]:
-        state = _build(tmp_path)
+        state = build(tmp_path)
         b = SessionCore.open(state, "s", files=files)
         a = SessionCore.open(state, "s")
         a.append({"id": "u6", "content": "from a", "predecessor": "a5"})  # outstanding
@@ -371,7 +328,7 @@ def test_a_bulk_checkpoint_crash_at_every_step(tmp_path: Path) -> None:
         core.retire_journals()
 
     def run(files: DurableFiles) -> None:
-        state = _build(tmp_path)
+        state = build(tmp_path)
         merged(state)
         retire(SessionCore.open(state, "s", files=files))
 
@@ -385,7 +342,7 @@ def test_a_bulk_checkpoint_crash_at_every_step(tmp_path: Path) -> None:
 def test_no_journal_is_truncated_while_a_file_it_names_is_unflushed(
     tmp_path: Path, merged: int,
 ) -> None:
-    state = _build(tmp_path)
+    state = build(tmp_path)
     files = FlushTracking()
     core = SessionCore.open(state, "s", files=files)
     core.merge_node_metadata_batch({n: {MARK: "w-1"} for n in

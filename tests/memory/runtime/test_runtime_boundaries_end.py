@@ -22,33 +22,16 @@ import pytest
 
 from memory._errors import BoundaryError
 from memory.ledger._ledger import WritePolicy
-from memory.ledger._records import MARKER_KEY
-from memory.runtime._runtime import RuntimeConfig, open_runtime
+from memory.runtime._runtime import open_runtime
 from memory.runtime._session_actor import BoundaryOutcome
 from store import (
     BrokenChainError,
     HeadFieldError,
     NodeNotFoundError,
-    SessionCore,
     SessionLockTimeoutError,
 )
 from tests.faults import FaultyWriter, RefusingFiles, hold_flock, let_go
-from tests.memory.runtime.test_runtime import tally
-from tests.memory.runtime.test_runtime_failures import virtual_config
-
-# Virtual seconds: far beyond anything the runtime does here, so reaching it is a hang.
-HANG = 3600.0
-
-
-def build(state: Path, sid: str, ids: list[str]) -> None:
-    core = SessionCore.create(state, sid, title=sid)
-    previous = "ROOT"
-    for index, node_id in enumerate(ids):
-        core.append({"id": node_id, "role": ["user", "assistant"][index % 2],
-                     "predecessor": previous,
-                     "content": f"I prefer tea number {index}. We decided to ship it."})
-        previous = node_id
-    core.close()  # checkpointed: the journal holds nothing a later open would replay
+from tests.memory._runtime import HANG, build_session, lock_config, marked, tally, virtual_config
 
 
 def node_file(state: Path, sid: str, node_id: str) -> Path:
@@ -75,14 +58,10 @@ def break_branch(state: Path, how: str) -> str:
     return "'nowhere'"
 
 
-def marked(state: Path, sid: str) -> set[str]:
-    return {n.id for n in SessionCore.open(state, sid).nodes() if MARKER_KEY in n.metadata}
-
-
 @pytest.fixture
 def state(tmp_path: Path) -> Path:
-    build(tmp_path, "bad", ["b1", "b2", "b3", "b4"])
-    build(tmp_path, "good", ["g1", "g2"])
+    build_session(tmp_path, "bad", ["b1", "b2", "b3", "b4"])
+    build_session(tmp_path, "good", ["g1", "g2"])
     return tmp_path
 
 
@@ -200,10 +179,6 @@ def stuck_holder(state: Path) -> Iterator[subprocess.Popen[str]]:
     holder.wait()
 
 
-def lock_config(**overrides: Any) -> RuntimeConfig:
-    return virtual_config(lock_timeout=5.0, **overrides)
-
-
 @pytest.mark.virtual_time(wait_for_threads=True)
 async def test_a_session_lock_held_by_a_stuck_process_ends_in_an_error_naming_it(
     state: Path, stuck_holder: subprocess.Popen[str]
@@ -234,8 +209,8 @@ async def test_the_commands_report_a_failed_job_with_its_reason_not_as_written(
     tmp_path: Path,
 ) -> None:
     from memory.runtime._headless import run_once, run_triggers
-    build(tmp_path, "bad", [f"b{i}" for i in range(4)])
-    build(tmp_path, "good", ["g1", "g2"])
+    build_session(tmp_path, "bad", [f"b{i}" for i in range(4)])
+    build_session(tmp_path, "good", ["g1", "g2"])
     async with open_runtime(tmp_path, FaultyWriter("raise", session="bad"),
                             config=virtual_config(policy=WritePolicy(threshold=8000),
                                                   session_idle=0.0)) as rt:
