@@ -13,7 +13,7 @@ is rendered by it. Figures from an emulated disk say "emulated".
 Each benchmark runs in its own process with ``--json``; one that is missing
 on this branch is listed as such, one that fails or times out is reported
 with its exit status and the end of its stderr, and the others still run.
-The ledger baselines (``bench/baselines/``) and ``scriptorium simulate``
+The ledger baselines (``memory/simulate/baselines/``) and ``scriptorium simulate``
 are package code with their own JSON: this script turns it into the same
 rows (their figures are one run each; the simulate ceiling is measured
 here, in rounds, right before each simulate run). The open-loop row runs
@@ -65,7 +65,7 @@ from _raw import RawDisk
 ROOT = Path(__file__).resolve().parent.parent
 BASELINES_CODE = """
 import json, sys
-from bench.baselines import render_baselines, run_baselines
+from memory.simulate.baselines import render_baselines, run_baselines
 sizes = tuple(int(s) for s in sys.argv[1].split(","))
 report = run_baselines(seed=1, sessions=int(sys.argv[2]), turns=int(sys.argv[3]),
                        scaling_sizes=sizes, repeat=int(sys.argv[4]))
@@ -107,7 +107,7 @@ _SCALING_PARTS = {
 
 
 def _baseline_rows(data: Any) -> list[Row]:
-    """``bench/baselines/``: the owed-cost scaling (a scaling baseline) and the four ledgers."""
+    """``memory/simulate/baselines/``: the owed-cost scaling (a scaling baseline) and the four ledgers."""
     scaling = data["owed_scaling"]
     small, large = str(min(scaling["sizes"])), str(max(scaling["sizes"]))
     bound = float(scaling.get("target_ratio", 1.5))
@@ -120,7 +120,7 @@ def _baseline_rows(data: Any) -> list[Row]:
             Summary.single(scaling["rows"][large][f"{key}_ms"]), "ms",
             Summary.single(scaling["rows"][small][f"{key}_ms"]), kind=SCALING,
             what=(f"the same, {int(small):,}-node session (best of interleaved samples, "
-                  "bench/baselines timing)"),
+                  "baselines timing)"),
             op="<=" if targeted else "", bound=bound))
     for name, ledger in data["ledgers"].items():
         counts = (ledger["omitted"], ledger["duplicated"], ledger["lost_keys"])
@@ -479,7 +479,7 @@ def _benches(python: str) -> list[Bench]:
         # Issue 15: the writer's and the commit's CPU work in-thread against in-process.
         Bench("writer CPU off the GIL", "bench/writer_cpu.py", script("writer_cpu"),
               ["--quick"], _harness_rows, timeout=1800.0),
-        Bench("baselines", "bench/baselines/__init__.py",
+        Bench("baselines", "memory/simulate/baselines/__init__.py",
               [python, "-c", BASELINES_CODE, "1000,10000,100000", "20", "60", "3"],
               [], _baseline_rows, notes=lambda data: data.get("markdown", "")),
         _simulate(python, "simulate, every fault on (trio)",

@@ -11,6 +11,8 @@ command); ``_errors`` is the package's one errors module.
 from memory._errors import ArchiveError as ArchiveError
 from memory._errors import ConcurrentUpdateError as ConcurrentUpdateError
 from memory._errors import IncompleteArchiveError as IncompleteArchiveError
+from memory._errors import RecallArgumentError as RecallArgumentError
+from memory._errors import RuntimeClosedError as RuntimeClosedError
 from memory._errors import ScriptoriumMemoryError as ScriptoriumMemoryError
 from memory._errors import TopicError as TopicError
 from memory._errors import TransactionError as TransactionError
@@ -47,6 +49,8 @@ __all__ = [
     "FailureKind",
     "IncompleteArchiveError",
     "MemoryRuntime",
+    "RecallArgumentError",
+    "RuntimeClosedError",
     "RuntimeConfig",
     "ScriptoriumMemoryError",
     "SourceMeta",

@@ -25,8 +25,10 @@
     │   ├── MissingAuthorityError               a turn stamped authority_schema lacks its authority (SPEC §6.1)
     │   └── InvalidThresholdError               a batch threshold that is no positive integer
     ├── BoundaryError                      a session boundary stopped on an error (``rt.flush``)
+    ├── RuntimeClosedError                 a MemoryRuntime used after its ``async with`` block ended
     └── RecallError                        a recall query that cannot be answered
-        └── EmptyQueryError                     a query with no word to search for
+        ├── EmptyQueryError                     a query with no word to search for
+        └── RecallArgumentError                 k, since, until, as_of or budget_tokens out of range
 
 Messages name the session, node or file (relative to the state directory)
 and say what to do next.
@@ -54,7 +56,9 @@ __all__ = [
     "LedgerError",
     "MissingAuthorityError",
     "NothingChangedError",
+    "RecallArgumentError",
     "RecallError",
+    "RuntimeClosedError",
     "ScriptoriumMemoryError",
     "SettingsError",
     "TopicError",
@@ -349,6 +353,22 @@ class BoundaryError(ScriptoriumMemoryError):
         super().__init__(reason)
 
 
+class RuntimeClosedError(ScriptoriumMemoryError, RuntimeError):
+    """*Your* code used a runtime whose ``async with open_runtime(...)`` block has ended.
+
+    Its actors, writer pool and index are gone, so nothing it would answer
+    can be trusted (trio's ``ClosedResourceError``, for a runtime). A
+    ``RuntimeError`` too: what a closed runtime raised before it had a name.
+    """
+
+    def __init__(self, state_dir: str, method: str) -> None:
+        self.state_dir, self.method = state_dir, method
+        super().__init__(
+            f"the memory runtime of {state_dir} was used ({method}) after its "
+            "'async with open_runtime(...)' block ended; use it inside the block, "
+            "or open the runtime again")
+
+
 # -- recall ------------------------------------------------------------------------
 
 
@@ -358,6 +378,18 @@ class RecallError(ScriptoriumMemoryError, ValueError):
 
 class EmptyQueryError(RecallError):
     """The query holds no word to search for."""
+
+
+class RecallArgumentError(RecallError):
+    """An argument of ``rt.recall`` / ``rt.context`` that asks for nothing (``k=0``, ``since=nan``).
+
+    Answering such a call with nothing would look like "memory holds no
+    match"; it is the caller's mistake, so it is named instead.
+    """
+
+    def __init__(self, argument: str, value: object, expected: str) -> None:
+        self.argument, self.value = argument, value
+        super().__init__(f"{argument}={value!r} cannot be used: {argument} must be {expected}")
 
 
 def describe_error(error: BaseException) -> str:

@@ -6,6 +6,8 @@ Layout: ``_durable`` is the one seam for durable writes; ``_ids``, ``_node``,
 and ``_lock`` the batch journal and the cross-process lock; ``_session`` the
 synchronous core one session actor owns, ``_session_journal`` its side of
 the journal; ``_sessions`` lists the sessions of a state directory.
+``store.lowlevel`` re-exports the walks and formats for code that models a
+session without its actor.
 """
 
 from ._actor import Append as Append

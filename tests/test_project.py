@@ -103,8 +103,10 @@ def test_memory_folders_import_one_way(layer: str) -> None:
                 f"import only memory._errors and memory/{{{','.join(sorted(allowed - {'_errors'}))}}}")
 
 
-# Modules that only re-export: every __init__, and actors.lowlevel (the runner's surface).
-INITS = (*PACKAGES, *(f"memory.{layer}" for layer in MEMORY_LAYERS), "actors.lowlevel")
+# Modules that only re-export: every __init__, actors.lowlevel (the runner's surface) and
+# store.lowlevel (the store's walks and formats).
+INITS = (*PACKAGES, *(f"memory.{layer}" for layer in MEMORY_LAYERS), "actors.lowlevel",
+         "store.lowlevel")
 
 
 @pytest.mark.parametrize("package", INITS)
@@ -236,6 +238,7 @@ def test_benchmarks_measure_the_store_from_outside() -> None:
 # Test files exempt from the naming rule below, each with the reason.
 TEST_NAMING_EXEMPT = {
     "tests/test_project.py": "the project's promises about itself: layout, lint, types, wheel",
+    "tests/test_readme.py": "every ```python block of README.md and docs/*.md runs as written",
 }
 
 

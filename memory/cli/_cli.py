@@ -126,7 +126,20 @@ def creating_state_options(command: F) -> F:
 
 
 def emit_json(document: object) -> None:
-    sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+    """``document`` on stdout, every byte of it, or ``BrokenPipeError`` (exit 141).
+
+    One big write to a pipe whose reader has gone (``| head -c 100``) is cut
+    short, and ``BufferedWriter.write`` returns the short count without an
+    error: the rest was dropped and the command exited 0. So the bytes are
+    written until none is left; the write after a short one meets the
+    closed pipe.
+    """
+    data = memoryview(orjson.dumps(document, option=orjson.OPT_INDENT_2) + b"\n")
+    sys.stdout.flush()  # what click.echo wrote before goes first
+    out = sys.stdout.buffer
+    while data:
+        data = data[out.write(data):]
+    out.flush()
 
 
 def runtime_options(command: F) -> F:
@@ -754,7 +767,13 @@ def _recall_target(sid: str | None, tip: str | None, query: str) -> None:
 @state_options
 def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_pending: bool,
                   state_dir: str, as_json: bool) -> None:
-    """The best units of memory for QUERY: topic paragraphs and archived turns."""
+    """The best units of memory for QUERY: topic paragraphs and archived turns.
+
+    Each line starts with the hit's score relative to the best hit (1.000):
+    a raw score (BM25 times the ranking rules, ``"score"`` in --json) only
+    compares hits of one query, and on a small memory it is near zero for
+    every hit (BM25 gives little weight to a word most units hold).
+    """
     _recall_target(sid, tip, query)
 
     async def body(rt: MemoryRuntime) -> list[Hit]:
@@ -762,21 +781,27 @@ def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_
                                include_pending=include_pending)
 
     hits = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
+    best = max((hit.score for hit in hits), default=0.0)
+
+    def relative(hit: Hit) -> float:
+        return hit.score / best if best > 0 else 0.0
+
     if as_json:
-        emit_json([hit.as_json() for hit in hits])
+        emit_json([{**hit.as_json(), "relative": round(relative(hit), 6)} for hit in hits])
         return
     for hit in hits:
         where = (f"{hit.file} ^{hit.block_id}" if hit.kind == "topic"
                  else f"{hit.session}/{hit.node_id} {hit.speaker}"
                  + (" (pending)" if hit.trust != "trusted" else ""))
-        click.echo(f"{hit.score:8.3f}  [{hit.time}] {where}: {' '.join(hit.text.split())[:200]}")
+        click.echo(f"{relative(hit):5.3f}  [{hit.time}] {where}: "
+                   f"{' '.join(hit.text.split())[:200]}")
     if not hits:
         click.echo("no match")
 
 
 @memory.command("context")
 @click.argument("query")
-@click.option("--budget", type=click.IntRange(0, 1_000_000), default=500, show_default=True,
+@click.option("--budget", type=click.IntRange(1, 1_000_000), default=500, show_default=True,
               help="Most tokens the block may take (the ledger's counter).")
 @click.option("--session", "sid", default=None, help="Rank this session's branch first.")
 @click.option("--tip", default=None, help="The branch's tip (default: the head).")

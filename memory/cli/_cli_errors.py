@@ -197,6 +197,8 @@ class ReportingGroup(click.Group):
                 sys.stdout.flush()
         except BrokenPipeError:
             _quiet_broken_pipe(ctx)
+        except click.NoSuchOption as exc:
+            raise _hint_double_dash(exc) from None
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:  # noqa: BLE001 - every other error becomes one line
@@ -205,6 +207,22 @@ class ReportingGroup(click.Group):
             message, code = describe(exc, ctx.meta.get(_STATE))
             click.echo(f"Error: {message}", err=True)
             ctx.exit(code)
+
+
+def _hint_double_dash(exc: click.NoSuchOption) -> click.NoSuchOption:
+    """The parser's error, plus how to name an argument it took for an option.
+
+    SPEC §4's id rule allows a leading ``-`` (an id made elsewhere may have
+    one), so such a session stays nameable: after ``--``, as for any tool.
+    """
+    command = exc.ctx.command if exc.ctx is not None else None
+    arguments = [p for p in command.params if isinstance(p, click.Argument)] if command else []
+    if exc.ctx is None or not arguments:
+        return exc
+    names = [argument.human_readable_name for argument in arguments]
+    hint = (f" A {' or '.join(names)} starting with '-' goes after '--': "
+            f"{exc.ctx.command_path} [OPTIONS] -- {' '.join(names)}")
+    return click.NoSuchOption(exc.option_name, exc.message + hint, exc.possibilities, exc.ctx)
 
 
 def _quiet_broken_pipe(ctx: click.Context) -> None:

@@ -2,7 +2,8 @@
 
 Layout (see docs/architecture.md): ``_embedding`` (the optional
 embedding backend's protocol and RRF fusion; pure), ``_query`` (query words, the FTS5
-expression, time expressions; pure), ``_units`` (topic paragraphs and
+expression, time expressions; pure), ``_arguments`` (the arguments a caller
+can get wrong; pure), ``_units`` (topic paragraphs and
 archived turns cut from the files; pure), ``_rank`` (the ranking rules,
 fusion, packing within a token budget; pure), ``_index`` (the SQLite index
 and its incremental sync), ``_recall`` (:class:`Recall`: the index off the

@@ -104,7 +104,7 @@ class Hit:
 
     def as_json(self) -> dict[str, object]:
         document: dict[str, object] = {
-            "kind": self.kind, "text": self.text, "score": round(self.score, 6),
+            "kind": self.kind, "text": self.text, "score": float(f"{self.score:.6g}"),  # 6 digits: tiny on a small memory
             "time": self.time, "when": self.when, "file": self.file,
         }
         if self.kind == "topic":

@@ -27,6 +27,7 @@ import anyio
 
 from memory._errors import WorkspaceLockTimeoutError
 from memory.ledger import TokenCounter, default_counter
+from memory.recall._arguments import check_context_arguments, check_recall_arguments
 from memory.recall._embedding import Embedder, fuse_rrf
 from memory.recall._index import RecallIndex, SyncReport
 from memory.recall._query import ParsedQuery, fts_expression, parse_query
@@ -251,6 +252,7 @@ class Recall:
         self, query: str, *, k: int = 8, view: BranchView | None = None,
         since: TimeBound = None, until: TimeBound = None, include_pending: bool = False,
     ) -> list[Hit]:
+        check_recall_arguments(k, since, until)
         return await anyio.to_thread.run_sync(lambda: self.recall_blocking(
             query, k=k, view=view, since=since, until=until, include_pending=include_pending))
 
@@ -258,6 +260,7 @@ class Recall:
         self, query: str, *, budget_tokens: int = 500, view: BranchView | None = None,
         as_of: TimeBound = None,
     ) -> Context:
+        check_context_arguments(budget_tokens, as_of)
         return await anyio.to_thread.run_sync(lambda: self.context_blocking(
             query, budget_tokens=budget_tokens, view=view, as_of=as_of))
 

@@ -45,6 +45,7 @@ them and appends the rest: :class:`ImportInterruptedError` says so.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import math
 import os
@@ -223,10 +224,12 @@ def _line_turn(record: Mapping[str, Any], now: float) -> tuple[str, str, float |
 def parse_import_lines(data: bytes, file: str, *, now: float) -> list[ImportLine]:
     """Every line of ``data`` checked as a turn, ids and predecessors settled within the file.
 
-    Blank lines are skipped; line numbers count every line. Raises
-    :class:`ImportLineError` for the first bad line; predecessors naming
-    turns outside the file are checked by :func:`plan_import`.
+    Blank lines are skipped; line numbers count every line. A leading UTF-8
+    byte order mark (what Windows editors and Excel write) is not part of
+    the first line. Raises :class:`ImportLineError` for the first bad line;
+    predecessors naming turns outside the file are checked by :func:`plan_import`.
     """
+    data = data.removeprefix(codecs.BOM_UTF8)
     lines: list[ImportLine] = []
     seen: dict[str, int] = {}
     previous: str | None = None

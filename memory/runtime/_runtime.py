@@ -35,7 +35,7 @@ import anyio
 import anyio.from_thread
 
 from actors import ActorError, ActorRef, MailboxOptions, Request, open_actor
-from memory._errors import BoundaryError, RecallError, describe_error
+from memory._errors import BoundaryError, RecallError, RuntimeClosedError, describe_error
 from memory.ledger._records import MARKER_KEY, SourceRecord
 from memory.maintenance._backfill import BackfillReport, backfill
 from memory.maintenance._migrate import MigrationReport, Progress, migrate
@@ -170,6 +170,14 @@ class MemoryRuntime:
         # Set by open_runtime once the tree is up; stable across restarts (refs point at cells).
         self.workspace_ref: ActorRef
         self.watchdog_ref: ActorRef
+        # Set when open_runtime's block ends: every public method then raises
+        # RuntimeClosedError (statistics() stays readable: counters of a finished run).
+        self.closed = False
+
+    def ensure_open(self, method: str) -> None:
+        """Raise :class:`RuntimeClosedError` naming ``method`` once the runtime's block ended."""
+        if self.closed:
+            raise RuntimeClosedError(self.state_dir, method)
 
     def _event_from_thread(self, event: str, **fields: Any) -> None:
         """An event of a worker thread (the CPU worker's), emitted on the event loop's thread."""
@@ -357,6 +365,7 @@ class MemoryRuntime:
 
     async def migrate(self, progress: Progress | None = None) -> MigrationReport:
         """SPEC §6.7: position cursors in runtime.json become markers (no-op without cursors)."""
+        self.ensure_open("rt.migrate")
         workspace = self.workspace_ref
 
         async def read_state() -> RuntimeState:
@@ -379,6 +388,7 @@ class MemoryRuntime:
 
     async def backfill(self, progress: Progress | None = None) -> BackfillReport:
         """SPEC §6.8: write every trusted archived source no topic cites yet (markers ignored)."""
+        self.ensure_open("rt.backfill")
         workspace = self.workspace_ref
         cited: frozenset[str] = await workspace.call(CitedSources())
 
@@ -395,6 +405,7 @@ class MemoryRuntime:
 
     async def pending(self, session: str, tip: str | None = None) -> list[SourceRecord]:
         """The owed records of a branch (default: the head branch), oldest first."""
+        self.ensure_open("rt.pending")
         owed: list[SourceRecord] = await self.session_ref(session).call(
             Pending(tip), timeout=self.config.call_timeout)
         return owed
@@ -406,6 +417,7 @@ class MemoryRuntime:
         ``cause``) when the boundary stopped on an error rather than an
         outcome; :meth:`boundary` returns that as a report instead.
         """
+        self.ensure_open("rt.flush")
         report = await self.boundary(session)
         if report.outcome is BoundaryOutcome.ERROR:
             raise BoundaryError(session, report.reason, report.cause) from report.cause
@@ -420,6 +432,7 @@ class MemoryRuntime:
         naming the session and the node or file (docs/decisions.md,
         "Session boundaries").
         """
+        self.ensure_open("rt.boundary")
         try:
             result: BoundaryResult = await self.session_ref(session).call(
                 Flush(), timeout=self.config.call_timeout)
@@ -430,12 +443,14 @@ class MemoryRuntime:
 
     async def still_owed(self, session: str, *, boundary: bool) -> list[tuple[str, list[str]]]:
         """Per tip the rules cover (see :class:`StillOwed`), the node ids not marked yet."""
+        self.ensure_open("rt.still_owed")
         owed: list[tuple[str, list[str]]] = await self.session_ref(session).call(
             StillOwed(boundary), timeout=self.config.call_timeout)
         return owed
 
     async def drain(self) -> None:
         """Wait until no write job is in flight."""
+        self.ensure_open("rt.drain")
         await self.jobs.drain()
 
     async def repair_markers(self, session: str) -> list[str]:
@@ -444,16 +459,19 @@ class MemoryRuntime:
         The same repair a session actor runs when it activates and when the
         idle watchdog's scan sees its files change; it writes no memory.
         """
+        self.ensure_open("rt.repair_markers")
         marked: list[str] = await self.session_ref(session).call(
             RepairMarkers(raise_errors=True, reload=True), timeout=self.config.call_timeout)
         return marked
 
     async def poll_idle(self) -> int:
         """Run the idle watchdog's disk scan now; returns how many sessions it asked."""
+        self.ensure_open("rt.poll_idle")
         found: int = await self.watchdog_ref.call(PollNow())
         return found
 
     async def release(self, session: str | None = None) -> list[QuarantineEntry]:
+        self.ensure_open("rt.release")
         released: list[QuarantineEntry] = await self.workspace_ref.call(
             ReleaseQuarantine(session))
         gone = {(e.session, e.node_ids) for e in released}
@@ -471,6 +489,7 @@ class MemoryRuntime:
         since: TimeBound = None, until: TimeBound = None, include_pending: bool = False,
     ) -> list[Hit]:
         """The ``k`` best units for ``query``; with ``session`` (and ``tip``), branch-aware."""
+        self.ensure_open("rt.recall")
         view = await self._branch_view(session, tip)
         return await self.recall_index.recall(query, k=k, view=view, since=since, until=until,
                                               include_pending=include_pending)
@@ -480,12 +499,14 @@ class MemoryRuntime:
         tip: str | None = None, as_of: TimeBound = None,
     ) -> Context:
         """A prompt block of at most ``budget_tokens`` (the config's counter) for ``query``."""
+        self.ensure_open("rt.context")
         view = await self._branch_view(session, tip)
         return await self.recall_index.context(query, budget_tokens=budget_tokens, view=view,
                                                as_of=as_of)
 
     async def reindex(self) -> SyncReport:
         """Rebuild the recall index from the files."""
+        self.ensure_open("rt.reindex")
         return await self.recall_index.reindex()
 
     async def _branch_view(self, session: str | None, tip: str | None) -> BranchView | None:
@@ -522,11 +543,13 @@ class Sessions:
 
     async def create(self, title: str = "", session_id: str | None = None) -> str:
         rt = self._rt
+        rt.ensure_open("rt.sessions.create")
         core = await run_durable(lambda: SessionCore.create(
             rt.state_dir, session_id, title=title, files=rt.config.files, clock=rt.config.clock))
         return core.session
 
     async def _call(self, session: str, message: Request[R]) -> R:
+        self._rt.ensure_open(f"rt.sessions, {type(message).__name__}")
         return await self._rt.session_ref(session).call(message, timeout=self._rt.config.call_timeout)
 
     async def append(self, session: str, message: Mapping[str, Any], *,
@@ -611,6 +634,8 @@ async def open_runtime(
                     yield runtime
                 except BaseException as exc:  # noqa: BLE001 - re-raised below, not in a group
                     body_error = exc
+                finally:
+                    runtime.closed = True  # before the tree stops: RuntimeClosedError from here
             if body_error is not None:
                 raise body_error
     finally:

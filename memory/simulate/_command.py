@@ -10,21 +10,18 @@ arrivals came late, and the latencies at that rate. Any FAIL exits non-zero. Wit
 ``--json`` exactly one JSON object goes to stdout and progress stays on
 stderr.
 
-``--compare`` hands the same workload to the baselines of issue 6. They are
-benchmark code, not installed: they are loaded from ``bench/baselines/`` of
-the source checkout this package runs from (:data:`BASELINES`, one explicit
-path), and without it the command stops at once with a one-line error.
+``--compare`` hands the same workload to the baselines of issue 6
+(:mod:`memory.simulate.baselines`, installed with the package).
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import math
 import os
 import sys
 import tempfile
 import warnings
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -177,37 +174,15 @@ class _Status:
         sys.stderr.flush()
 
 
-# memory/simulate/_command.py -> the checkout's root -> bench/baselines/
-BASELINES = Path(__file__).resolve().parents[2] / "bench" / "baselines"
-
-
 class EndpointUnreachable(click.ClickException):
     """``--writer model`` with nothing listening at ``--base-url``: one line, the usage code."""
 
     exit_code = 2
 
 
-class BaselinesMissingError(click.ClickException):
-    """``--compare`` outside a source checkout: a usage error, said in one line."""
-
-    exit_code = 2
-
-
-def load_baselines(folder: Path | None = None) -> ModuleType:
-    """The baselines package at ``folder`` (default :data:`BASELINES`), or :class:`BaselinesMissingError`."""
-    folder = BASELINES if folder is None else folder
-    init = folder / "__init__.py"
-    if not init.is_file():
-        raise BaselinesMissingError(
-            f"--compare runs the baselines in {folder}, which only a source checkout has "
-            "(they are benchmark code, not installed); run from a checkout or drop --compare")
-    spec = importlib.util.spec_from_file_location(
-        "scriptorium_baselines", init, submodule_search_locations=[str(folder)])
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up while building
-    spec.loader.exec_module(module)
-    return module
+def load_baselines() -> ModuleType:
+    """The baselines package, imported only when ``--compare`` asks for it."""
+    return importlib.import_module("memory.simulate.baselines")
 
 
 def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, str]:
@@ -230,7 +205,7 @@ def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, s
               default=None, callback=lambda _ctx, _param, value: (
                   state_path(value) if value is not None else None),
               help="Keep the simulated state here (default: a temporary dir).")
-@click.option("--compare", is_flag=True, help="Also run the baselines on the same workload (bench/baselines/: a source checkout only).")
+@click.option("--compare", is_flag=True, help="Also run the ledger baselines on the same workload.")
 @click.option("--threshold", type=int, default=8000, show_default=True,
               help="Owed tokens that trigger a write (the reference accepts 8000/16000/32000).")
 @click.option("--idle-after", type=float, default=None,

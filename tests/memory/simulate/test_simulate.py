@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+import types
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -261,45 +262,21 @@ def test_the_command_refuses_an_unknown_fault() -> None:
     assert "unknown fault" in outcome.output
 
 
-def test_compare_hands_the_workload_to_the_baselines(monkeypatch: pytest.MonkeyPatch,
-                                                     tmp_path: Path) -> None:
-    folder = tmp_path / "baselines"
-    folder.mkdir()
-    (folder / "_seen.py").write_text("SEEN: dict[str, int] = {}\n")
-    (folder / "__init__.py").write_text(
-        "from ._seen import SEEN\n"
-        "def run_baselines(*, seed, sessions, turns):\n"
-        "    SEEN.update(seed=seed, sessions=sessions, turns=turns)\n"
-        "    return {'omitted': 0, 'seen': dict(SEEN)}\n"
-        "def render_baselines(report):\n"
-        "    return 'the tables'\n")
-    monkeypatch.setattr(simulate_command, "BASELINES", folder)
+def test_compare_hands_the_workload_to_the_baselines(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, int] = {}
+
+    def run_baselines(*, seed: int, sessions: int, turns: int) -> dict[str, object]:
+        seen.update(seed=seed, sessions=sessions, turns=turns)
+        return {"omitted": 0, "seen": dict(seen)}
+
+    fake = types.SimpleNamespace(run_baselines=run_baselines,
+                                 render_baselines=lambda report: "the tables")
+    monkeypatch.setattr(simulate_command, "load_baselines", lambda: fake)
     outcome = CliRunner().invoke(main, ["simulate", "--sessions", "2", "--turns", "3",
                                         "--seed", "4", "--compare", "--json"])
     assert outcome.exit_code == 0, outcome.output
     assert orjson.loads(outcome.stdout)["compare"] == {
         "omitted": 0, "seen": {"seed": 4, "sessions": 2, "turns": 3}}
-
-
-def test_compare_outside_a_checkout_stops_in_one_line(monkeypatch: pytest.MonkeyPatch,
-                                                      tmp_path: Path) -> None:
-    """An installed package has no bench/: said at once, before a run that may take minutes."""
-    monkeypatch.setattr(simulate_command, "BASELINES", tmp_path / "bench" / "baselines")
-    ran: list[object] = []
-    monkeypatch.setattr(simulate_command, "run_simulation", lambda *args: ran.append(args))
-    outcome = CliRunner().invoke(main, ["simulate", "--compare"])
-    assert outcome.exit_code == 2
-    assert outcome.stderr.strip().splitlines() == [
-        (f"Error: --compare runs the baselines in {tmp_path / 'bench' / 'baselines'}, which only "
-         "a source checkout has (they are benchmark code, not installed); run from a checkout "
-         "or drop --compare")]
-    assert ran == []
-
-
-def test_the_checkout_s_baselines_load_from_their_one_path() -> None:
-    assert simulate_command.BASELINES == Path(__file__).resolve().parents[3] / "bench" / "baselines"
-    baselines = simulate_command.load_baselines()
-    assert callable(baselines.run_baselines) and callable(baselines.render_baselines)
 
 
 async def test_a_head_branch_of_pure_chatter_is_written_eventually(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """The ledger baselines of ``scriptorium simulate --compare`` and ``bench/run.py`` (issue 6).
 
-Benchmark code, not part of the installed package: ``--compare`` loads this
-folder from a source checkout (``memory/simulate/_command.py``, ``BASELINES``).
+Installed with the package, so ``--compare`` works after ``pip install``
+(it imports them when asked: ``memory/simulate/_command.py``); ``bench/run.py``
+and ``tests/bench`` import them from here.
 Layout: ``_workload`` the seeded forking workload; ``_ledgers`` the four
 ledgers; ``_race`` the lost-marker race on real files; ``_scaling`` the
 owed-cost scaling; ``_report`` runs them all and renders the tables.

@@ -2,7 +2,7 @@
 
 The design doc's layer 3 claims the marker read costs "a few steps back from
 the tip" while an external set costs "the whole list". That holds for the
-walk itself (:func:`~memory.ledger._ledger.unwritten_turns` scans back from the
+walk itself (:func:`~memory.ledger.unwritten_turns` scans back from the
 end), but applying the rule to a whole branch first builds it
 (``get_branch``: every node from the root, each turned into a message dict)
 and filters every message into records, and both are O(session). So on a
@@ -11,7 +11,7 @@ session, not the backlog, and the measurement says so.
 
 The cure, which the runtime uses (``MemorySessionActor.owed``), walks back
 from the tip (``SessionCore.nodes_back``) and applies the rule to the walk
-(``memory.ledger._ledger.NodeRecords.owed``), turning only the visited nodes into
+(``memory.ledger.NodeRecords.owed``), turning only the visited nodes into
 records and stopping at the first record carrying this
 workspace's marker; :func:`owed_from_tip` and :func:`owed_from_core` measure
 it. Its answer is exactly the
@@ -32,16 +32,17 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from memory.ledger._ledger import NodeRecords, records_from_branch, unwritten_turns
-from memory.ledger._records import MARKER_KEY, SourceRecord
-from memory.ledger._tokens import TokenCounter, estimate_tokens
-from store._durable import DurableFiles
-from store._format import encode_meta, encode_node, node_filename
-from store._index import SessionIndex
-from store._message import node_to_message
-from store._node import ROOT, Node
-from store._session import SessionCore
-from store._walk import branch, visible_back_from
+from memory.ledger import (
+    MARKER_KEY,
+    NodeRecords,
+    SourceRecord,
+    TokenCounter,
+    estimate_tokens,
+    records_from_branch,
+    unwritten_turns,
+)
+from store import DurableFiles, Node, SessionCore, encode_node, node_to_message
+from store.lowlevel import ROOT, SessionIndex, branch, encode_meta, node_filename, visible_back_from
 
 __all__ = [
     "DEFAULT_SIZES",

@@ -2,7 +2,7 @@
 
 SPEC §1 names the design doc's one unsolved weakness: node files are
 unlocked, so a marker merged while another component rewrites the same node
-is lost wholesale. The model in :mod:`bench.baselines._ledgers` counts the
+is lost wholesale. The model in :mod:`memory.simulate.baselines._ledgers` counts the
 consequences over a whole workload; this shows the race itself on disk.
 
 Two components patch the same node files: memory sets its marker, the host
@@ -22,10 +22,9 @@ import os
 import random
 from typing import Any
 
-from memory.ledger._records import MARKER_KEY
-from store._durable import DurableFiles
-from store._format import decode_node, encode_node, node_filename
-from store._session import SessionCore
+from memory.ledger import MARKER_KEY
+from store import DurableFiles, SessionCore, decode_node, encode_node
+from store.lowlevel import node_filename
 
 from ._ledgers import STAMP_KEY
 

@@ -10,9 +10,9 @@ reply, re-asks from an earlier message, rewinds; plus tool calls and
 runtime turns, which occupy rows of an unrolled branch without being
 records (the very thing that made the cursor's ordinals lie).
 
-The DAG is a :class:`~store._index.SessionIndex` walked by the store's own
-rules (:func:`~store._walk.branch`, :func:`~store._walk.list_tips`,
-:func:`~store._walk.rewind_ids`), so a baseline sees exactly the branches the
+The DAG is a :class:`~store.lowlevel.SessionIndex` walked by the store's own
+rules (:func:`~store.lowlevel.branch`, :func:`~store.lowlevel.list_tips`,
+:func:`~store.lowlevel.rewind_ids`), so a baseline sees exactly the branches the
 runtime would; only the files are left out, which keeps a comparison of
 thousands of turns in memory and fast.
 """
@@ -24,12 +24,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory.ledger._ledger import records_from_branch
-from memory.ledger._records import SourceRecord
-from store._index import SessionIndex
-from store._message import node_to_message
-from store._node import ROOT, Node
-from store._walk import branch, list_tips, rewind_ids
+from memory.ledger import SourceRecord, records_from_branch
+from store import Node, node_to_message
+from store.lowlevel import ROOT, SessionIndex, branch, list_tips, rewind_ids
 
 __all__ = ["Op", "SessionModel", "Workload", "generate_workload"]
 

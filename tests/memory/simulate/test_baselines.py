@@ -18,17 +18,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench.baselines._ledgers import CursorLedger, Ledger, MarkerLedger, NaiveMarkerLedger
-from bench.baselines._report import LEDGERS, compare_ledgers, render_baselines, run_baselines
-from bench.baselines._scaling import (
+from memory.ledger._ledger import records_from_branch, unwritten_turns
+from memory.ledger._records import MARKER_KEY, SourceRecord
+from memory.simulate.baselines._ledgers import CursorLedger, Ledger, MarkerLedger, NaiveMarkerLedger
+from memory.simulate.baselines._report import (
+    LEDGERS,
+    compare_ledgers,
+    render_baselines,
+    run_baselines,
+)
+from memory.simulate.baselines._scaling import (
     linear_session,
     measure_owed_scaling,
     owed_from_core,
     owed_from_tip,
 )
-from bench.baselines._workload import Op, SessionModel, generate_workload
-from memory.ledger._ledger import records_from_branch, unwritten_turns
-from memory.ledger._records import MARKER_KEY, SourceRecord
+from memory.simulate.baselines._workload import Op, SessionModel, generate_workload
 from store._errors import BrokenChainError
 from store._index import SessionIndex
 from store._message import node_to_message

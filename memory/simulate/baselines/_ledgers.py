@@ -32,8 +32,7 @@ import random
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from memory.ledger._ledger import records_from_branch, unwritten_turns
-from memory.ledger._records import MARKER_KEY, SourceRecord
+from memory.ledger import MARKER_KEY, SourceRecord, records_from_branch, unwritten_turns
 
 from ._workload import SessionModel
 

@@ -7,14 +7,14 @@ what the backlog costs, not what the session costs. This module measures
 all three on one seeded workload instead of asserting them:
 
 * :func:`run_baselines` replays the workload of
-  :mod:`bench.baselines._workload` into each ledger of
-  :mod:`bench.baselines._ledgers`, writing a branch's owed turns in batches
+  :mod:`memory.simulate.baselines._workload` into each ledger of
+  :mod:`memory.simulate.baselines._ledgers`, writing a branch's owed turns in batches
   after every turn (head branch) and at each session's end (every live tip,
   head first, until nothing is owed or a pass makes no progress), and
   counts, against the turns of every live branch at the end: omitted turns
   (never delivered), duplicated deliveries, lost metadata keys. It adds the
-  race on real files (:mod:`bench.baselines._race`) and the owed-cost
-  scaling (:mod:`bench.baselines._scaling`).
+  race on real files (:mod:`memory.simulate.baselines._race`) and the owed-cost
+  scaling (:mod:`memory.simulate.baselines._scaling`).
 * :func:`render_baselines` prints that report as Markdown tables.
 
 The report is plain JSON data; ``scriptorium simulate --compare`` and
@@ -169,7 +169,7 @@ def run_baselines(
     ``backlog``-turn backlog, best of ``repeat`` samples; with ``on_disk``
     they are also written under ``state_dir`` as node files, to measure
     ``SessionCore.get_branch`` and
-    :func:`~bench.baselines._scaling.owed_from_core` on a real core.
+    :func:`~memory.simulate.baselines._scaling.owed_from_core` on a real core.
     Cost on this 2-core machine: about 0.2 s per 100-step session, plus
     about 40 s for the default sizes and 20-60 s more on disk (writing and
     cold-loading 100k node files), depending on load.
