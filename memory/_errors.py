@@ -26,9 +26,10 @@
     │   └── InvalidThresholdError               a batch threshold that is no positive integer
     ├── BoundaryError                      a session boundary stopped on an error (``rt.flush``)
     ├── RuntimeClosedError                 a MemoryRuntime used after its ``async with`` block ended
-    └── RecallError                        a recall query that cannot be answered
-        ├── EmptyQueryError                     a query with no word to search for
-        └── RecallArgumentError                 k, since, until, as_of or budget_tokens out of range
+    ├── RecallError                        a recall query that cannot be answered
+    │   ├── EmptyQueryError                     a query with no word to search for
+    │   └── RecallArgumentError                 k, since, until, as_of or budget_tokens out of range
+    └── RecallIndexError                   SQLite failed on the recall index file (a full disk)
 
 Messages name the session, node or file (relative to the state directory)
 and say what to do next.
@@ -390,6 +391,21 @@ class RecallArgumentError(RecallError):
     def __init__(self, argument: str, value: object, expected: str) -> None:
         self.argument, self.value = argument, value
         super().__init__(f"{argument}={value!r} cannot be used: {argument} must be {expected}")
+
+
+class RecallIndexError(ScriptoriumMemoryError):
+    """SQLite failed on the recall index file (a full disk, damage); the original is ``__cause__``.
+
+    The index is derived data (memory.recall._index): nothing of memory is
+    lost, but the query was not answered.
+    """
+
+    def __init__(self, path: str, cause: Exception) -> None:
+        self.path = path
+        full = "full" in str(cause)  # SQLITE_FULL: "database or disk is full"
+        advice = ("free disk space, then run the command again" if full else
+                  "run 'scriptorium memory reindex' to make it again from memory's files")
+        super().__init__(f"{path}: {cause} (the recall index); {advice}")
 
 
 def describe_error(error: BaseException) -> str:

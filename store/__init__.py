@@ -22,6 +22,8 @@ from ._actor import SessionActor as SessionActor
 from ._actor import SetHead as SetHead
 from ._actor import SpawnBranch as SpawnBranch
 from ._actor import TipMoved as TipMoved
+from ._damage import DamagedLog as DamagedLog
+from ._damaged_logs import find_damaged_logs as find_damaged_logs
 from ._durable import DIR_MODE as DIR_MODE
 from ._durable import FILE_MODE as FILE_MODE
 from ._durable import TEMP_SUFFIX as TEMP_SUFFIX
@@ -74,6 +76,8 @@ from ._session import AppendedTurn as AppendedTurn
 from ._session import SessionCore as SessionCore
 from ._session import SessionStatistics as SessionStatistics
 from ._session import recover_dead_runtimes as recover_dead_runtimes
+from ._session_view import read_session_as_found as read_session_as_found
+from ._session_view import unreplayed as unreplayed
 from ._sessions import list_sessions as list_sessions
 from ._sessions import missing_meta as missing_meta
 from ._sessions import state_path as state_path
@@ -93,6 +97,7 @@ __all__ = [
     "BrokenChainError",
     "ChainCycleError",
     "CorruptFileError",
+    "DamagedLog",
     "DuplicateNodeError",
     "DurableFiles",
     "FileStamp",
@@ -133,16 +138,19 @@ __all__ = [
     "decode_node",
     "encode_node",
     "file_stamp",
+    "find_damaged_logs",
     "list_sessions",
     "message_to_node",
     "missing_meta",
     "node_to_message",
     "parse_filename",
     "predecessor_cycles",
+    "read_session_as_found",
     "recover_dead_runtimes",
     "refuse_file_link",
     "run_durable",
     "state_path",
+    "unreplayed",
     "validate_id",
     "walk_files",
 ]

@@ -424,6 +424,18 @@ class DurableFiles:
                 continue
             self.fsync_dir(os.path.dirname(directory))
 
+    def install_dir(self, staged: str, final: str) -> None:
+        """Make the directory ``staged`` (its contents synced) appear at ``final`` at once, durably.
+
+        One rename: a crash leaves all of it or none of it at ``final``. Fails
+        (EEXIST or ENOTEMPTY) when ``final`` holds anything; an empty
+        directory there (a half-made one a crash left) is replaced.
+        """
+        with _naming(final):
+            self._step("rename", final)
+            os.rename(staged, final)
+        self.fsync_dir(os.path.dirname(final))
+
     def create_exclusive(self, path: str, data: bytes) -> bool:
         """Create ``path`` with ``data`` only if it does not exist yet; True if this call made it.
 

@@ -2,7 +2,8 @@
 
 Layout (see docs/architecture.md): ``_cli`` the commands; ``_cli_errors``
 one-line errors and exit codes; ``_session_view`` the session tree view;
-``_import_command`` ``scriptorium import`` (registered here: it builds on ``_cli``).
+``_import_command`` ``scriptorium import`` (registered here: it builds on ``_cli``);
+``_progress`` the long commands' progress on stderr, ``_progress_rows`` its rows (rich).
 """
 
 from memory.cli._cli import main as main

@@ -7,7 +7,8 @@ stderr as one line naming the session, node or file, with the exit codes of
 ``memory.cli._cli_errors`` (the traceback only with ``scriptorium --debug``).
 
 click is the framework (see docs/decisions.md): it parses, documents and
-tests commands, and draws the progress bars of the long commands.
+tests commands. The long commands draw their progress on stderr through
+``memory.cli._progress`` (off with ``--quiet`` or off a terminal).
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ import orjson
 
 from memory._errors import LedgerError, SettingsError
 from memory.cli._cli_errors import (
+    EXIT_PROBLEMS,
     EXIT_USAGE,
     CliError,
     ReportingGroup,
     check_state_dir,
     remember_state,
 )
+from memory.cli._progress import QUIET_OPTION, ProgressView
 from memory.cli._session_view import render_session_tree
+from memory.cli._store_warnings import store_warnings_to
 from memory.ledger._ledger import (
     ALLOWED_THRESHOLDS,
     ReferenceThresholdWarning,
@@ -41,7 +45,7 @@ from memory.ledger._ledger import (
 )
 from memory.ledger._records import MARKER_KEY
 from memory.maintenance._audit import audit, read_audit_inputs
-from memory.recall import MAX_QUERY_CHARS, Context, Hit, SyncReport
+from memory.recall import INDEX_PATH, MAX_QUERY_CHARS, Context, Hit, SyncReport
 from memory.runtime._config import apply_timings
 from memory.runtime._headless import SessionReport, run_headless, run_once, run_triggers
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
@@ -56,7 +60,7 @@ from memory.runtime._settings import (
     read_settings,
     writer_kind,
 )
-from memory.simulate._command import simulate
+from memory.simulate._command import PROGRESS_FACTORY, simulate
 from memory.workspace._workspace_id import read_workspace_id
 from memory.writers.model import ModelWriter, read_model_usage, redact_url
 from store import (
@@ -276,6 +280,7 @@ def main() -> None:
     option, unsafe or unknown id, --state not a state directory); 3 the
     state could not be read or written (corrupt file, I/O error).
     """
+    click.get_current_context().meta[PROGRESS_FACTORY] = ProgressView  # simulate draws with it
 
 
 # -- session -----------------------------------------------------------------------
@@ -495,12 +500,14 @@ LOCK_TIMEOUT_OPTION = click.option(
 @memory.command("write")
 @click.argument("sid", required=False)
 @click.option("--force", is_flag=True, help="Run the session boundary (SPEC §6.6), not the trigger.")
+@QUIET_OPTION
 @LOCK_TIMEOUT_OPTION
 @writer_options
 @runtime_options
 @timing_options
 @state_options
-def memory_write(sid: str | None, force: bool, lock_timeout: float, threshold: int | None,
+def memory_write(sid: str | None, force: bool, quiet: bool, lock_timeout: float,
+                 threshold: int | None,
                  workers: int, backend: str, state_dir: str, as_json: bool,
                  writer: str | None, base_url: str | None, model: str | None,
                  provider: str | None, **timings: float | None) -> None:
@@ -525,11 +532,13 @@ def memory_write(sid: str | None, force: bool, lock_timeout: float, threshold: i
             sessions += sorted(unlisted)
         return await run_triggers(rt, sessions)
 
+    view = ProgressView("writing memory", counted=False, quiet=quiet)
     config = _config(state_dir, workers, {"threshold": threshold, **timings},
-                     lock_timeout=lock_timeout)
+                     lock_timeout=lock_timeout, on_event=view.on_event)
     model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
-                                       "provider": provider}, None)
-    reports = _with_runtime(state_dir, config, backend, body, model_writer)
+                                       "provider": provider}, view.on_event)
+    with view:
+        reports = _with_runtime(state_dir, config, backend, body, model_writer)
     _say_writer(model_writer, as_json)
     _report_writes(reports, as_json, model_writer)
 
@@ -589,7 +598,8 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
     model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
                                        "provider": provider}, log)
     if once:
-        reports = _with_runtime(state_dir, config, backend, run_once, model_writer)
+        with store_warnings_to(log):
+            reports = _with_runtime(state_dir, config, backend, run_once, model_writer)
         _say_writer(model_writer, as_json)
         _report_writes(reports, as_json, model_writer)
         return
@@ -603,51 +613,30 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
                 await model_writer.aclose()
 
     try:
-        anyio.run(headless, backend=backend)
+        with store_warnings_to(log):
+            anyio.run(headless, backend=backend)
     except StoreError as exc:
         raise CliError.of(exc) from None
 
 
-class _ProgressBar:
-    """A click progress bar on stderr fed by ``progress(done, total)``; silent when disabled."""
-
-    def __init__(self, label: str, enabled: bool) -> None:
-        self.label = label
-        self.enabled = enabled
-        self.bar: Any = None
-        self.done = 0
-
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled or total <= 0:
-            return
-        if self.bar is None:
-            self.bar = click.progressbar(length=total, label=self.label, file=sys.stderr)
-            self.bar.__enter__()
-        self.bar.update(done - self.done)
-        self.done = done
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
-
-
 @memory.command("migrate")
+@QUIET_OPTION
 @runtime_options
 @state_options
-def memory_migrate(threshold: int | None, workers: int, backend: str, state_dir: str,
-                   as_json: bool) -> None:
+def memory_migrate(quiet: bool, threshold: int | None, workers: int, backend: str,
+                   state_dir: str, as_json: bool) -> None:
     """Turn runtime.json's legacy position cursors into markers (SPEC §6.7).
 
     The runtime also does this by itself at every start; this command runs it
     alone and prints what it marked.
     """
-    progress = _ProgressBar("migrating", not as_json and sys.stderr.isatty())
+    progress = ProgressView("migrating cursors to markers", "sessions", quiet=quiet)
 
     async def body(rt: MemoryRuntime) -> dict[str, Any]:
         report = rt.migration
         if report is not None and report.had_cursors and not report.cursors_removed:
-            report = await rt.migrate(progress)  # the start attempt failed: try once more
-        progress.close()
+            with progress:  # the start attempt failed: try once more
+                report = await rt.migrate(progress)
         if report is None:
             return {"marked": {}, "cursors_removed": False}
         for line in (*report.problems, *report.errors):
@@ -665,28 +654,29 @@ def memory_migrate(threshold: int | None, workers: int, backend: str, state_dir:
 
 
 @memory.command("backfill")
+@QUIET_OPTION
 @writer_options
 @runtime_options
 @state_options
-def memory_backfill(threshold: int | None, workers: int, backend: str, state_dir: str,
+def memory_backfill(quiet: bool, threshold: int | None, workers: int, backend: str, state_dir: str,
                     as_json: bool, writer: str | None, base_url: str | None, model: str | None,
                     provider: str | None) -> None:
     """Write every trusted archived source that no topic cites yet (SPEC §6.8).
 
     The writer is chosen as for ``scriptorium run`` and named in the output.
     """
-    progress = _ProgressBar("backfilling", not as_json and sys.stderr.isatty())
+    progress = ProgressView("backfilling uncited sources", "sources", quiet=quiet)
 
     async def body(rt: MemoryRuntime) -> dict[str, Any]:
-        report = await rt.backfill(progress)
-        progress.close()
+        with progress:
+            report = await rt.backfill(progress)
         for line in (*report.problems, *report.errors):
             click.echo(f"scriptorium: {line}", err=True)
         return report.as_json()
 
-    config = _config(state_dir, workers, {"threshold": threshold})
+    config = _config(state_dir, workers, {"threshold": threshold}, on_event=progress.on_event)
     model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
-                                       "provider": provider}, None)
+                                       "provider": provider}, progress.on_event)
     document = _with_runtime(state_dir, config, backend, body, model_writer)
     _say_writer(model_writer, as_json)
     if as_json:
@@ -764,9 +754,11 @@ def _recall_target(sid: str | None, tip: str | None, query: str) -> None:
 @click.option("--session", "sid", default=None, help="Rank this session's branch first.")
 @click.option("--tip", default=None, help="The branch's tip (default: the head).")
 @click.option("--include-pending", is_flag=True, help="Also sources of pending trust (labelled).")
+@click.option("--include-owed", is_flag=True,
+              help="Also up to --k turns of the sessions not yet written to memory (labelled).")
 @state_options
 def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_pending: bool,
-                  state_dir: str, as_json: bool) -> None:
+                  include_owed: bool, state_dir: str, as_json: bool) -> None:
     """The best units of memory for QUERY: topic paragraphs and archived turns.
 
     Each line starts with the hit's score relative to the best hit (1.000):
@@ -778,13 +770,16 @@ def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_
 
     async def body(rt: MemoryRuntime) -> list[Hit]:
         return await rt.recall(query, k=k, session=sid, tip=tip,
-                               include_pending=include_pending)
+                               include_pending=include_pending, include_owed=include_owed)
 
     hits = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
-    best = max((hit.score for hit in hits), default=0.0)
+    # Owed turns are ranked apart (memory.recall._owed): relative to the best of their own.
+    best = {owed: max((h.score for h in hits if (h.kind == "owed") == owed), default=0.0)
+            for owed in (False, True)}
 
     def relative(hit: Hit) -> float:
-        return hit.score / best if best > 0 else 0.0
+        top = best[hit.kind == "owed"]
+        return hit.score / top if top > 0 else 0.0
 
     if as_json:
         emit_json([{**hit.as_json(), "relative": round(relative(hit), 6)} for hit in hits])
@@ -792,7 +787,8 @@ def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_
     for hit in hits:
         where = (f"{hit.file} ^{hit.block_id}" if hit.kind == "topic"
                  else f"{hit.session}/{hit.node_id} {hit.speaker}"
-                 + (" (pending)" if hit.trust != "trusted" else ""))
+                 + (" (pending)" if hit.trust != "trusted" else "")
+                 + (" (owed: not yet in memory)" if hit.kind == "owed" else ""))
         click.echo(f"{relative(hit):5.3f}  [{hit.time}] {where}: "
                    f"{' '.join(hit.text.split())[:200]}")
     if not hits:
@@ -805,14 +801,17 @@ def memory_search(query: str, k: int, sid: str | None, tip: str | None, include_
               help="Most tokens the block may take (the ledger's counter).")
 @click.option("--session", "sid", default=None, help="Rank this session's branch first.")
 @click.option("--tip", default=None, help="The branch's tip (default: the head).")
+@click.option("--include-owed", is_flag=True,
+              help="Also turns not yet written to memory, in what the budget leaves (labelled).")
 @state_options
-def memory_context(query: str, budget: int, sid: str | None, tip: str | None, state_dir: str,
-                   as_json: bool) -> None:
+def memory_context(query: str, budget: int, sid: str | None, tip: str | None,
+                   include_owed: bool, state_dir: str, as_json: bool) -> None:
     """A block for a prompt: the memory QUERY needs, within --budget tokens."""
     _recall_target(sid, tip, query)
 
     async def body(rt: MemoryRuntime) -> Context:
-        return await rt.context(query, budget_tokens=budget, session=sid, tip=tip)
+        return await rt.context(query, budget_tokens=budget, session=sid, tip=tip,
+                                include_owed=include_owed)
 
     context = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
     if as_json:
@@ -822,18 +821,30 @@ def memory_context(query: str, budget: int, sid: str | None, tip: str | None, st
 
 
 @memory.command("reindex")
+@QUIET_OPTION
 @state_options
-def memory_reindex(state_dir: str, as_json: bool) -> None:
-    """Rebuild the recall index (memory/.scriptorium/recall.sqlite) from the files."""
+def memory_reindex(quiet: bool, state_dir: str, as_json: bool) -> None:
+    """Rebuild the recall index (memory/.scriptorium/recall.sqlite) from the files.
+
+    On a state this process cannot write, the files are indexed in memory
+    (what search does there), the file is left as it is, and the exit is 1.
+    """
 
     async def body(rt: MemoryRuntime) -> SyncReport:
-        return await rt.reindex()
+        with ProgressView("reindexing memory", "files", quiet=quiet) as progress:
+            return await rt.reindex(progress)
 
     report = _with_runtime(state_dir, RuntimeConfig(), "asyncio", body)
     if as_json:
-        emit_json({"units": report.added, "files": report.files, "revision": report.revision})
+        emit_json({"units": report.added, "files": report.files, "revision": report.revision,
+                   "private": report.private})
     else:
         click.echo(f"indexed {report.added} unit(s) from {report.files} file(s)")
+    if report.private:  # read-only state: searches still work, each on its own private index
+        click.echo(f"scriptorium: {state_dir}/memory/{INDEX_PATH} was not rebuilt: the state "
+                   "cannot be written here (read-only); search and context build a private "
+                   "index in memory instead", err=True)
+        sys.exit(EXIT_PROBLEMS)
 
 
 main.add_command(simulate)

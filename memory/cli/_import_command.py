@@ -10,6 +10,7 @@ way is exit 3 and says to run it again.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import warnings
 
@@ -18,6 +19,7 @@ import click
 from memory._errors import ScriptoriumMemoryError
 from memory.cli._cli import _with_runtime, creating_state_options, emit_json
 from memory.cli._cli_errors import EXIT_USAGE, CliError
+from memory.cli._progress import QUIET_OPTION, ProgressView
 from memory.ledger import ReferenceThresholdWarning, WritePolicy
 from memory.runtime import RuntimeConfig
 from memory.runtime._import import ImportInterruptedError, ImportReport, import_jsonl
@@ -36,8 +38,9 @@ def import_group() -> None:
 @click.option("--session", "session", default=None,
               help="The session to import into (created if missing; default: import- and "
                    "12 hex of the file's sha256, so the same file lands in the same session).")
+@QUIET_OPTION
 @creating_state_options
-def import_jsonl_command(file: str, session: str | None, state_dir: str,
+def import_jsonl_command(file: str, session: str | None, quiet: bool, state_dir: str,
                          as_json: bool) -> None:
     """Append FILE's messages (one JSON object a line) to a session.
 
@@ -50,7 +53,9 @@ def import_jsonl_command(file: str, session: str | None, state_dir: str,
 
     async def body(rt: MemoryRuntime) -> ImportReport:
         try:
-            return await import_jsonl(rt, file, session=session)
+            with ProgressView(f"importing {os.path.basename(file)}", "turns",
+                              quiet=quiet) as progress:
+                return await import_jsonl(rt, file, session=session, progress=progress)
         except ImportInterruptedError:
             raise  # the state could not be written: exit 3, run it again
         except ScriptoriumMemoryError as exc:  # a bad line, an unusable session id

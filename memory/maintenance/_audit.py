@@ -29,6 +29,9 @@ misattribute memory:
   every file under ``memory/`` that each commit's ``workspace_revision``
   makes refuses the directory (a directory reached twice, e.g. a
   ``topics`` link to a sibling directory): every write fails with it.
+* **damaged write-ahead files** (``damaged_logs``): a session journal or
+  runtime-log segment ending in bytes that are no valid record, which
+  replay skips (found before any session is opened: opening cuts them).
 * **unreadable state** (``warnings``): whatever could not be read to check
   the above: a session without meta.json, a branch that cannot be walked (a
   broken chain, a cycle), a skipped node file, a refused symbolic link.
@@ -50,6 +53,7 @@ facts from a state directory is one blocking function
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 from collections.abc import Mapping, Sequence
@@ -69,12 +73,16 @@ from memory.workspace._topics import decode_topic, parse_topic
 from memory.workspace._transaction import JOURNAL, LINKED_TOPIC, read_install_journal
 from store import (
     ChainCycleError,
+    DurableFiles,
     SessionCore,
     StoreError,
     UnsafeLinkError,
+    find_damaged_logs,
     list_sessions,
     node_to_message,
     predecessor_cycles,
+    read_session_as_found,
+    unreplayed,
     walk_files,
 )
 
@@ -91,6 +99,8 @@ __all__ = [
 ]
 
 Message = Mapping[str, Any]
+# Errors of a state the audit cannot write to (read-only, no permission, full): it reads as found.
+_CANNOT_WRITE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
 
 WHAT_TO_DO: dict[str, str] = {
     "marked_not_archived": (
@@ -127,6 +137,11 @@ WHAT_TO_DO: dict[str, str] = {
     "unwritable_workspace": (
         "every write is refused until this is fixed: make each directory under memory/ "
         "reachable by one name only (e.g. move the linked directory back in place of the link)"
+    ),
+    "damaged_logs": (
+        "these session journals or runtime-log segments end in bytes that are no valid record "
+        "(torn by a crash mid-write, or damaged): they were not replayed and are cut off at "
+        "the next open; a crash explains one, a repeat means a failing disk: check it"
     ),
     "warnings": (
         "these files or branches could not be read, so what they hold was not checked and "
@@ -172,6 +187,8 @@ class AuditInputs:
     # {journal, files} or {journal, error}: an install a crash stopped after its commit point
     interrupted_install: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
     unwritable: Sequence[str] = field(default_factory=tuple)  # the revision walk's refusal
+    # journals and runtime-log segments with bytes past their records (store.DamagedLog.as_json)
+    damaged: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
 
 
 def topic_citations(
@@ -327,6 +344,7 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
         "lost_markers": lost,
         "interrupted_install": [dict(entry) for entry in inputs.interrupted_install],
         "unwritable_workspace": list(inputs.unwritable),
+        "damaged_logs": [dict(entry) for entry in inputs.damaged],
         "warnings": list(inputs.problems),
     }
     return with_problems(report)
@@ -375,7 +393,8 @@ def read_topics(
     return topics
 
 
-def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
+def read_audit_inputs(state_dir: str, workspace_id: str, *,
+                      files: DurableFiles | None = None) -> AuditInputs:
     """The facts of a state directory. Run it where no runtime writes (or accept a snapshot race).
 
     Sessions that cannot be opened or listed (no meta.json), heads and
@@ -384,6 +403,7 @@ def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
     the file and says what to do).
     """
     memory_dir = os.path.join(state_dir, "memory")
+    damaged = [log.as_json() for log in find_damaged_logs(state_dir)]  # before opening replays
     sessions: list[SessionFacts] = []
     unlisted: dict[str, StoreError] = {}
     rows = list_sessions(state_dir, unlisted)
@@ -391,7 +411,7 @@ def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
     for row in rows:
         sid = row["id"]
         try:
-            core = SessionCore.open(state_dir, sid)
+            core = _open_for_audit(state_dir, sid, problems, files)
             try:
                 core.head  # noqa: B018 - raises for an unusable head_id, as pending and write do
             except StoreError as error:
@@ -444,8 +464,29 @@ def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
     problems.extend(f"memory/{path}: {LINKED_TOPIC}" for path in sorted(linked))
     return AuditInputs(
         workspace_id, sessions, archives, legacy, topics, problems, undecodable,
-        _interrupted_install(memory_dir), unwritable,
+        _interrupted_install(memory_dir), unwritable, damaged,
     )
+
+
+def _open_for_audit(state_dir: str, sid: str, problems: list[str],
+                    files: DurableFiles | None) -> SessionCore:
+    """The session opened (recovered); where that cannot write (read-only, full), read as found.
+
+    Auditing must not need to write. Read as found, a journal's records are
+    not replayed, so what they hold is not checked: said in ``problems``.
+    """
+    try:
+        return SessionCore.open(state_dir, sid, files=files)
+    except OSError as error:
+        if error.errno not in _CANNOT_WRITE:
+            raise
+        reason = error.strerror or str(error)
+    core = read_session_as_found(state_dir, sid)
+    if unreplayed(core):
+        problems.append(f"sessions/{sid}/.journal: not replayed (the state cannot be written "
+                        f"here: {reason}), so the turns it holds were not checked; audit "
+                        "again where it can be written")
+    return core
 
 
 def _interrupted_install(memory_dir: str) -> list[dict[str, Any]]:

@@ -7,7 +7,8 @@ can get wrong; pure), ``_units`` (topic paragraphs and
 archived turns cut from the files; pure), ``_rank`` (the ranking rules,
 fusion, packing within a token budget; pure), ``_index`` (the SQLite index
 and its incremental sync), ``_recall`` (:class:`Recall`: the index off the
-event loop).
+event loop), ``_private`` (the index in memory for a state that cannot be
+written), ``_owed`` (turns not yet in memory, ranked apart, for ``include_owed``).
 """
 
 from memory.recall._embedding import Embedder as Embedder
@@ -15,6 +16,8 @@ from memory.recall._embedding import fuse_rrf as fuse_rrf
 from memory.recall._index import INDEX_PATH as INDEX_PATH
 from memory.recall._index import RecallIndex as RecallIndex
 from memory.recall._index import SyncReport as SyncReport
+from memory.recall._owed import OWED as OWED
+from memory.recall._owed import with_owed as with_owed
 from memory.recall._query import MAX_QUERY_CHARS as MAX_QUERY_CHARS
 from memory.recall._query import ParsedQuery as ParsedQuery
 from memory.recall._query import TimeWindow as TimeWindow
@@ -35,6 +38,7 @@ from memory.recall._units import topic_units as topic_units
 __all__ = [
     "INDEX_PATH",
     "MAX_QUERY_CHARS",
+    "OWED",
     "BranchView",
     "Context",
     "Embedder",
@@ -54,4 +58,5 @@ __all__ = [
     "source_units",
     "time_windows",
     "topic_units",
+    "with_owed",
 ]

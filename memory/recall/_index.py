@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote
 
 from memory.recall._embedding import Embedder, pack_vector, unit_vector, unpack_vector
+from memory.recall._private import cannot_write, empty_private, private_copy, reading_lock
 from memory.recall._rank import SqlBound
 from memory.recall._units import Unit, source_units, topic_units
 from memory.workspace import (
@@ -52,8 +53,8 @@ from memory.workspace import (
 )
 from store import FILE_MODE, DurableFiles, StoreError, decode_node, parse_filename
 
-__all__ = ["INDEX_PATH", "SCHEMA_VERSION", "IndexedUnit", "Predecessors", "RecallIndex",
-           "SyncReport", "surroundings"]
+__all__ = ["INDEX_PATH", "SCHEMA_VERSION", "TOKENIZE", "WEIGHTS", "IndexedUnit", "Predecessors",
+           "RecallIndex", "SyncReport", "surroundings"]
 
 INDEX_PATH = ".scriptorium/recall.sqlite"
 SCHEMA_VERSION = "5"  # 5: a turn's surroundings from the DAG
@@ -61,7 +62,9 @@ _ARCHIVE_PREFIX = "sources/openprogram/_v2/"
 _ARCHIVE_HEADER = b"<!-- openprogram-source-archive:v2 -->\n\n"
 # bm25 weights of the FTS columns: the words, the speaker, the heading path, and
 # the words of the adjacent turns (an answer rarely repeats the question's words).
-_WEIGHTS = (1.0, 0.6, 0.4, 0.5)
+WEIGHTS = (1.0, 0.6, 0.4, 0.5)
+# How the words of a unit are cut (memory.recall._owed ranks owed turns the same way).
+TOKENIZE = "porter unicode61 remove_diacritics 2"
 # How many turns either side count as a turn's surroundings.
 REACH = 3
 # The longest a sync trusts the directories' stats without scanning the files (s).
@@ -81,9 +84,8 @@ _SCHEMA = (
      " speaker TEXT NOT NULL, trust TEXT NOT NULL)"),
     "CREATE INDEX unit_by_path ON unit(path, seq)",
     "CREATE INDEX unit_by_anchor ON unit(session, anchor)",
-    ("CREATE VIRTUAL TABLE fts USING fts5(text, speaker, heading, around,"
-     " tokenize='porter unicode61 remove_diacritics 2')"),
-    "INSERT INTO fts(fts, rank) VALUES('rank', 'bm25({}, {}, {}, {})')".format(*_WEIGHTS),
+    f"CREATE VIRTUAL TABLE fts USING fts5(text, speaker, heading, around, tokenize='{TOKENIZE}')",
+    "INSERT INTO fts(fts, rank) VALUES('rank', 'bm25({}, {}, {}, {})')".format(*WEIGHTS),
     "CREATE TABLE vector(id INTEGER PRIMARY KEY, v BLOB NOT NULL)",
 )
 
@@ -105,6 +107,7 @@ class SyncReport:
     added: int
     removed: int
     rebuilt: bool = False
+    private: bool = False  # the state could not be written: an index in memory, this process's
 
 
 class _Default:
@@ -272,6 +275,8 @@ class RecallIndex:
         self._quiet: tuple[str, int, dict[str, tuple[int, int, int] | None]] | None = None
         self._common: dict[tuple[str, int], bool] = {}  # (term, bound) -> common (per revision)
         self.rows_read = 0  # unit rows a ranked query read (tests look at it)
+        # Why the shared file could not be written (memory.recall._private); None: it can.
+        self.private: OSError | sqlite3.OperationalError | None = None
 
     # -- opening -----------------------------------------------------------------
 
@@ -283,10 +288,24 @@ class RecallIndex:
     @property
     def db(self) -> sqlite3.Connection:
         if self._db is None:
-            self._db = self._open()
+            self._db = self._privately_if_read_only(self._open)
         return self._db
 
-    def _connect(self) -> sqlite3.Connection:
+    def _privately_if_read_only(
+        self, make: Callable[[], sqlite3.Connection],
+    ) -> sqlite3.Connection:
+        """``make()``; if the state cannot be written, again with a private index."""
+        try:
+            return make()
+        except (OSError, sqlite3.OperationalError) as error:
+            if self.private is not None or not cannot_write(error):
+                raise
+            self.private = error
+            return make()
+
+    def _connect(self, *, fresh: bool = False) -> sqlite3.Connection:
+        if self.private is not None:
+            return empty_private() if fresh else private_copy(self.path)
         self.files.make_dirs(os.path.dirname(self.path))
         # Owner-only (SPEC §3): SQLite gives its -wal and -shm files the mode of
         # the database file, so the file is created 0600 before SQLite opens it.
@@ -314,7 +333,7 @@ class RecallIndex:
 
     def _create(self) -> sqlite3.Connection:
         self._delete_files()
-        db = self._connect()
+        db = self._connect(fresh=True)
         db.execute("BEGIN IMMEDIATE")
         for statement in _SCHEMA:
             db.execute(statement)
@@ -333,6 +352,8 @@ class RecallIndex:
             with contextlib.suppress(sqlite3.Error):
                 self._db.close()
             self._db = None
+        if self.private is not None:
+            return  # the shared file is not ours to delete
         for suffix in ("", "-wal", "-shm", "-journal"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path + suffix)
@@ -344,15 +365,18 @@ class RecallIndex:
 
     # -- keeping it current --------------------------------------------------------
 
-    def rebuild(self) -> SyncReport:
-        """Delete the index and make it again from the files."""
-        self._delete_files()
-        self._db = self._create()
-        report = self.sync()
-        return SyncReport(report.revision, report.files, report.added, report.removed, True)
+    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> SyncReport:
+        """Delete the index and make it again from the files (in memory if the state is read-only).
+
+        ``progress(done, total)`` counts files.
+        """
+        self._db = self._privately_if_read_only(self._create)  # deletes the old files first
+        report = self.sync(progress=progress)
+        return SyncReport(report.revision, report.files, report.added, report.removed, True,
+                          self.private is not None)
 
     def sync(self, *, lock_timeout: float | None | _Default = _DEFAULT,
-             full: bool = False) -> SyncReport:
+             full: bool = False, progress: Callable[[int, int], None] | None = None) -> SyncReport:
         """Bring the index to the files' current state; a no-op at the same revision.
 
         A damaged index found on the way is rebuilt (once). ``lock_timeout``
@@ -365,14 +389,14 @@ class RecallIndex:
             return SyncReport(known[0], 0, 0, 0)
         self._wait = self.lock_timeout if isinstance(lock_timeout, _Default) else lock_timeout
         try:
-            return self._sync()
+            return self._sync(progress)
         except sqlite3.DatabaseError as error:
             if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
                 raise
-            self._delete_files()
-            self._db = self._create()
-            report = self._sync()
-            return SyncReport(report.revision, report.files, report.added, report.removed, True)
+            self._db = self._privately_if_read_only(self._create)
+            report = self._sync(progress)
+            return SyncReport(report.revision, report.files, report.added, report.removed, True,
+                              self.private is not None)
 
     # -- the cheap check --------------------------------------------------------------
 
@@ -414,10 +438,11 @@ class RecallIndex:
                       for stamp in directories.values())
         self._quiet = (revision, scanned_at, directories) if settled else None
 
-    def _sync(self) -> SyncReport:
+    def _sync(self, progress: Callable[[int, int], None] | None = None) -> SyncReport:
         db = self.db
         self._quiet = None
-        with workspace_lock(self.memory_dir, self.files, timeout=self._wait):
+        lock = (workspace_lock if self.private is None else reading_lock)
+        with lock(self.memory_dir, self.files, timeout=self._wait):
             scanned_at = self.clock()
             revision = self.revisions.revision()
             row = db.execute("SELECT value FROM meta WHERE key='revision'").fetchone()
@@ -432,7 +457,9 @@ class RecallIndex:
                          in db.execute("SELECT * FROM files")}
                 counts = [0, 0, 0]  # files, added, removed
                 seen: set[str] = set()
-                for relative, stat in scan:
+                for done, (relative, stat) in enumerate(scan, 1):
+                    if progress is not None:
+                        progress(done, len(scan))
                     if _is_topic(relative):
                         seen.add(relative)
                         self._sync_topic(relative, stat, known.get(relative), counts)

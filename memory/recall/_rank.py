@@ -77,7 +77,7 @@ class BranchView:
 class Hit:
     """One recalled unit with its provenance (SPEC-style ``(session, node_id)`` pairs)."""
 
-    kind: str  # "topic" | "source"
+    kind: str  # "topic" | "source" | "owed" (a turn not yet in memory: memory.recall._owed)
     text: str
     score: float
     time: str
@@ -98,7 +98,7 @@ class Hit:
     @property
     def hides(self) -> tuple[tuple[str, str], ...]:
         """The turns a shown hit makes redundant: itself, or the turns a paragraph covers."""
-        if self.kind == "source":
+        if self.kind != "topic":  # a turn, archived or owed
             return ((self.session or "", self.node_id or ""),)
         return self.sources if self.covers is None else self.covers
 

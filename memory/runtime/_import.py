@@ -37,8 +37,11 @@ Contract:
   the file's sha256: the same file imports into the same session, so a
   second import changes nothing there too.
 
-All or nothing: a checked file can still fail while it is appended (a full
-disk, a crash). The turns appended up to then stay (the store deletes
+All or nothing: a checked file can still fail while it is written (a full
+disk, a crash). A new session is built aside and moved into place whole
+(:mod:`memory.runtime._import_staging`): it is there with every turn, or not
+at all (:class:`ImportFailedError`). Into an existing session each turn is
+appended whole; the turns appended before a failure stay (the store deletes
 nothing), and every line has an id, so running the same import again skips
 them and appends the rest: :class:`ImportInterruptedError` says so.
 """
@@ -46,10 +49,11 @@ them and appends the rest: :class:`ImportInterruptedError` says so.
 from __future__ import annotations
 
 import codecs
+import functools
 import hashlib
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -57,16 +61,18 @@ import anyio
 import orjson
 
 from memory._errors import ScriptoriumMemoryError
+from memory.runtime._import_staging import import_new_session
 from store import (
     CLOCK_SKEW,
     RESERVED_KEYS,
     FindNodes,
     GetMeta,
     InvalidRequestError,
-    SessionExistsError,
+    StoreError,
     citable_id_problem,
     encode_node,
     message_to_node,
+    run_durable,
     validate_id,
 )
 
@@ -75,6 +81,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HistoryImportError",
+    "ImportFailedError",
     "ImportInterruptedError",
     "ImportLine",
     "ImportLineError",
@@ -121,6 +128,21 @@ class ImportInterruptedError(HistoryImportError):
             f"{appended} turn(s) before that line are in the session: run the same import "
             "again to finish it (turns already there are skipped)"
         )
+
+
+class ImportFailedError(HistoryImportError):
+    """Importing into a new session failed: no session was made (or, ``installed``, a whole one)."""
+
+    def __init__(self, file: str, session: str, cause: BaseException, *,
+                 installed: bool = False) -> None:
+        self.file, self.session, self.installed = file, session, installed
+        super().__init__(
+            f"{file}: the import into new session {session!r} failed after the whole session "
+            f"was moved into place ({cause}); it may not be on the disk yet: run the same "
+            "import again (turns already there are skipped)" if installed else
+            f"{file}: the import into new session {session!r} failed ({cause}); nothing of "
+            "the file was imported and no session was made: fix the cause and run the same "
+            "import again")
 
 
 @dataclass(frozen=True)
@@ -349,12 +371,14 @@ def _session_exists(state_dir: str, session: str) -> bool:
 
 
 async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
-                       session: str | None = None) -> ImportReport:
+                       session: str | None = None,
+                       progress: Callable[[int, int], None] | None = None) -> ImportReport:
     """Import the file at ``path`` into ``session`` (default: :func:`derived_session_id`).
 
     A session that does not exist is created. Raises :class:`ImportLineError`
     (nothing imported), :class:`ImportInterruptedError` (some turns appended: run
     it again), or the store's error for an unusable session id.
+    ``progress(done, total)`` is called after each turn appended (or staged).
     """
     file = os.fspath(path)
     data = await anyio.to_thread.run_sync(_read, file)
@@ -369,15 +393,20 @@ async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
     exists = await anyio.to_thread.run_sync(_session_exists, rt.state_dir, sid)
     held, first_turn = await _held(rt, sid, names) if exists else ({}, False)
     todo = plan_import(lines, file, sid, held, has_first_turn=first_turn)
-    created = False
-    if not exists:
+    if not exists:  # all or nothing: built aside, moved into place whole
+        turns = [(line.message(), line.created_at) for line in todo]
         try:
-            await rt.sessions.create(title=f"imported from {os.path.basename(file)}",
-                                     session_id=sid)
-            created = True
-        except SessionExistsError:  # created meanwhile by someone else: check against it
-            held, first_turn = await _held(rt, sid, names)
-            todo = plan_import(lines, file, sid, held, has_first_turn=first_turn)
+            installed = await run_durable(functools.partial(
+                import_new_session, rt.state_dir, sid, f"imported from {os.path.basename(file)}",
+                turns, lines[-1].id if todo else None, files=rt.config.files,
+                clock=rt.config.clock, progress=progress))
+        except (OSError, StoreError) as exc:  # only the sync after the move leaves one
+            made = await anyio.to_thread.run_sync(_session_exists, rt.state_dir, sid)
+            raise ImportFailedError(file, sid, exc, installed=made) from exc
+        if installed:
+            return ImportReport(file, sid, True, len(todo), len(lines) - len(todo))
+        held, first_turn = await _held(rt, sid, names)  # created meanwhile: check against it
+        todo = plan_import(lines, file, sid, held, has_first_turn=first_turn)
     appended = 0
     for line in todo:
         try:
@@ -385,12 +414,14 @@ async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
         except Exception as exc:
             raise ImportInterruptedError(file, line.number, sid, appended, exc) from exc
         appended += 1
+        if progress is not None:
+            progress(appended, len(todo))
     if appended:  # recall ranks the head's branch first: the imported turns are the live ones
         try:
             await rt.sessions.set_head(sid, lines[-1].id)
         except Exception as exc:
             raise ImportInterruptedError(file, lines[-1].number, sid, appended, exc) from exc
-    return ImportReport(file, sid, created, appended, len(lines) - appended)
+    return ImportReport(file, sid, False, appended, len(lines) - appended)
 
 
 async def _held(rt: MemoryRuntime, session: str,

@@ -39,11 +39,12 @@ from memory._errors import BoundaryError, RecallError, RuntimeClosedError, descr
 from memory.ledger._records import MARKER_KEY, SourceRecord
 from memory.maintenance._backfill import BackfillReport, backfill
 from memory.maintenance._migrate import MigrationReport, Progress, migrate
-from memory.recall import BranchView, Context, Hit, Recall, SyncReport, TimeBound
+from memory.recall import BranchView, Context, Hit, Recall, SyncReport, TimeBound, with_owed
 from memory.runtime._claims import ClaimsLedger
 from memory.runtime._config import RuntimeConfig, apply_timings
 from memory.runtime._events import EventHook
 from memory.runtime._jobs import JobQueue, WriteJob
+from memory.runtime._owed_turns import owed_records
 from memory.runtime._pool import worker_factory
 from memory.runtime._session_actor import (
     SESSION_ERRORS,
@@ -487,27 +488,49 @@ class MemoryRuntime:
     async def recall(
         self, query: str, *, k: int = 8, session: str | None = None, tip: str | None = None,
         since: TimeBound = None, until: TimeBound = None, include_pending: bool = False,
+        include_owed: bool = False,
     ) -> list[Hit]:
-        """The ``k`` best units for ``query``; with ``session`` (and ``tip``), branch-aware."""
+        """The ``k`` best units for ``query``; with ``session`` (and ``tip``), branch-aware.
+
+        ``include_owed``: then up to ``k`` turns not yet in memory (``kind="owed"``,
+        :mod:`memory.recall._owed`).
+        """
         self.ensure_open("rt.recall")
         view = await self._branch_view(session, tip)
-        return await self.recall_index.recall(query, k=k, view=view, since=since, until=until,
+        hits = await self.recall_index.recall(query, k=k, view=view, since=since, until=until,
                                               include_pending=include_pending)
+        if include_owed:
+            hits += await self.recall_index.recall_owed(
+                query, await self._owed(), k=k, view=view, since=since, until=until,
+                include_pending=include_pending, shown=hits)
+        return hits
+
+    async def _owed(self) -> list[SourceRecord]:
+        return await owed_records(self.state_dir, self.workspace_id, self.sessions,
+                                  self.config.counter)
 
     async def context(
         self, query: str, *, budget_tokens: int = 500, session: str | None = None,
-        tip: str | None = None, as_of: TimeBound = None,
+        tip: str | None = None, as_of: TimeBound = None, include_owed: bool = False,
     ) -> Context:
-        """A prompt block of at most ``budget_tokens`` (the config's counter) for ``query``."""
+        """A prompt block of at most ``budget_tokens`` (the config's counter) for ``query``.
+
+        ``include_owed``: turns not yet in memory fill what memory's block left of the budget.
+        """
         self.ensure_open("rt.context")
         view = await self._branch_view(session, tip)
-        return await self.recall_index.context(query, budget_tokens=budget_tokens, view=view,
-                                               as_of=as_of)
+        context = await self.recall_index.context(query, budget_tokens=budget_tokens, view=view,
+                                                  as_of=as_of)
+        if include_owed:
+            owed = await self.recall_index.recall_owed(
+                query, await self._owed(), view=view, shown=context.hits)
+            context = with_owed(context, owed, budget_tokens, self.config.counter)
+        return context
 
-    async def reindex(self) -> SyncReport:
-        """Rebuild the recall index from the files."""
+    async def reindex(self, progress: Progress | None = None) -> SyncReport:
+        """Rebuild the recall index from the files (``progress(done, total)`` files)."""
         self.ensure_open("rt.reindex")
-        return await self.recall_index.reindex()
+        return await self.recall_index.reindex(progress)
 
     async def _branch_view(self, session: str | None, tip: str | None) -> BranchView | None:
         if session is None:

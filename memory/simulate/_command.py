@@ -16,6 +16,7 @@ stderr.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import os
@@ -157,21 +158,16 @@ def render_report(result: SimulationResult) -> str:
     return "\n".join(lines)
 
 
-class _Status:
-    """A one-line progress display on stderr (only on a terminal)."""
+# The CLI's progress display (memory.cli._progress), which this layer may not import: the
+# ``scriptorium`` group puts its factory in the click context under this key.
+PROGRESS_FACTORY = "scriptorium.progress"
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
 
-    def __call__(self, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        width = 30
-        filled = width * done // max(total, 1)
-        sys.stderr.write(f"\r  [{'#' * filled}{'.' * (width - filled)}] {done}/{total} turns")
-        if done >= total:
-            sys.stderr.write("  settling, then checking...\n")
-        sys.stderr.flush()
+def _progress_view(quiet: bool) -> Any:
+    """The display of this run's stages, counts and rates on stderr; None without the CLI's."""
+    factory = click.get_current_context().meta.get(PROGRESS_FACTORY)
+    return None if factory is None else factory("starting the runtime", counted=False,
+                                                quiet=quiet)
 
 
 class EndpointUnreachable(click.ClickException):
@@ -232,12 +228,14 @@ def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, s
               show_default=True,
               help="Where mutations are made durable (RuntimeConfig.journal): each session's "
                    "journal, or one runtime log shared by every session.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="Draw no progress on stderr (it is drawn only on a terminal anyway).")
 def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: str,
              as_json: bool, state_dir: str | None, compare: bool, threshold: int,
              idle_after: float | None, session_idle: float, watchdog_poll: float,
              writer: str, base_url: str | None, model: str | None,
              provider: str | None, rate: float | None, arrivals: str,
-             cpu_worker: CpuWorkerMode, journal: JournalMode) -> None:
+             cpu_worker: CpuWorkerMode, journal: JournalMode, quiet: bool) -> None:
     """Run concurrent simulated agents with seeded faults, then check every invariant."""
     model_config = None
     try:
@@ -283,13 +281,15 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
             raise click.UsageError(f"--state {state_dir} already holds sessions; "
                                    "give an empty or new directory")
         os.makedirs(state, mode=0o700, exist_ok=True)
+        view = _progress_view(quiet)
         config = SimulationConfig(state_dir=state, sessions=sessions, turns=turns, seed=seed,
-                                  faults=faults, progress=_Status(sys.stderr.isatty()),
+                                  faults=faults, progress=view,
+                                  on_event=None if view is None else view.on_event,
                                   threshold=threshold, idle_after=idle_after,
                                   session_idle=session_idle, watchdog_poll=watchdog_poll,
                                   model=model_config, rate=rate, arrivals=arrivals,
                                   cpu_worker=cpu_worker, journal=journal)
-        with warnings.catch_warnings():  # said once above, in one line
+        with warnings.catch_warnings(), view or contextlib.nullcontext():  # warned above
             warnings.simplefilter("ignore", ReferenceThresholdWarning)
             result = anyio.run(run_simulation, config, backend=backend)
         document = result_document(result)

@@ -35,12 +35,12 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import anyio
 import orjson
 
-from memory._errors import BoundaryError
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
 from memory.ledger._tokens import default_counter
@@ -53,15 +53,15 @@ from memory.simulate._faults import (
     FaultyDisk,
     FaultyWriter,
     SimulatedCrash,
-    is_injected,
 )
 from memory.simulate._open_loop import OpenLoop, arrival_offsets
 from memory.simulate._oracle import Evidence, Verdict, check_invariants, outside_evidence
+from memory.simulate._settle import SETTLE_ROUNDS, flush_tolerating_injected, settle
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._offload import CpuWorkerMode
 from memory.writers._writer import Writer
 from memory.writers.model import ModelSettings, ModelWriter, UsageFile
-from store import list_sessions, run_durable, state_path
+from store import run_durable, state_path
 from supervisors import Backoff, get_child
 
 __all__ = [
@@ -72,8 +72,6 @@ __all__ = [
     "outside_writers",
     "simulate",
 ]
-
-SETTLE_ROUNDS = 8  # boundary rounds at most; a round without a failure ends it
 
 
 @dataclass(frozen=True)
@@ -98,7 +96,10 @@ class SimulationConfig:
     agent_rounds: int = 200
     fault_rates: Mapping[str, Any] = field(default_factory=dict)  # FaultPlan field overrides
     model: ModelSettings | None = None  # a model writer on this endpoint; None: extractive
-    progress: Callable[[int, int], None] | None = None
+    progress: Callable[[int, int], None] | None = None  # done, total of the current stage
+    # Every runtime and model-writer event, and a ``stage`` event ({"what", "unit",
+    # "total"}) as the run moves on: appending, each boundary round, the oracle.
+    on_event: Callable[[dict[str, Any]], None] | None = None
     rate: float | None = None  # turns/s of the open loop; None: the closed loop
     arrivals: str = "poisson"  # the open loop's arrival process (see _open_loop.ARRIVALS)
     cpu_worker: CpuWorkerMode = "thread"  # RuntimeConfig.cpu_worker
@@ -326,10 +327,11 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
     async with anyio.create_task_group() as background:
         while True:
             rt: MemoryRuntime | None = None
-            tally = EventTally()
+            tally = EventTally(config.on_event)
             try:
                 inner: Writer = ExtractiveWriter() if config.model is None else ModelWriter(
-                    config.model, usage_file=UsageFile(os.path.join(config.state_dir, "memory")))
+                    config.model, usage_file=UsageFile(os.path.join(config.state_dir, "memory")),
+                    on_event=config.on_event)
                 async with _closing(inner), open_runtime(
                     config.state_dir, FaultyWriter(inner, plan),
                     config=runtime_config(config, plan, tally),
@@ -351,6 +353,9 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
                             agent_started = True
                             background.start_soon(_agent, config, by_agent, agent_writes,
                                                   workload_over)
+                    _stage(config, "appending turns" if totals.incarnations == 1 else
+                           f"appending turns (runtime run {totals.incarnations})",
+                           "turns")
                     if open_loop is None:
                         await _run_agents(rt, agents, config)
                     else:
@@ -361,8 +366,10 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
                     if agent_started:
                         while not agent_writes:
                             await anyio.sleep(0.05)
-                    await _settle(rt, agents, outside if outside_started else None, plan,
-                                  evidence_before, evidence_after)
+                    await settle(rt, [a.session for a in agents],
+                                 outside if outside_started else None, plan, evidence_before,
+                                 evidence_after, stage=partial(_stage, config),
+                                 progress=config.progress)
                     totals.absorb(rt, tally, await _restarts(rt))
                 break
             except BaseException as error:
@@ -385,6 +392,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
         summarised=acknowledged.summarised,
         **outside_evidence(agent_writes),
     )
+    _stage(config, "checking the invariants", "")
     invariants = await run_durable(lambda: check_invariants(
         config.state_dir, workspace_id, threshold=config.threshold,
         counter=default_counter(), evidence=evidence))
@@ -444,67 +452,11 @@ async def _run_open_loop(rt: MemoryRuntime, agents: list[Agent], loop: OpenLoop,
         progress(total, total)
 
 
-async def _settle(
-    rt: MemoryRuntime,
-    agents: list[Agent],
-    outside: dict[str, object] | None,  # None: no outside writer runs
-    plan: FaultPlan,
-    before: dict[str, float],
-    after: dict[str, float],
-) -> None:
-    """The session boundary for every session, first with faults on, then off, then drain.
-
-    The first round runs under the faults (a crash here reopens the runtime
-    and settles again); the later rounds run without them and release any
-    quarantined batch, as an operator would, so the oracle sees the end state.
-    """
-    if outside is not None:  # the outside writer runs: wait for its report
-        while not outside:
-            await anyio.sleep(0.05)
-    await rt.drain()
-    before.update(await _updated_at(rt))
-    for round_number in range(SETTLE_ROUNDS):
-        failures_before = _failures(rt)
-        injected: list[str] = []
-        async with anyio.create_task_group() as tg:
-            for agent in agents:
-                tg.start_soon(flush_tolerating_injected, rt, agent.session, injected)
-        await rt.drain()
-        plan.enabled = False
-        # A batch that failed this round waits on a retry timer, which drain()
-        # does not count: only a round in which nothing failed ends the boundary.
-        if (round_number > 0 and _failures(rt) == failures_before and not rt.quarantined
-                and not injected):
-            break
-        if rt.quarantined:
-            await rt.release()
-    after.update(await _updated_at(rt))
-
-
-async def flush_tolerating_injected(rt: MemoryRuntime, session: str, injected: list[str]) -> None:
-    """``rt.flush``; a boundary the plan's own I/O fault stopped is noted in ``injected``.
-
-    An injected fault (e.g. ``actor-crash-after-claim``) ends the boundary
-    with an error, as a real one would; the next round, faults off, runs it
-    again, as for every other injected fault. A boundary error without an
-    injected cause is the runtime's and fails the run.
-    """
-    try:
-        await rt.flush(session)
-    except BoundaryError as error:
-        if not is_injected(error):
-            raise
-        injected.append(session)
-
-
-def _failures(rt: MemoryRuntime) -> int:
-    return sum(count for result, count in rt.statistics().outcomes.items()
-               if result != "written")
-
-
-async def _updated_at(rt: MemoryRuntime) -> dict[str, float]:
-    rows = await run_durable(list_sessions, rt.state_dir)
-    return {row["id"]: row["updated_at"] for row in rows}
+def _stage(config: SimulationConfig, what: str, unit: str, total: int | None = None) -> None:
+    """Say the run moves on to ``what`` (counted in ``unit``), for a progress display."""
+    if config.on_event is not None:
+        config.on_event({"event": "stage", "at": time.time(), "what": what, "unit": unit,
+                         "total": total})
 
 
 def _triples(value: object) -> list[tuple[str, str, str]]:

@@ -146,6 +146,9 @@ class CallStats:
 
 
 Sleep = Callable[[float], Awaitable[None]]
+OnRetry = Callable[[int, int, float, str], None]
+"""``on_retry(attempt, attempts, seconds, error)``: attempt ``attempt`` failed with ``error``;
+the next starts after ``seconds`` (a CLI draws it: a wait is not a hang)."""
 
 
 class Endpoint:
@@ -155,8 +158,10 @@ class Endpoint:
         self, settings: ModelSettings, *, env: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None, sleep: Sleep = anyio.sleep,
         clock: Callable[[], float] = time.time, rng: random.Random | None = None,
+        on_retry: OnRetry | None = None,
     ) -> None:
         self.settings = settings
+        self._on_retry = on_retry
         check_base_url(settings.base_url, "base_url")  # a usage error now, not retried later
         source = os.environ if env is None else env
         self.__key = source.get(settings.key_variable) or None
@@ -252,7 +257,10 @@ class Endpoint:
                 last = f"HTTP {status}: {excerpt}"
                 retry_after = parse_retry_after(response.headers.get("retry-after"), self._clock())
             if attempt < policy.attempts:
-                await self._sleep(retry_delay(policy, attempt, retry_after, self._rng))
+                delay = retry_delay(policy, attempt, retry_after, self._rng)
+                if self._on_retry is not None:
+                    self._on_retry(attempt, policy.attempts, delay, last)
+                await self._sleep(delay)
         unavailable = EndpointUnavailableError(
             f"{where} failed {policy.attempts} attempt(s); last: {last}")
         unavailable.retries = policy.attempts - 1

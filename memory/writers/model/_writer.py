@@ -144,7 +144,7 @@ class ModelWriter:
         self.settings = settings
         self.usage_file = usage_file
         self.endpoint = endpoint or Endpoint(settings, env=env, transport=transport,
-                                             sleep=sleep, clock=clock)
+                                             sleep=sleep, clock=clock, on_retry=self._retrying)
         self.mode = "json_schema" if settings.mode == "auto" else settings.mode
         self.count = counter or default_counter()
         self.rank = rank
@@ -377,6 +377,11 @@ class ModelWriter:
             self.daily = self.daily.add(completion.prompt_tokens + completion.completion_tokens,
                                         self.clock())
             return completion
+
+    def _retrying(self, attempt: int, attempts: int, seconds: float, error: str) -> None:
+        """``model_retry``: a call failed and the next attempt waits ``seconds``."""
+        self._emit_plain("model_retry", attempt=attempt, attempts=attempts,
+                         seconds=round(seconds, 3), error=error)
 
     def _emit(self, event: str, batch: Batch, **fields: Any) -> None:
         self._emit_plain(event, session=batch.session_id, nodes=len(batch.node_ids), **fields)
