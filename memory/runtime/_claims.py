@@ -13,7 +13,7 @@ The rules and the format are :mod:`memory.ledger._claim`. Here:
   on, released when it exits.
 
 The store only reserves the file's name (``store.CLAIM_NAME``) and lends
-its lock; the concept is memory's (docs/decisions.md, "Claims between runtimes").
+its lock; the concept is memory's (docs/decisions.md, "Runtime split").
 """
 
 from __future__ import annotations
