@@ -29,7 +29,18 @@
     ├── RecallError                        a recall query that cannot be answered
     │   ├── EmptyQueryError                     a query with no word to search for
     │   └── RecallArgumentError                 k, since, until, as_of or budget_tokens out of range
-    └── RecallIndexError                   SQLite failed on the recall index file (a full disk)
+    ├── RecallIndexError                   SQLite failed on the recall index file (a full disk)
+    ├── ModelWriterFailedError             the model gave no acceptable edits for a batch
+    ├── ModelCallFailedError               a call to the model endpoint failed for good
+    │   ├── EndpointRefusedError                a 4xx other than 429 (never retried)
+    │   └── EndpointUnavailableError            429, 5xx or connection errors on every attempt
+    │       └── EndpointUnreachableError        nothing listens at the base URL
+    └── HistoryImportError                 an import refused or not finished
+        ├── ImportLineError                     a line cannot be imported; nothing was
+        ├── ImportInterruptedError              stopped part way; running it again completes it
+        └── ImportFailedError                   a new session's import failed: no session made
+
+Outside the tree, a warning: ``ReferenceThresholdWarning``.
 
 Messages name the session, node or file (relative to the state directory)
 and say what to do next.
@@ -50,15 +61,24 @@ __all__ = [
     "CorruptWorkspaceIdError",
     "EditRejectedError",
     "EmptyQueryError",
+    "EndpointRefusedError",
+    "EndpointUnavailableError",
+    "EndpointUnreachableError",
+    "HistoryImportError",
+    "ImportInterruptedError",
+    "ImportLineError",
     "IncompleteArchiveError",
     "InstallJournalCorruptError",
     "InstallUnfinishedError",
     "InvalidThresholdError",
     "LedgerError",
     "MissingAuthorityError",
+    "ModelCallFailedError",
+    "ModelWriterFailedError",
     "NothingChangedError",
     "RecallArgumentError",
     "RecallError",
+    "ReferenceThresholdWarning",
     "RuntimeClosedError",
     "ScriptoriumMemoryError",
     "SettingsError",
@@ -406,6 +426,92 @@ class RecallIndexError(ScriptoriumMemoryError):
         advice = ("free disk space, then run the command again" if full else
                   "run 'scriptorium memory reindex' to make it again from memory's files")
         super().__init__(f"{path}: {cause} (the recall index); {advice}")
+
+
+# -- the model writer -------------------------------------------------------------
+
+
+class ModelWriterFailedError(ScriptoriumMemoryError):
+    """The model gave no acceptable edits for the batch; the message says why (never a key)."""
+
+
+class ModelCallFailedError(ScriptoriumMemoryError):
+    """A call to the model endpoint failed for good; the message names the endpoint, never the key.
+
+    ``retries``: the attempts it made after the first (the usage counts them).
+    """
+
+    retries = 0
+
+
+class EndpointRefusedError(ModelCallFailedError):
+    """A 4xx other than 429: the request itself is wrong (never retried)."""
+
+    def __init__(self, what: str, status: int, body: str = "") -> None:
+        super().__init__(what)
+        self.status = status
+        self.body = body  # the start of the refusal's body, redacted
+
+
+class EndpointUnavailableError(ModelCallFailedError):
+    """429, 5xx or connection errors on every attempt."""
+
+
+class EndpointUnreachableError(EndpointUnavailableError):
+    """Nothing accepts a connection at the base URL's host and port (see :func:`probe_endpoint`)."""
+
+
+# -- importing history ------------------------------------------------------------
+
+
+class HistoryImportError(ScriptoriumMemoryError):
+    """An import that was refused or did not finish; the message says what to do."""
+
+
+class ImportLineError(HistoryImportError):
+    """A line of the file cannot be imported; nothing of the file was."""
+
+    def __init__(self, file: str, line: int, problem: str) -> None:
+        self.file, self.line, self.problem = file, line, problem
+        super().__init__(
+            f"{file}:{line}: {problem}; nothing of the file was imported: fix that line "
+            "and run the import again"
+        )
+
+
+class ImportInterruptedError(HistoryImportError):
+    """Appending a checked file failed part way; running it again completes it."""
+
+    def __init__(self, file: str, line: int, session: str, appended: int,
+                 cause: BaseException) -> None:
+        self.file, self.line, self.session, self.appended = file, line, session, appended
+        super().__init__(
+            f"{file}:{line}: the import into session {session!r} stopped ({cause}); "
+            f"{appended} turn(s) before that line are in the session: run the same import "
+            "again to finish it (turns already there are skipped)"
+        )
+
+
+class ImportFailedError(HistoryImportError):
+    """Importing into a new session failed: no session was made (or, ``installed``, a whole one)."""
+
+    def __init__(self, file: str, session: str, cause: BaseException, *,
+                 installed: bool = False) -> None:
+        self.file, self.session, self.installed = file, session, installed
+        super().__init__(
+            f"{file}: the import into new session {session!r} failed after the whole session "
+            f"was moved into place ({cause}); it may not be on the disk yet: run the same "
+            "import again (turns already there are skipped)" if installed else
+            f"{file}: the import into new session {session!r} failed ({cause}); nothing of "
+            "the file was imported and no session was made: fix the cause and run the same "
+            "import again")
+
+
+# -- warnings (outside the tree) --------------------------------------------------
+
+
+class ReferenceThresholdWarning(UserWarning):
+    """A token threshold outside 8,000 / 16,000 / 32,000: fine here, refused by the reference."""
 
 
 def describe_error(error: BaseException) -> str:

@@ -294,7 +294,7 @@ def check_new_node(index: SessionIndex, session: str, node: Node, head: object) 
         validate_id(node.caller, "caller id", session)
     if node.predecessor is not None and node.predecessor != ROOT:
         validate_id(node.predecessor, "predecessor id", session)
-    check_metadata_keys(node.metadata, session, node.id)
+    check_metadata_keys(node.metadata, session, node.id, node.role)
     for value in (node.name, node.input, node.output, node.reads, node.metadata):
         check_value(value, session, node.id)
     if not isinstance(node.name, str):

@@ -24,7 +24,7 @@ import anyio
 import click
 import orjson
 
-from memory._errors import LedgerError, SettingsError
+from memory._errors import LedgerError, ReferenceThresholdWarning, SettingsError
 from memory.cli._cli_errors import (
     EXIT_PROBLEMS,
     EXIT_USAGE,
@@ -38,7 +38,6 @@ from memory.cli._session_view import render_session_tree
 from memory.cli._store_warnings import store_warnings_to
 from memory.ledger._ledger import (
     ALLOWED_THRESHOLDS,
-    ReferenceThresholdWarning,
     owed_tokens,
     records_from_branch,
     unwritten_turns,
@@ -71,10 +70,8 @@ from store import (
     SessionNotFoundError,
     StoreError,
     list_sessions,
-    predecessor_cycles,
-    state_path,
-    validate_id,
 )
+from store.lowlevel import predecessor_cycles, state_path, validate_id
 
 __all__ = ["main"]
 
@@ -572,15 +569,17 @@ def memory_release(sid: str | None, state_dir: str, as_json: bool) -> None:
               help="Seconds between scans for sessions other processes appended to.")
 @click.option("--drain-timeout", type=float, default=30.0, show_default=True,
               help="On SIGINT/SIGTERM, how long in-flight jobs may take to finish.")
+@click.option("--lag-interval", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              help="Seconds between 'lag' log lines (how far memory is behind).")
 @LOCK_TIMEOUT_OPTION
 @writer_options
 @runtime_options
 @timing_options
 @creating_state_options
 def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
-        lock_timeout: float, threshold: int | None, workers: int, backend: str, state_dir: str,
-        as_json: bool, writer: str | None, base_url: str | None, model: str | None,
-        provider: str | None, **timings: float | None) -> None:
+        lag_interval: float, lock_timeout: float, threshold: int | None, workers: int,
+        backend: str, state_dir: str, as_json: bool, writer: str | None, base_url: str | None,
+        model: str | None, provider: str | None, **timings: float | None) -> None:
     """Run the memory runtime headless until SIGINT/SIGTERM (or, with --once, until done)."""
 
     def log(event: dict[str, Any]) -> None:
@@ -607,7 +606,8 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
     async def headless() -> None:
         try:
             await run_headless(state_dir, config=config, scan_interval=scan_interval,
-                               drain_timeout=drain_timeout, log=log, writer=model_writer)
+                               drain_timeout=drain_timeout, lag_interval=lag_interval,
+                               log=log, writer=model_writer)
         finally:
             if model_writer is not None:
                 await model_writer.aclose()

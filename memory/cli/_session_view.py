@@ -30,7 +30,7 @@ def render_session_tree(
     """The drawing of every node a root reaches.
 
     Nodes on a predecessor loop (and what hangs off them) have no root to be
-    drawn from: the caller names them (``store.predecessor_cycles``).
+    drawn from: the caller names them (``store.lowlevel.predecessor_cycles``).
     """
     ordered = sorted(nodes, key=lambda n: n.seq)
     by_id = {n.id: n for n in ordered}
@@ -72,6 +72,8 @@ def _describe(node: Node, head: str | None, workspace_id: str | None, width: int
         flags.append(f"spawned by {node.caller}")
     if node.is_summary:
         flags.append("summary")
+    if node.is_attach:
+        flags.append(f"attach row of {node.caller}" if node.caller else "attach row")
     if node.rewound:
         flags.append("rewound")
     if node.display == "root":

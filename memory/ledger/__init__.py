@@ -7,6 +7,7 @@ evidence is gone; ``_claim`` the batch claims between runtimes; ``_dates`` relat
 ("last week") as spans of days, for the writer and recall alike.
 """
 
+from memory._errors import ReferenceThresholdWarning as ReferenceThresholdWarning
 from memory.ledger._dates import DaySpan as DaySpan
 from memory.ledger._dates import RelativeDate as RelativeDate
 from memory.ledger._dates import absolute_day as absolute_day
@@ -17,7 +18,6 @@ from memory.ledger._dates import resolve_relative_dates as resolve_relative_date
 from memory.ledger._ledger import ALLOWED_THRESHOLDS as ALLOWED_THRESHOLDS
 from memory.ledger._ledger import DEFAULT_THRESHOLD as DEFAULT_THRESHOLD
 from memory.ledger._ledger import NodeRecords as NodeRecords
-from memory.ledger._ledger import ReferenceThresholdWarning as ReferenceThresholdWarning
 from memory.ledger._ledger import WritePolicy as WritePolicy
 from memory.ledger._ledger import batch_due_at as batch_due_at
 from memory.ledger._ledger import first_batch as first_batch

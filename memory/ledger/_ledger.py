@@ -25,12 +25,14 @@ from memory._errors import (
     InvalidThresholdError,
     LedgerError,
     MissingAuthorityError,
+    ReferenceThresholdWarning,
     UncitableIdError,
     UnidentifiedMessageError,
 )
 from memory.ledger._records import MARKER_KEY, SourceMeta, SourceRecord, normalize_label
 from memory.ledger._tokens import TokenCounter, estimate_tokens
-from store import Node, SessionCore, StoreError, citable_id_problem, node_to_message
+from store import Node, SessionCore, StoreError, node_to_message
+from store.lowlevel import citable_id_problem
 
 __all__ = [
     "ALLOWED_THRESHOLDS",
@@ -42,7 +44,6 @@ __all__ = [
     "RUNTIME_SOURCES",
     "NodeRecords",
     "OwedTails",
-    "ReferenceThresholdWarning",
     "WritePolicy",
     "batch_due_at",
     "first_batch",
@@ -69,10 +70,6 @@ RUNTIME_SOURCES = frozenset({"job_followup", "merge_turn"})
 ALLOWED_THRESHOLDS = (8_000, 16_000, 32_000)
 DEFAULT_THRESHOLD = 16_000
 DEFAULT_IDLE_AFTER = 3600.0  # seconds
-
-
-class ReferenceThresholdWarning(UserWarning):
-    """A token threshold outside 8,000 / 16,000 / 32,000: fine here, refused by the reference."""
 
 
 def threshold_warning(threshold: int) -> str | None:

@@ -75,11 +75,14 @@ from store import (
     ChainCycleError,
     DurableFiles,
     SessionCore,
+    SessionOptions,
     StoreError,
     UnsafeLinkError,
-    find_damaged_logs,
     list_sessions,
     node_to_message,
+)
+from store.lowlevel import (
+    find_damaged_logs,
     predecessor_cycles,
     read_session_as_found,
     unreplayed,
@@ -476,7 +479,7 @@ def _open_for_audit(state_dir: str, sid: str, problems: list[str],
     not replayed, so what they hold is not checked: said in ``problems``.
     """
     try:
-        return SessionCore.open(state_dir, sid, files=files)
+        return SessionCore.open(state_dir, sid, options=SessionOptions(files=files))
     except OSError as error:
         if error.errno not in _CANNOT_WRITE:
             raise

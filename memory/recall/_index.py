@@ -51,7 +51,8 @@ from memory.workspace import (
     parse_archive,
     workspace_lock,
 )
-from store import FILE_MODE, DurableFiles, StoreError, decode_node, parse_filename
+from store import DurableFiles, StoreError
+from store.lowlevel import FILE_MODE, decode_node, parse_filename
 
 __all__ = ["INDEX_PATH", "SCHEMA_VERSION", "TOKENIZE", "WEIGHTS", "IndexedUnit", "Predecessors",
            "RecallIndex", "SyncReport", "surroundings"]

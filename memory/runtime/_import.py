@@ -60,7 +60,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import orjson
 
-from memory._errors import ScriptoriumMemoryError
+from memory._errors import (
+    HistoryImportError,
+    ImportFailedError,
+    ImportInterruptedError,
+    ImportLineError,
+)
 from memory.runtime._import_staging import import_new_session
 from store import (
     CLOCK_SKEW,
@@ -69,22 +74,15 @@ from store import (
     GetMeta,
     InvalidRequestError,
     StoreError,
-    citable_id_problem,
-    encode_node,
     message_to_node,
-    run_durable,
-    validate_id,
 )
+from store.lowlevel import citable_id_problem, encode_node, run_durable, validate_id
 
 if TYPE_CHECKING:
     from memory.runtime._runtime import MemoryRuntime
 
 __all__ = [
-    "HistoryImportError",
-    "ImportFailedError",
-    "ImportInterruptedError",
     "ImportLine",
-    "ImportLineError",
     "ImportReport",
     "derived_session_id",
     "import_jsonl",
@@ -100,49 +98,6 @@ SPEAKER_KEY = "speaker_display"
 # Fields of the message view a line cannot set: its time is created_at, and
 # sub-calls, tool rows and model names are not conversation history.
 _REFUSED = (RESERVED_KEYS | {"name", "input", "reads"}) - _LINE_FIELDS
-
-
-class HistoryImportError(ScriptoriumMemoryError):
-    """An import that was refused or did not finish; the message says what to do."""
-
-
-class ImportLineError(HistoryImportError):
-    """A line of the file cannot be imported; nothing of the file was."""
-
-    def __init__(self, file: str, line: int, problem: str) -> None:
-        self.file, self.line, self.problem = file, line, problem
-        super().__init__(
-            f"{file}:{line}: {problem}; nothing of the file was imported: fix that line "
-            "and run the import again"
-        )
-
-
-class ImportInterruptedError(HistoryImportError):
-    """Appending a checked file failed part way; running it again completes it."""
-
-    def __init__(self, file: str, line: int, session: str, appended: int,
-                 cause: BaseException) -> None:
-        self.file, self.line, self.session, self.appended = file, line, session, appended
-        super().__init__(
-            f"{file}:{line}: the import into session {session!r} stopped ({cause}); "
-            f"{appended} turn(s) before that line are in the session: run the same import "
-            "again to finish it (turns already there are skipped)"
-        )
-
-
-class ImportFailedError(HistoryImportError):
-    """Importing into a new session failed: no session was made (or, ``installed``, a whole one)."""
-
-    def __init__(self, file: str, session: str, cause: BaseException, *,
-                 installed: bool = False) -> None:
-        self.file, self.session, self.installed = file, session, installed
-        super().__init__(
-            f"{file}: the import into new session {session!r} failed after the whole session "
-            f"was moved into place ({cause}); it may not be on the disk yet: run the same "
-            "import again (turns already there are skipped)" if installed else
-            f"{file}: the import into new session {session!r} failed ({cause}); nothing of "
-            "the file was imported and no session was made: fix the cause and run the same "
-            "import again")
 
 
 @dataclass(frozen=True)
@@ -434,8 +389,8 @@ async def _held(rt: MemoryRuntime, session: str,
     """
     ref = rt.session_ref(session)
     held: dict[str, dict[str, Any]] = await ref.call(
-        FindNodes(names), timeout=rt.config.call_timeout)
-    meta: dict[str, Any] = await ref.call(GetMeta(), timeout=rt.config.call_timeout)
+        FindNodes(names))
+    meta: dict[str, Any] = await ref.call(GetMeta())
     first_turn = False
     if meta.get("head_id") is not None:
         first_turn = any(m.get("role") in ROLES and m.get("display") != "root"

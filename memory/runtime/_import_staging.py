@@ -21,7 +21,7 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from store import DurableFiles, SessionCore
+from store import DurableFiles, SessionCore, SessionOptions
 
 __all__ = ["STAGING_DIR", "import_new_session"]
 
@@ -43,7 +43,8 @@ def import_new_session(
     """
     staging = os.path.join(state_dir, STAGING_DIR, secrets.token_hex(8))
     try:
-        core = SessionCore.create(staging, session, title=title, files=files, clock=clock)
+        core = SessionCore.create(staging, session, title=title,
+                                  options=SessionOptions(files=files, clock=clock))
         try:
             for done, (message, created_at) in enumerate(turns, 1):
                 core.append(message, created_at=created_at)

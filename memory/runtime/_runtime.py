@@ -34,12 +34,13 @@ from typing import Any, TypeVar
 import anyio
 import anyio.from_thread
 
-from actors import ActorError, ActorRef, MailboxOptions, Request, open_actor
+from actors import ActorError, ActorRef, Asks, MailboxOptions, open_actor
 from memory._errors import BoundaryError, RecallError, RuntimeClosedError, describe_error
 from memory.ledger._records import MARKER_KEY, SourceRecord
 from memory.maintenance._backfill import BackfillReport, backfill
 from memory.maintenance._migrate import MigrationReport, Progress, migrate
 from memory.recall import BranchView, Context, Hit, Recall, SyncReport, TimeBound, with_owed
+from memory.runtime._backlog import MemoryLag
 from memory.runtime._claims import ClaimsLedger
 from memory.runtime._config import RuntimeConfig, apply_timings
 from memory.runtime._events import EventHook
@@ -52,6 +53,7 @@ from memory.runtime._session_actor import (
     BoundaryReport,
     BoundaryResult,
     Flush,
+    MemorySessionMessage,
     Pending,
     Reconsider,
     RepairMarkers,
@@ -62,7 +64,7 @@ from memory.runtime._session_actor import (
 )
 from memory.runtime._settings import read_settings
 from memory.runtime._timers import Timers
-from memory.runtime._watchdog import IdleWatchdog, PollNow, Touched
+from memory.runtime._watchdog import IdleWatchdog, PollNow, Touched, WatchdogMessage
 from memory.runtime._workspace_actor import (
     CitedSources,
     QuarantineBatch,
@@ -73,6 +75,7 @@ from memory.runtime._workspace_actor import (
     ReplaceRuntimeState,
     TakeSnapshot,
     WorkspaceActor,
+    WorkspaceMessage,
 )
 from memory.runtime._write_cycle import CONCURRENT_RETRIES, WriteCycle
 from memory.workspace._edits import WorkspaceSnapshot
@@ -93,14 +96,11 @@ from store import (
     RuntimeLog,
     SessionCore,
     SessionNotFoundError,
+    SessionOptions,
     SetHead,
     SpawnBranch,
-    missing_meta,
-    recover_dead_runtimes,
-    run_durable,
-    state_path,
-    validate_id,
 )
+from store.lowlevel import missing_meta, recover_dead_runtimes, run_durable, state_path, validate_id
 from supervisors import (
     ChildSpec,
     DynamicSupervisor,
@@ -108,6 +108,7 @@ from supervisors import (
     Restart,
     Strategy,
     Supervisor,
+    SupervisorMessage,
     get_child,
 )
 
@@ -132,6 +133,7 @@ class RuntimeStatistics:
     quarantined: int  # batches parked in quarantine now
     sessions_active: int  # session actors running
     writer: Mapping[str, Any]  # a writer's own usage (a model writer's tokens, calls, retries)
+    lag: MemoryLag  # how far memory is behind (memory.runtime._backlog)
 
 
 class MemoryRuntime:
@@ -162,15 +164,18 @@ class MemoryRuntime:
         self.recall_index = Recall(self.memory_dir, counter=config.counter, files=config.files,
                                    lock_timeout=config.lock_timeout, clock=config.clock,
                                    embedder=config.recall_embedder)
-        self._sessions: DynamicSupervisor[str] | None = None
+        self._sessions: DynamicSupervisor[str, MemorySessionMessage] | None = None
         self._watchdog: IdleWatchdog | None = None
-        self.root: ActorRef | None = None
+        self.root: ActorRef[SupervisorMessage] | None = None
         # The runtime log of journal = "shared" (opened by open_runtime), else None.
         self.runtime_log: RuntimeLog | None = None
         self.migration: MigrationReport | None = None
         # Set by open_runtime once the tree is up; stable across restarts (refs point at cells).
-        self.workspace_ref: ActorRef
-        self.watchdog_ref: ActorRef
+        self.workspace_ref: ActorRef[WorkspaceMessage]
+        self.watchdog_ref: ActorRef[WatchdogMessage]
+        # The root's children that others talk to, by the spec they run from (typed refs).
+        self.workspace_spec: ChildSpec[WorkspaceMessage]
+        self.watchdog_spec: ChildSpec[WatchdogMessage]
         # Set when open_runtime's block ends: every public method then raises
         # RuntimeClosedError (statistics() stays readable: counters of a finished run).
         self.closed = False
@@ -197,7 +202,7 @@ class MemoryRuntime:
                                              run_cpu=self.cpu_worker)
             return self._workspace
 
-        def start_sessions() -> DynamicSupervisor[str]:
+        def start_sessions() -> DynamicSupervisor[str, MemorySessionMessage]:
             self._sessions = DynamicSupervisor(
                 session_factory(self), restart=Restart.TRANSIENT,
                 idle_timeout=config.passivate_after,
@@ -206,7 +211,7 @@ class MemoryRuntime:
             return self._sessions
 
         def start_pool() -> Supervisor:
-            start = worker_factory(self, self.jobs.receive)
+            start = worker_factory(self, self.jobs)
             workers = [
                 ChildSpec(f"writer-{i}", start, Restart.PERMANENT)
                 for i in range(config.writer_workers)
@@ -221,14 +226,16 @@ class MemoryRuntime:
             self._watchdog = IdleWatchdog(self)
             return self._watchdog
 
+        self.workspace_spec = ChildSpec("workspace", start_workspace, Restart.PERMANENT,
+                                        options=MailboxOptions(capacity=100_000))
+        self.watchdog_spec = ChildSpec("watchdog", start_watchdog, Restart.PERMANENT,
+                                       options=MailboxOptions(capacity=100_000))
         return Supervisor(
             [
-                ChildSpec("workspace", start_workspace, Restart.PERMANENT,
-                          options=MailboxOptions(capacity=100_000)),
+                self.workspace_spec,
                 ChildSpec("sessions", start_sessions, Restart.PERMANENT),
                 ChildSpec("writers", start_pool, Restart.PERMANENT),
-                ChildSpec("watchdog", start_watchdog, Restart.PERMANENT,
-                          options=MailboxOptions(capacity=100_000)),
+                self.watchdog_spec,
             ],
             strategy=Strategy.ONE_FOR_ONE, rng=self.rng,
         )
@@ -244,7 +251,7 @@ class MemoryRuntime:
         """This runtime's name in the claims it writes (new per ``open_runtime``)."""
         return self.claims.instance_id
 
-    def session_ref(self, session: str) -> ActorRef:
+    def session_ref(self, session: str) -> ActorRef[MemorySessionMessage]:
         """The session's actor; it activates on the first message.
 
         An unknown id is checked on disk once: a ``stat`` per call on the event
@@ -262,7 +269,7 @@ class MemoryRuntime:
             raise RuntimeError("the session supervisor has not started yet")
         return self._sessions.child(session)
 
-    async def _cast(self, session: str, message: object) -> None:
+    async def _cast(self, session: str, message: MemorySessionMessage) -> None:
         await self.session_ref(session).cast(message)
 
     # -- what the children use (SessionHost, PoolHost, WatchdogHost) --------------------
@@ -408,7 +415,7 @@ class MemoryRuntime:
         """The owed records of a branch (default: the head branch), oldest first."""
         self.ensure_open("rt.pending")
         owed: list[SourceRecord] = await self.session_ref(session).call(
-            Pending(tip), timeout=self.config.call_timeout)
+            Pending(tip))
         return owed
 
     async def flush(self, session: str) -> BoundaryOutcome:
@@ -436,7 +443,7 @@ class MemoryRuntime:
         self.ensure_open("rt.boundary")
         try:
             result: BoundaryResult = await self.session_ref(session).call(
-                Flush(), timeout=self.config.call_timeout)
+                Flush())
         except (*SESSION_ERRORS, ActorError) as exc:
             return BoundaryReport.failed(session, exc)
         await result.wait()
@@ -446,7 +453,7 @@ class MemoryRuntime:
         """Per tip the rules cover (see :class:`StillOwed`), the node ids not marked yet."""
         self.ensure_open("rt.still_owed")
         owed: list[tuple[str, list[str]]] = await self.session_ref(session).call(
-            StillOwed(boundary), timeout=self.config.call_timeout)
+            StillOwed(boundary))
         return owed
 
     async def drain(self) -> None:
@@ -462,7 +469,7 @@ class MemoryRuntime:
         """
         self.ensure_open("rt.repair_markers")
         marked: list[str] = await self.session_ref(session).call(
-            RepairMarkers(raise_errors=True, reload=True), timeout=self.config.call_timeout)
+            RepairMarkers(raise_errors=True, reload=True))
         return marked
 
     async def poll_idle(self) -> int:
@@ -555,6 +562,7 @@ class MemoryRuntime:
             sessions_active=0 if self._sessions is None else len(self._sessions.registry),
             # A writer with usage to report (a model writer's tokens, calls, retries).
             writer=getattr(self.writer, "statistics", dict)(),
+            lag=self.jobs.lag(),
         )
 
 
@@ -567,13 +575,14 @@ class Sessions:
     async def create(self, title: str = "", session_id: str | None = None) -> str:
         rt = self._rt
         rt.ensure_open("rt.sessions.create")
+        options = SessionOptions(files=rt.config.files, clock=rt.config.clock)
         core = await run_durable(lambda: SessionCore.create(
-            rt.state_dir, session_id, title=title, files=rt.config.files, clock=rt.config.clock))
+            rt.state_dir, session_id, title=title, options=options))
         return core.session
 
-    async def _call(self, session: str, message: Request[R]) -> R:
+    async def _call(self, session: str, message: Asks[MemorySessionMessage, R]) -> R:
         self._rt.ensure_open(f"rt.sessions, {type(message).__name__}")
-        return await self._rt.session_ref(session).call(message, timeout=self._rt.config.call_timeout)
+        return await self._rt.session_ref(session).call(message)
 
     async def append(self, session: str, message: Mapping[str, Any], *,
                      created_at: float | None = None) -> dict[str, Any]:
@@ -644,8 +653,8 @@ async def open_runtime(
             await run_durable(recover_dead_runtimes, state, runtime.runtime_log)
         async with open_actor(runtime.root_supervisor(), name="runtime") as root:
             runtime.root = root
-            runtime.workspace_ref = await get_child(root, "workspace")
-            runtime.watchdog_ref = await get_child(root, "watchdog")
+            runtime.workspace_ref = await get_child(root, runtime.workspace_spec)
+            runtime.watchdog_ref = await get_child(root, runtime.watchdog_spec)
             runtime.quarantined = list(await runtime.workspace_ref.call(ReadQuarantine()))
             # SPEC §6.7: before anything computes what a branch owes.
             runtime.migration = await runtime.migrate()

@@ -77,12 +77,21 @@ from memory.ledger._records import MARKER_KEY, SourceRecord
 from memory.runtime._claims import SessionClaims
 from memory.runtime._config import RuntimeConfig
 from memory.runtime._jobs import WriteJob
-from memory.runtime._workspace_actor import SourcesInMemory
+from memory.runtime._workspace_actor import SourcesInMemory, WorkspaceMessage
 from memory.workspace._quarantine import QuarantineEntry, is_quarantined
 from memory.writers._cycle import FailureKind, WriteOutcome
 from memory.writers._prompt import render_prompt
 from memory.writers._writer import Batch
-from store import RuntimeLog, SessionActor, SessionCore, StoreError, TipMoved, run_durable
+from store import (
+    RuntimeLog,
+    SessionActor,
+    SessionCore,
+    SessionMessage,
+    SessionOptions,
+    StoreError,
+    TipMoved,
+)
+from store.lowlevel import run_durable
 
 ROOT = "ROOT"  # SPEC §4: the predecessor of a session's first turn; a walk ends there
 
@@ -188,6 +197,13 @@ class StillOwed(Idempotent, Request[list[tuple[str, list[str]]]]):
 
 
 # -- state kept across incarnations ---------------------------------------------
+
+
+# What the memory runtime's session actor takes: the store's messages and the ledger's.
+MemorySessionMessage = (
+    SessionMessage | Pending | StillOwed | Flush | CheckIdle | JobFinished | RetryDue
+    | Reconsider | ClaimRecheck | RepairMarkers
+)
 
 
 class BoundaryOutcome(enum.Enum):
@@ -321,7 +337,7 @@ class SessionHost(Protocol):
     def runtime_log(self) -> RuntimeLog | None: ...
 
     @property
-    def workspace_ref(self) -> ActorRef: ...
+    def workspace_ref(self) -> ActorRef[WorkspaceMessage]: ...
 
     @property
     def quarantined(self) -> list[QuarantineEntry]: ...
@@ -355,17 +371,17 @@ CLAIM_ATTEMPTS = 3
 # -- the actor --------------------------------------------------------------------
 
 
-class MemorySessionActor(SessionActor):
+class MemorySessionActor(SessionActor[MemorySessionMessage]):
     """A session actor that also keeps the session's memory ledger."""
 
     # A branch that cannot be turned into records is the caller's to hear about.
     expected_errors: ClassVar[tuple[type[Exception], ...]] = (StoreError, LedgerError)
 
     def __init__(self, runtime: SessionHost, session: str) -> None:
-        super().__init__(
-            runtime.state_dir, session, files=runtime.config.files, clock=runtime.config.clock,
+        super().__init__(runtime.state_dir, session, options=SessionOptions(
+            files=runtime.config.files, clock=runtime.config.clock,
             lock_timeout=runtime.config.lock_timeout, log=runtime.runtime_log,
-        )
+        ))
         self.runtime = runtime
         self.ledger = runtime.ledger(session)
         self.records = NodeRecords(session, counter=runtime.config.counter)
@@ -435,7 +451,7 @@ class MemorySessionActor(SessionActor):
 
     # -- messages -----------------------------------------------------------------
 
-    async def dispatch(self, message: Any) -> Any:
+    async def dispatch(self, message: MemorySessionMessage) -> object:
         match message:
             case Pending(tip):
                 return self.owed(tip)
@@ -482,7 +498,7 @@ class MemorySessionActor(SessionActor):
         with contextlib.suppress(ActorError):  # a full mailbox: the watchdog's scan asks again
             self.ref.cast_nowait(RepairMarkers())
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: MemorySessionMessage) -> object:
         self._forget_holder()
         try:
             core = self._core

@@ -33,9 +33,10 @@ import anyio
 
 from actors import Actor, ActorError, ActorRef, Idempotent, Request, UnhandledMessageError
 from memory.runtime._config import RuntimeConfig
-from memory.runtime._session_actor import CheckIdle, RepairMarkers
+from memory.runtime._session_actor import CheckIdle, MemorySessionMessage, RepairMarkers
 from memory.workspace._runtime_state import read_session_end
-from store import Fingerprint, StoreError, list_sessions, run_durable
+from store import StoreError, list_sessions
+from store.lowlevel import Fingerprint, run_durable
 
 __all__ = [
     "IdleWatchdog",
@@ -113,10 +114,14 @@ class WatchdogHost(Protocol):
     @property
     def memory_dir(self) -> str: ...
 
-    def session_ref(self, session: str) -> ActorRef: ...
+    def session_ref(self, session: str) -> ActorRef[MemorySessionMessage]: ...
 
 
-class IdleWatchdog(Actor):
+# What the IdleWatchdog takes.
+WatchdogMessage = Touched | PollNow
+
+
+class IdleWatchdog(Actor[WatchdogMessage]):
     """See the module docstring."""
 
     def __init__(self, runtime: WatchdogHost) -> None:
@@ -142,7 +147,7 @@ class IdleWatchdog(Actor):
         return {"tracked": len(self._latest), "polls": self.polls, "checks": self.checks,
                 "repairs": self.repairs}
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: WatchdogMessage) -> object:
         match message:
             case Touched(session, updated_at):
                 self._latest[session] = updated_at

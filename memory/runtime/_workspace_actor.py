@@ -59,7 +59,8 @@ from memory.workspace._topic_ids import handle_key
 from memory.workspace._transaction import JOURNAL, CommitResult, Transactions, workspace_lock
 from memory.workspace._workspace_id import load_or_create_workspace_id
 from memory.writers._writer import Batch
-from store import LOCK_TIMEOUT, DurableFiles, UnsafeLinkError, run_durable
+from store import LOCK_TIMEOUT, DurableFiles, UnsafeLinkError
+from store.lowlevel import run_durable
 
 __all__ = [
     "ArchiveBatches",
@@ -171,7 +172,15 @@ _READS_TOPICS = (TakeSnapshot, CommitEdits, CheckEdits, CitedSources, BatchesCov
                  SourcesInMemory)
 
 
-class WorkspaceActor(Actor):
+# What the WorkspaceActor takes.
+WorkspaceMessage = (
+    ArchiveBatches | TakeSnapshot | CommitEdits | CheckEdits | BatchesCovered | CitedSources
+    | SourcesInMemory | RecordSessionEnd | QuarantineBatch | ReleaseQuarantine | ReadQuarantine
+    | ReadRuntimeState | ReplaceRuntimeState
+)
+
+
+class WorkspaceActor(Actor[WorkspaceMessage]):
     """Owns ``<state>/memory``; see the module docstring."""
 
     expected_errors = (ScriptoriumMemoryError, UnsafeLinkError)
@@ -241,7 +250,7 @@ class WorkspaceActor(Actor):
         return {"workspace_id": self.workspace_id, "commits": self.commits,
                 "archives": self.archives.statistics()}
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: WorkspaceMessage) -> object:
         if self._unfinished is not None and isinstance(message, _READS_TOPICS):
             await run_durable(self._finish_install)
         if self.on_change is not None and isinstance(message, (ArchiveBatches, CommitEdits)):
@@ -251,7 +260,7 @@ class WorkspaceActor(Actor):
             return result
         return await self._handle(message)
 
-    async def _handle(self, message: Any) -> Any:
+    async def _handle(self, message: WorkspaceMessage) -> object:
         match message:
             case ArchiveBatches(batches):
                 return await run_durable(self._archive, batches)

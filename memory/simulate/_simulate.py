@@ -61,7 +61,7 @@ from memory.writers._extractive import ExtractiveWriter
 from memory.writers._offload import CpuWorkerMode
 from memory.writers._writer import Writer
 from memory.writers.model import ModelSettings, ModelWriter, UsageFile
-from store import run_durable, state_path
+from store.lowlevel import run_durable, state_path
 from supervisors import Backoff, get_child
 
 __all__ = [
@@ -131,6 +131,8 @@ class SimulationResult:
     workload_seconds: float = 0.0  # until the last agent finished; the rest is the boundary
     open_loop: OpenLoop | None = None  # the arrivals, when ``config.rate`` is set
     notes: list[str] = field(default_factory=list)  # what the run left out, and why
+    groups: dict[int, int] = field(default_factory=dict)  # write groups taken, by size
+    due_waiting_max: int = 0  # the most due batches seen waiting for a worker
 
     @property
     def passed(self) -> bool:
@@ -155,6 +157,8 @@ class _Totals:
     restarts: int = 0
     quarantined: int = 0
     incarnations: int = 0
+    groups: Counter[int] = field(default_factory=Counter)
+    waiting_max: int = 0
 
     def absorb(self, rt: MemoryRuntime, tally: EventTally, restarts: int) -> None:
         """One incarnation's counts: its statistics, and what its events told ``tally``."""
@@ -165,6 +169,8 @@ class _Totals:
         self.written_batches.extend(tally.written_batches)
         self.marked |= tally.marked
         self.cycles.extend(tally.cycles)
+        self.groups.update(tally.groups)
+        self.waiting_max = max(self.waiting_max, tally.waiting_max)
         self.deliveries += sum(tally.deliveries.values())
         self.restarts += restarts
         self.quarantined += outcomes.get("quarantined", 0)
@@ -187,7 +193,6 @@ def runtime_config(config: SimulationConfig, plan: FaultPlan, tally: EventTally)
         passivate_after=4 * config.session_idle,
         retry_backoff=Backoff(initial=0.05, factor=2.0, maximum=0.5, jitter=0.25),
         worker_backoff=Backoff(initial=0.01, factor=2.0, maximum=0.2, jitter=0.25),
-        call_timeout=None,
         files=FaultyDisk(plan),
         seed=config.seed,
         on_event=tally,
@@ -501,4 +506,6 @@ def _result(
                    "append_ack": [s for agent in agents for s in agent.ack_seconds]},
         deliveries=totals.deliveries,
         peak_rss_mb=peak,
+        groups=dict(totals.groups),
+        due_waiting_max=totals.waiting_max,
     )

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from store import DamagedLog, RuntimeLog, SessionCore, find_damaged_logs
+from store import DamagedLog, RuntimeLog, SessionCore, SessionOptions
 from store._runtime_log import WAL_DIR
+from store.lowlevel import find_damaged_logs
 
 GARBAGE = b"scriptorium-journal 3 99 deadbeef\nnot a record"
 
@@ -47,7 +48,7 @@ def test_a_damaged_runtime_log_segment_is_named_in_a_warning_and_found_by_a_scan
 ) -> None:
     _session(tmp_path)
     log = RuntimeLog.open(tmp_path)
-    core = SessionCore.open(tmp_path, "s", log=log)
+    core = SessionCore.open(tmp_path, "s", options=SessionOptions(log=log))
     core.append({"id": "a1", "role": "assistant", "content": "hi", "predecessor": "u1"})
     log.abandon()  # the runtime died before its checkpoint: a dead owner's live records
     [segment] = (tmp_path / WAL_DIR).glob("*.log")

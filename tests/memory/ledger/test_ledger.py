@@ -10,12 +10,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory._errors import InvalidThresholdError, MissingAuthorityError, UnidentifiedMessageError
+from memory._errors import (
+    InvalidThresholdError,
+    MissingAuthorityError,
+    ReferenceThresholdWarning,
+    UnidentifiedMessageError,
+)
 from memory.ledger._ledger import (
     DEFAULT_IDLE_AFTER,
     DEFAULT_THRESHOLD,
     NodeRecords,
-    ReferenceThresholdWarning,
     WritePolicy,
     first_batch,
     may_write,

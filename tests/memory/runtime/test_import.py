@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from memory.runtime import ImportInterruptedError, ImportLineError, import_jsonl
+from memory._errors import ImportInterruptedError, ImportLineError
+from memory.runtime import import_jsonl
 from memory.runtime._import import derived_session_id
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from store import SessionCore

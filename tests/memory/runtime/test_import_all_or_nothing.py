@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import store._durable as durable_module
+from memory._errors import ImportFailedError
 from memory.runtime import import_jsonl
-from memory.runtime._import import ImportFailedError
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from store import DurableFiles, SessionCore, list_sessions
 

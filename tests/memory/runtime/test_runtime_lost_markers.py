@@ -192,7 +192,7 @@ async def test_the_watchdogs_own_poll_repairs_within_one_interval(tmp_path: Path
     """No explicit scan: the timer's poll every ``watchdog_poll`` seconds finds it."""
     sid, workspace = await written_session(tmp_path)
     # The session stays active: a passivated one would repair when it activates again.
-    cfg = config(clock=virtual_wall_clock, call_timeout=None, watchdog_poll=300.0,
+    cfg = config(clock=virtual_wall_clock, watchdog_poll=300.0,
                  passivate_after=10_000.0)
     async with open_runtime(tmp_path, config=cfg) as rt:
         await rt.pending(sid)

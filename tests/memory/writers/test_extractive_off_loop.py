@@ -125,7 +125,7 @@ async def test_the_runtime_keeps_its_timers_while_a_large_batch_is_written(
     # No writer timeout or lock bound: on virtual time they would jump ahead of real
     # thread work (a session lock held by an fsync would read as stuck for a day).
     config = RuntimeConfig(policy=WritePolicy(threshold=32000), writer_workers=1,
-                           writer_timeout=math.inf, call_timeout=None, lock_timeout=None)
+                           writer_timeout=math.inf, lock_timeout=None)
     async with open_runtime(tmp_path, writer, config=config) as rt:
         sid = await rt.sessions.create()
         previous = "ROOT"
