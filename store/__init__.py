@@ -5,7 +5,8 @@ Layout: ``_durable`` is the one seam for durable writes; ``_ids``, ``_node``,
 ``_walk`` the in-memory index and the branch/tip rules over it; ``_journal``
 and ``_lock`` the batch journal and the cross-process lock; ``_session`` the
 synchronous core one session actor owns, ``_session_journal`` its side of
-the journal; ``_sessions`` lists the sessions of a state directory.
+the journal; ``_sessions`` lists the sessions of a state directory;
+``_threads`` the one-hop ``run_durable`` and its thread lanes.
 ``store.lowlevel`` re-exports the walks and formats for code that models a
 session without its actor.
 """

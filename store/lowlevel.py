@@ -11,13 +11,14 @@ caller keeps the store's rules; this module only re-exports.
   cross-process lock (``SessionLock``, ``wait_for_flock``, ``CLAIM_NAME``),
   the fingerprint of a session directory (``Fingerprint``, ``FileStamp``,
   ``file_stamp``), the symlink rules (``refuse_file_link``, ``walk_files``),
-  the node file format (``decode_node``, ``encode_node``,
+  the thread lanes of memory's write side and marker merges (``write_lane``,
+  ``mark_lane``), the node file format (``decode_node``, ``encode_node``,
   ``parse_filename``), id checks (``validate_id``, ``citable_id_problem``),
   ``state_path``, ``missing_meta``, ``predecessor_cycles``, the recovery
   of a dead runtime's log (``recover_dead_runtimes``), and for the audit of
   a state that cannot be written, the damaged logs found without writing
   (``find_damaged_logs``) and a session read as found (``read_session_as_found``,
-  ``unreplayed``).
+  ``unreplayed``); and a session's nodes as a tree to draw (``drawing_tree``).
 - For the ledger baselines of ``scriptorium simulate --compare``
   (``memory.simulate.baselines``), which replay a forking workload on an
   in-memory DAG and write session files of a given size: ``SessionIndex``,
@@ -38,7 +39,15 @@ from store._node import ROOT
 from store._session import recover_dead_runtimes
 from store._session_view import read_session_as_found, unreplayed
 from store._sessions import missing_meta, state_path
-from store._walk import branch, list_tips, predecessor_cycles, rewind_ids, visible_back_from
+from store._threads import mark_lane, write_lane
+from store._walk import (
+    branch,
+    drawing_tree,
+    list_tips,
+    predecessor_cycles,
+    rewind_ids,
+    visible_back_from,
+)
 
 __all__ = [
     "CLAIM_NAME",
@@ -53,11 +62,13 @@ __all__ = [
     "branch",
     "citable_id_problem",
     "decode_node",
+    "drawing_tree",
     "encode_meta",
     "encode_node",
     "file_stamp",
     "find_damaged_logs",
     "list_tips",
+    "mark_lane",
     "missing_meta",
     "node_filename",
     "parse_filename",
@@ -73,4 +84,5 @@ __all__ = [
     "visible_back_from",
     "wait_for_flock",
     "walk_files",
+    "write_lane",
 ]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import click
 
 from memory._errors import LedgerError
-from memory.cli._cli import _config, emit_json, state_options
+from memory.cli._options import _config, emit_json, state_options
 from memory.ledger import (
     SourceRecord,
     WritePolicy,

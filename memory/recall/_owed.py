@@ -24,9 +24,10 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 
 from memory.ledger import SourceRecord
-from memory.recall._index import TOKENIZE, WEIGHTS
+from memory.recall._pack import Context
 from memory.recall._query import ParsedQuery, fts_expression
-from memory.recall._rank import BranchView, Context, Hit, rank_units
+from memory.recall._rank import BranchView, Hit, rank_units
+from memory.recall._schema import TOKENIZE, WEIGHTS
 from memory.recall._units import Unit
 
 __all__ = ["OWED", "OWED_HEADING", "owed_units", "rank_owed", "with_owed"]
@@ -81,7 +82,7 @@ def with_owed(context: Context, owed: Sequence[Hit], budget_tokens: int,
 
     Memory's block comes first and is never cut for them; an owed turn that
     does not fit is passed over (a shorter later one may fit), as in
-    :func:`~memory.recall._rank.pack_context`.
+    :func:`~memory.recall._pack.pack_context`.
     """
     lines = [context.text] if context.text else []
     added: list[Hit] = []

@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import sqlite3
 from collections.abc import Iterator
 from urllib.parse import quote
 
 from memory.workspace import workspace_lock
+from memory.workspace._transaction import LOCK
 from store import DurableFiles
 
 __all__ = ["cannot_write", "empty_private", "private_copy", "reading_lock"]
@@ -71,8 +73,16 @@ def empty_private() -> sqlite3.Connection:
 
 
 @contextlib.contextmanager
-def reading_lock(memory_dir: str, files: DurableFiles, timeout: float | None) -> Iterator[None]:
-    """``write.lock`` for a private index's sync; none if the lock file cannot be made here."""
+def reading_lock(memory_dir: str, files: DurableFiles, timeout: float | None, *,
+                 create: bool = True) -> Iterator[None]:
+    """``write.lock`` for a private index's sync; none if the lock file cannot be made here.
+
+    ``create=False`` (a reader that must change nothing, the inspector) takes
+    the lock only where the file already exists: no writer ever made it then.
+    """
+    if not create and not os.path.exists(os.path.join(memory_dir, LOCK)):
+        yield
+        return
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(workspace_lock(memory_dir, files, timeout=timeout))

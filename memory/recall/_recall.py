@@ -5,7 +5,7 @@ everything that touches SQLite or the files (sync, search, neighbours) in
 one worker-thread hop per query (``anyio.to_thread``), serialised by a
 thread lock: a timer on the loop fires on time while a recall runs. The
 rules (query parsing, ranking, packing) are the pure functions of
-:mod:`memory.recall._query` and :mod:`memory.recall._rank`.
+:mod:`memory.recall._query`, :mod:`memory.recall._rank` and :mod:`memory.recall._pack`.
 
 Branches need the session store, which this folder cannot reach: the
 runtime walks the branch and passes a :class:`~memory.recall._rank.BranchView`.
@@ -33,15 +33,12 @@ from memory.recall._arguments import check_context_arguments, check_recall_argum
 from memory.recall._embedding import Embedder, fuse_rrf
 from memory.recall._index import RecallIndex, SyncReport
 from memory.recall._owed import rank_owed
+from memory.recall._pack import Context, known_words_text, notes_of, pack_context
 from memory.recall._query import ParsedQuery, fts_expression, parse_query
 from memory.recall._rank import (
     BranchView,
-    Context,
     Hit,
     hit_of,
-    known_words_text,
-    notes_of,
-    pack_context,
     rank_units,
     scored_hit,
     sql_bound,
@@ -81,9 +78,11 @@ class Recall:
         clock: Callable[[], float] = time.time,
         step: Callable[[str], None] | None = None,
         embedder: Embedder | None = None,
+        read_only: bool = False,
     ) -> None:
+        # read_only: the index in memory, nothing written to the state (memory.recall._private).
         self.index = RecallIndex(memory_dir, files=files, lock_timeout=lock_timeout, step=step,
-                                 embedder=embedder)
+                                 embedder=embedder, read_only=read_only)
         self.count = counter or default_counter()
         self.clock = clock
         self._lock = threading.Lock()

@@ -27,7 +27,7 @@ jobs drained; ``written`` only when that is nothing.
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +37,7 @@ from actors import ActorError
 from memory._errors import describe_error
 from memory.runtime._backlog import MemoryLag
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
-from memory.runtime._session_actor import (
+from memory.runtime._session_state import (
     SESSION_ERRORS,
     BoundaryOutcome,
     BoundaryReport,
@@ -219,8 +219,12 @@ async def run_headless(
     log: Callable[[dict[str, Any]], None],
     ready: Callable[[], None] | None = None,
     writer: Writer | None = None,
+    beside: Callable[[MemoryRuntime], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
-    """Run until SIGINT or SIGTERM; see the module docstring. ``writer``: None, the built-in one."""
+    """Run until SIGINT or SIGTERM; see the module docstring. ``writer``: None, the built-in one.
+
+    ``beside(rt)`` runs next to the scan until the stop (``run --inspect``: the inspector).
+    """
     async with open_runtime(state_dir, writer, config=config) as rt:
         log({"event": "started", "state": state_dir, "workspace": rt.workspace_id})
         seen: dict[str, object] = {}
@@ -251,6 +255,8 @@ async def run_headless(
 
             tg.start_soon(scan)
             tg.start_soon(report_lag)
+            if beside is not None:
+                tg.start_soon(beside, rt)
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 if ready is not None:
                     ready()

@@ -86,6 +86,7 @@ __all__ = [
     "ImportReport",
     "derived_session_id",
     "import_jsonl",
+    "object_line",
     "parse_import_lines",
     "plan_import",
 ]
@@ -198,6 +199,17 @@ def _line_turn(record: Mapping[str, Any], now: float) -> tuple[str, str, float |
     return role, content, when, speaker or ""
 
 
+def object_line(raw: bytes, file: str, number: int) -> dict[str, Any]:
+    """Line ``number`` of ``file`` as a JSON object, or :class:`ImportLineError` saying why not."""
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ImportLineError(file, number, f"not JSON ({exc})") from None
+    if not isinstance(record, dict):
+        raise ImportLineError(file, number, "not a JSON object")
+    return record
+
+
 def parse_import_lines(data: bytes, file: str, *, now: float) -> list[ImportLine]:
     """Every line of ``data`` checked as a turn, ids and predecessors settled within the file.
 
@@ -213,12 +225,7 @@ def parse_import_lines(data: bytes, file: str, *, now: float) -> list[ImportLine
     for number, raw in enumerate(data.split(b"\n"), start=1):
         if not raw.strip():
             continue
-        try:
-            record = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ImportLineError(file, number, f"not JSON ({exc})") from None
-        if not isinstance(record, dict):
-            raise ImportLineError(file, number, "not a JSON object")
+        record = object_line(raw, file, number)
         try:
             role, content, when, speaker = _line_turn(record, now)
         except _BadLineError as exc:

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import anyio
 from anyio.abc import TaskGroup
 
-from memory.runtime._session_actor import ClaimRecheck, MemorySessionMessage, RetryDue
+from memory.runtime._session_state import ClaimRecheck, MemorySessionMessage, RetryDue
 from supervisors import Backoff
 
 __all__ = ["Timers"]

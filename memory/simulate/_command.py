@@ -34,9 +34,10 @@ from memory._errors import EndpointUnreachableError, ReferenceThresholdWarning, 
 from memory.ledger._ledger import threshold_warning
 from memory.runtime._config import JOURNAL_MODES, JournalMode
 from memory.runtime._settings import check_model_flags, check_seconds, check_threshold
+from memory.simulate._config import SimulationConfig
 from memory.simulate._faults import FAULTS, parse_faults
 from memory.simulate._open_loop import ARRIVALS
-from memory.simulate._simulate import SimulationConfig, SimulationResult
+from memory.simulate._result import SimulationResult
 from memory.simulate._simulate import simulate as run_simulation
 from memory.writers import CPU_WORKER_MODES, CpuWorkerMode
 from memory.writers.model import model_settings, probe_endpoint

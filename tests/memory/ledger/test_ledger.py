@@ -19,7 +19,6 @@ from memory._errors import (
 from memory.ledger._ledger import (
     DEFAULT_IDLE_AFTER,
     DEFAULT_THRESHOLD,
-    NodeRecords,
     WritePolicy,
     first_batch,
     may_write,
@@ -32,6 +31,7 @@ from memory.ledger._ledger import (
     unwritten_turns,
 )
 from memory.ledger._records import MARKER_KEY, SourceMeta, SourceRecord
+from memory.ledger._tails import NodeRecords
 from store import SessionCore
 from tests.memory._fixture import message
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from memory.maintenance._audit import audit, read_audit_inputs
+from memory.maintenance import audit, read_audit_inputs
 from tests.faults import RefusingFiles
 from tests.fixture import copy_fixture
 

@@ -19,7 +19,7 @@ from memory.ledger._ledger import WritePolicy
 from memory.recall import Context, parse_query
 from memory.recall._owed import OWED, OWED_HEADING, rank_owed, with_owed
 from memory.runtime._runtime import RuntimeConfig, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 
 
 def record(node: str, text: str, trust: str = "trusted") -> SourceRecord:

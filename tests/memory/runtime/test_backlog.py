@@ -27,7 +27,8 @@ from memory.runtime._events import EventHook, EventTally
 from memory.runtime._jobs import JobQueue, WriteJob
 from memory.runtime._pool import WriterWorker
 from memory.runtime._runtime import open_runtime
-from memory.runtime._session_actor import Flush, JobFinished, MemorySessionMessage
+from memory.runtime._session_actor import JobFinished, MemorySessionMessage
+from memory.runtime._session_state import Flush
 from memory.workspace import WorkspaceSnapshot
 from memory.writers import Batch
 from memory.writers._cycle import WriteOutcome

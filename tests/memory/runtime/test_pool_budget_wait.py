@@ -23,7 +23,7 @@ import pytest
 
 from actors import ActorRef
 from memory.runtime._runtime import MemoryRuntime, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace import TopicEdit, WorkspaceSnapshot
 from memory.writers import Batch
 from memory.writers._extractive import ExtractiveWriter

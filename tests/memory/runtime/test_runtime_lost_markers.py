@@ -22,7 +22,7 @@ from memory.cli._cli import main
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
 from memory.runtime._runtime import MemoryRuntime, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.runtime._workspace_actor import ArchiveBatches
 from memory.writers._writer import Batch
 from store import SessionCore

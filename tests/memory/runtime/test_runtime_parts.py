@@ -11,7 +11,7 @@ import pytest
 from memory.runtime import MemoryLag, RuntimeStatistics
 from memory.runtime._events import EventTally
 from memory.runtime._runtime import open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from tests.memory._runtime import chain, config
 
 TURNS = ["u1", "a1", "u2", "a2"]

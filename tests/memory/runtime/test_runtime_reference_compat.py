@@ -22,12 +22,13 @@ import pytest
 from click.testing import CliRunner
 
 from memory._errors import MissingAuthorityError, ReferenceThresholdWarning, SettingsError
-from memory.cli._cli import _config, main
+from memory.cli._cli import main
+from memory.cli._options import _config
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
 from memory.runtime._config import apply_timings
 from memory.runtime._runtime import RuntimeConfig, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome, Reconsider
+from memory.runtime._session_state import BoundaryOutcome, Reconsider
 from memory.runtime._settings import Timings, read_settings
 from memory.workspace._archive import read_archive
 from memory.workspace._quarantine import read_quarantine

@@ -29,9 +29,11 @@ from memory.simulate import _command as simulate_command
 from memory.simulate import _simulate
 from memory.simulate._agents import SIM_TURN, Mix
 from memory.simulate._command import percentile
+from memory.simulate._config import SimulationConfig
 from memory.simulate._faults import FAULTS, FaultPlan, FaultyWriter, chance, parse_faults
 from memory.simulate._oracle import INVARIANTS, Evidence, Verdict, check_invariants
-from memory.simulate._simulate import SimulationConfig, SimulationResult, simulate
+from memory.simulate._result import SimulationResult
+from memory.simulate._simulate import simulate
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._writer import Batch

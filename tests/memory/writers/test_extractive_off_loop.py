@@ -24,7 +24,7 @@ import pytest
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import SourceMeta, SourceRecord
 from memory.runtime._runtime import RuntimeConfig, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.workspace._transaction import Transactions
 from memory.writers._extractive import ExtractiveWriter, extract_edits

@@ -28,7 +28,7 @@ from memory._errors import (
 from memory.ledger import estimate_tokens
 from memory.ledger._records import SourceRecord
 from memory.runtime._runtime import open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace import WorkspaceSnapshot
 from memory.writers import Batch, run_write_cycle
 from memory.writers.model import (
