@@ -2,7 +2,7 @@
 
 Each test names the property it tries to break. Fifteen of them failed on
 the first version of the log (each finding is fixed, and its test now guards
-the fix; docs/decisions.md, "The runtime log: what the attack found"); the
+the fix; docs/decisions.md, "The runtime log", "What the attack found"); the
 others are properties that held under the attack, kept because they are
 cheap and not covered elsewhere.
 
