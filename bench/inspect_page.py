@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -26,8 +25,11 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memory.inspect import InspectorServer, StateMemory, inspector_app
+from _harness import rounds
+
+from memory.inspector import InspectorServer, StateMemory, inspector_app
 from memory.ledger import MARKER_KEY
 from memory.workspace import load_or_create_workspace_id
 from store import DurableFiles, SessionCore
@@ -70,22 +72,24 @@ def main() -> None:
         memory = StateMemory(str(state))
         with InspectorServer(inspector_app(str(state), memory)) as server, httpx.Client(
                 base_url=server.url.rstrip("/"), timeout=60) as client:
-            times, size = [], 0
-            for _ in range(args.repeat):
+            pages: list[bytes] = []
+
+            def fetch() -> float:
                 started = time.perf_counter()
                 answer = client.get(f"/session/{sid}")
-                times.append(time.perf_counter() - started)
+                seconds = time.perf_counter() - started
                 assert answer.status_code == 200, answer.text[:500]
-                size = len(answer.content)
-            gzipped = len(gzip.compress(answer.content))
+                pages.append(answer.content)
+                return seconds
+
+            page = rounds(fetch, rounds=args.repeat, warmup=1)
         memory.close()
-    median = statistics.median(times)
     print(json.dumps({
         "turns": args.turns, "build_seconds": round(built, 2),
-        "session_page_seconds": {"median": round(median, 3), "min": round(min(times), 3),
-                                 "max": round(max(times), 3)},
-        "page_bytes": size, "page_bytes_gzip": gzipped, "budget_seconds": BUDGET,
-        "within_budget": median <= BUDGET,
+        "session_page_seconds": {"median": round(page.median, 3), "min": round(page.low, 3),
+                                 "max": round(page.high, 3), "rounds": page.rounds},
+        "page_bytes": len(pages[-1]), "page_bytes_gzip": len(gzip.compress(pages[-1])),
+        "budget_seconds": BUDGET, "within_budget": page.median <= BUDGET,
     }, indent=2))
 
 

@@ -1,15 +1,15 @@
 """Where a simulate run's time goes with each journal: flushes, commit waits, CPU.
 
 The runtime log cut the flushes of a simulate run sevenfold without making
-it faster (docs/decisions.md, "Runtime log: measured"). This probe shows
-why, one in-process ``simulate`` run per journal: every ``os.fsync`` and
-``os.fdatasync`` counted and timed (thread time spent in them), the
-event loop's thread CPU and the process's user and kernel CPU. (What a
-committer of the runtime log waits for its group was timed once by
-wrapping ``RuntimeLog.commit``; ``bench/`` does not patch the store, so
-that wrapper is not kept here.) A
-diagnostic, not a benchmark: one run each, no floor, no target, so it is
-not a row of ``bench/run.py``. Run from the repository root::
+it faster (docs/decisions.md, "The runtime log": why the session journal
+stays the default). This probe shows why, one in-process ``simulate`` run
+per journal: every ``os.fsync`` and ``os.fdatasync`` counted and timed
+(thread time spent in them), the event loop's thread CPU and the process's
+user and kernel CPU. (What a committer of the runtime log waits for its
+group was timed once by wrapping ``RuntimeLog.commit``; ``bench/`` does not
+patch the store, so that wrapper is not kept here.) A diagnostic, not a
+benchmark: one run each, no floor, no target, so it is not a row of
+``bench/run.py``. Run from the repository root::
 
     python bench/journal_probe.py [--sessions N] [--turns N] [--journal session|shared]...
 """

@@ -4,9 +4,12 @@ Layout: ``_durable`` is the one seam for durable writes; ``_ids``, ``_node``,
 ``_message`` and ``_format`` are the pure record rules; ``_index`` and
 ``_walk`` the in-memory index and the branch/tip rules over it; ``_journal``
 and ``_lock`` the batch journal and the cross-process lock; ``_session`` the
-synchronous core one session actor owns, ``_session_journal`` its side of
-the journal; ``_sessions`` lists the sessions of a state directory;
-``_threads`` the one-hop ``run_durable`` and its thread lanes.
+synchronous core one session actor owns (over ``_session_owner``, its lock
+and journal steps, and ``_session_reads``, its cache and reads),
+``_session_journal`` its side of the journal; ``_runtime_log`` a process's
+shared log (``_log_records`` its format, ``_log_recovery`` dead owners');
+``_sessions`` lists the sessions of a state directory; ``_threads`` the
+one-hop ``run_durable`` and its thread lanes.
 ``store.lowlevel`` re-exports the walks and formats for code that models a
 session without its actor.
 """

@@ -56,7 +56,8 @@ from ._durable import run_durable
 from ._errors import StoreError
 from ._message import node_to_message
 from ._options import SessionOptions
-from ._session import DEFAULTS, SessionCore
+from ._session import SessionCore
+from ._session_reads import DEFAULTS
 
 __all__ = [
     "Append",
@@ -315,7 +316,7 @@ class SessionActor(Actor[M_contra]):
                     lambda: core.append_turn(msg, created_at=created_at))
                 node = appended.message
                 head = core.head
-                if core.statistics().journal_records >= CHECKPOINT_AFTER:
+                if core.journal_records >= CHECKPOINT_AFTER:
                     self._queue_checkpoint()
                 moved = head != head_before if appended.created else head == node["id"]
                 await self.tip_moved(TipMoved(self.session, node, head, head_moved=moved,

@@ -7,7 +7,7 @@ import os
 from ._damage import DamagedLog
 from ._errors import JournalFileError
 from ._journal import JOURNAL_NAME, read_frames, scan
-from ._runtime_log import MAGIC, WAL_DIR
+from ._log_records import MAGIC, WAL_DIR
 from ._sessions import SESSIONS
 
 __all__ = ["find_damaged_logs"]

@@ -89,6 +89,8 @@ def is_safe_id(value: object) -> bool:
 
 def validate_id(value: object, kind: str = "node id", session: str | None = None) -> str:
     """Return ``value`` if it is a safe id, else raise :class:`UnsafeIdError`."""
+    if isinstance(value, str) and is_safe_id(value):  # one C-level search; an append checks several ids
+        return value
     problem = _id_problem(value)
     if problem is not None:
         raise UnsafeIdError(kind, repr(value) if not isinstance(value, str) else value,

@@ -47,12 +47,17 @@ class Fingerprint:
 
     @classmethod
     def of(cls, session_dir: str) -> Fingerprint:
+        return cls.of_paths(os.path.join(session_dir, HISTORY), os.path.join(session_dir, META))
+
+    @classmethod
+    def of_paths(cls, history_dir: str, meta_file: str) -> Fingerprint:
+        """:meth:`of` for an owner that joined the two paths once (it asks at every message)."""
         try:
-            history = os.stat(os.path.join(session_dir, HISTORY)).st_mtime_ns
+            history = os.stat(history_dir).st_mtime_ns
         except OSError:
             history = 0
         try:
-            meta = os.stat(os.path.join(session_dir, META))
+            meta = os.stat(meta_file)
             return cls(history, meta.st_mtime_ns, meta.st_size)
         except OSError:
             return cls(history, 0, 0)

@@ -58,43 +58,44 @@ failed ``fdatasync`` the segment is sealed (nothing is trusted to a second
 one). The session's owner replays the session's live records from this log before its
 next mutation (:meth:`RuntimeLog.live_records`) and checkpoints them, so the
 operation ends up whole or not at all, as with a session journal.
+
+This module is the writer (an owner's segments, group commit, the locks it
+holds); the files' layout and record format, and their reading, are
+:mod:`store._log_records`; the recovery of dead owners' logs (rule 4) is
+:mod:`store._log_recovery`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import os
 import secrets
 import threading
 import weakref
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from ._damage import warn_damaged
 from ._durable import FILE_MODE, DurableFiles
-from ._journal import JournalEntry, decode_entries, encode_entries, frame, read_frames
-from ._lock import LOCK_TIMEOUT, SessionLock, wait_for_flock
+from ._journal import JournalEntry, encode_entries, read_frames
+from ._lock import SessionLock
+from ._log_records import (
+    MAGIC,
+    MUTATION,
+    RETIREMENT,
+    WAL_DIR,
+    forget_cached,
+    live_in,
+    read_segments,
+    record,
+    unlink_owner_files,
+)
 
 __all__ = [
     "SEGMENT_BYTES",
-    "WAL_DIR",
     "RuntimeLog",
-    "dead_live_records",
-    "dead_sessions",
-    "discard_dead",
-    "retire_dead",
 ]
 
-WAL_DIR = os.path.join(".scriptorium", "wal")
 SEGMENT_BYTES = 4 * 1024 * 1024
-MAGIC = b"scriptorium-log 1 "
-_MUTATION, _RETIREMENT = b"M", b"R"
-
-
-def _record(kind: bytes, session: str, body: bytes = b"") -> bytes:
-    return frame(MAGIC, b"%s %s\n%s" % (kind, session.encode(), body))
 
 
 @dataclass
@@ -227,17 +228,17 @@ class RuntimeLog:
 
     def commit(self, session: str, entries: list[JournalEntry]) -> None:
         """Append one mutation of ``session`` and return once it is durable (shared flush)."""
-        self._append(_MUTATION, session, encode_entries(entries), flush=True)
+        self._append(MUTATION, session, encode_entries(entries), flush=True)
 
     def retire(self, session: str, *, durable: bool) -> None:
         """Record that ``session``'s files are synced; ``durable``: flushed before return."""
         with self._cond:
             if not self._is_live(session):
                 return
-        self._append(_RETIREMENT, session, b"", flush=durable)
+        self._append(RETIREMENT, session, b"", flush=durable)
 
     def _append(self, kind: bytes, session: str, body: bytes, *, flush: bool) -> None:
-        data = _record(kind, session, body)
+        data = record(kind, session, body)
         with self._cond:
             if self._lock_fd is None:
                 raise RuntimeError(f"the runtime log {self.owner} is closed")
@@ -257,7 +258,7 @@ class RuntimeLog:
             segment.written += len(data)
             self.records += 1
             end = segment.written
-            if kind == _MUTATION:
+            if kind == MUTATION:
                 segment.last_mutation[session] = end
             else:
                 self._retirements.append((segment, end, session))
@@ -336,7 +337,7 @@ class RuntimeLog:
             done = self._segments.pop(0)
             os.close(done.fd)
             self._files.unlink(done.path)
-            _forget_cached(done.path)
+            forget_cached(done.path)
 
     def flush(self) -> None:
         """Make everything appended so far durable (pending retirements included)."""
@@ -354,7 +355,7 @@ class RuntimeLog:
         """
         with self._cond:  # no segment is deleted while they are read
             paths = [segment.path for segment in self._segments]
-            return _live_in(_read_segments(paths, self.directory), session)
+            return live_in(read_segments(paths, self.directory), session)
 
     # -- the end -----------------------------------------------------------------
 
@@ -383,7 +384,7 @@ class RuntimeLog:
             if not live:
                 for segment in segments:  # oldest first, as in rule 3
                     self._files.unlink(segment.path)
-                _unlink_owner_files(self.directory, self.owner)
+                unlink_owner_files(self.directory, self.owner)
         finally:
             os.close(lock_fd)
             _LOGS.discard(self)
@@ -426,14 +427,8 @@ class RuntimeLog:
         self._segments, self._held, self._orphans, self._lock_fd = [], set(), {}, None
 
 
-# -- other owners' logs ---------------------------------------------------------------
+# -- forks ------------------------------------------------------------------------------
 
-# (kind, session, body, rel, offset): a record as read, its entries decoded
-# only for the session asked about, so one damaged record is its session's
-# problem alone.
-Record = tuple[bytes, str, bytes, str, int]
-_CACHE: dict[str, tuple[tuple[int, int, int], list[Record]]] = {}
-_CACHE_LOCK = threading.Lock()
 _LOGS: weakref.WeakSet[RuntimeLog] = weakref.WeakSet()
 
 
@@ -451,206 +446,3 @@ def _unlock(lock: SessionLock) -> None:
         lock.__exit__(None, None, None)
 
 
-def _forget_cached(path: str) -> None:
-    with _CACHE_LOCK:
-        _CACHE.pop(path, None)
-
-
-def _read_segment(path: str, directory: str) -> list[Record]:
-    """The valid records of one segment (cached while the file is unchanged); [] if it is gone."""
-    try:
-        with open(path, "rb") as handle:
-            stat = os.fstat(handle.fileno())
-            key = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
-            with _CACHE_LOCK:
-                cached = _CACHE.get(path)
-            if cached is not None and cached[0] == key:
-                return cached[1]
-            data = handle.read()
-    except FileNotFoundError:
-        _forget_cached(path)
-        return []
-    rel = os.path.relpath(path, os.path.dirname(os.path.dirname(directory)))
-    records: list[Record] = []
-    frames, end = read_frames(data, (MAGIC,))
-    warn_damaged(rel, end, len(data))
-    for _, offset, payload in frames:
-        line_end = payload.find(b"\n")
-        kind, _, name = payload[:line_end].partition(b" ")
-        records.append((kind, name.decode("utf-8", "replace"), payload[line_end + 1:], rel,
-                        offset))
-    with _CACHE_LOCK:
-        _CACHE[path] = (key, records)
-    return records
-
-
-def _read_segments(paths: Iterable[str], directory: str) -> list[Record]:
-    return [record for path in paths for record in _read_segment(path, directory)]
-
-
-def _live_in(records: list[Record], session: str) -> list[list[JournalEntry]]:
-    """``session``'s mutations after its last retirement, decoded (JournalFileError if not ours)."""
-    live: list[Record] = []
-    for record in records:
-        if record[1] != session:
-            continue
-        if record[0] == _RETIREMENT:
-            live.clear()
-        else:
-            live.append(record)
-    return [decode_entries(body, rel, offset) for _, _, body, rel, offset in live]
-
-
-@contextlib.contextmanager
-def _reading(directory: str, owner: str, *, timeout: float | None = LOCK_TIMEOUT,
-             shared: bool = True) -> Iterator[None]:
-    """Hold ``<owner>.recovery``: shared to read a dead owner's log, exclusive to change it.
-
-    Deletion goes oldest segment first, so a reader that listed the segments
-    and then found a later one gone would take a retired record for live.
-    """
-    recovery = os.path.join(directory, f"{owner}.recovery")
-    fd = os.open(recovery, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-    try:
-        wait_for_flock(fd, timeout, lambda waited, holder: OSError(
-            errno.EAGAIN, f"another process (pid {holder}) has been recovering this runtime "
-            f"log for {waited:.0f} s", recovery), shared=shared)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _owners(directory: str) -> dict[str, list[str]]:
-    """Each owner with files in ``directory`` and its segment paths in order."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return {}
-    owners: dict[str, list[tuple[int, str]]] = {}
-    for name in names:
-        if name.startswith("."):
-            continue
-        parts = name.split(".")
-        if len(parts) == 2 and parts[1] in ("lock", "recovery"):
-            owners.setdefault(parts[0], [])
-        elif len(parts) == 3 and parts[2] == "log" and parts[1].isdigit():
-            owners.setdefault(parts[0], []).append((int(parts[1]), os.path.join(directory, name)))
-    return {owner: [path for _, path in sorted(found)] for owner, found in owners.items()}
-
-
-def _alive(directory: str, owner: str) -> bool:
-    """Whether ``owner`` holds its lock (a process that died holds none)."""
-    try:
-        fd = os.open(os.path.join(directory, f"{owner}.lock"), os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
-def dead_live_records(
-    state_dir: str | os.PathLike[str], session: str, files: DurableFiles, *,
-    exclude: str | None = None,
-) -> list[tuple[str, list[list[JournalEntry]]]]:
-    """Per dead owner (not ``exclude``): ``session``'s live records in its log, in order.
-
-    One ``stat`` where no runtime log was ever used. A dead owner with
-    nothing live left for any session is deleted on the way.
-    """
-    directory = os.path.join(os.fspath(state_dir), WAL_DIR)
-    if not os.path.isdir(directory):
-        return []
-    found: list[tuple[str, list[list[JournalEntry]]]] = []
-    for owner in _owners(directory):
-        if owner == exclude or _alive(directory, owner):
-            continue
-        with _reading(directory, owner):
-            records = _read_segments(_owners(directory).get(owner, []), directory)
-        live = _live_in(records, session)
-        if live:
-            found.append((owner, live))
-        elif not _live_sessions(records):
-            retire_dead(state_dir, owner, [], files)  # deletes what is left
-    return found
-
-
-def _live_sessions(records: list[Record]) -> list[str]:
-    """The sessions whose last record here is a mutation (no retirement after it)."""
-    last: dict[str, bool] = {}
-    for kind, name, *_ in records:
-        last[name] = kind == _MUTATION
-    return [name for name, live in last.items() if live]
-
-
-def dead_sessions(state_dir: str | os.PathLike[str], files: DurableFiles, *,
-                  exclude: str | None = None) -> list[str]:
-    """Every session with live records in a dead owner's log (for a sweep at start).
-
-    A dead owner with nothing live is deleted on the way.
-    """
-    directory = os.path.join(os.fspath(state_dir), WAL_DIR)
-    sessions: dict[str, None] = {}
-    for owner in _owners(directory):
-        if owner == exclude or _alive(directory, owner):
-            continue
-        with _reading(directory, owner):
-            live = _live_sessions(_read_segments(_owners(directory).get(owner, []), directory))
-        sessions.update(dict.fromkeys(live))
-        if not live:
-            retire_dead(state_dir, owner, [], files)  # deletes what is left
-    return list(sessions)
-
-
-def retire_dead(state_dir: str | os.PathLike[str], owner: str, sessions: list[str],
-                files: DurableFiles, *, timeout: float | None = LOCK_TIMEOUT) -> None:
-    """Record durably that ``sessions`` were recovered from dead ``owner``'s log; delete it if all were.
-
-    Under ``<owner>.recovery``, so recoverers of its other sessions take
-    turns. The retirements go in a new segment: the last one may end in a
-    torn record, after which nothing could be read.
-    """
-    directory = os.path.join(os.fspath(state_dir), WAL_DIR)
-    with _reading(directory, owner, timeout=timeout, shared=False):
-        paths = _owners(directory).get(owner, [])
-        if sessions:
-            last = int(os.path.basename(paths[-1]).split(".")[1]) if paths else -1
-            path = os.path.join(directory, f"{owner}.{last + 1}.log")
-            files.write_atomic(path, b"".join(_record(_RETIREMENT, s) for s in sessions))
-            paths.append(path)
-        if not _live_sessions(_read_segments(paths, directory)):
-            for path in paths:  # oldest first: a retirement outlives what it covers
-                files.unlink(path)
-                _forget_cached(path)
-            _unlink_owner_files(directory, owner)
-
-
-def discard_dead(state_dir: str | os.PathLike[str], session: str, files: DurableFiles) -> None:
-    """Retire ``session``'s live records in every dead log unreplayed: the session is gone.
-
-    For a session deleted, or created anew under the id of a deleted one:
-    a dead runtime's records of the old one must never reach the new one.
-    """
-    directory = os.path.join(os.fspath(state_dir), WAL_DIR)
-    if not os.path.isdir(directory):
-        return
-    for owner in _owners(directory):
-        if _alive(directory, owner):
-            continue
-        with _reading(directory, owner):
-            records = _read_segments(_owners(directory).get(owner, []), directory)
-        live = session in _live_sessions(records)
-        if live:
-            retire_dead(state_dir, owner, [session], files)
-
-
-def _unlink_owner_files(directory: str, owner: str) -> None:
-    for suffix in ("lock", "recovery"):
-        try:
-            os.unlink(os.path.join(directory, f"{owner}.{suffix}"))
-        except FileNotFoundError:
-            pass

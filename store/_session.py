@@ -21,9 +21,12 @@ Contract of every mutation:
    :class:`~store._durable.DurableFiles`;
 5. update the index and meta in memory, and record the new fingerprint.
 
-This module owns the index, the meta.json cache, the rules of each
-mutation and the order of the steps above; the journal's side of steps 2
-and 4 and of the checkpoint (its stamps, adoption, bounds) is
+This module holds the rules of each mutation (what it validates, what
+it writes) and the opening of a session. The order of the steps above,
+the lock and the checkpoint are :mod:`store._session_owner`'s; the index,
+the meta.json cache and every read :mod:`store._session_reads`'s (the
+bases of :class:`SessionCore`, in that order). The journal's side of
+steps 2 and 4 and of the checkpoint (its stamps, adoption, bounds) is
 :class:`~store._session_journal.SessionJournal`, its record format
 :mod:`store._journal`.
 
@@ -47,55 +50,35 @@ import json
 import math
 import os
 import secrets
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._durable import TEMP_SUFFIX, DurableFiles
 from ._errors import (
     AppendConflictError,
-    CorruptFileError,
     FutureTimestampError,
-    HeadFieldError,
     InvalidNodeError,
-    NodeFileError,
     NodeNotFoundError,
     SessionExistsError,
     SessionNotFoundError,
     StoreError,
     SummaryHeadError,
 )
-from ._format import (
-    check_value,
-    decode_meta,
-    decode_node,
-    encode_meta,
-    encode_node,
-    encode_with_metadata,
-    node_filename,
-)
+from ._format import check_value, encode_meta, encode_node, encode_with_metadata, node_filename
 from ._git_exclude import keep_out_of_git
 from ._ids import validate_id, validate_name, validate_new_id
-from ._index import HISTORY, META, Fingerprint, SessionIndex, load_index, read_capped
+from ._index import HISTORY, META
 from ._journal import ABSENT, JournalEntry, digest
 from ._links import refuse_session_alias
-from ._lock import SessionLock
+from ._log_recovery import dead_sessions, discard_dead
 from ._message import append_conflicts, check_metadata_keys, message_to_node, node_to_message
 from ._node import ROOT, Node
 from ._options import SessionOptions
-from ._runtime_log import RuntimeLog, dead_sessions, discard_dead
-from ._session_journal import JournalConflict, LoggedJournal, SessionJournal
+from ._runtime_log import RuntimeLog
+from ._session_owner import SessionOwner
+from ._session_reads import DEFAULTS, SessionStatistics
 from ._sessions import SESSIONS, missing_meta
-from ._walk import (
-    absorbed_covers,
-    branch,
-    check_new_node,
-    list_tips,
-    rewind_ids,
-    trunk_tip,
-    visible_back_from,
-)
+from ._walk import absorbed_covers, check_new_node, rewind_ids
 
 __all__ = [
     "CLOCK_SKEW",
@@ -107,9 +90,6 @@ __all__ = [
 
 # How far ahead of this clock a turn's own time may be: another machine's
 # clock that exports the conversation may run ahead by seconds, not by hours.
-# The options of a session opened without any (a frozen value: safe to share).
-DEFAULTS = SessionOptions()
-
 CLOCK_SKEW = 60.0
 
 
@@ -125,52 +105,13 @@ class AppendedTurn:
     created: bool
 
 
-@dataclass(frozen=True)
-class SessionStatistics:
-    session: str
-    nodes: int
-    head: str | None
-    index_rebuilds: int  # loads from disk: the first, then one per outside write seen
-    journal_records: int  # own records not yet checkpointed
-    journal_files: int  # files whose durability still rests on the journal
-    skipped_files: int
-
-
-class SessionCore:
+class SessionCore(SessionOwner):
     """One session directory, owned: see the module docstring for the contract.
 
     Not thread-safe by design: its owner (the actor) calls one method at a
     time. Create with :meth:`create` or :meth:`open`, which recover the
     directory (temp files, journals) before loading the index.
     """
-
-    def __init__(
-        self,
-        state_dir: str | os.PathLike[str],
-        session: str,
-        *,
-        options: SessionOptions = DEFAULTS,
-    ) -> None:
-        self.session = validate_id(session, "session id")
-        self.state_dir = os.fspath(state_dir)
-        self.directory = os.path.join(self.state_dir, SESSIONS, session)
-        self._rel = f"{SESSIONS}/{session}"
-        self._files = options.files if options.files is not None else DurableFiles()
-        self._clock = options.clock
-        self._cap = max_node_bytes = options.max_node_bytes
-        self._log = log = options.log
-        # With a runtime log, _hold replaces it with the lock the log hands out.
-        self._lock = SessionLock(self.directory, timeout=options.lock_timeout)
-        self._index = SessionIndex()
-        self._meta: dict[str, Any] = {}
-        self._meta_bytes: bytes | None = None  # meta.json as last read or installed
-        self._fingerprint: Fingerprint | None = None
-        self._journal = (
-            SessionJournal(self.directory, self._rel, self._files, max_node_bytes) if log is None
-            else LoggedJournal(self.directory, self._rel, self._files, max_node_bytes, log))
-        self._rebuilds = 0
-        self._checked = False  # see trusting_index
-        self._citable = False  # the session id passed validate_new_id
 
     # -- opening -----------------------------------------------------------
 
@@ -227,215 +168,6 @@ class SessionCore:
         with core._holding(), core._lock:
             core._recover_locked()
         return core
-
-    @contextmanager
-    def _holding(self) -> Iterator[None]:
-        """With a runtime log: :meth:`_hold` for the block, and let go if it fails."""
-        if self._log is None:
-            yield
-            return
-        self._hold()
-        try:
-            yield
-        except BaseException:
-            self._log.let_go(self.session, self._lock)
-            raise
-
-    def _hold(self) -> None:
-        """With a runtime log: take the session's lock to keep until the next checkpoint lets go.
-
-        The lock comes from the log, which hands over one a failed close left
-        held; the journal then catches up in full at the next sync (dead
-        runtimes' records, a session journal, this log's own live records).
-        """
-        if self._log is None or self._lock.held:
-            return
-        self._lock = self._log.hold(self.session, self.directory, self._lock.timeout)
-        assert isinstance(self._journal, LoggedJournal)
-        self._journal.rehold()
-
-    def close(self) -> None:
-        """Checkpoint the journal (the owner calls this when passivated)."""
-        self.retire_journals()
-
-    def _let_go(self) -> None:
-        """With a runtime log: checkpoint, retire the session durably, then let go of its lock.
-
-        If that fails, the lock stays held until the log closes (the next
-        mutation, or the next core of this session in this process, takes it
-        over and replays first).
-        """
-        assert self._log is not None and isinstance(self._journal, LoggedJournal)
-        self._journal.closing = True
-        try:
-            with self._lock:
-                self._sync_locked()
-                if self._journal.problem is None:
-                    self._checkpoint_locked()
-        finally:
-            self._journal.closing = False
-            self._log.let_go(self.session, self._lock)
-
-    def abandon(self) -> None:
-        """The owner crashed and will not close: leave the lock to the session's next core.
-
-        With a runtime log, a held lock is let go if nothing of the session is
-        live in the log, else kept for the next core of this session in this
-        process, which replays first. Without one there is nothing to do.
-        """
-        if self._log is not None and self._lock.held:
-            self._log.let_go(self.session, self._lock)
-
-    # -- reads ---------------------------------------------------------------
-
-    @property
-    def head(self) -> str | None:
-        """The head branch's tip; :class:`MetaFileError` if meta.json's ``head_id`` is unusable.
-
-        ``head_id`` null or absent on a session with turns means no head was
-        chosen (the reference agent leaves it so): the head is the trunk tip
-        (SPEC §4 list_branches, always listed), so what the trunk owes is
-        never invisible. A ``head_id`` that is not a string, or names no
-        readable node, is refused (docs/decisions.md, "Broken heads").
-        """
-        self._refresh()
-        return self._resolved_head()
-
-    def meta(self) -> dict[str, Any]:
-        self._refresh()
-        return dict(self._meta)
-
-    def node(self, node_id: str) -> Node:
-        self._refresh()
-        found = self._index.nodes.get(node_id)
-        if found is None:
-            raise NodeNotFoundError(self.session, node_id)
-        return found
-
-    def nodes(self) -> list[Node]:
-        """Every readable node, in seq order."""
-        self._refresh()
-        return list(self._index.nodes.values())
-
-    @property
-    def problems(self) -> list[CorruptFileError]:
-        """Files skipped because they could not be read (node files, journals)."""
-        self._refresh()
-        problems: list[CorruptFileError] = list(self._index.problems)
-        if self._journal.problem is not None:
-            problems.append(self._journal.problem)
-        return problems
-
-    def branch_nodes(self, tip: str | None = None) -> list[Node]:
-        self._refresh()
-        start = tip if tip is not None else self._resolved_head()
-        if start is None:
-            return []
-        return branch(self._index, self.session, validate_id(start, "tip", self.session))
-
-    def get_branch(self, tip: str | None = None) -> list[dict[str, Any]]:
-        """Message dicts root→tip of the branch ending at ``tip`` (default: head)."""
-        return [node_to_message(n, self.session) for n in self.branch_nodes(tip)]
-
-    def nodes_back(self, tip: str | None = None) -> Iterator[Node]:
-        """The branch's visible nodes newest first, lazily (see ``visible_back_from``)."""
-        self._refresh()
-        start = tip if tip is not None else self._resolved_head()
-        if start is None:
-            return
-        validate_id(start, "tip", self.session)
-        yield from visible_back_from(self._index, start)
-
-    def list_branches(self) -> list[dict[str, Any]]:
-        self._refresh()
-        return list_tips(self._index, self._meta)
-
-    @property
-    def index_version(self) -> int:
-        """The index's version (after the freshness check): a key for what a reader derives.
-
-        New whenever a node is added or replaced, or a rebuild finds other
-        nodes than the index held; it never repeats in the process. A
-        rebuild that finds exactly the nodes held (a reload of unchanged
-        files) keeps it.
-        """
-        self._refresh()
-        return self._index.version
-
-    def added_since(self, version: int) -> list[str] | None:
-        """Ids of the nodes added since the index was at ``version``, oldest first.
-
-        None when anything else changed meanwhile (a merge, a rewind, a
-        rebuild that found other nodes), or ``version`` is unknown: then
-        whatever was derived at ``version`` must be derived again.
-        """
-        self._refresh()
-        return self._index.added_since(version)
-
-    def is_stale(self) -> bool:
-        """True when another process wrote since the index was built (two stat calls)."""
-        return Fingerprint.of(self.directory) != self._fingerprint
-
-    def refresh(self) -> None:
-        """Rebuild the index now if it is stale; the actor runs this in a worker thread."""
-        self._refresh(force=True)
-
-    def reload(self) -> None:
-        """Rebuild the index from disk even if the fingerprint looks unchanged.
-
-        Another process's rename in the same timestamp tick as ours leaves
-        the fingerprint as it was; a reader that must see every outside
-        write (the lost-marker repair) reloads instead of trusting it.
-        """
-        self._forget_index()
-        self._refresh(force=True)
-
-    @contextmanager
-    def trusting_index(self) -> Iterator[None]:
-        """Reads inside the block skip the freshness check; call it right after one.
-
-        An actor handles one message at a time, so one check per message is
-        as good as one per read (an outside write during the message is
-        ordered after it) and saves two ``stat`` calls per read. Mutations
-        still check under the lock.
-        """
-        self._checked = True
-        try:
-            yield
-        finally:
-            self._checked = False
-
-    @property
-    def outstanding_journals(self) -> list[str]:
-        """Files (relative to the session) whose durability still rests on the journal."""
-        return sorted(self._journal.outstanding)
-
-    @property
-    def replay_conflicts(self) -> list[JournalConflict]:
-        """Files a journal replay found rewritten by another writer (the reference agent).
-
-        Each was merged (our records' metadata keys it lacked) or left as the
-        other writer made it, never reverted to a record's bytes.
-        """
-        return list(self._journal.conflicts)
-
-    @property
-    def rebuilds(self) -> int:
-        """Index loads from disk: the first, then one per outside write seen."""
-        return self._rebuilds
-
-    def statistics(self) -> SessionStatistics:
-        """A snapshot for introspection (no disk access)."""
-        head = self._meta.get("head_id")
-        return SessionStatistics(
-            session=self.session,
-            nodes=len(self._index.nodes),
-            head=head if isinstance(head, str) else None,
-            index_rebuilds=self._rebuilds,
-            journal_records=self._journal.records,
-            journal_files=len(self._journal.outstanding),
-            skipped_files=len(self._index.problems) + (self._journal.problem is not None),
-        )
 
     # -- mutations -------------------------------------------------------------
 
@@ -615,176 +347,7 @@ class SessionCore:
         with self._mutation():
             return self._rewrite_locked(patches, None)
 
-    def retire_journals(self) -> None:
-        """Checkpoint: make every file the journal names durable, then empty the journal.
-
-        With a runtime log, also let go of the session's lock (:meth:`_let_go`):
-        the session is held from its first mutation to its next checkpoint,
-        so another process's owner waits for a burst, not for passivation.
-        """
-        if self._log is not None:
-            if self._lock.held:
-                self._let_go()
-            return
-        if not self._journal.records:
-            return
-        with self._lock:
-            self._sync_locked()  # adopts what another owner (or a failed write) left
-            if self._journal.problem is None:  # else the journal is evidence: untouched
-                self._checkpoint_locked()
-
-    # -- a caller's decision under the session lock -------------------------------
-
-    @contextmanager
-    def locked(self, *, catch_up: bool) -> Iterator[None]:
-        """Hold ``<sid>/.lock`` for a decision about a file the caller keeps beside the session's.
-
-        Other owners cannot write the session meanwhile. With ``catch_up``,
-        first catch up with them exactly as a mutation does (adopt a journal,
-        refresh the index): inside the block the index includes every write
-        made before it. Memory's batch claims (``memory.runtime._claims``)
-        decide here, so a claim and the index it is confirmed on see one
-        consistent disk. Writes nothing itself.
-        """
-        self._hold()
-        with self._lock:
-            if catch_up:
-                self._sync_locked()
-            yield
-
     # -- internals -------------------------------------------------------------
-
-    def _path(self, rel: str) -> str:
-        return os.path.join(self.directory, rel)
-
-    def _resolved_head(self) -> str | None:
-        """See :attr:`head` (on the current index, no refresh)."""
-        head = self._meta.get("head_id")
-        if head is None:
-            return trunk_tip(self._index)
-        path = f"{self._rel}/{META}"
-        if not isinstance(head, str):
-            raise HeadFieldError(path, head, "is neither a node id nor null")
-        if head not in self._index.nodes:
-            raise HeadFieldError(
-                path, head, "names no readable node of the session (a wrong id, or a node "
-                "file skipped as unreadable: see its error)",
-            )
-        return head
-
-    @contextmanager
-    def _mutation(self) -> Iterator[None]:
-        """Lock, catch up with other owners, and distrust the cache if the disk work failed.
-
-        A refused request (a :class:`StoreError`) changed nothing. Any other
-        failure (an ``OSError``, a crash) may have left a record in the
-        journal and some files new: the index is reloaded on the next access
-        and the journal is treated as foreign, so the next lock holder (this
-        one included) replays it before anything else: the operation ends up
-        whole or, if its record was torn, not at all.
-        """
-        self._hold()
-        with self._lock:
-            self._sync_locked()
-            if self._journal.problem is not None:
-                raise self._journal.problem
-            try:
-                yield
-            except StoreError:
-                raise
-            except BaseException:
-                self._fingerprint = None
-                self._journal.disown()
-                raise
-
-    def _recover_locked(self) -> None:
-        """Drop crash leftovers (temp files), replay the journal if one is found, checkpoint."""
-        for folder in (self.directory, self._path(HISTORY)):
-            try:
-                names = os.listdir(folder)
-            except FileNotFoundError:
-                continue
-            for name in names:
-                if name.startswith(".") and name.endswith(TEMP_SUFFIX):
-                    self._files.unlink(os.path.join(folder, name))
-        self._sync_locked()
-        if self._journal.problem is None:
-            self._checkpoint_locked()
-
-    def _sync_locked(self) -> None:
-        """Under the lock: recover dead runtimes' records, adopt a journal this owner did not write, refresh."""
-        seen = self._journal.on_disk()
-        if self._journal.recover_dead_owners() or seen != self._journal.stamp:
-            self._forget_index()
-            self._journal.adopt(seen)
-        self._refresh(force=True)
-
-    def _forget_index(self) -> None:
-        """Another owner wrote (or this one failed): reload whatever the timestamps say.
-
-        history/ and meta.json may look unchanged when the other write fell
-        in the same timestamp tick; the journal never does.
-        """
-        self._fingerprint = None
-
-    def _checkpoint_locked(self) -> None:
-        """Checkpoint the journal; an index that was current stays current."""
-        unchanged = Fingerprint.of(self.directory) == self._fingerprint
-        self._journal.checkpoint()
-        if unchanged:  # the truncation is ours: the index is as current as before
-            self._mark_synced()
-
-    def _journal_locked(self, entries: list[JournalEntry]) -> list[str]:
-        """Make ``entries`` durable with one journal record, then install each unsynced.
-
-        Every mutation's files reach the disk here and nowhere else.
-        Returns the files now holding other bytes than the entry's (see
-        :meth:`SessionJournal.write`).
-        """
-        try:
-            differ = self._journal.write(entries)
-        except BaseException:
-            self._fingerprint = None  # some files may be installed: reload meta and index
-            raise
-        for entry in entries:
-            if entry.rel == META:
-                self._meta_bytes = entry.data
-        return differ
-
-    def _meta_entry(self, meta: dict[str, Any]) -> JournalEntry:
-        """meta.json's entry: its new bytes, and the bytes it replaces as last read here."""
-        return JournalEntry(META, encode_meta(meta), digest(self._meta_bytes))
-
-    def _refresh(self, *, force: bool = False) -> None:
-        """Rebuild the index and meta once when the fingerprint moved.
-
-        Inside :meth:`trusting_index` reads skip the check (the owner made it at
-        the start of the message); a mutation under the lock always checks.
-        """
-        if self._checked and not force:
-            return
-        fingerprint = Fingerprint.of(self.directory)
-        if fingerprint == self._fingerprint:
-            return
-        try:
-            with open(self._path(META), "rb") as handle:
-                meta_bytes = handle.read()
-        except FileNotFoundError:
-            raise SessionNotFoundError(self.session, self._rel) from None
-        self._meta = decode_meta(meta_bytes, f"{self._rel}/{META}")
-        self._meta_bytes = meta_bytes
-        # Unchanged files keep their node objects (see load_index), and an
-        # index that finds exactly the nodes it held keeps its version.
-        index = load_index(self.directory, self._rel, self._cap, self._index)
-        if index.same_nodes(self._index):
-            self._index.digests = index.digests
-        else:
-            self._index = index
-        self._fingerprint = fingerprint
-        self._rebuilds += 1
-
-    def _mark_synced(self) -> None:
-        self._fingerprint = Fingerprint.of(self.directory)
 
     def _append_locked(
         self, node: Node, branches: dict[str, Any] | None = None
@@ -847,14 +410,6 @@ class SessionCore:
             self._index.replace(node)
         self._mark_synced()
         return [n.id for n in updated]
-
-    def _read_node(self, rel: str) -> tuple[bytes, Node]:
-        path = f"{self._rel}/{rel}"
-        try:
-            data = read_capped(self._path(rel), path, self._cap)
-        except OSError as exc:
-            raise NodeFileError(path, f"unreadable ({exc.strerror})") from None
-        return data, decode_node(data, path, self._cap)
 
 
 def recover_dead_runtimes(state_dir: str | os.PathLike[str], log: RuntimeLog) -> list[str]:

@@ -59,7 +59,8 @@ from ._journal import (
     replay_plan,
 )
 from ._links import refuse_file_link
-from ._runtime_log import RuntimeLog, dead_live_records, discard_dead, retire_dead
+from ._log_recovery import dead_live_records, discard_dead, retire_dead
+from ._runtime_log import RuntimeLog
 
 __all__ = [
     "CHECKPOINT_BYTES",

@@ -21,11 +21,11 @@ ALLOWED = {
     "memory": {"actors", "supervisors", "store"},
 }
 # memory's folders in import order: each may import only those before it, and
-# memory._errors (the package's one errors module). inspect (the web inspector)
+# memory._errors (the package's one errors module). inspector (the web inspector)
 # reads the runtime and the audit; cli is last: `scriptorium simulate` and
 # `scriptorium inspect` are its commands.
 MEMORY_LAYERS = ("ledger", "workspace", "recall", "writers", "maintenance", "runtime", "importers",
-                 "mcp", "inspect", "simulate", "cli")
+                 "mcp", "inspector", "simulate", "cli")
 
 
 def _imported_packages(path: Path) -> set[str]:

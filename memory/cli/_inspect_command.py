@@ -1,4 +1,4 @@
-"""``scriptorium inspect`` and ``scriptorium run --inspect``: the web inspector (memory/inspect).
+"""``scriptorium inspect`` and ``scriptorium run --inspect``: the web inspector (memory/inspector).
 
 ``inspect`` serves a read-only view of a state and prints its URL (on
 stdout, or ``{"url": ...}`` with ``--json``), until Ctrl-C. ``run
@@ -7,7 +7,7 @@ running runtime, plus its live page.
 
 The server needs the optional extra (``pip install 'scriptorium[inspect]'``):
 without it the command says so in one line (exit 2), and every other
-command works as before (memory.inspect is imported only here, late).
+command works as before (memory.inspector is imported only here, late).
 Exit codes: 0 stopped by Ctrl-C; 2 usage (a non-loopback --host without
 --allow-remote, the extra missing, --state not a state directory); 3 the
 port could not be bound.

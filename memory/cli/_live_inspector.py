@@ -2,12 +2,13 @@
 
 Apart from ``_inspect_command`` because ``run`` (in ``_cli``) uses it, and
 ``_inspect_command`` builds on ``_cli``. The URL is one ``inspector`` event
-of the run's log. memory.inspect (the optional extra) is imported only
+of the run's log. memory.inspector (the optional extra) is imported only
 when asked for: without it, one line says what to install (exit 2).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -18,16 +19,16 @@ from memory.cli._cli_errors import EXIT_USAGE, CliError
 from memory.writers import Event, EventListener
 
 if TYPE_CHECKING:
-    from memory.inspect import LiveRuntime
+    from memory.inspector import LiveRuntime
     from memory.runtime import MemoryRuntime
 
 __all__ = ["INSPECT_OPTION", "inspector_hosts", "live_inspector", "load_inspector", "logged"]
 
 
 def load_inspector() -> Any:
-    """``memory.inspect``, or a one-line usage error naming the extra to install."""
+    """``memory.inspector``, or a one-line usage error naming the extra to install."""
     try:
-        import memory.inspect as inspector
+        inspector = importlib.import_module("memory.inspector")  # late: the optional extra
     except ImportError as error:
         raise CliError(f"the inspector needs its extra ({error.name} is missing): "
                        "pip install 'scriptorium[inspect]'", EXIT_USAGE) from None

@@ -266,7 +266,7 @@ def _report_writes(reports: dict[str, SessionReport], as_json: bool,
 
     ``--json``: ``{"sessions": {sid: outcome}, "reasons": {sid: reason},
     "owed": {sid: [node ids] or null}, "writer": {kind, ...}}`` (docs/decisions.md,
-    "Boundaries end"; null: unknown, the session's ``error`` kept them from
+    "Session boundaries"; null: unknown, the session's ``error`` kept them from
     being computed). In text the writer is named on stderr once the run is
     done (:func:`_say_writer`), so stdout keeps one line per session.
     """

@@ -21,8 +21,8 @@ Not a lost marker:
   (a crash between install and mark, or a marker dropped on the newest
   batch): it is owed, and the write cycle delivers it again; a batch whose
   records are all in memory is then marked without a topic change (SPEC
-  §6.4's bounded duplicate, docs/decisions.md "Runtime"). Repairing it here
-  too would be a second rule for the same case.
+  §6.4's bounded duplicate, docs/decisions.md "Jobs, writers and
+  failures"). Repairing it here too would be a second rule for the same case.
 
 Everything here is pure; the session actor, the watchdog's scan and the
 audit feed it the facts.

@@ -13,7 +13,8 @@ The rules and the format are :mod:`memory.ledger._claim`. Here:
   on, released when it exits.
 
 The store only reserves the file's name (``store.lowlevel.CLAIM_NAME``) and lends
-its lock; the concept is memory's (docs/decisions.md, "Runtime split").
+its lock; the concept is memory's (docs/decisions.md, "Claims between
+runtimes").
 """
 
 from __future__ import annotations

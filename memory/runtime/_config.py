@@ -73,7 +73,7 @@ class RuntimeConfig:
     # "thread", a worker thread of this process (off the event loop, under its GIL),
     # or "process", one worker process off the GIL (falling back to a thread, with a
     # cpu_worker event, where none can run). The default is what we measured
-    # (docs/decisions.md, "Writer CPU off the GIL (issue 15)").
+    # (docs/decisions.md, "Off the event loop").
     cpu_worker: CpuWorkerMode = "thread"
     # Where session mutations are made durable: "session", each session's own
     # journal, flushed per mutation, the session locked per mutation (other

@@ -322,7 +322,7 @@ class MemoryRuntime:
         broken branch, an unreadable file, a refused write, a stuck session
         lock or a session that does not exist end as ``ERROR`` with a reason
         naming the session and the node or file (docs/decisions.md,
-        "Boundaries end").
+        "Session boundaries").
         """
         self.ensure_open("rt.boundary")
         try:

@@ -26,8 +26,8 @@ Rules it keeps:
   completely, then other tips only at the threshold, and merged heads (a
   sub-agent's branch attached back) completely; a job that changes nothing
   ends the pass with ``no progress`` instead of looping.
-- **Every boundary ends, with a reason** (docs/decisions.md, "Boundaries
-  end"): an error while planning, walking, claiming or marking (a broken
+- **Every boundary ends, with a reason** (docs/decisions.md, "Session
+  boundaries"): an error while planning, walking, claiming or marking (a broken
   branch, an unreadable file, a disk that refuses writes, a session lock
   held too long) ends the open boundary with ``error`` and a reason naming
   the session and the node or file, is reported once as a ``skipped``

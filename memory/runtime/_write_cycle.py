@@ -3,10 +3,10 @@
 SPEC §6.4's steps (archive → writer on a snapshot → commit) are
 :mod:`memory.writers._cycle`; this object binds them to the workspace
 actor's messages and adds the runtime's two rules (docs/decisions.md,
-"Runtime"): a concurrent update (another commit landed first) is retried
-at once on a fresh snapshot, as contention, not failure; a batch that
-changed nothing but whose every trusted record is archived and already
-cited counts as written. An exclusive writer (``Writer.exclusive``) runs
+"Jobs, writers and failures"): a concurrent update (another commit landed
+first) is retried at once on a fresh snapshot, as contention, not failure;
+a batch that changed nothing but whose every trusted record is archived
+and already cited counts as written. An exclusive writer (``Writer.exclusive``) runs
 one cycle at a time. Each snapshot offers the runtime's ``run_cpu`` (a
 worker process, :class:`~memory.writers._offload.CpuWorker`), where a writer
 runs its pure CPU work off the interpreter lock.

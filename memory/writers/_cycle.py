@@ -256,7 +256,8 @@ async def run_group_cycle(
     back to be run alone (where its failure, if it is its own, is met and
     counted), and after a commit that changed memory a batch is written only
     if every trusted record of it is archived and cited, the rule by which a
-    re-delivered batch counts as written (docs/decisions.md, "Runtime").
+    re-delivered batch counts as written (docs/decisions.md, "Jobs, writers and
+    failures").
     """
     alone = tuple(None for _ in batches)
     try:

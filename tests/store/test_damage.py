@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from store import DamagedLog, RuntimeLog, SessionCore, SessionOptions
-from store._runtime_log import WAL_DIR
+from store._log_records import WAL_DIR
 from store.lowlevel import find_damaged_logs
 
 GARBAGE = b"scriptorium-journal 3 99 deadbeef\nnot a record"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from store import _durable as durable_module
+from store import _linux as linux_module
 from store._durable import TEMP_SUFFIX, DurableFiles, SharedFilesystemSync, run_durable
 from tests.faults import FaultyFiles, FlushTracking, SimulatedCrash, count_steps
 
@@ -164,13 +165,13 @@ def test_a_refused_syncfs_falls_back_to_a_flush_per_file(
         ctypes.set_errno(errno.ENOSYS)
         return -1
 
-    monkeypatch.setattr(durable_module, "_SYNCFS", refused)
-    monkeypatch.setattr(durable_module, "_SYNCS", {})  # the refusal stays with this test
+    monkeypatch.setattr(linux_module, "_SYNCFS", refused)
+    monkeypatch.setattr(linux_module, "_SYNCS", {})  # the refusal stays with this test
     files = FaultyFiles()
     files.sync_paths([str(p) for p in paths])  # no error: the per-file flushes ran
     steps = [step for step, _ in files.steps]
     assert steps == ["syncfs", *["fsync"] * len(paths), "fsync_dir"]
-    assert durable_module._SYNCFS is None  # not asked again
+    assert linux_module._SYNCFS is None  # not asked again
 
 
 @pytest.mark.parametrize("count", [1, 3, 8])
@@ -214,7 +215,7 @@ def test_files_on_two_filesystems_are_flushed_each(
     other = Path("/dev/shm")
     if not other.is_dir() or other.stat().st_dev == tmp_path.stat().st_dev:
         pytest.skip("no second filesystem at /dev/shm")
-    monkeypatch.setattr(durable_module, "_filesystem_type", lambda device: "ext4")
+    monkeypatch.setattr(linux_module, "_filesystem_type", lambda device: "ext4")
     here = [tmp_path / f"f{i}" for i in range(durable_module.BULK_SYNC_FILES)]
     there = Path(tempfile.mkdtemp(dir=other)) / "linked.md"
     try:
@@ -235,7 +236,7 @@ def test_files_on_two_filesystems_are_flushed_each(
 def test_a_filesystem_without_a_trusted_syncfs_is_flushed_file_by_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(durable_module, "_filesystem_type", lambda device: "fuse.sshfs")
+    monkeypatch.setattr(linux_module, "_filesystem_type", lambda device: "fuse.sshfs")
     paths = [tmp_path / f"f{i}" for i in range(durable_module.BULK_SYNC_FILES)]
     for path in paths:
         path.write_bytes(b"x")
@@ -251,7 +252,7 @@ class FailingSyncfs(FaultyFiles):
 def test_after_a_failed_syncfs_the_files_are_flushed_each_then_and_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(durable_module, "_SYNCS", {})
+    monkeypatch.setattr(linux_module, "_SYNCS", {})
     paths = [str(tmp_path / f"f{i}") for i in range(durable_module.BULK_SYNC_FILES)]
     for path in paths:
         Path(path).write_bytes(b"x")

@@ -16,7 +16,9 @@ from store import SessionOptions
 from store._durable import DurableFiles
 from store._errors import SessionLockTimeoutError
 from store._lock import SessionLock
-from store._runtime_log import WAL_DIR, RuntimeLog, dead_sessions
+from store._log_records import WAL_DIR
+from store._log_recovery import dead_sessions
+from store._runtime_log import RuntimeLog
 from store._session import SessionCore, recover_dead_runtimes
 from tests.faults import FaultyFiles, PowerLossLog
 

@@ -2,7 +2,7 @@
 
 Each test names the property it tries to break. Fifteen of them failed on
 the first version of the log (each finding is fixed, and its test now guards
-the fix; docs/decisions.md, "The runtime log: what the attack found"); the
+the fix; docs/decisions.md, "The runtime log", "What the attack found"); the
 others are properties that held under the attack, kept because they are
 cheap and not covered elsewhere.
 
@@ -31,7 +31,8 @@ import pytest
 from store import SessionOptions
 from store._durable import TEMP_SUFFIX, DurableFiles
 from store._errors import JournalFileError, SessionLockTimeoutError
-from store._runtime_log import WAL_DIR, RuntimeLog
+from store._log_records import WAL_DIR
+from store._runtime_log import RuntimeLog
 from store._session import SessionCore, recover_dead_runtimes
 from tests.faults import (
     FaultyFiles,
@@ -737,7 +738,7 @@ def test_a_foreign_record_of_one_session_in_a_dead_log_blocks_that_session_only(
     mode, a runtime starts, and ``s1`` alone refuses changes with an error
     naming the dead log, which is left as it was (the evidence).
     """
-    from store._runtime_log import _MUTATION, _record
+    from store._log_records import MUTATION, record
 
     state = tmp_path / "state"
     SessionCore.create(state, "s1")
@@ -746,7 +747,7 @@ def test_a_foreign_record_of_one_session_in_a_dead_log_blocks_that_session_only(
     wal.mkdir(parents=True)
     body = b"history/../../../outside.json\nabsent 0 2\n{}\nend\n"
     dead = wal / "1234-deadbeef.0.log"
-    dead.write_bytes(foreign := _record(_MUTATION, "s1", body))
+    dead.write_bytes(foreign := record(MUTATION, "s1", body))
     (wal / "1234-deadbeef.lock").write_bytes(b"")
     core = SessionCore.open(state, "s2")
     core.append({"id": "n1", "role": "user", "content": "s2 has nothing to do with s1"})
@@ -1053,7 +1054,7 @@ def test_the_segment_cache_keeps_every_deleted_segment_for_the_process_life(
     full bytes) by path in the module-level ``_CACHE``, which nothing evicts: every
     dead log a long-lived process recovers, and every own segment it re-read after a
     failed write, stays in memory after the file is deleted."""
-    from store import _runtime_log
+    from store import _log_records
 
     state = _six_turns(tmp_path)
     log = RuntimeLog.open(state)
@@ -1063,7 +1064,7 @@ def test_the_segment_cache_keeps_every_deleted_segment_for_the_process_life(
     paths = [str(state / WAL_DIR / name) for name in _segments(state)]
     SessionCore.open(state, "s").close()
     assert _segments(state) == []
-    assert not [p for p in paths if p in _runtime_log._CACHE]
+    assert not [p for p in paths if p in _log_records._CACHE]
 
 
 def _two_sessions(tmp_path: Path) -> Path:
@@ -1223,7 +1224,7 @@ def test_a_recoverer_reading_a_dead_log_while_another_deletes_it_replays_retired
     """
     import threading
 
-    from store import _runtime_log
+    from store import _log_records
 
     state = tmp_path / "state"
     _sessions_with_six_turns(state, ["s1", "s2"])
@@ -1238,7 +1239,7 @@ def test_a_recoverer_reading_a_dead_log_while_another_deletes_it_replays_retired
     core.set_head("a5")  # a later head move, back to the head s2 had before
     core.close()
 
-    real_read = _runtime_log._read_segment
+    real_read = _log_records._read_segment
     armed = [True]
 
     other = threading.Thread(target=lambda: SessionCore.open(state, "s1").close())
@@ -1251,7 +1252,7 @@ def test_a_recoverer_reading_a_dead_log_while_another_deletes_it_replays_retired
             other.join(timeout=0.5)  # it may run now, if nothing stops it
         return records
 
-    monkeypatch.setattr(_runtime_log, "_read_segment", read_then_let_the_other_recoverer_run)
+    monkeypatch.setattr(_log_records, "_read_segment", read_then_let_the_other_recoverer_run)
     core = SessionCore.open(state, "s2")
     assert not armed[0]  # the schedule happened
     other.join(timeout=30)

@@ -28,7 +28,8 @@ import pytest
 
 from store import SessionOptions
 from store._durable import TEMP_SUFFIX, DurableFiles
-from store._runtime_log import WAL_DIR, RuntimeLog
+from store._log_records import WAL_DIR
+from store._runtime_log import RuntimeLog
 from store._session import SessionCore, recover_dead_runtimes
 from tests.faults import FaultyFiles, NoSyncFiles, PowerLossLog, SimulatedCrash, count_steps
 from tests.store._crash_cases import MARK, OPERATIONS, build, first_wins, node_files, state_of

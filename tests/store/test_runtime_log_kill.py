@@ -23,7 +23,8 @@ from pathlib import Path
 
 from memory.simulate._outside import agent_rewind, agent_write
 from store import SessionOptions
-from store._runtime_log import WAL_DIR, RuntimeLog
+from store._log_records import WAL_DIR
+from store._runtime_log import RuntimeLog
 from store._session import SessionCore, recover_dead_runtimes
 
 REPO = Path(__file__).resolve().parents[2]

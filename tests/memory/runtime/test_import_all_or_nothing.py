@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-import store._durable as durable_module
+import store._linux as linux_module
 from memory._errors import ImportFailedError
 from memory.runtime import import_jsonl
 from memory.runtime._runtime import RuntimeConfig, open_runtime
@@ -68,9 +68,9 @@ async def _import(state: Path, source: Path, files: FullFrom) -> ImportFailedErr
 async def test_a_new_session_is_imported_whole_or_not_at_all(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # A failed syncfs turns the shared filesystem sync off for the process (store._durable):
+    # A failed syncfs turns the shared filesystem sync off for the process (store._linux):
     # the injected failures get their own table, so later tests still see the real one.
-    monkeypatch.setattr(durable_module, "_SYNCS", {})
+    monkeypatch.setattr(linux_module, "_SYNCS", {})
     source = tmp_path / "history.jsonl"
     source.write_text("".join(json.dumps(line) + "\n" for line in LINES))
     counting = FullFrom()

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from memory.inspect import InspectorServer, StateMemory, inspector_app
+from memory.inspector import InspectorServer, StateMemory, inspector_app
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-background-networking"]

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from memory.inspect._state import Turn
+from memory.inspector._state import Turn
 from store import Node
 from store.lowlevel import drawing_tree
 

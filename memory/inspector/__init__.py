@@ -1,4 +1,4 @@
-"""Scriptorium `memory.inspect`: a local, read-only web inspector of a state and a live runtime.
+"""Scriptorium `memory.inspector`: a local, read-only web inspector of a state and a live runtime.
 
 Layout (see docs/architecture.md): ``_state`` what the pages show, read
 without writing (sessions and the audit as found); ``_graph`` a session's
@@ -9,13 +9,13 @@ its own thread, loopback unless allowed otherwise. An optional extra:
 ``pip install 'scriptorium[inspect]'``.
 """
 
-from memory.inspect._app import inspector_app as inspector_app
-from memory.inspect._graph import lay_out as lay_out
-from memory.inspect._serve import InspectorServer as InspectorServer
-from memory.inspect._serve import check_bind as check_bind
-from memory.inspect._serve import is_loopback as is_loopback
-from memory.inspect._sources import LiveRuntime as LiveRuntime
-from memory.inspect._sources import StateMemory as StateMemory
+from memory.inspector._app import inspector_app as inspector_app
+from memory.inspector._graph import lay_out as lay_out
+from memory.inspector._serve import InspectorServer as InspectorServer
+from memory.inspector._serve import check_bind as check_bind
+from memory.inspector._serve import is_loopback as is_loopback
+from memory.inspector._sources import LiveRuntime as LiveRuntime
+from memory.inspector._sources import StateMemory as StateMemory
 
 __all__ = [
     "InspectorServer",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from memory.inspect._graph import draw_session, lay_out
-from memory.inspect._state import Turn
+from memory.inspector._graph import draw_session, lay_out
+from memory.inspector._state import Turn
 from store import Node
 
 

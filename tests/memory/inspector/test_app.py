@@ -21,9 +21,9 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from memory.inspect._state import read_session
+from memory.inspector._state import read_session
 from memory.runtime import open_runtime
-from tests.memory.inspect._states import (
+from tests.memory.inspector._states import (
     DATA,
     FIXTURE,
     LOCOMO_SESSION,

@@ -16,10 +16,10 @@ from urllib.parse import quote
 import anyio
 import httpx
 
-from memory.inspect import InspectorServer, LiveRuntime, inspector_app
+from memory.inspector import InspectorServer, LiveRuntime, inspector_app
 from memory.runtime import RuntimeConfig, open_runtime
 from tests.memory.cli._states import owing_state
-from tests.memory.inspect.conftest import launch, need_chromium
+from tests.memory.inspector.conftest import launch, need_chromium
 
 QUESTION = "green tea"
 

@@ -6,8 +6,8 @@ session or a topic is hostile: a turn may hold ``<script>``, a topic a
 (no CDN: it runs offline). Read-only:
 
 - every route is GET (and HEAD); anything else is 405 from the router;
-- a page reads through :mod:`memory.inspect._state` (sessions as found,
-  audit as found) and recall through :mod:`memory.inspect._sources`
+- a page reads through :mod:`memory.inspector._state` (sessions as found,
+  audit as found) and recall through :mod:`memory.inspector._sources`
   (an index in memory, or the running runtime): nothing opens a file of
   the state for writing;
 - the Content-Security-Policy allows scripts and styles from this origin
@@ -44,9 +44,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from memory._errors import ScriptoriumMemoryError
-from memory.inspect._graph import draw_session
-from memory.inspect._sources import LiveRuntime, Memory
-from memory.inspect._state import (
+from memory.inspector._graph import draw_session
+from memory.inspector._sources import LiveRuntime, Memory
+from memory.inspector._state import (
     STATUSES,
     TopicView,
     frames_by_key,
@@ -68,7 +68,7 @@ TOKEN_COOKIE = "scriptorium_inspect"
 
 
 def _templates() -> Environment:
-    env = Environment(loader=PackageLoader("memory.inspect", "templates"), autoescape=True)
+    env = Environment(loader=PackageLoader("memory.inspector", "templates"), autoescape=True)
     env.filters.update(shown=shown, when=when, ago=ago, pretty=pretty, turn_url=turn_url,
                        by_session=by_session)
     env.globals["STATUSES"] = STATUSES

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memory.inspect._state import read_overview, read_session
+from memory.inspector._state import read_overview, read_session
 from store import SessionCore
 from tests.fixture import copy_fixture
 

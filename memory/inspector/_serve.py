@@ -2,7 +2,7 @@
 
 uvicorn serves on asyncio, while ``scriptorium run`` may run on trio, so the
 server never shares the runtime's loop: it runs in a daemon thread and
-reaches a running runtime only through :class:`~memory.inspect._sources.LiveRuntime`.
+reaches a running runtime only through :class:`~memory.inspector._sources.LiveRuntime`.
 ``port=0`` binds a free port; :attr:`InspectorServer.url` is the one bound.
 
 Binding: loopback unless ``allow_remote`` (then a token is required, and
