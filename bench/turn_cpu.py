@@ -30,13 +30,14 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from memory.simulate import SimulationConfig, simulate
+from memory.simulate._config import Stage
+from memory.writers import Event
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,12 +48,12 @@ class Clocks:
     def __init__(self) -> None:
         self.marks: list[tuple[str, float, float]] = []
 
-    def on_event(self, event: dict[str, Any]) -> None:
-        if event.get("event") != "stage":
+    def on_event(self, event: Event) -> None:
+        if not isinstance(event, Stage):
             return
         # simulate announces its stages from the event loop's thread
         assert threading.current_thread() is threading.main_thread()
-        self.marks.append((str(event["what"]), time.thread_time(), time.process_time()))
+        self.marks.append((event.what, time.thread_time(), time.process_time()))
 
     def stage(self, prefix: str) -> tuple[float, float]:
         """(loop, process) CPU seconds from the first stage named ``prefix`` to the next one."""
