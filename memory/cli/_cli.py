@@ -42,7 +42,8 @@ from memory.ledger._ledger import (
     unwritten_turns,
 )
 from memory.ledger._records import MARKER_KEY
-from memory.maintenance._audit import audit, read_audit_inputs
+from memory.maintenance._audit import audit, read_audit_inputs, read_topics
+from memory.maintenance._runtime_audit import repair_runtime_state
 from memory.recall import MAX_QUERY_CHARS, Context, Hit, SyncReport
 from memory.runtime._config import apply_timings
 from memory.runtime._headless import SessionReport, run_headless, run_once, run_triggers
@@ -685,7 +686,8 @@ def memory_backfill(quiet: bool, threshold: int | None, workers: int, backend: s
 
 @memory.command("audit")
 @click.option("--repair", is_flag=True,
-              help="Set lost markers again first (starts the runtime; writes no memory).")
+              help="Set lost markers again and repair runtime.json's orders and counters first "
+                   "(starts the runtime; writes no memory).")
 @state_options
 def memory_audit(repair: bool, state_dir: str, as_json: bool) -> None:
     """Check markers against the archive and citations against sources; exit 1 on a problem."""
@@ -695,7 +697,13 @@ def memory_audit(repair: bool, state_dir: str, as_json: bool) -> None:
             f"{state_dir}/memory has no workspace id yet; nothing was ever written there")
     report = audit(read_audit_inputs(state_dir, workspace))
     if repair:
-        report = _repair_lost_markers(state_dir, report, workspace)
+        runtime = None
+        if report["unordered_blocks"] or report["runtime_backwards"]:
+            memory_dir = os.path.join(state_dir, "memory")
+            runtime = repair_runtime_state(memory_dir, read_topics(memory_dir))
+            report = audit(read_audit_inputs(state_dir, workspace))
+        report = {**_repair_lost_markers(state_dir, report, workspace),
+                  "repaired_runtime": runtime}
     elif report["lost_markers"] and not as_json:
         click.echo(f"scriptorium: {len(report['lost_markers'])} lost marker(s): "
                    f"'scriptorium memory audit --repair' sets them again (writes no memory)",

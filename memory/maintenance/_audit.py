@@ -29,6 +29,8 @@ misattribute memory:
   every file under ``memory/`` that each commit's ``workspace_revision``
   makes refuses the directory (a directory reached twice, e.g. a
   ``topics`` link to a sibling directory): every write fails with it.
+* **runtime.json** (``unordered_blocks``, ``runtime_backwards``): see
+  :mod:`memory.maintenance._runtime_audit`.
 * **unreadable state** (``warnings``): whatever could not be read to check
   the above: a session without meta.json, a branch that cannot be walked (a
   broken chain, a cycle), a skipped node file, a refused symbolic link.
@@ -61,9 +63,16 @@ from memory.ledger._ledger import records_from_branch
 from memory.ledger._lost_markers import lost_markers
 from memory.ledger._records import MARKER_KEY, source_anchor, source_id
 from memory.maintenance._migrate import archive_files
+from memory.maintenance._runtime_audit import (
+    RUNTIME_WHAT_TO_DO,
+    read_runtime_facts,
+    runtime_findings,
+    topic_block_ids,
+)
 from memory.workspace._archive import PROVIDER, ArchiveScan, read_archive
 from memory.workspace._legacy import LegacyHeader, read_legacy_first_header
 from memory.workspace._revision import revision_paths
+from memory.workspace._runtime_state import Floor, RuntimeState
 from memory.workspace._topic_ids import source_key
 from memory.workspace._topics import decode_topic, parse_topic
 from memory.workspace._transaction import JOURNAL, LINKED_TOPIC, read_install_journal
@@ -128,6 +137,7 @@ WHAT_TO_DO: dict[str, str] = {
         "every write is refused until this is fixed: make each directory under memory/ "
         "reachable by one name only (e.g. move the linked directory back in place of the link)"
     ),
+    **RUNTIME_WHAT_TO_DO,
     "warnings": (
         "these files or branches could not be read, so what they hold was not checked and "
         "is not written: fix each as its line says, then run the audit again"
@@ -172,6 +182,8 @@ class AuditInputs:
     # {journal, files} or {journal, error}: an install a crash stopped after its commit point
     interrupted_install: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
     unwritable: Sequence[str] = field(default_factory=tuple)  # the revision walk's refusal
+    runtime: RuntimeState | None = None  # runtime.json and its floor (issue 23); None: unchecked
+    floor: Floor = field(default_factory=Floor)
 
 
 def topic_citations(
@@ -329,6 +341,9 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
         "unwritable_workspace": list(inputs.unwritable),
         "warnings": list(inputs.problems),
     }
+    if inputs.runtime is not None:
+        report.update(runtime_findings(inputs.runtime, inputs.floor,
+                                       topic_block_ids(inputs.topics)))
     return with_problems(report)
 
 
@@ -442,9 +457,10 @@ def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
             problems.append(str(error))
         topics = {}
     problems.extend(f"memory/{path}: {LINKED_TOPIC}" for path in sorted(linked))
+    runtime, floor = read_runtime_facts(memory_dir)
     return AuditInputs(
         workspace_id, sessions, archives, legacy, topics, problems, undecodable,
-        _interrupted_install(memory_dir), unwritable,
+        _interrupted_install(memory_dir), unwritable, runtime, floor,
     )
 
 

@@ -64,12 +64,12 @@ from memory.runtime._timers import Timers
 from memory.runtime._watchdog import IdleWatchdog, PollNow, Touched
 from memory.runtime._workspace_actor import (
     CitedSources,
+    DropCursors,
     QuarantineBatch,
     ReadQuarantine,
     ReadRuntimeState,
     RecordSessionEnd,
     ReleaseQuarantine,
-    ReplaceRuntimeState,
     TakeSnapshot,
     WorkspaceActor,
 )
@@ -372,15 +372,15 @@ class MemoryRuntime:
             state: RuntimeState = await workspace.call(ReadRuntimeState())
             return state
 
-        async def write_state(state: RuntimeState) -> object:
-            return await workspace.call(ReplaceRuntimeState(state))
+        async def drop_cursors() -> object:
+            return await workspace.call(DropCursors())
 
         async def mark(session: str, node_ids: Sequence[str]) -> object:
             return await self.sessions.merge_node_metadata_batch(
                 session, {node: {MARKER_KEY: self.workspace_id} for node in node_ids})
 
         report = await migrate(self.memory_dir, get_branch=self.sessions.get_branch, mark=mark,
-                               read_state=read_state, write_state=write_state, progress=progress)
+                               read_state=read_state, drop_cursors=drop_cursors, progress=progress)
         if report.had_cursors:
             self.emit("migrated", marked={s: len(ids) for s, ids in report.marked.items()},
                       cursors_removed=report.cursors_removed, errors=list(report.errors))
