@@ -10,6 +10,7 @@ command); ``_errors`` is the package's one errors module.
 
 from memory._errors import ArchiveError as ArchiveError
 from memory._errors import ConcurrentUpdateError as ConcurrentUpdateError
+from memory._errors import ConsolidationRefusedError as ConsolidationRefusedError
 from memory._errors import IncompleteArchiveError as IncompleteArchiveError
 from memory._errors import RecallArgumentError as RecallArgumentError
 from memory._errors import RuntimeClosedError as RuntimeClosedError
@@ -45,6 +46,7 @@ __all__ = [
     "BoundaryOutcome",
     "CommittedWrite",
     "ConcurrentUpdateError",
+    "ConsolidationRefusedError",
     "ExtractiveWriter",
     "FailureKind",
     "IncompleteArchiveError",

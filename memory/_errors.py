@@ -10,6 +10,7 @@
     │   ├── ConcurrentUpdateError          workspace_revision moved since the base (retryable)
     │   ├── EditRejectedError              one edit broke a rule; recorded in the audit, never raised out
     │   ├── InstallJournalCorruptError     the install journal cannot be read; recovery stopped
+    │   ├── ConsolidationRefusedError      a consolidation pass would lose a fact; refused whole
     │   └── WorkspaceLockTimeoutError      another process held write.lock past the bound
     ├── InstallUnfinishedError             finishing an interrupted install failed (a full disk; retryable)
     ├── WriteCycleError                    one batch's write cycle failed; nothing was marked
@@ -46,6 +47,7 @@ __all__ = [
     "BoundaryError",
     "CommitRejectedError",
     "ConcurrentUpdateError",
+    "ConsolidationRefusedError",
     "CorruptWorkspaceIdError",
     "EditRejectedError",
     "EmptyQueryError",
@@ -168,6 +170,22 @@ class EditRejectedError(TransactionError):
         self.path = path
         self.reason = reason
         super().__init__(f"edit of {path} rejected: {reason}")
+
+
+class ConsolidationRefusedError(TransactionError):
+    """A consolidation pass would lose a cited source or a block id; nothing was installed.
+
+    ``problems`` says what would have been lost (issue 23: a pass is refused
+    whole, never installed in part).
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(
+            "consolidation refused, nothing was changed: " + "; ".join(problems)
+            + " (a consolidator may merge, supersede and rewrite, never drop a fact; a removal "
+            "needs a recorded reason)"
+        )
 
 
 class InstallJournalCorruptError(TransactionError):

@@ -23,7 +23,7 @@ ALLOWED = {
 # memory's folders in import order: each may import only those before it, and
 # memory._errors (the package's one errors module). cli is last: `scriptorium
 # simulate` is one of its commands.
-MEMORY_LAYERS = ("ledger", "workspace", "recall", "writers", "maintenance", "runtime", "simulate", "cli")
+MEMORY_LAYERS = ("ledger", "workspace", "recall", "writers", "consolidation", "maintenance", "runtime", "simulate", "cli")
 
 
 def _imported_packages(path: Path) -> set[str]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -40,6 +41,7 @@ from store import DurableFiles
 
 __all__ = [
     "FLOOR_PATH",
+    "RECORDS_DIR",
     "RUNTIME_FILE",
     "RUNTIME_FILES",
     "RUNTIME_PATH",
@@ -50,6 +52,7 @@ __all__ = [
     "Tally",
     "counted",
     "floored",
+    "is_record_path",
     "parse_floor",
     "parse_runtime_state",
     "parse_session_end",
@@ -72,6 +75,9 @@ SESSION_END_PATH = os.path.join(".scriptorium", "session-end.json")
 FLOOR_PATH = os.path.join(".scriptorium", "runtime-floor.json")
 # The two files a commit's install journal may name besides topics (POSIX, like its paths).
 RUNTIME_FILE = ".scriptorium/runtime.json"
+# A consolidation pass's record: one new file per pass, installed with its topics.
+RECORDS_DIR = ".scriptorium/consolidation"
+_RECORD = re.compile(r"\.scriptorium/consolidation/[0-9A-Za-z_-]{1,80}\.json")
 RUNTIME_FILES = frozenset({RUNTIME_FILE, ".scriptorium/runtime-floor.json"})
 
 
@@ -285,6 +291,11 @@ def runtime_changes(
                    created)
     return [(relative.replace(os.sep, "/"), data.decode("utf-8"))
             for relative, data in runtime_files(after)]
+
+
+def is_record_path(path: str) -> bool:
+    """Whether ``path`` (POSIX, relative to ``memory/``) names a consolidation record."""
+    return _RECORD.fullmatch(path) is not None
 
 
 def read_runtime_state(memory_dir: str) -> RuntimeState:

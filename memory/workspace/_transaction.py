@@ -68,6 +68,7 @@ import orjson
 
 from memory._errors import (
     ConcurrentUpdateError,
+    ConsolidationRefusedError,
     EditRejectedError,
     InstallJournalCorruptError,
     TopicError,
@@ -79,6 +80,7 @@ from memory.workspace._runtime_state import (
     RUNTIME_FILE,
     RUNTIME_FILES,
     StateUpdate,
+    is_record_path,
     runtime_changes,
 )
 from memory.workspace._topic_ids import (
@@ -476,6 +478,8 @@ class Transactions:
         base_revision: str,
         batch_sources: frozenset[str] | set[str],
         update_state: StateUpdate | None = None,
+        whole: bool = False,
+        records: Sequence[tuple[str, str]] = (),
     ) -> CommitResult:
         """Validate, normalise and install ``edits`` made against ``base_revision``.
 
@@ -483,7 +487,10 @@ class Transactions:
         is installed). Rejected edits are reported in the audit, not raised.
         ``update_state(state, created)``: the runtime state after this
         commit, computed from the files under the lock and installed with the
-        topics (only if a topic changed).
+        topics (only if a topic changed). ``whole``: one rejected edit refuses
+        them all (:class:`ConsolidationRefusedError`, nothing installed).
+        ``records``: new files under ``.scriptorium/consolidation/`` (a pass's
+        record) installed with the topics.
         """
         with workspace_lock(self.memory_dir, self.files, timeout=self.lock_timeout):
             # Another process may have crashed mid-install; the sweep is owed
@@ -495,6 +502,9 @@ class Transactions:
                 raise ConcurrentUpdateError(base_revision, current)
             facts = self._index.refresh(self.revisions.last_scan, self.revisions.last_linked)
             audit, accepted, after = self._validate(edits, facts, frozenset(batch_sources))
+            refused = [f"{e.get('path')}: {e.get('error')}" for e in audit if e["status"] != "ok"]
+            if whole and refused:
+                raise ConsolidationRefusedError(refused)
             changes = self._changes(accepted)
             changed_set = {path for path, _ in changes}
             created = tuple(
@@ -507,6 +517,8 @@ class Transactions:
             if changes and update_state is not None:
                 present = [i for path in sorted(facts) for i in sorted(facts[path].block_ids)]
                 changes += runtime_changes(self.memory_dir, update_state, created, present)
+            if changes:
+                changes += [(path, text) for path, text in records if is_record_path(path)]
             if changes:
                 self._prepare_directories(changes)
                 self.files.write_atomic(
@@ -773,7 +785,7 @@ def _decode_journal(raw: bytes) -> list[tuple[str, str | None]]:
         for path, text in document["files"]:
             if not isinstance(path, str) or not (text is None or isinstance(text, str)):
                 raise ValueError("malformed entry")
-            if path not in RUNTIME_FILES:
+            if path not in RUNTIME_FILES and not is_record_path(path):
                 check_topic_path(path)
             changes.append((path, text))
     except (ValueError, KeyError, TypeError, EditRejectedError) as error:

@@ -1,0 +1,33 @@
+"""Scriptorium `memory.consolidation`: memory that stays small and true (issue 23).
+
+Layout (see docs/architecture.md): ``_facts`` what a paragraph states and
+when (pure); ``_plan`` a pass as data and the check that it loses nothing
+(pure); ``_offline`` the deterministic consolidator; ``_pass`` a pass
+through the topic transactions, its record, and the history of passes.
+"""
+
+from memory.consolidation._offline import consolidate_offline as consolidate_offline
+from memory.consolidation._pass import Consolidator as Consolidator
+from memory.consolidation._pass import PreparedPass as PreparedPass
+from memory.consolidation._pass import Scope as Scope
+from memory.consolidation._pass import commit_pass as commit_pass
+from memory.consolidation._pass import consolidate_workspace as consolidate_workspace
+from memory.consolidation._pass import prepare_pass as prepare_pass
+from memory.consolidation._pass import read_history as read_history
+from memory.consolidation._plan import Action as Action
+from memory.consolidation._plan import Plan as Plan
+from memory.consolidation._plan import losses as losses
+
+__all__ = [
+    "Action",
+    "Consolidator",
+    "Plan",
+    "PreparedPass",
+    "Scope",
+    "commit_pass",
+    "consolidate_offline",
+    "consolidate_workspace",
+    "losses",
+    "prepare_pass",
+    "read_history",
+]
