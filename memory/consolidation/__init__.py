@@ -2,7 +2,8 @@
 
 Layout (see docs/architecture.md): ``_facts`` what a paragraph states and
 when (pure); ``_plan`` a pass as data and the check that it loses nothing
-(pure); ``_offline`` the deterministic consolidator; ``_pass`` a pass
+(pure); ``_triggers`` when a pass is due (pure); ``_offline`` the
+deterministic consolidator; ``_pass`` a pass
 through the topic transactions, its record, and the history of passes.
 """
 
@@ -17,9 +18,12 @@ from memory.consolidation._pass import read_history as read_history
 from memory.consolidation._plan import Action as Action
 from memory.consolidation._plan import Plan as Plan
 from memory.consolidation._plan import losses as losses
+from memory.consolidation._triggers import ConsolidationPolicy as ConsolidationPolicy
+from memory.consolidation._triggers import due_scope as due_scope
 
 __all__ = [
     "Action",
+    "ConsolidationPolicy",
     "Consolidator",
     "Plan",
     "PreparedPass",
@@ -27,6 +31,7 @@ __all__ = [
     "commit_pass",
     "consolidate_offline",
     "consolidate_workspace",
+    "due_scope",
     "losses",
     "prepare_pass",
     "read_history",

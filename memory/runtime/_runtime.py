@@ -42,6 +42,7 @@ from memory.maintenance._migrate import MigrationReport, Progress, migrate
 from memory.recall import BranchView, Context, Hit, Recall, SyncReport, TimeBound
 from memory.runtime._claims import ClaimsLedger
 from memory.runtime._config import RuntimeConfig, apply_timings
+from memory.runtime._consolidation import ConsolidationJob
 from memory.runtime._events import EventHook
 from memory.runtime._jobs import JobQueue, WriteJob
 from memory.runtime._pool import worker_factory
@@ -228,6 +229,8 @@ class MemoryRuntime:
                 ChildSpec("writers", start_pool, Restart.PERMANENT),
                 ChildSpec("watchdog", start_watchdog, Restart.PERMANENT,
                           options=MailboxOptions(capacity=100_000)),
+                # Issue 23: passes when runtime.json's counters call for one.
+                ChildSpec("consolidation", lambda: ConsolidationJob(self), Restart.PERMANENT),
             ],
             strategy=Strategy.ONE_FOR_ONE, rng=self.rng,
         )

@@ -43,6 +43,7 @@ import anyio
 
 from actors import Actor, Idempotent, Request, UnhandledMessageError
 from memory._errors import InstallUnfinishedError, ScriptoriumMemoryError, WorkspaceLockTimeoutError
+from memory.consolidation import PreparedPass, commit_pass
 from memory.ledger._lost_markers import written_to_memory
 from memory.workspace._archive import AppendResult
 from memory.workspace._archive_cache import ArchiveCache
@@ -68,6 +69,7 @@ __all__ = [
     "BatchesCovered",
     "CheckEdits",
     "CitedSources",
+    "CommitConsolidation",
     "CommitEdits",
     "DropCursors",
     "QuarantineBatch",
@@ -164,6 +166,16 @@ class ReadRuntimeState(Idempotent, Request[RuntimeState]):
 
 
 @dataclass(frozen=True, slots=True)
+class CommitConsolidation(Idempotent, Request[None]):
+    """Install a consolidation pass planned from a snapshot (a compare-and-set on its base:
+    :class:`~memory._errors.ConcurrentUpdateError` when a write landed since, and the pass
+    yields; a redelivery after it installed is refused the same way)."""
+
+    prepared: PreparedPass
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
 class DropCursors(Idempotent, Request[None]):
     """Migration's end (SPEC §6.7): ``cursors`` leaves runtime.json, read and written under
     the lock, so counters another runtime wrote meanwhile stay (issue 23: never a stale
@@ -172,7 +184,7 @@ class DropCursors(Idempotent, Request[None]):
 
 # What a half-installed topic set would answer wrongly: served only once recovery ran.
 _READS_TOPICS = (TakeSnapshot, CommitEdits, CheckEdits, CitedSources, BatchesCovered,
-                 SourcesInMemory)
+                 SourcesInMemory, CommitConsolidation)
 
 
 class WorkspaceActor(Actor):
@@ -283,6 +295,9 @@ class WorkspaceActor(Actor):
                 return await run_durable(read_quarantine, self.memory_dir)
             case ReadRuntimeState():
                 return await run_durable(read_runtime_state, self.memory_dir)
+            case CommitConsolidation(prepared, now):
+                await run_durable(commit_pass, self.transactions, prepared, now)
+                return None
             case DropCursors():
                 return await run_durable(self._drop_cursors)
         raise UnhandledMessageError(self.ref.name, message)

@@ -1,0 +1,116 @@
+"""The runtime consolidates by itself when runtime.json's counters say so (issue 23), on virtual time."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from memory.consolidation import ConsolidationPolicy, due_scope, read_history
+from memory.runtime._runtime import open_runtime
+from memory.workspace._edits import TopicEdit
+from memory.workspace._runtime_state import RuntimeState, read_runtime_state, write_runtime_state
+from memory.workspace._transaction import Transactions
+from store import DurableFiles
+from tests.fixture import copy_fixture
+from tests.memory._runtime import EPOCH, virtual_config
+
+DAY = 86_400.0
+ARCHIVE = {"openprogram/demo/u1": True, "openprogram/demo/a2": True}
+
+
+def _iso(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.UTC).isoformat()
+
+
+@pytest.mark.parametrize(("state", "now", "scope"), [
+    (RuntimeState(local_batches=5), EPOCH, "local"),
+    (RuntimeState(local_tokens=40_000), EPOCH, "local"),
+    (RuntimeState(local_batches=4, local_tokens=39_999), EPOCH, None),
+    (RuntimeState(write_commits_since_global=1), EPOCH, "global"),  # never run yet
+    (RuntimeState(write_commits_since_global=1, last_global_at=_iso(EPOCH - DAY + 1)), EPOCH, None),
+    (RuntimeState(write_commits_since_global=1, last_global_at=_iso(EPOCH - DAY)), EPOCH, "global"),
+    (RuntimeState(last_global_at=_iso(EPOCH - 9 * DAY), local_batches=1), EPOCH, None),  # nothing new
+    (RuntimeState(local_batches=5, write_commits_since_global=3,
+                  last_global_at=_iso(EPOCH - 2 * DAY)), EPOCH, "global"),  # global covers local
+])
+def test_which_pass_is_due(state: RuntimeState, now: float, scope: str | None) -> None:
+    assert due_scope(state, ConsolidationPolicy(), now) == scope
+    assert due_scope(state, ConsolidationPolicy(enabled=False), now) is None
+
+
+def _state(tmp_path: Path, counters: RuntimeState) -> Path:
+    """The fixture's memory with one fact told twice, runtime.json holding ``counters``, and
+    no session (nothing the runtime would write, so only the test moves the counters)."""
+    state = copy_fixture(tmp_path / "state")
+    shutil.rmtree(state / "sessions" / "demo")
+    memory = state / "memory"
+    tx = Transactions(str(memory), archived=ARCHIVE.get)
+    tx.commit([TopicEdit(f"topics/{name}.md", f"# {name}\n\nThe cat is called Tom.[^e1]\n\n"
+                         f"[^e1]: Time: `2025-05-01`; Sources: {source}\n")
+               for name, source in [("a", "openprogram/demo/u1"), ("b", "openprogram/demo/a2")]],
+              base_revision=tx.revision(), batch_sources=set(ARCHIVE))
+    order = read_runtime_state(str(memory)).creation_order
+    write_runtime_state(str(memory), RuntimeState(
+        order, counters.write_commits_since_global, counters.local_batches, counters.local_tokens,
+        counters.last_global_at), DurableFiles())
+    return state
+
+
+@pytest.mark.virtual_time(wait_for_threads=True)
+@pytest.mark.parametrize("counters", [RuntimeState(local_batches=5),
+                                      RuntimeState(local_tokens=40_000)],
+                         ids=["5 batches", "40,000 tokens"])
+async def test_a_local_pass_runs_at_the_next_check(tmp_path: Path, counters: RuntimeState) -> None:
+    state = _state(tmp_path, counters)
+    events: list[dict[str, Any]] = []
+    async with open_runtime(state, config=virtual_config(on_event=events.append)):
+        await anyio.sleep(59)
+        assert read_history(str(state / "memory")) == []
+        await anyio.sleep(2)  # the first check, at 60 s
+    (record,) = read_history(str(state / "memory"))
+    assert record["scope"] == "local" and [a["kind"] for a in record["actions"]] == ["merge"]
+    after = read_runtime_state(str(state / "memory"))
+    assert (after.local_batches, after.local_tokens) == (0, 0)
+    assert [e["outcome"] for e in events if e["event"] == "consolidation"] == ["done"]
+    assert not (state / "memory/topics/b.md").exists()
+
+
+@pytest.mark.virtual_time(wait_for_threads=True)
+async def test_below_the_thresholds_nothing_runs(tmp_path: Path) -> None:
+    state = _state(tmp_path, RuntimeState(local_batches=4, local_tokens=39_999))
+    async with open_runtime(state, config=virtual_config()):
+        await anyio.sleep(DAY)
+    assert read_history(str(state / "memory")) == []
+
+
+@pytest.mark.virtual_time(wait_for_threads=True)
+async def test_the_global_pass_runs_once_a_day_when_something_was_written(tmp_path: Path) -> None:
+    # the last global pass ran an hour before the runtime starts (virtual wall time EPOCH)
+    state = _state(tmp_path, RuntimeState(write_commits_since_global=2,
+                                          last_global_at=_iso(EPOCH - 3600)))
+    async with open_runtime(state, config=virtual_config()):
+        await anyio.sleep(DAY - 3600 - 61)
+        assert read_history(str(state / "memory")) == []
+        await anyio.sleep(120)
+        (record,) = read_history(str(state / "memory"))
+        assert record["scope"] == "global"
+        after = read_runtime_state(str(state / "memory"))
+        assert after.write_commits_since_global == 0
+        ran_at = dt.datetime.fromisoformat(after.last_global_at or "").timestamp()
+        assert EPOCH + DAY - 3600 <= ran_at <= EPOCH + DAY - 3600 + 60
+        await anyio.sleep(2 * DAY)  # nothing written since: no other pass
+    assert len(read_history(str(state / "memory"))) == 1
+
+
+@pytest.mark.virtual_time(wait_for_threads=True)
+async def test_the_triggers_can_be_turned_off(tmp_path: Path) -> None:
+    state = _state(tmp_path, RuntimeState(local_batches=50, write_commits_since_global=9))
+    config = virtual_config(consolidation=ConsolidationPolicy(enabled=False))
+    async with open_runtime(state, config=config):
+        await anyio.sleep(2 * DAY)
+    assert read_history(str(state / "memory")) == []
