@@ -87,9 +87,8 @@ def memory_history(limit: int | None, state_dir: str, as_json: bool) -> None:
         click.echo(f"{record.get('at')} {record.get('scope')} pass {record.get('pass')}: "
                    f"{len(record.get('actions', []))} action(s)")
         for action in record.get("actions", []):
-            absorbed = "".join(f" ^{i}" for i in action.get("absorbed", []))
-            click.echo(f"  {action['kind']} {action['path']} ^{action['block']}{absorbed}: "
-                       f"{action['reason']}")
+            ids = "".join(f" ^{i}" for i in [action["block"], *action.get("absorbed", [])] if i)
+            click.echo(f"  {action['kind']} {action['path']}{ids}: {action['reason']}")
             for before in action.get("before", []) if action["kind"] != "fold" else []:
                 click.echo("    - " + before.replace("\n", "\n      "))
             if action.get("after"):

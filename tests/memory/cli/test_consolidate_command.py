@@ -35,16 +35,17 @@ def test_dry_run_prints_the_diff_then_the_pass_is_recorded_and_shown(tmp_path: P
     state = _state(tmp_path)
     code, out = run("memory", "consolidate", "--dry-run", "--state", state)
     assert code == 0, out
-    assert "--- a/topics/b.md" in out and "1 merge; would change 2 topic file(s)" in out
+    assert "--- a/topics/b.md" in out and "1 compact, 1 merge; would change 2 topic file(s)" in out
     code, out = run("memory", "history", "--state", state)
     assert (code, out) == (0, "no consolidation pass yet\n")
     code, out = run("memory", "consolidate", "--state", state, "--json")
     assert code == 0, out
     record = orjson.loads(out)
-    assert [a["kind"] for a in record["actions"]] == ["merge"] and record["dry_run"] is False
+    assert [a["kind"] for a in record["actions"]] == ["merge", "compact"]
+    assert record["dry_run"] is False
     assert not (Path(state) / "memory/topics/b.md").exists()
     code, out = run("memory", "history", "--state", state)
-    assert code == 0 and f"pass {record['pass']}: 1 action(s)" in out
+    assert code == 0 and f"pass {record['pass']}: 2 action(s)" in out
     assert "merge topics/a.md" in out and "The cat is called Tom." in out
     code, out = run("memory", "consolidate", "--state", state)
     assert (code, out) == (0, "nothing to consolidate\n")

@@ -96,6 +96,24 @@ def test_facts_about_one_subject_are_folded_together_under_their_heading() -> No
         "0000000a", "0000000c", "0000000b"]
 
 
+def test_footnotes_saying_the_same_thing_are_shared_and_handle_labels_shortened() -> None:
+    footnote = Footnote("e-0000000001", "2025-05-01", (
+        SourceLink("openprogram/demo/D1-3", f"../{V2}{A1}"),))
+    twin = Footnote("e-0000000002", "2025-05-01", footnote.sources)
+    topics = {"topics/a.md": Topic((
+        Heading(1, "T"),
+        Paragraph("Gina opened a store.[^e-0000000001]", ("0000000a",)),
+        Paragraph("The store sells clothes.[^e-0000000002]", ("0000000b",)),
+    ), {"e-0000000001": footnote, "e-0000000002": twin})}
+    plan = consolidate_offline(topics)
+    assert [a.kind for a in plan.actions] == ["compact"]
+    assert render_topic(plan.topics["topics/a.md"]) == (
+        "# T\n\nGina opened a store.[^e-0000000001] ^0000000a\n\n"
+        f"[^e-0000000001]: Time: `2025-05-01`; Sources: [D1-3](../{V2}{A1})\n\n"
+        "The store sells clothes.[^e-0000000001] ^0000000b\n")
+    assert losses(topics, plan) == []
+
+
 def test_a_second_pass_finds_nothing_left_to_do() -> None:
     topics = {"topics/a.md": _topic(
         ("User (1 May 2025): I prefer green tea.", "0000000a", "2025-05-01", A1),

@@ -69,7 +69,7 @@ def _history(memory: Path) -> list[str]:
 def test_a_pass_installs_its_plan_its_record_and_resets_the_counters(tmp_path: Path) -> None:
     memory = _workspace(tmp_path)
     prepared = consolidate_workspace(str(memory), consolidate_offline, scope="global", now=NOW)
-    assert [a["kind"] for a in prepared.record["actions"]] == ["supersede"]
+    assert [a["kind"] for a in prepared.record["actions"]] == ["supersede", "compact"]
     assert sorted(_topics(memory)) == ["topics/a.md", "topics/people/owner.md"]  # b.md emptied
     text = (memory / "topics/a.md").read_text()
     assert parse_topic(text, "topics/a.md").paragraphs[0].body.startswith(
@@ -157,7 +157,8 @@ def test_each_record_says_what_was_merged_with_before_and_after(tmp_path: Path) 
     consolidate_workspace(str(memory), consolidate_offline, scope="local", now=NOW)
     (name,) = _history(memory)
     record = json.loads((memory / RECORDS_DIR / name).read_bytes())
-    (action,) = record["actions"]
+    action, compact = record["actions"]
+    assert compact["kind"] == "compact" and "every source still cited" in compact["reason"]
     assert action["kind"] == "supersede" and len(action["before"]) == 3
     assert action["after"].count("\n") == 1 and "Previously (2025-05-02)" in action["after"]
     assert sorted([action["block"], *action["absorbed"]]) == sorted(

@@ -73,7 +73,7 @@ async def test_a_local_pass_runs_at_the_next_check(tmp_path: Path, counters: Run
         assert read_history(str(state / "memory")) == []
         await anyio.sleep(2)  # the first check, at 60 s
     (record,) = read_history(str(state / "memory"))
-    assert record["scope"] == "local" and [a["kind"] for a in record["actions"]] == ["merge"]
+    assert record["scope"] == "local" and [a["kind"] for a in record["actions"]] == ["merge", "compact"]
     after = read_runtime_state(str(state / "memory"))
     assert (after.local_batches, after.local_tokens) == (0, 0)
     assert [e["outcome"] for e in events if e["event"] == "consolidation"] == ["done"]
