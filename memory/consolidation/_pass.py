@@ -46,6 +46,7 @@ __all__ = [
     "consolidate_workspace",
     "prepare_pass",
     "read_history",
+    "read_topics",
     "reset_counters",
 ]
 
