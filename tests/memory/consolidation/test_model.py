@@ -14,8 +14,9 @@ from memory.workspace._edits import TopicEdit
 from memory.workspace._topics import parse_topic
 from memory.workspace._transaction import Transactions
 from memory.writers.model._retry import RetryPolicy
-from memory.writers.model._settings import PROVIDERS, ModelSettings
+from memory.writers.model._settings import ModelSettings
 from memory.writers.model._transport import Endpoint
+from memory.writers.model._wire import PROVIDERS
 from supervisors import Backoff
 from tests.fixture import copy_fixture
 from tests.model_server import ScriptedModel
