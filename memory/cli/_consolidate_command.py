@@ -15,12 +15,20 @@ import os
 import time
 from typing import Any, Literal, cast
 
+import anyio
 import click
 
 from memory._errors import ConcurrentUpdateError, ConsolidationRefusedError
-from memory.cli._cli import emit_json, memory, state_options
+from memory.cli._cli import _writer, emit_json, memory, state_options, writer_options
 from memory.cli._cli_errors import EXIT_FAILURE, EXIT_PROBLEMS, CliError
-from memory.consolidation import consolidate_offline, consolidate_workspace, read_history
+from memory.consolidation import (
+    ModelConsolidator,
+    PreparedPass,
+    consolidate_offline,
+    consolidate_with_model,
+    consolidate_workspace,
+    read_history,
+)
 
 __all__ = ["memory_consolidate", "memory_history"]
 
@@ -31,19 +39,37 @@ __all__ = ["memory_consolidate", "memory_history"]
               show_default=True,
               help="Which counters the pass resets: local (batches and tokens since the last "
                    "pass) or global (also the daily pass's, and sets last_global_at).")
+@writer_options
 @state_options
-def memory_consolidate(dry_run: bool, scope: str, state_dir: str, as_json: bool) -> None:
+def memory_consolidate(dry_run: bool, scope: str, state_dir: str, as_json: bool,
+                       writer: str | None, base_url: str | None, model: str | None,
+                       provider: str | None) -> None:
     """Merge facts stated twice, supersede changed ones, fold facts about one subject.
 
     Nothing is lost: every cited source stays cited and every block id still
     resolves (merged paragraphs keep the ids they absorbed), or the pass is
     refused whole. Each pass leaves a record ('scriptorium memory history').
+    With a model writer (--writer model, or configured), the model proposes
+    the edits and the same check judges them.
     """
     memory_dir = os.path.join(state_dir, "memory")
+    chosen = cast(Literal["local", "global"], scope)
+    model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
+                                       "provider": provider}, None)
     try:
-        prepared = consolidate_workspace(
-            memory_dir, consolidate_offline, scope=cast(Literal["local", "global"], scope),
-            now=time.time(), dry_run=dry_run)
+        if model_writer is None:
+            prepared = consolidate_workspace(memory_dir, consolidate_offline, scope=chosen,
+                                             now=time.time(), dry_run=dry_run)
+        else:
+            async def by_model() -> PreparedPass:
+                try:
+                    return await consolidate_with_model(
+                        memory_dir, ModelConsolidator(model_writer.endpoint), scope=chosen,
+                        now=time.time(), dry_run=dry_run)
+                finally:
+                    await model_writer.aclose()
+
+            prepared = anyio.run(by_model)
     except ConsolidationRefusedError as error:
         raise CliError(f"scriptorium: {state_dir}/memory: {error}", EXIT_PROBLEMS) from None
     except ConcurrentUpdateError:

@@ -11,6 +11,7 @@ from memory.cli._cli import main
 from memory.workspace._edits import TopicEdit
 from memory.workspace._transaction import Transactions
 from tests.fixture import copy_fixture
+from tests.model_server import ScriptedModel
 
 ARCHIVE = {"openprogram/demo/u1": True, "openprogram/demo/a2": True}
 
@@ -51,3 +52,19 @@ def test_dry_run_prints_the_diff_then_the_pass_is_recorded_and_shown(tmp_path: P
     assert (code, out) == (0, "nothing to consolidate\n")
     code, out = run("memory", "history", "--state", state, "--json")
     assert [r["pass"] for r in orjson.loads(out)] == [record["pass"]]
+
+
+def test_with_a_model_writer_the_model_proposes_and_a_drop_is_refused(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    with ScriptedModel(default="consolidate_drop").running() as server:
+        code, out = run("memory", "consolidate", "--writer", "model", "--base-url",
+                        server.base_url, "--model", "scripted-1", "--state", state)
+    assert code == 1 and "consolidation refused, nothing was changed" in out, out
+    assert "would no longer be cited" in out and len(out.strip().splitlines()) == 1
+    with ScriptedModel(default="consolidate").running() as server:
+        code, out = run("memory", "consolidate", "--writer", "model", "--base-url",
+                        server.base_url, "--model", "scripted-1", "--state", state, "--json")
+    assert code == 0, out
+    record = orjson.loads(out)
+    assert [(a["kind"], a["reason"]) for a in record["actions"]] == [
+        ("merge", "proposed by the model")]
