@@ -11,7 +11,9 @@ A supervised child (permanent) that every ``check_interval`` seconds reads
    snapshot's revision, so a write that landed meanwhile wins and the pass
    **yields** (``ConcurrentUpdateError``: planned again at the next check).
 
-A pass refused by the loss check changes nothing and is reported
+With a model writer, the model proposes the pass
+(:class:`~memory.consolidation.ModelConsolidator`) and the same check judges
+it. A pass refused by the loss check changes nothing and is reported
 (``consolidation`` event, ``outcome="refused"``); its counters stay, so it
 is tried again at the next check (a refusal is a bug to see, not to hide).
 """
@@ -26,20 +28,29 @@ from typing import Any, Protocol
 import anyio
 
 from actors import Actor, ActorRef, Idempotent, Request, UnhandledMessageError
-from memory._errors import ConcurrentUpdateError, ConsolidationRefusedError
+from memory._errors import (
+    ConcurrentUpdateError,
+    ConsolidationRefusedError,
+    ScriptoriumMemoryError,
+    describe_error,
+)
 from memory.consolidation import (
     ConsolidationPolicy,
     Consolidator,
+    ModelConsolidator,
     PreparedPass,
     Scope,
     consolidate_offline,
     due_scope,
     prepare_pass,
 )
+from memory.consolidation._pass import read_topics
 from memory.runtime._config import RuntimeConfig
 from memory.runtime._workspace_actor import CommitConsolidation, ReadRuntimeState, TakeSnapshot
 from memory.workspace._edits import WorkspaceSnapshot
 from memory.workspace._runtime_state import RuntimeState
+from memory.writers._writer import Writer
+from memory.writers.model import ModelWriter
 
 __all__ = ["CheckConsolidation", "ConsolidationHost", "ConsolidationJob"]
 
@@ -59,6 +70,9 @@ class ConsolidationHost(Protocol):
 
     @property
     def workspace_ref(self) -> ActorRef: ...
+
+    @property
+    def writer(self) -> Writer: ...
 
     def emit(self, event: str, **fields: Any) -> None: ...
 
@@ -112,8 +126,14 @@ class ConsolidationJob(Actor):
             return None
         snapshot: WorkspaceSnapshot = await workspace.call(TakeSnapshot())
         try:
+            consolidator = self.consolidator
+            writer = self.runtime.writer
+            if isinstance(writer, ModelWriter):  # the model proposes; the same check judges
+                topics = await anyio.to_thread.run_sync(read_topics, snapshot)
+                plan = await ModelConsolidator(writer.endpoint).plan(topics)
+                consolidator = lambda _: plan
             prepared: PreparedPass = await anyio.to_thread.run_sync(
-                lambda: prepare_pass(snapshot, self.consolidator, scope=scope, now=now))
+                lambda: prepare_pass(snapshot, consolidator, scope=scope, now=now))
             await workspace.call(CommitConsolidation(prepared, now))
         except ConcurrentUpdateError:
             self.yielded += 1
@@ -123,6 +143,10 @@ class ConsolidationJob(Actor):
             self.runtime.emit("consolidation", scope=scope, outcome="refused",
                               problems=list(error.problems))
             return "refused"
+        except ScriptoriumMemoryError as error:  # the model's endpoint failed: next check
+            self.runtime.emit("consolidation", scope=scope, outcome="failed",
+                              error=describe_error(error))
+            return "failed"
         self.passes += 1
         self.runtime.emit("consolidation", scope=scope, outcome="done",
                           actions=len(prepared.record["actions"]), record=prepared.record_path)

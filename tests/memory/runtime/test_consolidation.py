@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +12,17 @@ import anyio
 import pytest
 
 from memory.consolidation import ConsolidationPolicy, due_scope, read_history
+from memory.runtime._consolidation import CheckConsolidation
 from memory.runtime._runtime import open_runtime
 from memory.workspace._edits import TopicEdit
 from memory.workspace._runtime_state import RuntimeState, read_runtime_state, write_runtime_state
 from memory.workspace._transaction import Transactions
+from memory.writers.model import ModelSettings, ModelWriter
 from store import DurableFiles
+from supervisors import get_child
 from tests.fixture import copy_fixture
-from tests.memory._runtime import EPOCH, virtual_config
+from tests.memory._runtime import EPOCH, HANG, virtual_config
+from tests.model_server import ScriptedModel
 
 DAY = 86_400.0
 ARCHIVE = {"openprogram/demo/u1": True, "openprogram/demo/a2": True}
@@ -114,3 +119,28 @@ async def test_the_triggers_can_be_turned_off(tmp_path: Path) -> None:
     async with open_runtime(state, config=config):
         await anyio.sleep(2 * DAY)
     assert read_history(str(state / "memory")) == []
+
+
+@pytest.mark.parametrize(("behaviour", "outcome", "passes"), [
+    ("consolidate", "done", 1), ("consolidate_drop", "refused", 0)])
+async def test_with_a_model_writer_the_model_proposes_the_runtimes_pass(
+    tmp_path: Path, behaviour: str, outcome: str, passes: int,
+) -> None:
+    state = _state(tmp_path, RuntimeState(local_batches=5))
+    before = sorted(p.read_bytes() for p in (state / "memory/topics").rglob("*.md"))
+    events: list[dict[str, Any]] = []
+    config = virtual_config(on_event=events.append, clock=time.time,
+                            consolidation=ConsolidationPolicy(check_interval=HANG))
+    with ScriptedModel(default=behaviour).running() as server:
+        writer = ModelWriter(ModelSettings(base_url=server.base_url, model="scripted-1",
+                                           total_timeout=10.0), env={})
+        async with open_runtime(state, writer=writer, config=config) as rt:
+            job = await get_child(rt.root, "consolidation")
+            assert await job.call(CheckConsolidation()) == outcome
+        await writer.aclose()
+    assert len(read_history(str(state / "memory"))) == passes
+    reported = [e for e in events if e["event"] == "consolidation"]
+    assert [e["outcome"] for e in reported] == [outcome]
+    if outcome == "refused":
+        assert "would no longer be cited" in reported[0]["problems"][0]
+        assert sorted(p.read_bytes() for p in (state / "memory/topics").rglob("*.md")) == before
