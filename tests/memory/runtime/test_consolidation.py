@@ -135,6 +135,7 @@ async def test_with_a_model_writer_the_model_proposes_the_runtimes_pass(
         writer = ModelWriter(ModelSettings(base_url=server.base_url, model="scripted-1",
                                            total_timeout=10.0), env={})
         async with open_runtime(state, writer=writer, config=config) as rt:
+            assert rt.root is not None
             job = await get_child(rt.root, "consolidation")
             assert await job.call(CheckConsolidation()) == outcome
         await writer.aclose()
