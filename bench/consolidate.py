@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -55,13 +56,17 @@ from _locomo import (
 
 from memory.consolidation import (
     ConsolidationPolicy,
+    ModelConsolidator,
     consolidate_offline,
+    consolidate_with_model,
     consolidate_workspace,
 )
 from memory.consolidation._plan import cited_sources
 from memory.maintenance._audit import read_topics
 from memory.runtime import RuntimeConfig, import_jsonl, open_runtime
 from memory.workspace._topics import parse_topic
+from memory.writers.model import Endpoint, ModelSettings
+from tests.model_server import model_server_process
 
 DATA = ROOT.parent / "shared" / "datasets" / "locomo-dev"
 QUICK_CONVERSATION = "conv-30"
@@ -135,6 +140,27 @@ async def _one_batch_then_local_pass(state: Path) -> dict[str, float]:
     return {"write_cycle_s": write, "local_pass_s": time.perf_counter() - began}
 
 
+async def _model_pass(memory_dir: Path, base_url: str) -> float:
+    settings = ModelSettings(base_url=base_url, model="scripted-1", total_timeout=60.0)
+    async with Endpoint(settings, env={}) as endpoint:
+        began = time.perf_counter()
+        await consolidate_with_model(str(memory_dir), ModelConsolidator(endpoint),
+                                     scope="global", now=time.time())
+        return time.perf_counter() - began
+
+
+def _model_figures(conversations: Sequence[Conversation], state: Path, budgets: Sequence[int],
+                   before: dict[str, Any]) -> dict[str, Any]:
+    """The same pass proposed by the loopback model (200 ms an answer): it merges the
+    paragraphs whose statement is equal but for case, and nothing else."""
+    with model_server_process(latency=0.2, default="consolidate") as base_url:
+        seconds = anyio.run(_model_pass, state / "memory", base_url)
+    after = _topics_facts(state / "memory")
+    return {"pass_seconds": seconds, "after": {k: v for k, v in after.items() if k != "sources"},
+            "sources_kept": set(before["sources"]) <= set(after["sources"]),
+            "recall_after": anyio.run(_recall, conversations, state, budgets)}
+
+
 def run(data: Path, quick: bool) -> dict[str, Any]:
     conversations = load_conversations(data, [QUICK_CONVERSATION] if quick else None)
     if quick:
@@ -144,6 +170,7 @@ def run(data: Path, quick: bool) -> dict[str, Any]:
         workdir = Path(tmp)
         state = workdir / "state"
         anyio.run(_ingest, conversations, state, workdir)
+        shutil.copytree(state, workdir / "model-state")
         before = _topics_facts(state / "memory")
         recall_before = anyio.run(_recall, conversations, state, budgets)
         began = time.perf_counter()
@@ -153,6 +180,7 @@ def run(data: Path, quick: bool) -> dict[str, Any]:
         after = _topics_facts(state / "memory")
         recall_after = anyio.run(_recall, conversations, state, budgets)
         local = anyio.run(_one_batch_then_local_pass, state)
+        model = _model_figures(conversations, workdir / "model-state", budgets, before)
     kinds: dict[str, int] = {}
     for action in prepared.record["actions"]:
         kinds[action["kind"]] = kinds.get(action["kind"], 0) + 1
@@ -169,6 +197,7 @@ def run(data: Path, quick: bool) -> dict[str, Any]:
         "pass_seconds_per_1000_paragraphs": pass_seconds * 1000 / max(before["paragraphs"], 1),
         "recall_before": recall_before, "recall_after": recall_after,
         **local,
+        "model": model,
     }
 
 
@@ -190,6 +219,22 @@ def rows(result: dict[str, Any]) -> list[Row]:
         Row("local pass after one batch / that batch's write cycle", Summary.single(ratio), "x",
             target=f"<= {TARGET_LOCAL_RATIO:g}x", met=ratio <= TARGET_LOCAL_RATIO),
     ]
+    model = result["model"]
+    model_smaller = 1 - model["after"]["bytes"] / max(before["bytes"], 1)
+    out += [
+        Row("model consolidator (loopback): topics smaller", Summary.single(model_smaller * 100),
+            "%", text=f"{before['bytes']:,} -> {model['after']['bytes']:,} bytes in "
+                      f"{model['pass_seconds']:.2f} s (a scripted model: exact merges only)"),
+        Row("model consolidator (loopback): cited sources kept",
+            Summary.single(float(model["sources_kept"])), "", target="100%",
+            met=bool(model["sources_kept"])),
+    ]
+    for kind in ("evidence", "answer"):
+        for budget, value in result["recall_before"][kind].items():
+            model_now = model["recall_after"][kind][budget]
+            out.append(Row(f"model consolidator (loopback): {kind} recall@{budget}",
+                           Summary.single(model_now), "", target=f">= {value:.3f}",
+                           met=model_now >= value - 1e-12))
     for kind in ("evidence", "answer"):
         for budget, value in result["recall_before"][kind].items():
             now = result["recall_after"][kind][budget]
@@ -230,6 +275,12 @@ def markdown(result: dict[str, Any]) -> str:
          f"{ratio:.1f}x its write cycle ({result['write_cycle_s']:.2f} s) | "
          f"<= {TARGET_LOCAL_RATIO:.0f}x |"),
     ]
+    model = result["model"]
+    lines.append(f"| model consolidator (loopback, 200 ms) | | "
+                 f"{model['after']['bytes']:,} bytes, {model['after']['paragraphs']:,} paragraphs "
+                 f"in {model['pass_seconds']:.2f} s; sources kept: "
+                 f"{'yes' if model['sources_kept'] else 'NO'}; answer recall@500 "
+                 f"{model['recall_after']['answer']['500']:.3f} | |")
     return "\n".join(lines)
 
 

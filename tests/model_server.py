@@ -269,7 +269,7 @@ async def _reply(send: Any, status: int, document: Any,
 def model_server_process(**options: Any) -> Iterator[str]:
     """The server in a process of its own (bench: its CPU is not the client's); yields the base URL.
 
-    Options are :class:`ScriptedModel` fields of type float or bool.
+    Options are :class:`ScriptedModel` fields of type float or bool, and ``default``.
     """
     import subprocess
     import sys
@@ -295,8 +295,9 @@ def _main() -> None:
     parser = argparse.ArgumentParser(description="serve the scripted model until stdin closes")
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--per-session-files", default="False")
+    parser.add_argument("--default", default="good")
     args = parser.parse_args()
-    model = ScriptedModel(latency=args.latency,
+    model = ScriptedModel(latency=args.latency, default=args.default,
                           per_session_files=args.per_session_files == "True")
     with model.running():
         print(model.port, flush=True)
