@@ -280,15 +280,19 @@ def runtime_files(state: RuntimeState, *, lowered: bool = False) -> list[tuple[s
 
 
 def runtime_changes(
-    memory_dir: str, update: StateUpdate, created: Sequence[str], present: Sequence[str],
+    memory_dir: str, update: StateUpdate, created: Sequence[str],
+    present: Callable[[], Sequence[str]],
 ) -> list[tuple[str, str | None]]:
     """The install-journal entries that move the counters with a commit (under its lock).
 
-    ``present``: the block ids the topics hold before the commit, so that
-    any of them without an order gets one in the same install.
+    ``present()``: the block ids the topics hold before the commit. Asked
+    only when ``creation_order`` is below its floor (someone wrote an old
+    copy): then each of them without an order gets one in this install. A
+    scan of every id on every commit would cost ~O(blocks) for nothing.
     """
-    after = update(floored(read_runtime_state(memory_dir), read_floor(memory_dir), present),
-                   created)
+    state, floor = read_runtime_state(memory_dir), read_floor(memory_dir)
+    ids = present() if len(state.creation_order) < floor.entries else ()
+    after = update(floored(state, floor, ids), created)
     return [(relative.replace(os.sep, "/"), data.decode("utf-8"))
             for relative, data in runtime_files(after)]
 

@@ -515,8 +515,9 @@ class Transactions:
             )
             topic_changes = list(changes)
             if changes and update_state is not None:
-                present = [i for path in sorted(facts) for i in sorted(facts[path].block_ids)]
-                changes += runtime_changes(self.memory_dir, update_state, created, present)
+                changes += runtime_changes(
+                    self.memory_dir, update_state, created,
+                    lambda: [i for path in sorted(facts) for i in sorted(facts[path].block_ids)])
             if changes:
                 changes += [(path, text) for path, text in records if is_record_path(path)]
             if changes:
