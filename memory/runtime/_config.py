@@ -107,4 +107,6 @@ def apply_timings(config: RuntimeConfig, timings: Timings) -> RuntimeConfig:
                       else config.session_idle),
         watchdog_poll=(timings.watchdog_poll if timings.watchdog_poll is not None
                        else config.watchdog_poll),
+        consolidation=(timings.consolidation if timings.consolidation is not None
+                       else config.consolidation),
     )
