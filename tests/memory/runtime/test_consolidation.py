@@ -11,7 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
-from memory.consolidation import ConsolidationPolicy, due_scope, read_history
+from memory.consolidation import ConsolidationPolicy, due_scope, prepare_pass, read_history
+from memory.runtime import _consolidation as consolidation_module
 from memory.runtime._consolidation import CheckConsolidation
 from memory.runtime._runtime import open_runtime
 from memory.workspace._edits import TopicEdit
@@ -145,3 +146,32 @@ async def test_with_a_model_writer_the_model_proposes_the_runtimes_pass(
     if outcome == "refused":
         assert "would no longer be cited" in reported[0]["problems"][0]
         assert sorted(p.read_bytes() for p in (state / "memory/topics").rglob("*.md")) == before
+
+
+async def test_a_write_landing_while_the_pass_is_planned_wins_and_the_pass_yields(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state = _state(tmp_path, RuntimeState(local_batches=5))
+    memory = str(state / "memory")
+    planned = prepare_pass
+    landed: list[str] = []
+
+    def write_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        prepared = planned(*args, **kwargs)
+        if not landed:  # another runtime's commit, between the snapshot and the pass's commit
+            tx = Transactions(memory, archived=ARCHIVE.get)
+            tx.commit([TopicEdit("topics/c.md", "# c\n\nThe dog is called Rex.[^e1]\n\n"
+                                 "[^e1]: Time: `2025-06-01`; Sources: openprogram/demo/u1\n")],
+                      base_revision=tx.revision(), batch_sources=set(ARCHIVE))
+            landed.append("topics/c.md")
+        return prepared
+
+    monkeypatch.setattr(consolidation_module, "prepare_pass", write_meanwhile)
+    config = virtual_config(clock=time.time, consolidation=ConsolidationPolicy(check_interval=HANG))
+    async with open_runtime(state, config=config) as rt:
+        assert rt.root is not None
+        job = await get_child(rt.root, "consolidation")
+        assert await job.call(CheckConsolidation()) == "yielded"
+        assert read_history(memory) == [] and (state / "memory/topics/c.md").exists()
+        assert await job.call(CheckConsolidation()) == "done"  # planned again, on the write
+    assert len(read_history(memory)) == 1
