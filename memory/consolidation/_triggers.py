@@ -30,6 +30,8 @@ class ConsolidationPolicy:
     """The triggers (``RuntimeConfig.consolidation``); ``enabled=False`` turns them off.
 
     ``check_interval``: how often the runtime reads the counters (seconds).
+    ``model``: with a model writer, the automatic passes ask the model too
+    (off by default: each pass is a call, outside the writer's token budgets).
     """
 
     local_batches: int = 5
@@ -37,6 +39,7 @@ class ConsolidationPolicy:
     global_interval: float = 86_400.0
     check_interval: float = 60.0
     enabled: bool = True
+    model: bool = False
 
 
 def _parse_time(value: str | None) -> float | None:

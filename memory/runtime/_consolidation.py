@@ -11,7 +11,7 @@ A supervised child (permanent) that every ``check_interval`` seconds reads
    snapshot's revision, so a write that landed meanwhile wins and the pass
    **yields** (``ConcurrentUpdateError``: planned again at the next check).
 
-With a model writer, the model proposes the pass
+With a model writer and ``ConsolidationPolicy.model``, the model proposes the pass
 (:class:`~memory.consolidation.ModelConsolidator`) and the same check judges
 it. A pass refused by the loss check changes nothing and is reported
 (``consolidation`` event, ``outcome="refused"``); its counters stay, so it
@@ -128,7 +128,7 @@ class ConsolidationJob(Actor):
         try:
             consolidator = self.consolidator
             writer = self.runtime.writer
-            if isinstance(writer, ModelWriter):  # the model proposes; the same check judges
+            if isinstance(writer, ModelWriter) and self.policy.model:  # the same check judges
                 topics = await anyio.to_thread.run_sync(read_topics, snapshot)
                 plan = await ModelConsolidator(writer.endpoint).plan(topics)
                 consolidator = lambda _: plan

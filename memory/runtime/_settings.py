@@ -113,7 +113,7 @@ def parse_settings(data: bytes, where: str) -> Timings:
 
 def _consolidation(table: object, where: str) -> ConsolidationPolicy | None:
     """``[consolidation]``: ``local_batches``, ``local_tokens`` (positive integers),
-    ``global_interval``, ``check_interval`` (seconds), ``enabled`` (true/false)."""
+    ``global_interval``, ``check_interval`` (seconds), ``enabled``, ``model`` (true/false)."""
     if table is None:
         return None
     where = f"{where} [consolidation]"
@@ -134,10 +134,11 @@ def _consolidation(table: object, where: str) -> ConsolidationPolicy | None:
     for name in ("global_interval", "check_interval"):
         if name in table:
             values[name] = check_seconds(table[name], where, name)
-    if "enabled" in table:
-        if not isinstance(table["enabled"], bool):
-            raise SettingsError(where, f"enabled must be true or false, not {table['enabled']!r}")
-        values["enabled"] = table["enabled"]
+    for name in ("enabled", "model"):
+        if name in table:
+            if not isinstance(table[name], bool):
+                raise SettingsError(where, f"{name} must be true or false, not {table[name]!r}")
+            values[name] = table[name]
     return replace(policy, **values)
 
 

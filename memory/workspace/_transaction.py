@@ -514,12 +514,14 @@ class Transactions:
                 for block_id in normalised.new_ids
             )
             topic_changes = list(changes)
+            # The counters and the record go first: a crash part way through the install
+            # (before recovery rolls it forward) never shows a new block without its order.
             if changes and update_state is not None:
-                changes += runtime_changes(
+                changes[:0] = runtime_changes(
                     self.memory_dir, update_state, created,
                     lambda: [i for path in sorted(facts) for i in sorted(facts[path].block_ids)])
             if changes:
-                changes += [(path, text) for path, text in records if is_record_path(path)]
+                changes[:0] = [(path, text) for path, text in records if is_record_path(path)]
             if changes:
                 self._prepare_directories(changes)
                 self.files.write_atomic(

@@ -43,9 +43,9 @@ A4 = "d" * 16
 
 def test_the_same_fact_in_two_files_becomes_one_paragraph_citing_both() -> None:
     topics = {
-        "topics/a.md": _topic(("User (1 May 2025): I prefer green tea.", "0000000a", "2025-05-01",
+        "topics/a.md": _topic(("User (1 May 2025): My usual drink is green tea.", "0000000a", "2025-05-01",
                                A1)),
-        "topics/sub/b.md": _topic(("User (2 May 2025): i prefer GREEN tea!", "0000000b",
+        "topics/sub/b.md": _topic(("User (2 May 2025): my usual drink is GREEN tea!", "0000000b",
                                    "2025-05-01", A2), depth=2),
     }
     plan = consolidate_offline(topics)
@@ -53,7 +53,7 @@ def test_the_same_fact_in_two_files_becomes_one_paragraph_citing_both() -> None:
         ("merge", "0000000a", ("0000000b",))]
     assert render_topic(plan.topics["topics/a.md"]) == (
         "# T\n\n"
-        "User (1 May 2025): I prefer green tea.[^e-aaaaaaaaaa][^e-bbbbbbbbbb] ^0000000a ^0000000b\n\n"
+        "User (1 May 2025): My usual drink is green tea.[^e-aaaaaaaaaa][^e-bbbbbbbbbb] ^0000000a ^0000000b\n\n"
         f"[^e-aaaaaaaaaa]: Time: `2025-05-01`; Sources: [s](../{V2}{A1})\n\n"
         f"[^e-bbbbbbbbbb]: Time: `2025-05-01`; Sources: [s](../{V2}{A2})\n")
     assert plan.topics["topics/sub/b.md"].paragraphs == ()  # emptied: the commit prunes it
@@ -62,16 +62,16 @@ def test_the_same_fact_in_two_files_becomes_one_paragraph_citing_both() -> None:
 
 def test_a_newer_value_supersedes_the_older_which_stays_cited_as_history() -> None:
     topics = {"topics/a.md": _topic(
-        ("User (1 May 2025): I prefer green tea.", "0000000a", "2025-05-01", A1),
+        ("User (1 May 2025): My usual drink is green tea.", "0000000a", "2025-05-01", A1),
         ("The office is in Berlin.", "0000000c", "undated", A3),
-        ("User (3 June 2025): I prefer coffee.", "0000000b", "2025-06-03", A2),
+        ("User (3 June 2025): My usual drink is coffee.", "0000000b", "2025-06-03", A2),
     )}
     plan = consolidate_offline(topics)
     assert [(a.kind, a.block, a.absorbed) for a in plan.actions] == [
         ("supersede", "0000000b", ("0000000a",))]
     assert [p.body for p in plan.topics["topics/a.md"].paragraphs] == [
-        ("User (3 June 2025): I prefer coffee.[^e-bbbbbbbbbb]\n"
-         "Previously (2025-05-01): User (1 May 2025): I prefer green tea.[^e-aaaaaaaaaa]"),
+        ("User (3 June 2025): My usual drink is coffee.[^e-bbbbbbbbbb]\n"
+         "Previously (2025-05-01): User (1 May 2025): My usual drink is green tea.[^e-aaaaaaaaaa]"),
         "The office is in Berlin.[^e-cccccccccc]",
     ]
     assert losses(topics, plan) == []
@@ -79,8 +79,8 @@ def test_a_newer_value_supersedes_the_older_which_stays_cited_as_history() -> No
 
 def test_undated_or_overlapping_dates_never_supersede() -> None:
     for older, newer in [("undated", "2025-06-03"), ("2025", "2025-06-03")]:
-        topics = {"topics/a.md": _topic(("I prefer green tea.", "0000000a", older, A1),
-                                        ("I prefer coffee.", "0000000b", newer, A2))}
+        topics = {"topics/a.md": _topic(("My usual drink is green tea.", "0000000a", older, A1),
+                                        ("My usual drink is coffee.", "0000000b", newer, A2))}
         assert consolidate_offline(topics).actions == ()
 
 
@@ -116,9 +116,9 @@ def test_footnotes_saying_the_same_thing_are_shared_and_handle_labels_shortened(
 
 def test_a_second_pass_finds_nothing_left_to_do() -> None:
     topics = {"topics/a.md": _topic(
-        ("User (1 May 2025): I prefer green tea.", "0000000a", "2025-05-01", A1),
-        ("User (3 June 2025): I prefer coffee.", "0000000b", "2025-06-03", A2),
-        ("User (4 June 2025): I prefer coffee.", "0000000c", "2025-06-04", A4))}
+        ("User (1 May 2025): My usual drink is green tea.", "0000000a", "2025-05-01", A1),
+        ("User (3 June 2025): My usual drink is coffee.", "0000000b", "2025-06-03", A2),
+        ("User (4 June 2025): My usual drink is coffee.", "0000000c", "2025-06-04", A4))}
     first = consolidate_offline(topics)
     again = consolidate_offline({**topics, **first.topics})
     assert again.actions == ()

@@ -44,11 +44,11 @@ def _workspace(root: Path) -> Path:
     memory = copy_fixture(root / "memory", "memory")
     tx = Transactions(str(memory), archived=ARCHIVE.get)
     tx.commit([
-        TopicEdit("topics/a.md", "# A\n\n" + _draft("User (1 May 2025): I prefer green tea.",
+        TopicEdit("topics/a.md", "# A\n\n" + _draft("User (1 May 2025): My usual drink is green tea.",
                                                    "openprogram/demo/u1", "2025-05-01")),
         TopicEdit("topics/sub/b.md", "# B\n\n" + _draft(
-            "User (3 June 2025): I prefer coffee.", "openprogram/demo/u2", "2025-06-03")
-            + "\nUser (2 May 2025): I prefer green tea![^e2]\n\n"
+            "User (3 June 2025): My usual drink is coffee.", "openprogram/demo/u2", "2025-06-03")
+            + "\nUser (2 May 2025): My usual drink is green tea![^e2]\n\n"
               "[^e2]: Time: `2025-05-02`; Sources: openprogram/demo/a2\n"),
     ], base_revision=tx.revision(), batch_sources=set(ARCHIVE))
     write_runtime_state(str(memory), RuntimeState(read_runtime_state(str(memory)).creation_order,
@@ -73,7 +73,7 @@ def test_a_pass_installs_its_plan_its_record_and_resets_the_counters(tmp_path: P
     assert sorted(_topics(memory)) == ["topics/a.md", "topics/people/owner.md"]  # b.md emptied
     text = (memory / "topics/a.md").read_text()
     assert parse_topic(text, "topics/a.md").paragraphs[0].body.startswith(
-        "User (3 June 2025): I prefer coffee.")
+        "User (3 June 2025): My usual drink is coffee.")
     (record,) = read_history(str(memory))
     assert record["pass"] == prepared.record["pass"] and record["scope"] == "global"
     state = read_runtime_state(str(memory))
@@ -89,7 +89,7 @@ def test_a_dry_run_prints_a_diff_and_changes_nothing(tmp_path: Path) -> None:
     before = _topics(memory), (memory / ".scriptorium/runtime.json").read_bytes()
     prepared = consolidate_workspace(str(memory), consolidate_offline, scope="local", now=NOW,
                                      dry_run=True)
-    assert "+User (3 June 2025): I prefer coffee." in prepared.diff
+    assert "+User (3 June 2025): My usual drink is coffee." in prepared.diff
     assert "--- a/topics/sub/b.md" in prepared.diff
     assert (_topics(memory), (memory / ".scriptorium/runtime.json").read_bytes()) == before
     assert _history(memory) == []

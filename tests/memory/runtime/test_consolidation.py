@@ -131,7 +131,7 @@ async def test_with_a_model_writer_the_model_proposes_the_runtimes_pass(
     before = sorted(p.read_bytes() for p in (state / "memory/topics").rglob("*.md"))
     events: list[dict[str, Any]] = []
     config = virtual_config(on_event=events.append, clock=time.time,
-                            consolidation=ConsolidationPolicy(check_interval=HANG))
+                            consolidation=ConsolidationPolicy(check_interval=HANG, model=True))
     with ScriptedModel(default=behaviour).running() as server:
         writer = ModelWriter(ModelSettings(base_url=server.base_url, model="scripted-1",
                                            total_timeout=10.0), env={})
