@@ -19,7 +19,6 @@ from actors._errors import ActorCrashedError as ActorCrashedError
 from actors._errors import ActorError as ActorError
 from actors._errors import ActorRestartingError as ActorRestartingError
 from actors._errors import ActorStoppedError as ActorStoppedError
-from actors._errors import CallTimeoutError as CallTimeoutError
 from actors._errors import MailboxFull as MailboxFull
 from actors._errors import PoisonMessageError as PoisonMessageError
 from actors._errors import UnhandledMessageError as UnhandledMessageError
@@ -33,6 +32,7 @@ from actors._options import MailboxOptions as MailboxOptions
 from actors._ref import ActorRef as ActorRef
 from actors._registry import Registry as Registry
 from actors._registry import open_registry as open_registry
+from actors._request import Asks as Asks
 from actors._request import Request as Request
 from actors._run import open_actor as open_actor
 
@@ -45,8 +45,8 @@ __all__ = [
     "ActorSnapshot",
     "ActorStatistics",
     "ActorStoppedError",
+    "Asks",
     "Backpressure",
-    "CallTimeoutError",
     "DeadLetter",
     "Idempotent",
     "MailboxFull",

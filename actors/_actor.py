@@ -2,8 +2,9 @@
 
 An actor owns state that only one task ever touches, so it needs no locks:
 the kernel delivers one message at a time to ``handle``. A subclass writes
-the hooks below; everything else (mailbox, restarts, replies, timeouts) is
-the kernel's job (``_cell.py``).
+the hooks below; everything else (mailbox, restarts, replies) is
+the kernel's job (``_cell.py``). As in trio, nothing
+times out on its own: a caller bounds its wait with its own cancel scope.
 
 Errors follow "let it crash": an exception whose type is listed in
 ``expected_errors`` is the caller's problem (bad input) and is re-raised in
@@ -19,12 +20,16 @@ import contextlib
 import enum
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 from actors._errors import UnhandledMessageError
 
 if TYPE_CHECKING:
     from actors._ref import ActorRef
+
+# The messages an actor accepts. Contravariant, as in a function's argument:
+# an actor that takes any message stands where one taking fewer is expected.
+M_contra = TypeVar("M_contra", contravariant=True)
 
 
 class StopKind(enum.Enum):
@@ -51,8 +56,11 @@ STOP = StopReason(StopKind.STOP)
 PASSIVATION = StopReason(StopKind.PASSIVATION)
 
 
-class Actor:
+class Actor(Generic[M_contra]):
     """Base class of every actor; one instance is one incarnation.
+
+    ``Actor[M]`` accepts the messages ``M`` (a class, or a union of them):
+    its ``handle`` takes an ``M`` and its references are ``ActorRef[M]``.
 
     Hooks, all optional except ``handle``:
 
@@ -73,10 +81,10 @@ class Actor:
 
     expected_errors: ClassVar[tuple[type[Exception], ...]] = ()
 
-    _ref: ActorRef | None = None
+    _ref: ActorRef[M_contra] | None = None
 
     @property
-    def ref(self) -> ActorRef:
+    def ref(self) -> ActorRef[M_contra]:
         if self._ref is None:
             raise RuntimeError(
                 f"{type(self).__name__}.ref is set when the actor starts; use it from "
@@ -87,7 +95,7 @@ class Actor:
     async def on_start(self) -> None:
         return None
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: M_contra) -> object:
         raise UnhandledMessageError(self.ref.name, message)
 
     async def on_stop(self, reason: StopReason) -> None:

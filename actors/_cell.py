@@ -29,6 +29,7 @@ import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -48,6 +49,8 @@ from actors._options import MailboxOptions
 from actors._ref import ActorRef
 
 _log = logging.getLogger("actors")
+
+M_contra = TypeVar("M_contra", contravariant=True)  # the messages of the cell's actor
 
 # A busy actor whose handler never awaits would otherwise keep the event loop
 # until its mailbox is empty; yielding every few messages keeps it fair.
@@ -88,12 +91,12 @@ class ActorStatistics:
     dead_letters: int  # set aside: by a crash (poison, not idempotent), or a cast nobody handles
 
 
-class ActorCell:
+class ActorCell(Generic[M_contra]):
     """The mailbox, the loop and the counters of one actor; see the module doc."""
 
     def __init__(
         self,
-        factory: Callable[[], Actor],
+        factory: Callable[[], Actor[M_contra]],
         *,
         name: str,
         options: MailboxOptions = MailboxOptions(),
@@ -102,17 +105,17 @@ class ActorCell:
         self.name = name
         self.factory = factory
         self.options = options
-        self.mailbox = Mailbox(options.capacity)
+        self.mailbox: Mailbox[M_contra] = Mailbox(options.capacity)
         self.idle_timeout = idle_timeout
         self.state = ActorState.IDLE
-        self.actor: Actor | None = None
-        self.ref = ActorRef(self)
+        self.actor: Actor[M_contra] | None = None
+        self.ref: ActorRef[M_contra] = ActorRef(self)
         # Set by a registry: called once when a send finds the cell IDLE.
-        self.on_activate: Callable[[ActorCell], None] | None = None
+        self.on_activate: Callable[[ActorCell[M_contra]], None] | None = None
         self.detached = False  # left its registry; refs re-resolve their key
         self.closed = False
         self.cause: BaseException | None = None
-        self._current: Envelope | None = None
+        self._current: Envelope[M_contra] | None = None
         self._ended: list[anyio.Event] = []
         self.incarnations = 0
         self.processed = 0
@@ -130,19 +133,19 @@ class ActorCell:
         if state is ActorState.RESTARTING and backpressure is Backpressure.FAIL_FAST:
             raise ActorRestartingError(self.name)
 
-    def _accept(self, envelope: Envelope) -> None:
+    def _accept(self, envelope: Envelope[M_contra]) -> None:
         self.mailbox.put(envelope)
         if self.state is ActorState.IDLE and self.on_activate is not None:
             self.state = ActorState.STARTING
             self.on_activate(self)
 
-    def put_nowait(self, envelope: Envelope, backpressure: Backpressure | None = None) -> None:
+    def put_nowait(self, envelope: Envelope[M_contra], backpressure: Backpressure | None = None) -> None:
         self._refuse(backpressure or self.options.backpressure)
         if self.mailbox.full():
             raise MailboxFull(self.name, self.mailbox.capacity)
         self._accept(envelope)
 
-    async def put(self, envelope: Envelope, backpressure: Backpressure | None = None) -> None:
+    async def put(self, envelope: Envelope[M_contra], backpressure: Backpressure | None = None) -> None:
         backpressure = backpressure or self.options.backpressure
         while True:
             self._refuse(backpressure)
@@ -153,7 +156,7 @@ class ActorCell:
                 raise MailboxFull(self.name, self.mailbox.capacity)
             await self.mailbox.wait_for_space()
 
-    def post_system(self, message: object) -> None:
+    def post_system(self, message: M_contra) -> None:
         """Queue a runtime message (e.g. a child exit) on the control lane for ``handle``.
 
         Dropped if the cell is closed: there is nobody left to tell.
@@ -217,7 +220,7 @@ class ActorCell:
             self._fail_queued(None)
         return outcome
 
-    async def _live(self, actor: Actor, on_started: Callable[[], None] | None) -> Exit:
+    async def _live(self, actor: Actor[M_contra], on_started: Callable[[], None] | None) -> Exit:
         try:
             await actor.on_start()
             self.state = ActorState.RUNNING
@@ -271,7 +274,7 @@ class ActorCell:
 
     # -- internals ---------------------------------------------------------
 
-    async def _loop(self, actor: Actor) -> Exit:
+    async def _loop(self, actor: Actor[M_contra]) -> Exit:
         mailbox = self.mailbox
         ordinary = mailbox.ordinary
         control = mailbox.control

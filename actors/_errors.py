@@ -1,8 +1,7 @@
 """The errors the actor kernel raises to the code that talks to an actor.
 
 Two kinds of failure must never look alike: *you* did something the actor
-cannot accept (you called a stopped actor, its mailbox is full, you gave up
-waiting) and *it* broke (the actor crashed while handling your message). The
+cannot accept (you called a stopped actor, its mailbox is full) and *it* broke (the actor crashed while handling your message). The
 second kind always carries the actor's own exception in ``__cause__``, so a
 crash is never reduced to a message string.
 
@@ -15,8 +14,11 @@ The tree::
     ├── ActorRestartingError   fail-fast send while it is between incarnations
     ├── MailboxFull            (also an anyio.WouldBlock) cast_nowait or fail-fast send, mailbox full
     ├── PoisonMessageError     your message crashed it N times in a row (cause: the last crash)
-    ├── UnhandledMessageError  it has no handler for your message's type (it keeps running)
-    └── CallTimeoutError       (also a TimeoutError) no reply within the call's own timeout= or deadline=
+    └── UnhandledMessageError  it has no handler for your message's type (it keeps running)
+
+No error of the kernel's says "too slow": as in trio, a caller that will
+not wait longer ends its own wait with a cancel scope (``anyio.fail_after``
+raises ``TimeoutError`` there), and a reply that comes later is dropped.
 """
 
 from __future__ import annotations
@@ -128,19 +130,6 @@ class UnhandledMessageError(ActorError):
         super().__init__(
             f"actor {name!r} does not handle {self.message_type} messages ({_short(message)}); "
             + (hint or "send one of the messages its handle() matches, or add a case for this one")
-        )
-
-
-class CallTimeoutError(ActorError, TimeoutError):
-    """No reply arrived before the call's timeout or deadline; any late reply is dropped."""
-
-    def __init__(self, name: str, message: object, waited: float) -> None:
-        self.name = name
-        self.message = message
-        self.waited = waited
-        super().__init__(
-            f"actor {name!r} did not reply to {_short(message)} within {waited:.3g} s; it may be "
-            "overloaded or stuck (see its statistics()); raise the timeout or retry"
         )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Never, Protocol, runtime_checkable
 
 from actors._cell import ActorCell, ActorState
 from actors._ref import ActorRef
@@ -22,7 +22,7 @@ from actors._ref import ActorRef
 
 @runtime_checkable
 class HasChildren(Protocol):
-    def children(self) -> Iterable[tuple[str, ActorCell]]: ...
+    def children(self) -> Iterable[tuple[str, ActorCell[Never]]]: ...
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class ActorSnapshot:
         return "\n".join([line, *(c.render(indent + "  ") for c in self.children)])
 
 
-def snapshot(root: ActorRef | ActorCell, id: str | None = None) -> ActorSnapshot:
+def snapshot(root: ActorRef[Never] | ActorCell[Never], id: str | None = None) -> ActorSnapshot:
     """The tree under ``root`` as it is now."""
     cell = root.cell if isinstance(root, ActorRef) else root
     actor = cell.actor

@@ -8,7 +8,7 @@ messages (stop, passivate, inspect) overtake ordinary ones. Two deques and an
 event do both, with no allocation per message beyond the envelope and, for a
 call, its reply slot.
 
-Each call owns its reply slot. A caller that gives up (timeout, cancellation)
+Each call owns its reply slot. A caller that gives up (its cancel scope ends the wait)
 marks its slot abandoned; a reply that arrives later lands in that slot and
 is dropped, so it can never be taken by a later call.
 """
@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from typing import Any
+from typing import Generic, TypeVar
 
 import anyio
+
+M = TypeVar("M")  # the messages of the actor the mailbox belongs to
 
 
 class Backpressure(enum.Enum):
@@ -36,12 +38,12 @@ class ReplySlot:
 
     def __init__(self) -> None:
         self.event = anyio.Event()
-        self.value: Any = None
+        self.value: object = None
         self.error: BaseException | None = None
         self.done = False
         self.abandoned = False
 
-    def resolve(self, value: Any) -> bool:
+    def resolve(self, value: object) -> bool:
         """Deliver a reply; False (dropped) if the caller already gave up."""
         if self.done or self.abandoned:
             return False
@@ -60,12 +62,12 @@ class ReplySlot:
         return True
 
 
-class Envelope:
+class Envelope(Generic[M]):
     """One queued message, its reply slot (None for a cast) and its crash count."""
 
     __slots__ = ("crashes", "message", "slot")
 
-    def __init__(self, message: Any, slot: ReplySlot | None) -> None:
+    def __init__(self, message: M, slot: ReplySlot | None) -> None:
         self.message = message
         self.slot = slot
         self.crashes = 0  # consecutive crashes of this actor while handling it
@@ -92,7 +94,7 @@ class Inspect:
         self.slot = slot
 
 
-class Mailbox:
+class Mailbox(Generic[M]):
     """Bounded ordinary lane, unbounded control lane, one waiting consumer.
 
     The control lane is unbounded because its producers are the runtime
@@ -102,8 +104,8 @@ class Mailbox:
     __slots__ = ("_space", "_wakeup", "capacity", "control", "ordinary")
 
     def __init__(self, capacity: int) -> None:  # validated by MailboxOptions
-        self.ordinary: deque[Envelope] = deque()
-        self.control: deque[object] = deque()
+        self.ordinary: deque[Envelope[M]] = deque()
+        self.control: deque[Stop | Passivate | Inspect | M] = deque()
         self.capacity = capacity
         self._wakeup: anyio.Event | None = None
         self._space: anyio.Event | None = None
@@ -117,11 +119,11 @@ class Mailbox:
     def empty(self) -> bool:
         return not self.ordinary and not self.control
 
-    def put(self, envelope: Envelope) -> None:
+    def put(self, envelope: Envelope[M]) -> None:
         self.ordinary.append(envelope)
         self.notify()
 
-    def put_control(self, item: object) -> None:
+    def put_control(self, item: Stop | Passivate | Inspect | M) -> None:
         self.control.append(item)
         self.notify()
 
@@ -139,7 +141,7 @@ class Mailbox:
         wakeup = self._wakeup = anyio.Event()
         await wakeup.wait()
 
-    def pop_head(self) -> Envelope:
+    def pop_head(self) -> Envelope[M]:
         """Remove the head of the ordinary lane and let one blocked sender in."""
         envelope = self.ordinary.popleft()
         space = self._space

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from actors._mailbox import Backpressure
 
 # Called with a message set aside by a crash (not idempotent, or poison) and the crash.
-DeadLetter = Callable[[Any, BaseException], None]
+DeadLetter = Callable[[object, BaseException], None]
 
 
 @dataclass(frozen=True)

@@ -11,36 +11,44 @@ activation for that key.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Generic, TypeVar, cast, overload
 
 import anyio
 import anyio.lowlevel
 
-from actors._errors import CallTimeoutError
 from actors._mailbox import Backpressure, Envelope, ReplySlot
-from actors._request import Request
+from actors._request import Asks
 
 if TYPE_CHECKING:
     from actors._cell import ActorCell, ActorStatistics
 
 
+# The messages the actor accepts: a reference that takes more may stand
+# where one that takes fewer is expected (anyio's ``ObjectSendStream[T]``).
+M_contra = TypeVar("M_contra", contravariant=True)
 R = TypeVar("R")
 
 
-class ActorRef:
-    """Send to an actor: ``call`` (request/reply), ``cast`` (fire and forget), control.
+class ActorRef(Generic[M_contra]):
+    """Send to an actor that accepts ``M``: ``call`` (request/reply), ``cast``, control.
 
-    As in trio, nothing times out by default: a ``call`` waits for its reply
-    until it comes or the caller's cancel scope (``anyio.fail_after``) ends
-    it. ``timeout`` (seconds) or ``deadline`` (an absolute
-    ``anyio.current_time()``) bound one call and raise ``CallTimeoutError``, which
-    names the actor; with both, whichever comes first. ``backpressure``
-    overrides the actor's ``MailboxOptions.backpressure`` for one send.
+    ``ActorRef[M]`` takes only ``M`` messages, checked by ``mypy --strict``;
+    ``call`` with a :class:`~actors.Request` ``[R]`` returns an ``R``.
+
+    As in trio, nothing times out here: a ``call`` waits for its reply until
+    it comes or the caller's own cancel scope (``anyio.fail_after``,
+    ``move_on_after``) ends the wait; a reply that arrives later is dropped.
+    ``backpressure`` overrides the actor's ``MailboxOptions.backpressure``
+    for one send.
     """
 
     __slots__ = ("_cell", "_resolve")
 
-    def __init__(self, cell: ActorCell, resolve: Callable[[], ActorCell] | None = None) -> None:
+    def __init__(
+        self,
+        cell: ActorCell[M_contra],
+        resolve: Callable[[], ActorCell[M_contra]] | None = None,
+    ) -> None:
         self._cell = cell
         self._resolve = resolve
 
@@ -49,7 +57,7 @@ class ActorRef:
         return self._cell.name
 
     @property
-    def cell(self) -> ActorCell:
+    def cell(self) -> ActorCell[M_contra]:
         """The live cell behind this reference (re-resolved after a passivation)."""
         cell = self._cell
         if cell.detached and self._resolve is not None:
@@ -58,30 +66,18 @@ class ActorRef:
 
     @overload
     async def call(
-        self,
-        message: Request[R],
-        *,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        backpressure: Backpressure | None = None,
+        self, message: Asks[M_contra, R], *, backpressure: Backpressure | None = None
     ) -> R: ...
 
     @overload
     async def call(
-        self,
-        message: object,
-        *,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        backpressure: Backpressure | None = None,
+        self, message: M_contra, *, backpressure: Backpressure | None = None
     ) -> object: ...
 
     async def call(
         self,
-        message: object,
+        message: M_contra | Asks[M_contra, object],
         *,
-        timeout: float | None = None,
-        deadline: float | None = None,
         backpressure: Backpressure | None = None,
     ) -> object:
         """Send ``message`` and wait for the reply of ``handle``.
@@ -90,36 +86,26 @@ class ActorRef:
         returns ``object`` (the reply type is unknown to the type checker).
 
         Raises what ``handle`` raised if its type is in ``expected_errors``;
-        ``CallTimeoutError``, ``ActorStoppedError``, ``ActorCrashedError``, ``PoisonMessageError``,
-        ``MailboxFull`` or ``ActorRestartingError`` otherwise.
+        ``ActorStoppedError``, ``ActorCrashedError``, ``PoisonMessageError``,
+        ``MailboxFull`` or ``ActorRestartingError`` otherwise. Cancelled by
+        the caller's cancel scope like any checkpoint: the message is then
+        skipped if still queued, and its reply dropped if it comes later.
         """
         cell = self.cell
         slot = ReplySlot()
-        envelope = Envelope(message, slot)
-        if timeout is None and deadline is None:
-            try:
-                await cell.put(envelope, backpressure)
-                await slot.event.wait()
-            finally:
-                slot.abandoned = not slot.done
-        else:
-            now = anyio.current_time()
-            limit = now + timeout if timeout is not None else float("inf")
-            if deadline is not None:
-                limit = min(limit, deadline)
-            with anyio.CancelScope(deadline=limit) as scope:
-                try:
-                    await cell.put(envelope, backpressure)
-                    await slot.event.wait()
-                finally:
-                    slot.abandoned = not slot.done
-            if scope.cancelled_caught and not slot.done:
-                raise CallTimeoutError(cell.name, message, limit - now)
+        try:
+            # An Asks[M, R] is an M (its own class is one), which the types cannot say.
+            await cell.put(Envelope(cast("M_contra", message), slot), backpressure)
+            await slot.event.wait()
+        finally:
+            slot.abandoned = not slot.done
         if slot.error is not None:
             raise slot.error
         return slot.value
 
-    async def cast(self, message: Any, *, backpressure: Backpressure | None = None) -> None:
+    async def cast(
+        self, message: M_contra, *, backpressure: Backpressure | None = None
+    ) -> None:
         """Queue ``message`` without waiting for it to be handled.
 
         A checkpoint, as in trio: it yields to other tasks even when the
@@ -129,7 +115,7 @@ class ActorRef:
         await anyio.lowlevel.checkpoint()
         await self.cell.put(Envelope(message, None), backpressure)
 
-    def cast_nowait(self, message: Any) -> None:
+    def cast_nowait(self, message: M_contra) -> None:
         """Queue ``message`` now, or raise ``MailboxFull`` instead of waiting for space.
 
         Never yields (not a checkpoint). ``MailboxFull`` is also an
@@ -138,21 +124,19 @@ class ActorRef:
         """
         self.cell.put_nowait(Envelope(message, None))
 
-    async def inspect(self, *, timeout: float | None = None) -> object:
+    async def inspect(self) -> object:
         """The actor's ``inspect()`` snapshot, taken between two messages (control lane).
 
-        Waits for the running handler to finish; ``timeout`` bounds the wait.
+        Waits for the running handler to finish, or until the caller's cancel
+        scope ends the wait.
         """
         cell = self.cell
         slot = ReplySlot()
-        with anyio.move_on_after(timeout) as scope:
-            try:
-                cell.request_inspect(slot)
-                await slot.event.wait()
-            finally:
-                slot.abandoned = not slot.done
-        if scope.cancelled_caught and not slot.done:
-            raise CallTimeoutError(cell.name, "inspect()", timeout or 0.0)
+        try:
+            cell.request_inspect(slot)
+            await slot.event.wait()
+        finally:
+            slot.abandoned = not slot.done
         if slot.error is not None:
             raise slot.error
         return slot.value

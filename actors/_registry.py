@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Hashable, Iterator
-from typing import Generic, TypeVar
+from typing import Generic, Never, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -41,10 +41,12 @@ from actors._ref import ActorRef
 
 K = TypeVar("K", bound=Hashable)
 
-CrashHook = Callable[[K, ActorCell, Exception], "float | None"]
+M = TypeVar("M")  # the messages the registry's actors accept
+
+CrashHook = Callable[[K, ActorCell[Never], Exception], "float | None"]
 
 
-class Registry(Generic[K]):
+class Registry(Generic[K, M]):
     """One actor per key, activated on first message, passivated when idle.
 
     Built by ``open_registry`` or by a dynamic supervisor, which passes the
@@ -53,7 +55,7 @@ class Registry(Generic[K]):
 
     def __init__(
         self,
-        factory: Callable[[K], Actor],
+        factory: Callable[[K], Actor[M]],
         *,
         task_group: TaskGroup,
         on_crash: CrashHook[K],
@@ -69,16 +71,16 @@ class Registry(Generic[K]):
         self._on_forget = on_forget
         self.idle_timeout = idle_timeout
         self.options = options
-        self._cells: dict[K, ActorCell] = {}
+        self._cells: dict[K, ActorCell[M]] = {}
         self._closed = False
         self.activations = 0
         self.passivations = 0
 
-    def ref(self, key: K) -> ActorRef:
+    def ref(self, key: K) -> ActorRef[M]:
         """A reference to the actor for ``key``; it activates on the first send."""
         return self.cell(key).ref
 
-    def cell(self, key: K) -> ActorCell:
+    def cell(self, key: K) -> ActorCell[M]:
         """The live cell for ``key``, created (idle) if there is none."""
         cell = self._cells.get(key)
         if cell is None:
@@ -98,7 +100,7 @@ class Registry(Generic[K]):
             self._cells[key] = cell
         return cell
 
-    def activate(self, key: K) -> ActorRef:
+    def activate(self, key: K) -> ActorRef[M]:
         """The reference for ``key``, its actor started now rather than on the first send."""
         cell = self.cell(key)
         if cell.state is ActorState.IDLE:
@@ -112,7 +114,7 @@ class Registry(Generic[K]):
     def __contains__(self, key: object) -> bool:
         return key in self._cells
 
-    def items(self) -> Iterator[tuple[K, ActorCell]]:
+    def items(self) -> Iterator[tuple[K, ActorCell[M]]]:
         return iter(list(self._cells.items()))
 
     async def shutdown(self, timeout: float | None) -> None:
@@ -141,11 +143,11 @@ class Registry(Generic[K]):
                 cell.close(None)
             self._forget(key, cell)
 
-    def _activate(self, key: K, cell: ActorCell) -> None:
+    def _activate(self, key: K, cell: ActorCell[M]) -> None:
         self.activations += 1
         self._task_group.start_soon(self._run, key, cell, name=cell.name)
 
-    async def _run(self, key: K, cell: ActorCell) -> None:
+    async def _run(self, key: K, cell: ActorCell[M]) -> None:
         while not cell.closed:
             try:
                 outcome = await cell.run_incarnation()
@@ -170,7 +172,7 @@ class Registry(Generic[K]):
         self._forget(key, cell)
         cell.detached = True  # references re-resolve the key to a new cell
 
-    def _forget(self, key: K, cell: ActorCell) -> None:
+    def _forget(self, key: K, cell: ActorCell[M]) -> None:
         if self._cells.get(key) is cell:
             del self._cells[key]
             if self._on_forget is not None:
@@ -179,13 +181,13 @@ class Registry(Generic[K]):
 
 @contextlib.asynccontextmanager
 async def open_registry(
-    factory: Callable[[K], Actor],
+    factory: Callable[[K], Actor[M]],
     *,
     name: str = "registry",
     idle_timeout: float | None = 300.0,
     options: MailboxOptions = MailboxOptions(),
     shutdown_timeout: float | None = 5.0,
-) -> AsyncIterator[Registry[K]]:
+) -> AsyncIterator[Registry[K, M]]:
     """A registry of keyed actors without a supervisor, scoped like a nursery.
 
     Nobody restarts an unsupervised keyed actor: its crash cancels the block
@@ -196,13 +198,13 @@ async def open_registry(
     body_error: BaseException | None = None
     async with anyio.create_task_group() as tg:
 
-        def on_crash(key: K, cell: ActorCell, exc: Exception) -> float | None:
+        def on_crash(key: K, cell: ActorCell[Never], exc: Exception) -> float | None:
             nonlocal crash
             crash = crash or exc
             tg.cancel_scope.cancel()
             return None
 
-        registry: Registry[K] = Registry(
+        registry: Registry[K, M] = Registry(
             factory,
             task_group=tg,
             on_crash=on_crash,

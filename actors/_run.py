@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
 import anyio
 
@@ -18,8 +19,10 @@ from actors._cell import ActorCell, ActorState
 from actors._options import MailboxOptions
 from actors._ref import ActorRef
 
+M = TypeVar("M")
 
-def as_factory(actor: Actor | Callable[[], Actor]) -> Callable[[], Actor]:
+
+def as_factory(actor: Actor[M] | Callable[[], Actor[M]]) -> Callable[[], Actor[M]]:
     """An Actor instance serves one incarnation; a factory serves every restart."""
     if isinstance(actor, Actor):
         instance = actor
@@ -29,12 +32,12 @@ def as_factory(actor: Actor | Callable[[], Actor]) -> Callable[[], Actor]:
 
 @contextlib.asynccontextmanager
 async def open_actor(
-    actor: Actor | Callable[[], Actor],
+    actor: Actor[M] | Callable[[], Actor[M]],
     *,
     name: str | None = None,
     options: MailboxOptions = MailboxOptions(),
     shutdown_timeout: float | None = 5.0,
-) -> AsyncIterator[ActorRef]:
+) -> AsyncIterator[ActorRef[M]]:
     """Start ``actor`` (an instance or a zero-argument factory) for the block's duration.
 
     On a normal exit of the block the actor is stopped gracefully (it
@@ -44,7 +47,7 @@ async def open_actor(
     original exception is raised out of the ``async with``.
     """
     factory = as_factory(actor)
-    cell = ActorCell(
+    cell: ActorCell[M] = ActorCell(
         factory,
         name=name or (type(actor).__name__ if isinstance(actor, Actor) else "actor"),
         options=options,

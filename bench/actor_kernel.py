@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _harness import FLOOR, Row, Summary, ainterleaved, markdown_table, percentile, ratio_row
 from _harness import value_row as target_row
 
-from actors import Actor, ActorRef, MailboxOptions, open_actor
+from actors import Actor, MailboxOptions, open_actor
 from actors.lowlevel import ActorCell
 from supervisors import Backoff, ChildSpec, Intensity, Supervisor, get_child
 
@@ -126,12 +126,12 @@ class Reply:
 # -- the actors measured --------------------------------------------------------
 
 
-class Echo(Actor):
+class Echo(Actor[object]):
     async def handle(self, message: Any) -> Any:
         return message
 
 
-class Counter(Actor):
+class Counter(Actor[object]):
     def __init__(self) -> None:
         self.count = 0
 
@@ -140,7 +140,7 @@ class Counter(Actor):
         return self.count
 
 
-class Idle(Actor):
+class Idle(Actor[object]):
     def __init__(self, started: Callable[[], None]) -> None:
         self.started = started
 
@@ -151,7 +151,7 @@ class Idle(Actor):
         return None
 
 
-class Crasher(Actor):
+class Crasher(Actor[object]):
     crashed_at: ClassVar[float] = 0.0
     restarted: ClassVar[list[float]] = []
 
@@ -303,7 +303,7 @@ async def floor_spawn(spawns: int, measure_memory: bool = False) -> float:
 
 async def actor_spawn(spawns: int, measure_memory: bool = False) -> float:
     """An actor cell's incarnation: factory, ``on_start``, then waiting for mail."""
-    cells: list[ActorCell] = []
+    cells: list[ActorCell[object]] = []
 
     def start(tg: Any, hook: Callable[[], None]) -> None:
         cell = ActorCell(lambda: Idle(hook), name=f"idle-{len(cells)}")
@@ -370,7 +370,7 @@ async def actor_crash(crashes: int) -> list[float]:
     spec = ChildSpec("crasher", Crasher, options=MailboxOptions(poison_threshold=1))
     supervisor = Supervisor([spec], intensity=Intensity(10**9, 1.0), backoff=Backoff.none())
     async with open_actor(supervisor, name="bench") as root:
-        child: ActorRef = await get_child(root, "crasher")
+        child = await get_child(root, spec)
         for _ in range(crashes):
             await child.cast("crash")
             await child.call("ping")

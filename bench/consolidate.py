@@ -62,7 +62,7 @@ from memory.consolidation import (
     consolidate_workspace,
 )
 from memory.consolidation._plan import cited_sources
-from memory.maintenance._audit import read_topics
+from memory.maintenance._audit_inputs import read_topics
 from memory.runtime import RuntimeConfig, import_jsonl, open_runtime
 from memory.workspace._topics import parse_topic
 from memory.writers.model import Endpoint, ModelSettings

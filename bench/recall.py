@@ -104,6 +104,7 @@ from memory.runtime._workspace_actor import (
     CommitEdits,
     TakeSnapshot,
     WorkspaceActor,
+    WorkspaceMessage,
 )
 from memory.workspace._edits import WorkspaceSnapshot
 from memory.writers._cycle import run_write_cycle
@@ -293,7 +294,7 @@ def _batch(records: Sequence[SourceRecord]) -> Batch:
     return Batch(records[0].session_id, tuple(records), "")
 
 
-async def _write(workspace: ActorRef, writer: ExtractiveWriter, batch: Batch) -> float:
+async def _write(workspace: ActorRef[WorkspaceMessage], writer: ExtractiveWriter, batch: Batch) -> float:
     """One write cycle through the workspace actor, as the runtime's workers run it.
 
     Returns the seconds of its two writes, the archive append and the commit.

@@ -313,6 +313,18 @@ def _recall_notes(data: Any) -> str:
             f"through `import jsonl` and written by the extractive writer at its boundary "
             f"({ingested}). Baseline tokens: {data['baseline']['counter']}; memory's: "
             "`rt.context`'s `.tokens` (the ledger's counter).")
+def _load_notes(data: Any) -> str:
+    """``bench/load.py``'s loads, and its chart linked (a PNG beside RESULTS.md)."""
+    chart = data.get("chart")
+    loads = ", ".join(f"{load}%" for load in data.get("loads", ()))
+    text = (f"Offered loads {loads} of the closed-loop end-to-end capacity, Poisson "
+            f"(`simulate --rate`), {data.get('sessions')} sessions x {data.get('turns')} turns, "
+            f"seed {data.get('seed')}, {data.get('backend')}.")
+    if not chart:
+        return text + " No chart was written."
+    return f"{text} Latency against load (`{chart}`):\n\n![latency against load]({Path(chart).name})"
+
+
 OPEN_LOOP = "simulate, open loop at half the closed-loop capacity"
 
 
@@ -502,6 +514,9 @@ def _benches(python: str) -> list[Bench]:
                   2400.0, target_run=True, journals=JOURNALS),
         # Issue 15's latency targets: the target size, open loop at half its capacity.
         _open_loop(python, 1000, 100, 2400.0, journals=JOURNALS),
+        # Issue 20: the closed-loop ratio to the format floor and the latency-load curve.
+        Bench("load", "bench/load.py", script("load"), ["--sessions", "20", "--turns", "10"],
+              _harness_rows, timeout=3600.0, notes=_load_notes),
     ]
 
 

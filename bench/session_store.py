@@ -78,7 +78,7 @@ from _harness import (
 )
 from _raw import HAS_SYNCFS, RawDisk
 
-from store import DurableFiles, RuntimeLog, SessionCore
+from store import DurableFiles, RuntimeLog, SessionCore, SessionOptions
 
 NODES = 300
 TOTAL_BYTES = 4 * 1024 * 1024
@@ -159,12 +159,13 @@ def run(directory: Path, repeat: int, fsync_latency: float = 0.0) -> list[Row]:
 
     files = EmulatedSlowFsync(fsync_latency)
     disk = RawDisk(fsync_latency)
-    core = SessionCore.open(state, "bench", files=files)
+    core = SessionCore.open(state, "bench", options=SessionOptions(files=files))
     # the same session through the runtime log: its own copy, since a logged core
     # holds the session's lock from open to close
     _build(state, "bench-log")
     runtime_log = RuntimeLog.open(state, files=files)
-    logged = SessionCore.open(state, "bench-log", files=files, log=runtime_log)
+    logged = SessionCore.open(state, "bench-log", options=SessionOptions(
+        files=files, log=runtime_log))
     # beside the session directory: same filesystem, same depth
     scratch = state / "sessions" / "floor-copy"
     shutil.copytree(history, scratch / "history")

@@ -71,7 +71,7 @@ from _harness import (
 )
 from _raw import RawDisk
 
-from store import RuntimeLog, SessionCore
+from store import RuntimeLog, SessionCore, SessionOptions
 
 APPENDS = 2000
 CONTENT = "a short turn of an agent's conversation, about the size of a chat message " * 3
@@ -130,7 +130,8 @@ def run(directory: Path, repeat: int, sessions: int, threads: int) -> list[Row]:
     runtime_log = RuntimeLog.open(state)
     for i in range(sessions):
         SessionCore.create(state, f"l{i:04d}").close()
-    logged = [SessionCore.open(state, f"l{i:04d}", log=runtime_log) for i in range(sessions)]
+    logged = [SessionCore.open(state, f"l{i:04d}", options=SessionOptions(
+        log=runtime_log)) for i in range(sessions)]
     log_flushes: list[float] = []
     for i in range(sessions):
         (raw / f"s{i:04d}" / "history").mkdir(parents=True)

@@ -9,10 +9,12 @@ command); ``_errors`` is the package's one errors module.
 """
 
 from memory._errors import ArchiveError as ArchiveError
+from memory._errors import BoundaryError as BoundaryError
 from memory._errors import ConcurrentUpdateError as ConcurrentUpdateError
 from memory._errors import ConsolidationRefusedError as ConsolidationRefusedError
 from memory._errors import IncompleteArchiveError as IncompleteArchiveError
 from memory._errors import RecallArgumentError as RecallArgumentError
+from memory._errors import RecallError as RecallError
 from memory._errors import RuntimeClosedError as RuntimeClosedError
 from memory._errors import ScriptoriumMemoryError as ScriptoriumMemoryError
 from memory._errors import TopicError as TopicError
@@ -27,6 +29,7 @@ from memory.ledger import first_batch as first_batch
 from memory.ledger import records_from_branch as records_from_branch
 from memory.ledger import unwritten_turns as unwritten_turns
 from memory.runtime import BoundaryOutcome as BoundaryOutcome
+from memory.runtime import BoundaryReport as BoundaryReport
 from memory.runtime import MemoryRuntime as MemoryRuntime
 from memory.runtime import RuntimeConfig as RuntimeConfig
 from memory.runtime import open_runtime as open_runtime
@@ -43,7 +46,9 @@ __all__ = [
     "MARKER_KEY",
     "ArchiveError",
     "Batch",
+    "BoundaryError",
     "BoundaryOutcome",
+    "BoundaryReport",
     "CommittedWrite",
     "ConcurrentUpdateError",
     "ConsolidationRefusedError",
@@ -52,6 +57,7 @@ __all__ = [
     "IncompleteArchiveError",
     "MemoryRuntime",
     "RecallArgumentError",
+    "RecallError",
     "RuntimeClosedError",
     "RuntimeConfig",
     "ScriptoriumMemoryError",

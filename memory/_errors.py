@@ -12,6 +12,7 @@
     │   ├── InstallJournalCorruptError     the install journal cannot be read; recovery stopped
     │   ├── ConsolidationRefusedError      a consolidation pass would lose a fact; refused whole
     │   └── WorkspaceLockTimeoutError      another process held write.lock past the bound
+    ├── ProposalError                      a model's consolidation proposal cannot be applied
     ├── InstallUnfinishedError             finishing an interrupted install failed (a full disk; retryable)
     ├── WriteCycleError                    one batch's write cycle failed; nothing was marked
     │   ├── ArchiveStepFailedError         archiving the batch's evidence raised
@@ -27,9 +28,21 @@
     │   └── InvalidThresholdError               a batch threshold that is no positive integer
     ├── BoundaryError                      a session boundary stopped on an error (``rt.flush``)
     ├── RuntimeClosedError                 a MemoryRuntime used after its ``async with`` block ended
-    └── RecallError                        a recall query that cannot be answered
-        ├── EmptyQueryError                     a query with no word to search for
-        └── RecallArgumentError                 k, since, until, as_of or budget_tokens out of range
+    ├── RecallError                        a recall query that cannot be answered
+    │   ├── EmptyQueryError                     a query with no word to search for
+    │   └── RecallArgumentError                 k, since, until, as_of or budget_tokens out of range
+    ├── RecallIndexError                   SQLite failed on the recall index file (a full disk)
+    ├── ModelWriterFailedError             the model gave no acceptable edits for a batch
+    ├── ModelCallFailedError               a call to the model endpoint failed for good
+    │   ├── EndpointRefusedError                a 4xx other than 429 (never retried)
+    │   └── EndpointUnavailableError            429, 5xx or connection errors on every attempt
+    │       └── EndpointUnreachableError        nothing listens at the base URL
+    └── HistoryImportError                 an import refused or not finished
+        ├── ImportLineError                     a line cannot be imported; nothing was
+        ├── ImportInterruptedError              stopped part way; running it again completes it
+        └── ImportFailedError                   a new session's import failed: no session made
+
+Outside the tree, a warning: ``ReferenceThresholdWarning``.
 
 Messages name the session, node or file (relative to the state directory)
 and say what to do next.
@@ -51,15 +64,25 @@ __all__ = [
     "CorruptWorkspaceIdError",
     "EditRejectedError",
     "EmptyQueryError",
+    "EndpointRefusedError",
+    "EndpointUnavailableError",
+    "EndpointUnreachableError",
+    "HistoryImportError",
+    "ImportInterruptedError",
+    "ImportLineError",
     "IncompleteArchiveError",
     "InstallJournalCorruptError",
     "InstallUnfinishedError",
     "InvalidThresholdError",
     "LedgerError",
     "MissingAuthorityError",
+    "ModelCallFailedError",
+    "ModelWriterFailedError",
     "NothingChangedError",
+    "ProposalError",
     "RecallArgumentError",
     "RecallError",
+    "ReferenceThresholdWarning",
     "RuntimeClosedError",
     "ScriptoriumMemoryError",
     "SettingsError",
@@ -91,9 +114,7 @@ class IncompleteArchiveError(ArchiveError):
     """The archive's scan stopped before its end; evidence is never written after garbage."""
 
     def __init__(self, path: str, reason: str, valid_frames: int) -> None:
-        self.path = path
-        self.reason = reason
-        self.valid_frames = valid_frames
+        self.path, self.reason, self.valid_frames = path, reason, valid_frames
         super().__init__(
             f"refusing to append to {path}: its scan stopped after {valid_frames} valid "
             f"frame(s) ({reason}); evidence is never written after garbage. Move the file "
@@ -105,8 +126,7 @@ class UnframeableRecordError(ArchiveError):
     """A record that the v2 frame grammar cannot hold; archiving it would corrupt the file."""
 
     def __init__(self, source: str, reason: str) -> None:
-        self.source = source
-        self.reason = reason
+        self.source, self.reason = source, reason
         super().__init__(
             f"cannot archive {source}: {reason}; fix the record (or its session) before "
             f"archiving it"
@@ -114,15 +134,13 @@ class UnframeableRecordError(ArchiveError):
 
 
 class CorruptWorkspaceIdError(ArchiveError):
-    """``.scriptorium/workspace-id`` holds something other than ``w-`` + 8 lowercase hex.
+    """``.scriptorium/workspace-id`` is not ``w-`` + 8 lowercase hex; never replaced by itself.
 
-    Never replaced automatically: every marker in every session names this id,
-    so a new one would silently make the whole history owed again.
+    Every marker in every session names this id: a new one would make the whole history owed.
     """
 
     def __init__(self, path: str, found: bytes) -> None:
-        self.path = path
-        self.found = found
+        self.path, self.found = path, found
         super().__init__(
             f"{path} holds {found[:40]!r}, not a workspace id (w- and 8 lowercase hex); "
             f"restore it from a backup, or delete it to start a new workspace whose "
@@ -137,9 +155,7 @@ class TopicError(ScriptoriumMemoryError):
     """A topic file does not follow the strict paragraph/footnote/block-id grammar."""
 
     def __init__(self, path: str, line: int, reason: str) -> None:
-        self.path = path
-        self.line = line
-        self.reason = reason
+        self.path, self.line, self.reason = path, line, reason
         where = f"{path}:{line}" if line else path
         super().__init__(
             f"{where}: {reason}; the file is left untouched: fix the topic text "
@@ -155,8 +171,7 @@ class ConcurrentUpdateError(TransactionError):
     """``workspace_revision`` changed since the edits' base; retry on a fresh snapshot."""
 
     def __init__(self, base: str, current: str) -> None:
-        self.base = base
-        self.current = current
+        self.base, self.current = base, current
         super().__init__(
             f"memory changed since the edits were made (base revision {base}, now {current}); "
             "nothing was installed: take a fresh snapshot and run the writer again"
@@ -167,8 +182,7 @@ class EditRejectedError(TransactionError):
     """One edit broke a transaction rule; the transaction records it and drops the edit."""
 
     def __init__(self, path: str, reason: str) -> None:
-        self.path = path
-        self.reason = reason
+        self.path, self.reason = path, reason
         super().__init__(f"edit of {path} rejected: {reason}")
 
 
@@ -188,6 +202,11 @@ class ConsolidationRefusedError(TransactionError):
         )
 
 
+class ProposalError(ScriptoriumMemoryError, ValueError):
+    """A model's consolidation proposal cannot be applied (unreadable, or naming an unknown
+    block); the pass is refused whole (:class:`ConsolidationRefusedError`)."""
+
+
 class InstallJournalCorruptError(TransactionError):
     """The install journal exists but cannot be read, so recovery cannot finish the install."""
 
@@ -202,10 +221,8 @@ class InstallJournalCorruptError(TransactionError):
 class InstallUnfinishedError(ScriptoriumMemoryError):
     """An interrupted install could not be finished (ENOSPC, EROFS...); memory is not served.
 
-    The workspace actor keeps running and answers every request that reads
-    or writes topics with this error, trying the install again each time, so
-    the first request after space is freed completes it. Not a
-    :class:`TransactionError`: the same edits can succeed once there is room.
+    The workspace actor answers every topic request with it, trying the install again each
+    time. Not a :class:`TransactionError`: the same edits can succeed once there is room.
     """
 
     def __init__(self, path: str, error: OSError) -> None:
@@ -242,8 +259,7 @@ class WriteCycleError(ScriptoriumMemoryError):
     retryable: bool = True
 
     def __init__(self, session_id: str, node_ids: tuple[str, ...], what: str) -> None:
-        self.session_id = session_id
-        self.node_ids = node_ids
+        self.session_id, self.node_ids = session_id, node_ids
         span = f"{node_ids[0]}..{node_ids[-1]}" if node_ids else "(empty)"
         super().__init__(
             f"write cycle for session {session_id!r}, batch {span} ({len(node_ids)} "
@@ -275,14 +291,10 @@ class NothingChangedError(WriteCycleError):
 
 
 class SettingsError(ScriptoriumMemoryError, ValueError):
-    """A timing or threshold that cannot be used (a bad value, an unknown key).
-
-    ``where`` names the file (``<state>/scriptorium.toml``) or the flag.
-    """
+    """A timing or threshold that cannot be used; ``where`` names scriptorium.toml or the flag."""
 
     def __init__(self, where: str, reason: str) -> None:
-        self.where = where
-        self.reason = reason
+        self.where, self.reason = where, reason
         super().__init__(f"{where}: {reason}")
 
 
@@ -297,8 +309,7 @@ class UnidentifiedMessageError(LedgerError):
     """A message that would be recorded has no id, so it could never be marked (SPEC §6.1)."""
 
     def __init__(self, session_id: str, position: int) -> None:
-        self.session_id = session_id
-        self.position = position
+        self.session_id, self.position = session_id, position
         super().__init__(
             f"session {session_id!r}: message at branch position {position} would be "
             f"recorded but has no id, so it could never be marked; repair the node file"
@@ -308,8 +319,7 @@ class UnidentifiedMessageError(LedgerError):
 class UncitableIdError(LedgerError):
     """A turn on disk whose session or node id memory cannot cite (the id rule, store._ids).
 
-    The reference agent may have written such ids before scriptorium refused
-    them at entry; the batch is quarantined with this message, never retried hot.
+    The reference agent may have written such ids; the batch is quarantined, never retried hot.
     """
 
     def __init__(self, session_id: str, node_id: str | None, reason: str) -> None:
@@ -325,15 +335,12 @@ class UncitableIdError(LedgerError):
 class MissingAuthorityError(LedgerError):
     """A turn stamped with ``authority_schema`` lacks complete speaker authority (SPEC §6.1).
 
-    Such a turn was written by a build that always stamps authority, so the
-    missing fields are damage, not legacy history: skipping it would drop a
-    turn silently, recording it would trust a speaker nobody vouched for.
+    The missing fields are damage, not legacy history (such builds always stamp authority):
+    skipping the turn would drop it silently, recording it would trust an unvouched speaker.
     """
 
     def __init__(self, session_id: str, node: str, detail: str) -> None:
-        self.session_id = session_id
-        self.node = node
-        self.detail = detail
+        self.session_id, self.node, self.detail = session_id, node, detail
         super().__init__(
             f"session {session_id!r}, node {node!r}: stamped with authority_schema but "
             f"{detail}; its branch is refused until the node's speaker fields are repaired"
@@ -343,8 +350,7 @@ class MissingAuthorityError(LedgerError):
 class InvalidThresholdError(LedgerError, ValueError):
     """A batch threshold that is no positive number of tokens (SPEC §6.3).
 
-    One outside the reference agent's 8,000 / 16,000 / 32,000 is allowed,
-    with a warning (:mod:`memory.runtime._settings`).
+    One outside the reference agent's 8,000 / 16,000 / 32,000 is allowed, with a warning.
     """
 
     def __init__(self, value: object, allowed: tuple[int, ...]) -> None:
@@ -361,9 +367,8 @@ class InvalidThresholdError(LedgerError, ValueError):
 class BoundaryError(ScriptoriumMemoryError):
     """A session boundary stopped on an error outside the writer; the error is ``cause``.
 
-    A broken branch, an unreadable file, a disk that refused a write, a
-    session lock held too long: ``reason`` names the session and the node or
-    file; nothing was marked that was not written.
+    ``reason`` names the session and the node or file (a broken branch, an unreadable file, a
+    full disk, a lock held too long); nothing was marked that was not written.
     """
 
     def __init__(self, session: str, reason: str, cause: BaseException | None) -> None:
@@ -374,8 +379,7 @@ class BoundaryError(ScriptoriumMemoryError):
 class RuntimeClosedError(ScriptoriumMemoryError, RuntimeError):
     """*Your* code used a runtime whose ``async with open_runtime(...)`` block has ended.
 
-    Its actors, writer pool and index are gone, so nothing it would answer
-    can be trusted (trio's ``ClosedResourceError``, for a runtime). A
+    Its actors, pool and index are gone (trio's ``ClosedResourceError``, for a runtime). A
     ``RuntimeError`` too: what a closed runtime raised before it had a name.
     """
 
@@ -401,8 +405,7 @@ class EmptyQueryError(RecallError):
 class RecallArgumentError(RecallError):
     """An argument of ``rt.recall`` / ``rt.context`` that asks for nothing (``k=0``, ``since=nan``).
 
-    Answering such a call with nothing would look like "memory holds no
-    match"; it is the caller's mistake, so it is named instead.
+    Answering it with nothing would look like "memory holds no match": it is named instead.
     """
 
     def __init__(self, argument: str, value: object, expected: str) -> None:
@@ -410,12 +413,104 @@ class RecallArgumentError(RecallError):
         super().__init__(f"{argument}={value!r} cannot be used: {argument} must be {expected}")
 
 
+class RecallIndexError(ScriptoriumMemoryError):
+    """SQLite failed on the recall index (derived data: nothing of memory is lost, a query is)."""
+
+    def __init__(self, path: str, cause: Exception) -> None:
+        self.path = path
+        full = "full" in str(cause)  # SQLITE_FULL: "database or disk is full"
+        advice = ("free disk space, then run the command again" if full else
+                  "run 'scriptorium memory reindex' to make it again from memory's files")
+        super().__init__(f"{path}: {cause} (the recall index); {advice}")
+
+
+# -- the model writer -------------------------------------------------------------
+
+
+class ModelWriterFailedError(ScriptoriumMemoryError):
+    """The model gave no acceptable edits for the batch; the message says why (never a key)."""
+
+
+class ModelCallFailedError(ScriptoriumMemoryError):
+    """A call to the model endpoint failed for good; the message names the endpoint, never the key."""
+
+    retries = 0  # the attempts it made after the first (the usage counts them)
+
+
+class EndpointRefusedError(ModelCallFailedError):
+    """A 4xx other than 429: the request itself is wrong (never retried)."""
+
+    def __init__(self, what: str, status: int, body: str = "") -> None:
+        super().__init__(what)
+        self.status, self.body = status, body  # body: the refusal's start, redacted
+
+
+class EndpointUnavailableError(ModelCallFailedError):
+    """429, 5xx or connection errors on every attempt."""
+
+
+class EndpointUnreachableError(EndpointUnavailableError):
+    """Nothing accepts a connection at the base URL's host and port (see :func:`probe_endpoint`)."""
+
+
+# -- importing history ------------------------------------------------------------
+
+
+class HistoryImportError(ScriptoriumMemoryError):
+    """An import that was refused or did not finish; the message says what to do."""
+
+
+class ImportLineError(HistoryImportError):
+    """A line of the file cannot be imported; nothing of the file was."""
+
+    def __init__(self, file: str, line: int, problem: str) -> None:
+        self.file, self.line, self.problem = file, line, problem
+        super().__init__(
+            f"{file}:{line}: {problem}; nothing of the file was imported: fix that line "
+            "and run the import again"
+        )
+
+
+class ImportInterruptedError(HistoryImportError):
+    """Appending a checked file failed part way; running it again completes it."""
+
+    def __init__(self, file: str, line: int, session: str, appended: int,
+                 cause: BaseException) -> None:
+        self.file, self.line, self.session, self.appended = file, line, session, appended
+        super().__init__(
+            f"{file}:{line}: the import into session {session!r} stopped ({cause}); "
+            f"{appended} turn(s) before that line are in the session: run the same import "
+            "again to finish it (turns already there are skipped)"
+        )
+
+
+class ImportFailedError(HistoryImportError):
+    """Importing into a new session failed: no session was made (or, ``installed``, a whole one)."""
+
+    def __init__(self, file: str, session: str, cause: BaseException, *,
+                 installed: bool = False) -> None:
+        self.file, self.session, self.installed = file, session, installed
+        super().__init__(
+            f"{file}: the import into new session {session!r} failed after the whole session "
+            f"was moved into place ({cause}); it may not be on the disk yet: run the same "
+            "import again (turns already there are skipped)" if installed else
+            f"{file}: the import into new session {session!r} failed ({cause}); nothing of "
+            "the file was imported and no session was made: fix the cause and run the same "
+            "import again")
+
+
+# -- warnings (outside the tree) --------------------------------------------------
+
+
+class ReferenceThresholdWarning(UserWarning):
+    """A token threshold outside 8,000 / 16,000 / 32,000: fine here, refused by the reference."""
+
+
 def describe_error(error: BaseException) -> str:
     """One line for a person: the error that matters, not the actor kernel's wrapper of it.
 
-    A crashed or poisoned actor hands its caller an ``ActorError`` whose
-    ``__cause__`` is the real failure (an ``OSError`` naming the file, a
-    store error naming the node); that failure is what is reported.
+    A crashed or poisoned actor's ``ActorError`` is unwrapped to its ``__cause__``, the real
+    failure (an ``OSError`` naming the file, a store error naming the node).
     """
     seen: set[int] = set()
     while isinstance(error, ActorError) and error.__cause__ is not None and id(error) not in seen:

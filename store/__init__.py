@@ -5,7 +5,8 @@ Layout: ``_durable`` is the one seam for durable writes; ``_ids``, ``_node``,
 ``_walk`` the in-memory index and the branch/tip rules over it; ``_journal``
 and ``_lock`` the batch journal and the cross-process lock; ``_session`` the
 synchronous core one session actor owns, ``_session_journal`` its side of
-the journal; ``_sessions`` lists the sessions of a state directory.
+the journal; ``_sessions`` lists the sessions of a state directory;
+``_threads`` the one-hop ``run_durable`` and its thread lanes.
 ``store.lowlevel`` re-exports the walks and formats for code that models a
 session without its actor.
 """
@@ -19,14 +20,12 @@ from ._actor import ListBranches as ListBranches
 from ._actor import MergeMetadata as MergeMetadata
 from ._actor import RewindTo as RewindTo
 from ._actor import SessionActor as SessionActor
+from ._actor import SessionMessage as SessionMessage
 from ._actor import SetHead as SetHead
 from ._actor import SpawnBranch as SpawnBranch
 from ._actor import TipMoved as TipMoved
-from ._durable import DIR_MODE as DIR_MODE
-from ._durable import FILE_MODE as FILE_MODE
-from ._durable import TEMP_SUFFIX as TEMP_SUFFIX
+from ._damage import DamagedLog as DamagedLog
 from ._durable import DurableFiles as DurableFiles
-from ._durable import run_durable as run_durable
 from ._errors import AppendConflictError as AppendConflictError
 from ._errors import AppendInvariantError as AppendInvariantError
 from ._errors import BrokenChainError as BrokenChainError
@@ -50,54 +49,33 @@ from ._errors import SummaryHeadError as SummaryHeadError
 from ._errors import UnencodableValueError as UnencodableValueError
 from ._errors import UnsafeIdError as UnsafeIdError
 from ._errors import UnsafeLinkError as UnsafeLinkError
-from ._format import decode_node as decode_node
-from ._format import encode_node as encode_node
-from ._format import parse_filename as parse_filename
-from ._ids import citable_id_problem as citable_id_problem
-from ._ids import validate_id as validate_id
-from ._index import CLAIM_NAME as CLAIM_NAME
-from ._index import FileStamp as FileStamp
-from ._index import Fingerprint as Fingerprint
-from ._index import file_stamp as file_stamp
-from ._links import refuse_file_link as refuse_file_link
-from ._links import walk_files as walk_files
 from ._lock import LOCK_TIMEOUT as LOCK_TIMEOUT
-from ._lock import SessionLock as SessionLock
-from ._lock import wait_for_flock as wait_for_flock
 from ._message import message_to_node as message_to_node
 from ._message import node_to_message as node_to_message
 from ._node import RESERVED_KEYS as RESERVED_KEYS
 from ._node import Node as Node
+from ._options import SessionOptions as SessionOptions
 from ._runtime_log import RuntimeLog as RuntimeLog
 from ._session import CLOCK_SKEW as CLOCK_SKEW
 from ._session import AppendedTurn as AppendedTurn
 from ._session import SessionCore as SessionCore
 from ._session import SessionStatistics as SessionStatistics
-from ._session import recover_dead_runtimes as recover_dead_runtimes
 from ._sessions import list_sessions as list_sessions
-from ._sessions import missing_meta as missing_meta
-from ._sessions import state_path as state_path
-from ._walk import predecessor_cycles as predecessor_cycles
 
 __all__ = [
-    "CLAIM_NAME",
     "CLOCK_SKEW",
-    "DIR_MODE",
-    "FILE_MODE",
     "LOCK_TIMEOUT",
     "RESERVED_KEYS",
-    "TEMP_SUFFIX",
     "Append",
     "AppendConflictError",
     "AppendInvariantError",
     "BrokenChainError",
     "ChainCycleError",
     "CorruptFileError",
+    "DamagedLog",
     "DuplicateNodeError",
     "DurableFiles",
-    "FileStamp",
     "FindNodes",
-    "Fingerprint",
     "FutureTimestampError",
     "GetBranch",
     "GetMeta",
@@ -118,9 +96,10 @@ __all__ = [
     "SessionActor",
     "SessionCore",
     "SessionExistsError",
-    "SessionLock",
     "SessionLockTimeoutError",
+    "SessionMessage",
     "SessionNotFoundError",
+    "SessionOptions",
     "SetHead",
     "SpawnBranch",
     "StoreError",
@@ -129,20 +108,7 @@ __all__ = [
     "UnencodableValueError",
     "UnsafeIdError",
     "UnsafeLinkError",
-    "citable_id_problem",
-    "decode_node",
-    "encode_node",
-    "file_stamp",
     "list_sessions",
     "message_to_node",
-    "missing_meta",
     "node_to_message",
-    "parse_filename",
-    "predecessor_cycles",
-    "recover_dead_runtimes",
-    "refuse_file_link",
-    "run_durable",
-    "state_path",
-    "validate_id",
-    "walk_files",
 ]

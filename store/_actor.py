@@ -38,18 +38,25 @@ caller gets ``ActorCrashedError`` and the effect may have happened.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, cast
 
-from actors import Actor, ActorError, Idempotent, Request, StopReason, UnhandledMessageError
+from actors import (
+    Actor,
+    ActorError,
+    ActorRef,
+    Idempotent,
+    Request,
+    StopReason,
+    UnhandledMessageError,
+)
 
-from ._durable import DurableFiles, run_durable
+from ._durable import run_durable
 from ._errors import StoreError
-from ._lock import LOCK_TIMEOUT
 from ._message import node_to_message
-from ._runtime_log import RuntimeLog
-from ._session import SessionCore
+from ._options import SessionOptions
+from ._session import DEFAULTS, SessionCore
 
 __all__ = [
     "Append",
@@ -62,6 +69,7 @@ __all__ = [
     "MergeMetadata",
     "RewindTo",
     "SessionActor",
+    "SessionMessage",
     "SetHead",
     "SpawnBranch",
     "TipMoved",
@@ -179,6 +187,15 @@ class TipMoved:
     replayed: bool = False
 
 
+# What a SessionActor takes: the operations of SPEC §4 and its own checkpoint.
+SessionMessage = (
+    Append | GetBranch | FindNodes | ListBranches | GetMeta | SetHead | RewindTo | SpawnBranch
+    | InsertSummary | MergeMetadata | CheckpointJournal
+)
+
+# The messages a session actor takes: SessionMessage, or more in a subclass.
+M_contra = TypeVar("M_contra", contravariant=True)
+
 # -- the actor ------------------------------------------------------------------
 
 
@@ -186,8 +203,12 @@ class TipMoved:
 _CHECKED_UNDER_LOCK = (Append, SetHead, RewindTo, SpawnBranch, InsertSummary, MergeMetadata)
 
 
-class SessionActor(Actor):
+class SessionActor(Actor[M_contra]):
     """Owns ``<state>/sessions/<sid>``; see the module docstring.
+
+    ``SessionActor(...)`` is a ``SessionActor[SessionMessage]``; a subclass
+    that adds messages derives from ``SessionActor[SessionMessage | Its]``
+    (``__init__`` refuses an ``M`` that lacks the store's own messages).
 
     ``StoreError`` (bad input, a missing node, a broken chain) is returned to
     the caller and the actor keeps running; anything else is a crash, and the
@@ -197,21 +218,15 @@ class SessionActor(Actor):
     expected_errors: ClassVar[tuple[type[Exception], ...]] = (StoreError,)
 
     def __init__(
-        self,
+        self: SessionActor[SessionMessage],
         state_dir: str | os.PathLike[str],
         session: str,
         *,
-        files: DurableFiles | None = None,
-        clock: Callable[[], float] | None = None,
-        lock_timeout: float | None = LOCK_TIMEOUT,
-        log: RuntimeLog | None = None,
+        options: SessionOptions = DEFAULTS,
     ) -> None:
         self.state_dir = os.fspath(state_dir)
         self.session = session
-        self._log = log
-        self._files = files
-        self._clock = clock
-        self._lock_timeout = lock_timeout
+        self.options = options
         self._core: SessionCore | None = None
         self._open_error: StoreError | None = None
         self._retire_queued = False
@@ -237,12 +252,8 @@ class SessionActor(Actor):
             self._open_error = exc  # the message that activated the actor gets it
 
     async def _open(self) -> None:
-        options: dict[str, Any] = {"files": self._files, "lock_timeout": self._lock_timeout,
-                                   "log": self._log}
-        if self._clock is not None:
-            options["clock"] = self._clock
         self._core = await run_durable(
-            lambda: SessionCore.open(self.state_dir, self.session, **options)
+            lambda: SessionCore.open(self.state_dir, self.session, options=self.options)
         )
 
     async def on_stop(self, reason: StopReason) -> None:
@@ -265,7 +276,7 @@ class SessionActor(Actor):
             "rebuilds": core.rebuilds,
         }
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: M_contra) -> object:
         """Check freshness once (rebuilding in a thread if needed), then :meth:`dispatch`.
 
         A mutation checks under the session lock in its own thread hop, which
@@ -284,7 +295,7 @@ class SessionActor(Actor):
         with core.trusting_index():
             return await self.dispatch(message)
 
-    async def dispatch(self, message: Any) -> Any:
+    async def dispatch(self, message: M_contra) -> object:
         """Handle one message on a fresh index; subclasses add messages here."""
         core = self.core
         match message:
@@ -339,7 +350,8 @@ class SessionActor(Actor):
         if self._retire_queued or not self.core.outstanding_journals:
             return
         try:
-            self.ref.cast_nowait(CheckpointJournal())
+            # M holds SessionMessage (``__init__`` takes no other SessionActor).
+            cast("ActorRef[SessionMessage]", self.ref).cast_nowait(CheckpointJournal())
         except ActorError:
             return  # a full mailbox: the next merge, or on_stop, retires them
         self._retire_queued = True

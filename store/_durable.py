@@ -21,7 +21,6 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
-import functools
 import os
 import secrets
 import sys
@@ -29,9 +28,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, cast
 
-import anyio.to_thread
-
 from ._links import refuse_file_link
+from ._threads import run_durable
 
 __all__ = [
     "BULK_FILESYSTEMS",
@@ -54,18 +52,6 @@ DIR_MODE = 0o700
 TEMP_SUFFIX = ".scriptorium-tmp"
 
 T = TypeVar("T")
-
-
-async def run_durable(fn: Callable[..., T], *args: object) -> T:
-    """Run one durable operation in one worker-thread hop.
-
-    ``abandon_on_cancel=False`` (the default, spelled out because it is the
-    point): a cancelled caller waits for the write to finish, so a durable
-    write is never left half done by a timeout or a shutdown.
-    """
-    return await anyio.to_thread.run_sync(
-        functools.partial(fn, *args), abandon_on_cancel=False
-    )
 
 
 class DurableFiles:
@@ -423,6 +409,18 @@ class DurableFiles:
                     raise
                 continue
             self.fsync_dir(os.path.dirname(directory))
+
+    def install_dir(self, staged: str, final: str) -> None:
+        """Make the directory ``staged`` (its contents synced) appear at ``final`` at once, durably.
+
+        One rename: a crash leaves all of it or none of it at ``final``. Fails
+        (EEXIST or ENOTEMPTY) when ``final`` holds anything; an empty
+        directory there (a half-made one a crash left) is replaced.
+        """
+        with _naming(final):
+            self._step("rename", final)
+            os.rename(staged, final)
+        self.fsync_dir(os.path.dirname(final))
 
     def create_exclusive(self, path: str, data: bytes) -> bool:
         """Create ``path`` with ``data`` only if it does not exist yet; True if this call made it.

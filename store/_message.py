@@ -104,11 +104,19 @@ def node_to_message(node: Node, session: str) -> dict[str, Any]:
     return message
 
 
-def check_metadata_keys(metadata: Mapping[str, Any], session: str, node: str) -> None:
+def check_metadata_keys(
+    metadata: Mapping[str, Any], session: str, node: str, role: str = "code"
+) -> None:
+    """Refuse a metadata key the message view would shadow.
+
+    ``function`` is shadowed only on a code node (the view's ``function`` is
+    its name); on a user or llm node it is the reference agent's own key
+    (``metadata.function == "attach"`` marks an attach row, SPEC §4).
+    """
     for key in metadata:
         if not isinstance(key, str):
             raise InvalidNodeError(session, node, f"metadata key {key!r} is not a string")
-        if key in RESERVED_KEYS:
+        if key in RESERVED_KEYS and not (key == "function" and role != "code"):
             raise ReservedMetadataKeyError(session, node, key)
 
 
@@ -141,7 +149,12 @@ def message_to_node(
         for key, value in extra.items():
             if not _is_marker(key):
                 metadata.setdefault(key, value)
-    check_metadata_keys(metadata, session, node_id)
+    function = message.get("function")
+    if node_role != "code" and function is not None:
+        # No node field holds it on a user/llm node: it is metadata, as the
+        # reference agent stores an attach row (SPEC §4), and the view spreads it back.
+        metadata["function"] = function
+    check_metadata_keys(metadata, session, node_id, node_role)
     name = message.get("name")
     if name is None:
         name = message.get("token_model") if node_role == "llm" else message.get("function")

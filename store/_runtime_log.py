@@ -72,6 +72,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from ._damage import warn_damaged
 from ._durable import FILE_MODE, DurableFiles
 from ._journal import JournalEntry, decode_entries, encode_entries, frame, read_frames
 from ._lock import LOCK_TIMEOUT, SessionLock, wait_for_flock
@@ -471,7 +472,8 @@ def _read_segment(path: str, directory: str) -> list[Record]:
         return []
     rel = os.path.relpath(path, os.path.dirname(os.path.dirname(directory)))
     records: list[Record] = []
-    frames, _ = read_frames(data, (MAGIC,))
+    frames, end = read_frames(data, (MAGIC,))
+    warn_damaged(rel, end, len(data))
     for _, offset, payload in frames:
         line_end = payload.find(b"\n")
         kind, _, name = payload[:line_end].partition(b" ")

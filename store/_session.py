@@ -47,8 +47,7 @@ import json
 import math
 import os
 import secrets
-import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -68,7 +67,6 @@ from ._errors import (
     SummaryHeadError,
 )
 from ._format import (
-    DEFAULT_MAX_NODE_BYTES,
     check_value,
     decode_meta,
     decode_node,
@@ -82,9 +80,10 @@ from ._ids import validate_id, validate_name, validate_new_id
 from ._index import HISTORY, META, Fingerprint, SessionIndex, load_index, read_capped
 from ._journal import ABSENT, JournalEntry, digest
 from ._links import refuse_session_alias
-from ._lock import LOCK_TIMEOUT, SessionLock
+from ._lock import SessionLock
 from ._message import append_conflicts, check_metadata_keys, message_to_node, node_to_message
 from ._node import ROOT, Node
+from ._options import SessionOptions
 from ._runtime_log import RuntimeLog, dead_sessions, discard_dead
 from ._session_journal import JournalConflict, LoggedJournal, SessionJournal
 from ._sessions import SESSIONS, missing_meta
@@ -108,6 +107,9 @@ __all__ = [
 
 # How far ahead of this clock a turn's own time may be: another machine's
 # clock that exports the conversation may run ahead by seconds, not by hours.
+# The options of a session opened without any (a frozen value: safe to share).
+DEFAULTS = SessionOptions()
+
 CLOCK_SKEW = 60.0
 
 
@@ -147,22 +149,18 @@ class SessionCore:
         state_dir: str | os.PathLike[str],
         session: str,
         *,
-        files: DurableFiles | None = None,
-        clock: Callable[[], float] = time.time,
-        max_node_bytes: int = DEFAULT_MAX_NODE_BYTES,
-        lock_timeout: float | None = LOCK_TIMEOUT,
-        log: RuntimeLog | None = None,
+        options: SessionOptions = DEFAULTS,
     ) -> None:
         self.session = validate_id(session, "session id")
         self.state_dir = os.fspath(state_dir)
         self.directory = os.path.join(self.state_dir, SESSIONS, session)
         self._rel = f"{SESSIONS}/{session}"
-        self._files = files if files is not None else DurableFiles()
-        self._clock = clock
-        self._cap = max_node_bytes
-        self._log = log
+        self._files = options.files if options.files is not None else DurableFiles()
+        self._clock = options.clock
+        self._cap = max_node_bytes = options.max_node_bytes
+        self._log = log = options.log
         # With a runtime log, _hold replaces it with the lock the log hands out.
-        self._lock = SessionLock(self.directory, timeout=lock_timeout)
+        self._lock = SessionLock(self.directory, timeout=options.lock_timeout)
         self._index = SessionIndex()
         self._meta: dict[str, Any] = {}
         self._meta_bytes: bytes | None = None  # meta.json as last read or installed
@@ -183,19 +181,14 @@ class SessionCore:
         session: str | None = None,
         *,
         title: str = "",
-        files: DurableFiles | None = None,
-        clock: Callable[[], float] = time.time,
-        max_node_bytes: int = DEFAULT_MAX_NODE_BYTES,
-        lock_timeout: float | None = LOCK_TIMEOUT,
-        log: RuntimeLog | None = None,
+        options: SessionOptions = DEFAULTS,
     ) -> SessionCore:
         """Create a new, empty session and return its owner; SessionExistsError if taken."""
         sid = validate_new_id(session, "session id") if session is not None else secrets.token_hex(6)
-        core = cls(state_dir, sid, files=files, clock=clock, max_node_bytes=max_node_bytes,
-                   lock_timeout=lock_timeout, log=log)
+        core = cls(state_dir, sid, options=options)
         validate_name(title, "title", core.session)
         core._files.make_dirs(os.path.join(core.directory, HISTORY))
-        now = clock()
+        now = core._clock()
         meta = {"id": sid, "title": title, "created_at": now, "updated_at": now, "head_id": None}
         if os.path.exists(core._path(META)):  # before a lock its owner may hold for long
             raise SessionExistsError(sid)
@@ -214,22 +207,17 @@ class SessionCore:
         state_dir: str | os.PathLike[str],
         session: str,
         *,
-        files: DurableFiles | None = None,
-        clock: Callable[[], float] = time.time,
-        max_node_bytes: int = DEFAULT_MAX_NODE_BYTES,
-        lock_timeout: float | None = LOCK_TIMEOUT,
-        log: RuntimeLog | None = None,
+        options: SessionOptions = DEFAULTS,
     ) -> SessionCore:
         """Open an existing session: clean crash leftovers, replay journals, load the index.
 
-        Every mutation waits at most ``lock_timeout`` seconds for ``<sid>/.lock``
-        (``SessionLockTimeoutError``; None waits forever). With a runtime
-        ``log`` the lock is taken here and held until the next checkpoint
-        (:meth:`retire_journals`, :meth:`close`), then again at the next
-        mutation (see :mod:`store._runtime_log`).
+        Every mutation waits at most ``options.lock_timeout`` seconds for
+        ``<sid>/.lock`` (``SessionLockTimeoutError``; None waits forever).
+        With a runtime ``options.log`` the lock is taken here and held until
+        the next checkpoint (:meth:`retire_journals`, :meth:`close`), then
+        again at the next mutation (see :mod:`store._runtime_log`).
         """
-        core = cls(state_dir, session, files=files, clock=clock, max_node_bytes=max_node_bytes,
-                   lock_timeout=lock_timeout, log=log)
+        core = cls(state_dir, session, options=options)
         if not os.path.isfile(core._path(META)):
             sessions_dir = os.path.join(core.state_dir, SESSIONS)
             raise missing_meta(sessions_dir, core.session) or SessionNotFoundError(
@@ -884,8 +872,8 @@ def recover_dead_runtimes(state_dir: str | os.PathLike[str], log: RuntimeLog) ->
             discard_dead(state_dir, session, log.files)  # the session was deleted
             continue
         try:
-            core = SessionCore.open(state_dir, session, files=log.files,
-                                    lock_timeout=0.0, log=log)
+            core = SessionCore.open(state_dir, session, options=SessionOptions(
+                files=log.files, lock_timeout=0.0, log=log))
         except StoreError:
             continue
         core.close()

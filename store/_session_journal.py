@@ -45,6 +45,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
+from ._damage import warn_damaged
 from ._durable import DurableFiles, ExchangeUnsupported
 from ._errors import JournalFileError, NodeFileError, StoreError
 from ._format import DEFAULT_MAX_NODE_BYTES, decode_node, encode_with_metadata
@@ -158,6 +159,7 @@ class SessionJournal:
         and the journal truncated at once.
         """
         journal = read_journal(self.directory, self._rel_path)
+        warn_damaged(self._rel_path, journal.valid_end, journal.size)
         self.outstanding = dict.fromkeys(self.replay(journal.records))
         self.records = len(journal.records)
         self._bytes = journal.valid_end

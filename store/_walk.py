@@ -112,6 +112,28 @@ def predecessor_cycles(nodes: Iterable[Node]) -> list[list[str]]:
     return loops
 
 
+def drawing_tree(nodes: Iterable[Node]) -> tuple[list[Node], dict[str, list[Node]]]:
+    """The session as a person sees it (pure): roots, and each node's children by ``seq``.
+
+    A node hangs under its predecessor, a spawned sub-agent branch's root
+    under the node that spawned it; nodes on a predecessor loop are
+    nobody's child and no root (:func:`predecessor_cycles` names them).
+    ``session show`` and the web inspector draw this same tree.
+    """
+    ordered = sorted(nodes, key=lambda n: n.seq)
+    by_id = {n.id: n for n in ordered}
+    children: dict[str, list[Node]] = {}
+    roots: list[Node] = []
+    for node in ordered:
+        if node.predecessor in by_id:
+            children.setdefault(node.predecessor, []).append(node)
+        elif node.is_spawn_root and node.caller in by_id:
+            children.setdefault(node.caller, []).append(node)
+        else:
+            roots.append(node)
+    return roots, children
+
+
 def branch(index: SessionIndex, session: str, tip: str) -> list[Node]:
     """The visible branch ending at ``tip``: :func:`chain` minus roots and rewound turns."""
     return [n for n in chain(index, session, tip) if n.display != "root" and not n.rewound]
@@ -294,7 +316,7 @@ def check_new_node(index: SessionIndex, session: str, node: Node, head: object) 
         validate_id(node.caller, "caller id", session)
     if node.predecessor is not None and node.predecessor != ROOT:
         validate_id(node.predecessor, "predecessor id", session)
-    check_metadata_keys(node.metadata, session, node.id)
+    check_metadata_keys(node.metadata, session, node.id, node.role)
     for value in (node.name, node.input, node.output, node.reads, node.metadata):
         check_value(value, session, node.id)
     if not isinstance(node.name, str):

@@ -9,6 +9,7 @@ strategies), `_intensity` and `_backoff` (pure restart rules, taking `now`),
 from supervisors._backoff import Backoff as Backoff
 from supervisors._backoff import BackoffStreak as BackoffStreak
 from supervisors._dynamic import DynamicSupervisor as DynamicSupervisor
+from supervisors._dynamic import DynamicSupervisorMessage as DynamicSupervisorMessage
 from supervisors._dynamic import DynamicSupervisorStatistics as DynamicSupervisorStatistics
 from supervisors._dynamic import activate_child as activate_child
 from supervisors._errors import ChildNotFoundError as ChildNotFoundError
@@ -23,6 +24,7 @@ from supervisors._spec import Strategy as Strategy
 from supervisors._supervisor import ChildInfo as ChildInfo
 from supervisors._supervisor import ChildStatistics as ChildStatistics
 from supervisors._supervisor import Supervisor as Supervisor
+from supervisors._supervisor import SupervisorMessage as SupervisorMessage
 from supervisors._supervisor import SupervisorStatistics as SupervisorStatistics
 from supervisors._supervisor import delete_child as delete_child
 from supervisors._supervisor import get_child as get_child
@@ -40,6 +42,7 @@ __all__ = [
     "ChildStatistics",
     "DuplicateChildError",
     "DynamicSupervisor",
+    "DynamicSupervisorMessage",
     "DynamicSupervisorStatistics",
     "Intensity",
     "Restart",
@@ -48,6 +51,7 @@ __all__ = [
     "Strategy",
     "Supervisor",
     "SupervisorError",
+    "SupervisorMessage",
     "SupervisorStatistics",
     "activate_child",
     "delete_child",

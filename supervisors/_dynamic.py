@@ -19,7 +19,7 @@ import contextlib
 import random
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, Never, TypeVar
 
 import anyio
 
@@ -39,16 +39,24 @@ from supervisors._intensity import Intensity, RestartHistory
 from supervisors._spec import Restart
 
 K = TypeVar("K", bound=Hashable)
+M = TypeVar("M")
+K_contra = TypeVar("K_contra", bound=Hashable, contravariant=True)
+M_co = TypeVar("M_co", covariant=True)
 
 
 @dataclass(frozen=True, slots=True)
-class _ActivateChild(Request[ActorRef]):
-    key: Hashable
+class _ActivateChild(Request[ActorRef[M_co]], Generic[K_contra, M_co]):
+    """Typed by the supervisor's key and its children's messages (a ``DynamicSupervisor[K, M]``)."""
+
+    key: K_contra
 
 
-async def activate_child(supervisor: ActorRef, key: Hashable) -> ActorRef:
+async def activate_child(
+    supervisor: ActorRef[DynamicSupervisorMessage[K, M]], key: K
+) -> ActorRef[M]:
     """The reference of the keyed child for ``key``, its actor started now, not on first send."""
-    return await supervisor.call(_ActivateChild(key))
+    request: _ActivateChild[K, M] = _ActivateChild(key)
+    return await supervisor.call(request)
 
 
 @dataclass(frozen=True)
@@ -68,18 +76,22 @@ class _GaveUp:
     crash: Exception
 
 
+# What a DynamicSupervisor[K, M]'s mailbox takes; code outside uses activate_child.
+DynamicSupervisorMessage = _ActivateChild[K, M] | _GaveUp
+
+
 @dataclass
 class _KeyHistory:
     restarts: RestartHistory = field(default_factory=RestartHistory)
     backoff: BackoffStreak = field(default_factory=BackoffStreak)
 
 
-class DynamicSupervisor(Actor, Generic[K]):
-    """Keyed children (``TRANSIENT`` or ``TEMPORARY``); see the module doc."""
+class DynamicSupervisor(Actor[DynamicSupervisorMessage[K, M]], Generic[K, M]):
+    """Keyed children (``TRANSIENT`` or ``TEMPORARY``) accepting ``M``; see the module doc."""
 
     def __init__(
         self,
-        factory: Callable[[K], Actor],
+        factory: Callable[[K], Actor[M]],
         *,
         restart: Restart = Restart.TRANSIENT,
         idle_timeout: float | None = 300.0,
@@ -106,19 +118,19 @@ class DynamicSupervisor(Actor, Generic[K]):
         self.options = options  # the mailbox of every keyed child
         self.on_give_up = on_give_up
         self.rng = rng or random.Random()
-        self._registry: Registry[K] | None = None
+        self._registry: Registry[K, M] | None = None
         self._history: dict[K, _KeyHistory] = {}
         self._shared = _KeyHistory()
         self.restarts = 0
         self.given_up: list[Hashable] = []
 
     @property
-    def registry(self) -> Registry[K]:
+    def registry(self) -> Registry[K, M]:
         if self._registry is None:
             raise RuntimeError("the dynamic supervisor's registry exists once it has started")
         return self._registry
 
-    def child(self, key: K) -> ActorRef:
+    def child(self, key: K) -> ActorRef[M]:
         """The reference for ``key`` (synchronous; it activates on the first send)."""
         return self.registry.ref(key)
 
@@ -148,10 +160,10 @@ class DynamicSupervisor(Actor, Generic[K]):
     async def on_stop(self, reason: StopReason) -> None:
         await self.registry.shutdown(self.shutdown_timeout)
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: DynamicSupervisorMessage[K, M]) -> object:
         match message:
             case _ActivateChild(key):
-                return self.registry.activate(key)  # type: ignore[arg-type]
+                return self.registry.activate(key)
             case _GaveUp(key, crash):
                 if self.escalate:
                     raise RestartIntensityExceededError(
@@ -170,7 +182,7 @@ class DynamicSupervisor(Actor, Generic[K]):
     def inspect(self) -> object:
         return self.statistics()
 
-    def children(self) -> Iterable[tuple[str, ActorCell]]:
+    def children(self) -> Iterable[tuple[str, ActorCell[Never]]]:
         return [(str(key), cell) for key, cell in self.registry.items()]
 
     def statistics(self) -> DynamicSupervisorStatistics:
@@ -188,7 +200,7 @@ class DynamicSupervisor(Actor, Generic[K]):
     def _forget(self, key: K) -> None:
         self._history.pop(key, None)
 
-    def _on_crash(self, key: K, cell: ActorCell, crash: Exception) -> float | None:
+    def _on_crash(self, key: K, cell: ActorCell[Never], crash: Exception) -> float | None:
         """The registry asks: restart ``key`` after how long, or stop it (None)?"""
         if self.restart is Restart.TEMPORARY:
             return None

@@ -11,8 +11,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from actors import Actor, MailboxOptions
+
+# The messages the child accepts (contravariant, as ``Actor``'s): a list of
+# specs of different children is a list of ``ChildSpec[Never]``.
+M_contra = TypeVar("M_contra", contravariant=True)
 
 
 class Restart(enum.Enum):
@@ -34,15 +39,18 @@ class Strategy(enum.Enum):
 
 
 @dataclass(frozen=True)
-class ChildSpec:
+class ChildSpec(Generic[M_contra]):
     """One child: its id, its factory (an Actor or a Supervisor) and its policies.
+
+    ``get_child(supervisor, spec)`` returns the child's reference typed
+    ``ActorRef[M]`` from its ``ChildSpec[M]``.
 
     ``options`` is the child's mailbox; ``None`` takes the supervisor's
     ``options`` (the default for all its children).
     """
 
     id: str
-    start: Callable[[], Actor]
+    start: Callable[[], Actor[M_contra]]
     restart: Restart = Restart.PERMANENT
     shutdown_timeout: float | None = 5.0
     options: MailboxOptions | None = None

@@ -32,7 +32,7 @@ import contextlib
 import random
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Generic, Never, TypeVar, cast, overload
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -48,12 +48,15 @@ from supervisors._errors import (
 from supervisors._intensity import Intensity, RestartHistory
 from supervisors._spec import ChildSpec, Restart, Strategy
 
+M = TypeVar("M")
+M_contra = TypeVar("M_contra", contravariant=True)
+
 # -- management (functions over private request messages) ----------------------
 
 
 @dataclass(frozen=True, slots=True)
-class _StartChild(Request[ActorRef]):
-    spec: ChildSpec
+class _StartChild(Request[ActorRef[M_contra]], Generic[M_contra]):
+    spec: ChildSpec[M_contra]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +65,7 @@ class _TerminateChild(Request[None]):
 
 
 @dataclass(frozen=True, slots=True)
-class _RestartChild(Request[ActorRef]):
+class _RestartChild(Request[ActorRef[Never]]):
     id: str
 
 
@@ -77,19 +80,21 @@ class _WhichChildren(Request["list[ChildInfo]"]):
 
 
 @dataclass(frozen=True, slots=True)
-class _GetChild(Request[ActorRef]):
+class _GetChild(Request[ActorRef[Never]]):
     id: str
+    spec: ChildSpec[Never] | None = None  # if given, the child must run from this spec
 
 
-async def start_child(supervisor: ActorRef, spec: ChildSpec) -> ActorRef:
+async def start_child(supervisor: SupervisorRef, spec: ChildSpec[M]) -> ActorRef[M]:
     """Add a child and start it; its reference, once its ``on_start`` has returned.
 
     Raises ``DuplicateChildError`` if the id is taken.
     """
-    return await supervisor.call(_StartChild(spec))
+    request: _StartChild[M] = _StartChild(spec)
+    return await supervisor.call(request)
 
 
-async def terminate_child(supervisor: ActorRef, child_id: str) -> None:
+async def terminate_child(supervisor: SupervisorRef, child_id: str) -> None:
     """Stop a child (orderly, within its shutdown timeout); its spec is kept (OTP).
 
     A temporary child is forgotten. Raises ``ChildNotFoundError``.
@@ -97,7 +102,7 @@ async def terminate_child(supervisor: ActorRef, child_id: str) -> None:
     await supervisor.call(_TerminateChild(child_id))
 
 
-async def restart_child(supervisor: ActorRef, child_id: str) -> ActorRef:
+async def restart_child(supervisor: SupervisorRef, child_id: str) -> ActorRef[Never]:
     """Start again a child that was terminated or exited without restart; its reference.
 
     A child that is running is left as it is. Raises ``ChildNotFoundError``.
@@ -105,25 +110,45 @@ async def restart_child(supervisor: ActorRef, child_id: str) -> ActorRef:
     return await supervisor.call(_RestartChild(child_id))
 
 
-async def delete_child(supervisor: ActorRef, child_id: str) -> None:
+async def delete_child(supervisor: SupervisorRef, child_id: str) -> None:
     """Stop a child if it runs, and forget its spec. Raises ``ChildNotFoundError``."""
     await supervisor.call(_DeleteChild(child_id))
 
 
-async def which_children(supervisor: ActorRef) -> list[ChildInfo]:
+async def which_children(supervisor: SupervisorRef) -> list[ChildInfo]:
     """One ``ChildInfo`` per child, in start order."""
     return await supervisor.call(_WhichChildren())
 
 
-async def get_child(supervisor: ActorRef, child_id: str) -> ActorRef:
-    """The reference of one child. Raises ``ChildNotFoundError``."""
-    return await supervisor.call(_GetChild(child_id))
+@overload
+async def get_child(supervisor: SupervisorRef, child: ChildSpec[M]) -> ActorRef[M]: ...
+
+
+@overload
+async def get_child(supervisor: SupervisorRef, child: str) -> ActorRef[Never]: ...
+
+
+async def get_child(
+    supervisor: SupervisorRef, child: ChildSpec[M] | str
+) -> ActorRef[M] | ActorRef[Never]:
+    """The reference of one child, by its spec or its id. Raises ``ChildNotFoundError``.
+
+    By id, the child's messages are unknown (``ActorRef[Never]``: it can be
+    stopped and inspected, not sent to); by the ``ChildSpec[M]`` it was
+    started from, it is an ``ActorRef[M]``, and a child of that id started
+    from another spec is not found.
+    """
+    if isinstance(child, str):
+        return await supervisor.call(_GetChild(child))
+    ref = await supervisor.call(_GetChild(child.id, child))
+    # The supervisor checked that the child runs from ``child``, a ChildSpec[M].
+    return cast("ActorRef[M]", ref)
 
 
 @dataclass(frozen=True)
 class ChildInfo:
     id: str
-    ref: ActorRef
+    ref: ActorRef[Never]  # what it accepts is known to whoever holds its spec
     state: ActorState
     restart: Restart
 
@@ -164,6 +189,16 @@ class _RestartDue:
     ids: tuple[tuple[str, int], ...]
 
 
+# What a supervisor's mailbox takes: the management functions' requests and
+# its children's exits. Only this module builds them; code outside holds an
+# ``ActorRef[SupervisorMessage]`` and uses the functions above.
+SupervisorMessage = (
+    _StartChild[Never] | _TerminateChild | _RestartChild | _DeleteChild | _WhichChildren
+    | _GetChild | _ChildExited | _RestartDue
+)
+SupervisorRef = ActorRef[SupervisorMessage]
+
+
 class _Child:
     __slots__ = (
         "backoff",
@@ -177,7 +212,7 @@ class _Child:
         "spec",
     )
 
-    def __init__(self, spec: ChildSpec, cell: ActorCell) -> None:
+    def __init__(self, spec: ChildSpec[Never], cell: ActorCell[Never]) -> None:
         self.spec = spec
         self.cell = cell
         self.generation = 0  # bumped when the supervisor stops or restarts it on purpose
@@ -189,14 +224,14 @@ class _Child:
         self.last_crash: Exception | None = None
 
 
-class Supervisor(Actor):
+class Supervisor(Actor[SupervisorMessage]):
     """A static supervisor (OTP ``supervisor``); see the module doc."""
 
     expected_errors = (ChildNotFoundError, DuplicateChildError)
 
     def __init__(
         self,
-        children: Sequence[ChildSpec] = (),
+        children: Sequence[ChildSpec[Never]] = (),
         *,
         strategy: Strategy = Strategy.ONE_FOR_ONE,
         intensity: Intensity = Intensity(),
@@ -248,10 +283,10 @@ class Supervisor(Actor):
     def inspect(self) -> object:
         return self.statistics()
 
-    def children(self) -> Iterable[tuple[str, ActorCell]]:
+    def children(self) -> Iterable[tuple[str, ActorCell[Never]]]:
         return [(child_id, child.cell) for child_id, child in self._children.items()]
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: SupervisorMessage) -> object:
         match message:
             case _ChildExited():
                 await self._child_exited(message)
@@ -281,8 +316,11 @@ class Supervisor(Actor):
                     ChildInfo(c.spec.id, c.cell.ref, c.cell.state, c.spec.restart)
                     for c in self._children.values()
                 ]
-            case _GetChild(child_id):
-                return self._child(child_id).cell.ref
+            case _GetChild(child_id, spec):
+                child = self._child(child_id)
+                if spec is not None and child.spec is not spec:
+                    raise ChildNotFoundError(self.ref.name, child_id)
+                return child.cell.ref
             case _:
                 raise UnhandledMessageError(
                     self.ref.name, message, "manage a supervisor with start_child, "
@@ -313,10 +351,10 @@ class Supervisor(Actor):
             raise ChildNotFoundError(self.ref.name, child_id)
         return child
 
-    async def _add(self, spec: ChildSpec) -> _Child:
+    async def _add(self, spec: ChildSpec[Never]) -> _Child:
         if spec.id in self._children:
             raise DuplicateChildError(self.ref.name, spec.id)
-        cell = ActorCell(
+        cell: ActorCell[Never] = ActorCell(
             spec.start,
             name=f"{self.ref.name}/{spec.id}",
             options=spec.options if spec.options is not None else self.options,

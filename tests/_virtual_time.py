@@ -28,9 +28,11 @@ import selectors
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 import anyio.from_thread
 import anyio.to_thread
 import pytest
+from anyio.lowlevel import RunVar
 
 
 class _AutojumpSelector(selectors.BaseSelector):
@@ -85,6 +87,24 @@ class VirtualTimeEventLoop(asyncio.SelectorEventLoop):
         self._virtual_now += seconds
 
 
+class _Unlimited:
+    """A limiter per event loop that never makes a thread wait (the token is taken outside)."""
+
+    def __init__(self) -> None:
+        self._var: RunVar[anyio.CapacityLimiter] = RunVar("virtual_time_unlimited")
+
+    def get(self) -> anyio.CapacityLimiter:
+        try:
+            return self._var.get()
+        except LookupError:
+            limiter = anyio.CapacityLimiter(math.inf)
+            self._var.set(limiter)
+            return limiter
+
+
+_UNLIMITED = _Unlimited()
+
+
 class WorkerThreads:
     """How many ``anyio.to_thread`` calls are doing real work right now.
 
@@ -113,11 +133,16 @@ class WorkerThreads:
         to_thread, from_thread = anyio.to_thread.run_sync, anyio.from_thread.run
 
         async def run_sync(func: Callable[..., Any], *args: Any, **options: Any) -> Any:
-            self._enter()
-            try:
-                return await to_thread(func, *args, **options)
-            finally:
-                self._leave()
+            # A call waiting for a token of its limiter is not working: it is
+            # counted from the moment it holds one (else a call queued behind
+            # a thread that waits on virtual time would stop the clock).
+            limiter = options.pop("limiter", None) or anyio.to_thread.current_default_thread_limiter()
+            async with limiter:
+                self._enter()
+                try:
+                    return await to_thread(func, *args, limiter=_UNLIMITED.get(), **options)
+                finally:
+                    self._leave()
 
         def run(func: Callable[..., Awaitable[Any]], *args: Any, **options: Any) -> Any:
             async def waiting_on_the_loop() -> Any:

@@ -21,9 +21,12 @@ ALLOWED = {
     "memory": {"actors", "supervisors", "store"},
 }
 # memory's folders in import order: each may import only those before it, and
-# memory._errors (the package's one errors module). cli is last: `scriptorium
-# simulate` is one of its commands.
-MEMORY_LAYERS = ("ledger", "workspace", "recall", "writers", "consolidation", "maintenance", "runtime", "simulate", "cli")
+# memory._errors (the package's one errors module). inspect (the web inspector)
+# reads the runtime and the audit; cli is last: `scriptorium simulate` and
+# `scriptorium inspect` are its commands.
+MEMORY_LAYERS = ("ledger", "workspace", "recall", "writers", "consolidation",
+                 "maintenance", "runtime", "importers",
+                 "mcp", "inspect", "simulate", "cli")
 
 
 def _imported_packages(path: Path) -> set[str]:
@@ -87,6 +90,51 @@ def test_memory_is_its_folders_and_one_errors_module() -> None:
 
 
 
+# Exceptions of memory defined outside memory/_errors.py, and why: none is raised
+# to a caller of memory's Python API.
+OUTSIDE_ERRORS = {
+    # the command line's own exits (a message and an exit code), caught by its main()
+    "memory.cli._cli_errors": {"CliError", "StateNotFoundError"},
+    "memory.simulate._command": {"BaselinesMissingError", "EndpointUnreachable"},
+    # the faults the stress harness injects into a run, and tells apart from real ones
+    "memory.simulate._faults": {"InjectedIOError", "SimulatedCrash"},
+    # a writer worker's crash, for its supervisor (logged, never a caller's error)
+    "memory.runtime._pool": {"WriterCrashedError"},
+    # what the model writer reads from the model; it turns each into a ModelWriterFailedError
+    "memory.writers.model._edits": {"ActionsUnreadableError"},
+    "memory.writers.model._wire": {"ResponseUnreadableError"},
+}
+
+
+def test_store_and_its_lowlevel_surface_are_apart() -> None:
+    """Like actors.lowlevel: a name is in one surface, and the host's own in ``store``."""
+    import store
+    import store.lowlevel
+
+    assert not set(store.__all__) & set(store.lowlevel.__all__)
+    assert {"run_durable", "SessionLock", "Fingerprint", "walk_files", "state_path",
+            "recover_dead_runtimes"} <= set(store.lowlevel.__all__)
+    assert {"SessionCore", "SessionActor", "DurableFiles", "Node", "StoreError",
+            "list_sessions", "node_to_message"} <= set(store.__all__)
+
+
+def test_memorys_public_exceptions_live_in_its_errors_module() -> None:
+    """One errors module per package (STYLE 5); memory exports what the README names."""
+    memory = importlib.import_module("memory")
+    assert {"BoundaryError", "BoundaryReport", "RecallError"} <= set(memory.__all__)
+    for path in sorted((ROOT / "memory").rglob("*.py")):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        if name == "memory._errors":
+            continue
+        module = importlib.import_module(name)
+        defined = {key for key, value in vars(module).items()
+                   if isinstance(value, type) and issubclass(value, BaseException)
+                   and value.__module__ == name and not key.startswith("_")}
+        assert defined <= OUTSIDE_ERRORS.get(name, set()), (
+            f"{name} defines {sorted(defined - OUTSIDE_ERRORS.get(name, set()))}; "
+            "memory's exceptions live in memory/_errors.py")
+
+
 @pytest.mark.parametrize("layer", MEMORY_LAYERS)
 def test_memory_folders_import_one_way(layer: str) -> None:
     allowed = set(MEMORY_LAYERS[:MEMORY_LAYERS.index(layer) + 1]) | {"_errors"}
@@ -104,7 +152,7 @@ def test_memory_folders_import_one_way(layer: str) -> None:
 
 
 # Modules that only re-export: every __init__, actors.lowlevel (the runner's surface) and
-# store.lowlevel (the store's walks and formats).
+# store.lowlevel (the store's tools memory builds on: the durable seam, walks, formats).
 INITS = (*PACKAGES, *(f"memory.{layer}" for layer in MEMORY_LAYERS), "actors.lowlevel",
          "store.lowlevel")
 

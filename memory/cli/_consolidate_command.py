@@ -19,8 +19,8 @@ import anyio
 import click
 
 from memory._errors import ConcurrentUpdateError, ConsolidationRefusedError
-from memory.cli._cli import _writer, emit_json, memory, state_options, writer_options
 from memory.cli._cli_errors import EXIT_FAILURE, EXIT_PROBLEMS, CliError
+from memory.cli._options import _writer, emit_json, state_options, writer_options
 from memory.consolidation import (
     ModelConsolidator,
     PreparedPass,
@@ -33,7 +33,7 @@ from memory.consolidation import (
 __all__ = ["memory_consolidate", "memory_history"]
 
 
-@memory.command("consolidate")
+@click.command("consolidate")
 @click.option("--dry-run", is_flag=True, help="Print the pass as a diff; change nothing.")
 @click.option("--scope", type=click.Choice(["local", "global"]), default="local",
               show_default=True,
@@ -97,7 +97,7 @@ def _summary(record: dict[str, Any], dry_run: bool) -> str:
            f"topic file(s)"
 
 
-@memory.command("history")
+@click.command("history")
 @click.option("--limit", type=click.IntRange(min=0), default=None,
               help="Only the last N passes.")
 @state_options

@@ -16,13 +16,13 @@ import warnings
 
 import click
 
-from memory._errors import ScriptoriumMemoryError
-from memory.cli._cli import _with_runtime, creating_state_options, emit_json
+from memory._errors import ImportInterruptedError, ReferenceThresholdWarning, ScriptoriumMemoryError
 from memory.cli._cli_errors import EXIT_USAGE, CliError
+from memory.cli._options import _with_runtime, creating_state_options, emit_json
 from memory.cli._progress import QUIET_OPTION, ProgressView
-from memory.ledger import ReferenceThresholdWarning, WritePolicy
+from memory.ledger import WritePolicy
 from memory.runtime import RuntimeConfig
-from memory.runtime._import import ImportInterruptedError, ImportReport, import_jsonl
+from memory.runtime._import import ImportReport, import_jsonl
 from memory.runtime._runtime import MemoryRuntime
 
 __all__ = ["import_group"]

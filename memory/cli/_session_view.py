@@ -13,11 +13,11 @@ Pure: it takes nodes and returns lines; the walk is iterative, so a
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from memory.ledger._records import MARKER_KEY
 from store import Node
+from store.lowlevel import drawing_tree
 
 __all__ = ["render_session_tree"]
 
@@ -30,19 +30,9 @@ def render_session_tree(
     """The drawing of every node a root reaches.
 
     Nodes on a predecessor loop (and what hangs off them) have no root to be
-    drawn from: the caller names them (``store.predecessor_cycles``).
+    drawn from: the caller names them (``store.lowlevel.predecessor_cycles``).
     """
-    ordered = sorted(nodes, key=lambda n: n.seq)
-    by_id = {n.id: n for n in ordered}
-    children: dict[str, list[Node]] = defaultdict(list)
-    roots: list[Node] = []
-    for node in ordered:
-        if node.predecessor in by_id:
-            children[node.predecessor].append(node)
-        elif node.is_spawn_root and node.caller in by_id:
-            children[node.caller].append(node)
-        else:
-            roots.append(node)
+    roots, children = drawing_tree(nodes)
     lines: list[str] = []
     stack: list[tuple[Node, str, str]] = [(root, "", "") for root in reversed(roots)]
     while stack:
@@ -72,6 +62,8 @@ def _describe(node: Node, head: str | None, workspace_id: str | None, width: int
         flags.append(f"spawned by {node.caller}")
     if node.is_summary:
         flags.append("summary")
+    if node.is_attach:
+        flags.append(f"attach row of {node.caller}" if node.caller else "attach row")
     if node.rewound:
         flags.append("rewound")
     if node.display == "root":

@@ -26,6 +26,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from memory._errors import ProposalError
 from memory.consolidation._facts import HISTORY_PREFIX, paragraph_when
 from memory.consolidation._offline import _relabel
 from memory.consolidation._plan import Action, Plan
@@ -47,10 +48,6 @@ Write each text as one line, without citations or ids (they are kept for you).
 Answer with one JSON object {"edits": [...]} and nothing else; {"edits": []} if nothing helps."""
 
 _ACTIONS = ("merge", "rewrite", "supersede", "remove")
-
-
-class ProposalError(ValueError):
-    """The model's answer cannot be applied; the pass is refused whole."""
 
 
 def render_prompt(topics: Mapping[str, Topic]) -> str:

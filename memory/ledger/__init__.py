@@ -3,10 +3,13 @@
 Layout (see docs/architecture.md): ``_records`` the unit of memory;
 ``_ledger`` the record filter, speaker authority, the marker walk and
 batches; ``_tokens`` the token counters; ``_lost_markers`` markers whose
-evidence is gone; ``_claim`` the batch claims between runtimes; ``_dates`` relative dates
-("last week") as spans of days, for the writer and recall alike.
+evidence is gone; ``_claim`` the batch claims between runtimes; ``_tails`` the
+owed tails kept on a session's index; ``_plan`` the session planner as pure
+functions; ``_dates`` relative dates ("last week") as spans of days, for the
+writer and recall alike.
 """
 
+from memory._errors import ReferenceThresholdWarning as ReferenceThresholdWarning
 from memory.ledger._dates import DaySpan as DaySpan
 from memory.ledger._dates import RelativeDate as RelativeDate
 from memory.ledger._dates import absolute_day as absolute_day
@@ -16,8 +19,6 @@ from memory.ledger._dates import relative_dates as relative_dates
 from memory.ledger._dates import resolve_relative_dates as resolve_relative_dates
 from memory.ledger._ledger import ALLOWED_THRESHOLDS as ALLOWED_THRESHOLDS
 from memory.ledger._ledger import DEFAULT_THRESHOLD as DEFAULT_THRESHOLD
-from memory.ledger._ledger import NodeRecords as NodeRecords
-from memory.ledger._ledger import ReferenceThresholdWarning as ReferenceThresholdWarning
 from memory.ledger._ledger import WritePolicy as WritePolicy
 from memory.ledger._ledger import batch_due_at as batch_due_at
 from memory.ledger._ledger import first_batch as first_batch
@@ -37,6 +38,7 @@ from memory.ledger._records import SourceRecord as SourceRecord
 from memory.ledger._records import normalize_label as normalize_label
 from memory.ledger._records import source_anchor as source_anchor
 from memory.ledger._records import source_id as source_id
+from memory.ledger._tails import NodeRecords as NodeRecords
 from memory.ledger._tokens import TokenCounter as TokenCounter
 from memory.ledger._tokens import default_counter as default_counter
 from memory.ledger._tokens import estimate_tokens as estimate_tokens

@@ -4,8 +4,9 @@ SPEC §1 and §6. The ledger lives on the turns themselves: once a batch is in
 memory each of its nodes carries ``memory_written_scriptorium = <workspace
 id>``, and what a branch still owes is the unmarked tail found by walking
 back from its tip. Everything here is a pure function of a branch (message
-dicts, root to tip), a workspace id and, for the trigger, ``now``; the
-session actor wraps them.
+dicts, root to tip), a workspace id and, for the trigger, ``now``;
+:mod:`memory.ledger._tails` applies them to a session's index, and
+:mod:`memory.ledger._plan` decides from them what the session actor does.
 
 The shape of the failure this prevents decides the details. Omitting a turn
 is unrecoverable, duplicating one is not (consolidation merges it). So a
@@ -17,20 +18,20 @@ rather than skipped, and the trigger errs towards writing.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from memory._errors import (
     InvalidThresholdError,
-    LedgerError,
     MissingAuthorityError,
+    ReferenceThresholdWarning,
     UncitableIdError,
     UnidentifiedMessageError,
 )
 from memory.ledger._records import MARKER_KEY, SourceMeta, SourceRecord, normalize_label
 from memory.ledger._tokens import TokenCounter, estimate_tokens
-from store import Node, SessionCore, StoreError, citable_id_problem, node_to_message
+from store.lowlevel import citable_id_problem
 
 __all__ = [
     "ALLOWED_THRESHOLDS",
@@ -40,8 +41,6 @@ __all__ = [
     "DEFAULT_IDLE_AFTER",
     "DEFAULT_THRESHOLD",
     "RUNTIME_SOURCES",
-    "NodeRecords",
-    "OwedTails",
     "ReferenceThresholdWarning",
     "WritePolicy",
     "batch_due_at",
@@ -69,10 +68,6 @@ RUNTIME_SOURCES = frozenset({"job_followup", "merge_turn"})
 ALLOWED_THRESHOLDS = (8_000, 16_000, 32_000)
 DEFAULT_THRESHOLD = 16_000
 DEFAULT_IDLE_AFTER = 3600.0  # seconds
-
-
-class ReferenceThresholdWarning(UserWarning):
-    """A token threshold outside 8,000 / 16,000 / 32,000: fine here, refused by the reference."""
 
 
 def threshold_warning(threshold: int) -> str | None:
@@ -301,135 +296,6 @@ def owed_tail(
             return tail
         tail.append(record)
     return None
-
-
-class NodeRecords:
-    """The record of each node of one session (``None``: not a record), kept per node object.
-
-    The owed tail is computed after every append, and until a branch has an
-    own marker that walk covers the whole branch: building each record again
-    on every walk was a quarter of the event loop's time in a 300-session
-    run. A node is immutable and a metadata merge or a reload replaces the
-    object, so identity says whether a kept record is still the node's.
-    """
-
-    def __init__(self, session_id: str, *, counter: TokenCounter = estimate_tokens) -> None:
-        self.session_id = session_id
-        self.counter = counter
-        self._kept: dict[str, tuple[Node, SourceRecord | None]] = {}
-
-    def of(self, node: Node) -> SourceRecord | None:
-        kept = self._kept.get(node.id)
-        if kept is not None and kept[0] is node:
-            return kept[1]
-        record = record_of(self.session_id, node_to_message(node, self.session_id),
-                           counter=self.counter)
-        self._kept[node.id] = (node, record)
-        return record
-
-    def owed(
-        self,
-        newest_first: Iterable[Node],
-        whole_branch: Callable[[], Iterable[Node]],
-        workspace_id: str,
-    ) -> list[SourceRecord]:
-        """SPEC §6.2: walk back from the tip; without an own marker, the whole branch is owed.
-
-        ``whole_branch`` gives the validated branch root to tip (it raises
-        for a broken chain, which the walk back simply stops at).
-
-        A refused node (:class:`LedgerError`) met on the walk back is the
-        newest refused one; the error names the oldest on the branch
-        instead, as :func:`records_from_branch` (``pending``, the audit) does,
-        so every command sends the user to the same node.
-        """
-        try:
-            owed = owed_tail(map(self.of, newest_first), workspace_id)
-        except LedgerError:
-            try:
-                for node in whole_branch():  # root to tip: raises at the oldest refused node
-                    self.of(node)
-            except StoreError:  # a broken chain behind it: the walk back's error stands
-                pass
-            raise
-        if owed is None:
-            records = (self.of(node) for node in whole_branch())
-            owed = unwritten_turns([r for r in records if r is not None], workspace_id)
-        return owed
-
-
-# SPEC §4: the predecessor of a session's first turn; a walk ends there, even
-# when a display-root node is named so.
-_ROOT = "ROOT"
-
-
-class OwedTails:
-    """What each tip of one session owes (SPEC §6.2), kept from one append to the next.
-
-    The trigger asks after every append what the head branch owes, and until
-    a branch has an own marker the answer is the whole branch: walking it
-    again each time made the event loop's work per turn grow with the
-    session. The tails are kept for the index version they were computed on
-    (``SessionCore.index_version``). When the only changes since are added
-    nodes (``SessionCore.added_since``), every kept tail still holds (a new
-    node lies on no older tip's branch) and a new node's tail is its
-    predecessor's plus its own record; the predecessor's is then dropped (a
-    tip queried again after it grew a child is walked). Any other change
-    (a merge, a rewind, a rebuild after an outside write) forgets them all.
-    A tail is computed exactly as :meth:`NodeRecords.owed`.
-    """
-
-    def __init__(self, records: NodeRecords, workspace_id: str) -> None:
-        self.records = records
-        self.workspace_id = workspace_id
-        self._version: int | None = None
-        self._kept: dict[str, list[SourceRecord]] = {}
-
-    def of(self, core: SessionCore, tip: str | None) -> list[SourceRecord]:
-        """The owed tail of the branch ending at ``tip`` (default: the head), oldest first."""
-        start = tip if tip is not None else core.head
-        if start is None:
-            return []
-        version = core.index_version
-        if version != self._version:
-            added = core.added_since(self._version) if self._version is not None else None
-            if added is None:
-                self._kept.clear()
-            else:
-                for node_id in added:
-                    self._extend(core, node_id)
-            self._version = version
-        found = self._kept.get(start)
-        if found is None:
-            found = self.records.owed(core.nodes_back(start), lambda: core.branch_nodes(start),
-                                      self.workspace_id)
-            if core.index_version != version:
-                return found  # the index moved under the walk: keep nothing
-            self._kept[start] = found
-        return list(found)
-
-    def _extend(self, core: SessionCore, node_id: str) -> None:
-        """Keep the tail of ``node_id``, just added, if its predecessor's is kept."""
-        node = core.node(node_id)
-        previous = node.predecessor
-        if previous is None or previous == _ROOT:
-            return
-        before = self._kept.pop(previous, None)
-        if before is None:
-            return
-        if node.display == "root" or node.rewound:  # not on its own branch (store.branch)
-            self._kept[node_id] = before
-            return
-        try:
-            record = self.records.of(node)
-        except LedgerError:
-            return  # the walk raises it, naming the oldest refused node
-        if record is None:
-            self._kept[node_id] = before
-        elif record.marker == self.workspace_id:
-            self._kept[node_id] = []
-        else:
-            self._kept[node_id] = [*before, record]
 
 
 def owed_tokens(records: Sequence[SourceRecord]) -> int:

@@ -2,11 +2,12 @@
 
 Layout (see docs/architecture.md): ``_migrate`` position cursors to markers;
 ``_backfill`` every uncited archived source; ``_audit`` the consistency
-report; ``_runtime_audit`` runtime.json's orders and counters, and their repair.
+report (pure), ``_audit_inputs`` the facts it reads from a state;
+``_runtime_audit`` runtime.json's orders and counters, and their repair.
 """
 
 from memory.maintenance._audit import audit as audit
-from memory.maintenance._audit import read_audit_inputs as read_audit_inputs
+from memory.maintenance._audit_inputs import read_audit_inputs as read_audit_inputs
 from memory.maintenance._backfill import BackfillReport as BackfillReport
 from memory.maintenance._backfill import backfill as backfill
 from memory.maintenance._migrate import MigrationReport as MigrationReport

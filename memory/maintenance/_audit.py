@@ -31,6 +31,9 @@ misattribute memory:
   ``topics`` link to a sibling directory): every write fails with it.
 * **runtime.json** (``unordered_blocks``, ``runtime_backwards``): see
   :mod:`memory.maintenance._runtime_audit`.
+* **damaged write-ahead files** (``damaged_logs``): a session journal or
+  runtime-log segment ending in bytes that are no valid record, which
+  replay skips (found before any session is opened: opening cuts them).
 * **unreadable state** (``warnings``): whatever could not be read to check
   the above: a session without meta.json, a branch that cannot be walked (a
   broken chain, a cycle), a skipped node file, a refused symbolic link.
@@ -47,45 +50,30 @@ finding is one more key there).
 
 Everything here is a pure function of the facts (:func:`audit`); reading the
 facts from a state directory is one blocking function
-(:func:`read_audit_inputs`) that the CLI runs.
+(:func:`~memory.maintenance._audit_inputs.read_audit_inputs`) that the CLI runs.
 """
 
 from __future__ import annotations
 
-import os
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memory._errors import InstallJournalCorruptError, LedgerError, TopicError
+from memory._errors import LedgerError, TopicError
 from memory.ledger._ledger import records_from_branch
 from memory.ledger._lost_markers import lost_markers
 from memory.ledger._records import MARKER_KEY, source_anchor, source_id
-from memory.maintenance._migrate import archive_files
 from memory.maintenance._runtime_audit import (
     RUNTIME_WHAT_TO_DO,
-    read_runtime_facts,
     runtime_findings,
     topic_block_ids,
 )
-from memory.workspace._archive import PROVIDER, ArchiveScan, read_archive
-from memory.workspace._legacy import LegacyHeader, read_legacy_first_header
-from memory.workspace._revision import revision_paths
+from memory.workspace._archive import ArchiveScan
+from memory.workspace._legacy import LegacyHeader
 from memory.workspace._runtime_state import Floor, RuntimeState
 from memory.workspace._topic_ids import source_key
-from memory.workspace._topics import decode_topic, parse_topic
-from memory.workspace._transaction import JOURNAL, LINKED_TOPIC, read_install_journal
-from store import (
-    ChainCycleError,
-    SessionCore,
-    StoreError,
-    UnsafeLinkError,
-    list_sessions,
-    node_to_message,
-    predecessor_cycles,
-    walk_files,
-)
+from memory.workspace._topics import parse_topic
 
 __all__ = [
     "WHAT_TO_DO",
@@ -93,8 +81,6 @@ __all__ = [
     "Citation",
     "SessionFacts",
     "audit",
-    "read_audit_inputs",
-    "read_topics",
     "topic_citations",
     "with_problems",
 ]
@@ -138,6 +124,11 @@ WHAT_TO_DO: dict[str, str] = {
         "reachable by one name only (e.g. move the linked directory back in place of the link)"
     ),
     **RUNTIME_WHAT_TO_DO,
+    "damaged_logs": (
+        "these session journals or runtime-log segments end in bytes that are no valid record "
+        "(torn by a crash mid-write, or damaged): they were not replayed and are cut off at "
+        "the next open; a crash explains one, a repeat means a failing disk: check it"
+    ),
     "warnings": (
         "these files or branches could not be read, so what they hold was not checked and "
         "is not written: fix each as its line says, then run the audit again"
@@ -182,6 +173,8 @@ class AuditInputs:
     # {journal, files} or {journal, error}: an install a crash stopped after its commit point
     interrupted_install: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
     unwritable: Sequence[str] = field(default_factory=tuple)  # the revision walk's refusal
+    # journals and runtime-log segments with bytes past their records (store.DamagedLog.as_json)
+    damaged: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
     runtime: RuntimeState | None = None  # runtime.json and its floor (issue 23); None: unchecked
     floor: Floor = field(default_factory=Floor)
 
@@ -339,6 +332,7 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
         "lost_markers": lost,
         "interrupted_install": [dict(entry) for entry in inputs.interrupted_install],
         "unwritable_workspace": list(inputs.unwritable),
+        "damaged_logs": [dict(entry) for entry in inputs.damaged],
         "warnings": list(inputs.problems),
     }
     if inputs.runtime is not None:
@@ -355,121 +349,3 @@ def with_problems(report: dict[str, Any]) -> dict[str, Any]:
         if report.get(kind)
     ]
     return {**report, "ok": not problems, "problems": problems}
-
-
-# -- reading the facts (blocking I/O) -----------------------------------------------
-
-
-def read_topics(
-    memory_dir: str,
-    undecodable: dict[str, str] | None = None,
-    linked: set[str] | None = None,
-) -> dict[str, str]:
-    """Every ``topics/**.md`` (hidden parts skipped), relative path -> text.
-
-    Directory links are followed as the transactions follow them
-    (:mod:`store._links`); linked files are added to ``linked``. A file that
-    is not UTF-8 is left out and its error (file and byte) put in
-    ``undecodable``. Raises :class:`~store.UnsafeLinkError` on a link loop.
-    """
-    topics: dict[str, str] = {}
-    found = walk_files(
-        os.path.join(memory_dir, "topics"), prefix="topics/", linked=linked,
-        skip=lambda name: name.startswith("."), shown="memory",
-    )
-    for relative, _ in sorted(found):
-        if not relative.endswith(".md"):
-            continue
-        with open(os.path.join(memory_dir, relative), "rb") as handle:
-            raw = handle.read()
-        try:
-            topics[relative] = decode_topic(raw, relative)
-        except TopicError as error:
-            if undecodable is not None:
-                undecodable[relative] = str(error)
-    return topics
-
-
-def read_audit_inputs(state_dir: str, workspace_id: str) -> AuditInputs:
-    """The facts of a state directory. Run it where no runtime writes (or accept a snapshot race).
-
-    Sessions that cannot be opened or listed (no meta.json), heads and
-    branches that cannot be walked, linked topic files and link loops are
-    reported in ``problems`` (each line is the store's typed error: it names
-    the file and says what to do).
-    """
-    memory_dir = os.path.join(state_dir, "memory")
-    sessions: list[SessionFacts] = []
-    unlisted: dict[str, StoreError] = {}
-    rows = list_sessions(state_dir, unlisted)
-    problems: list[str] = [str(error) for _, error in sorted(unlisted.items())]
-    for row in rows:
-        sid = row["id"]
-        try:
-            core = SessionCore.open(state_dir, sid)
-            try:
-                core.head  # noqa: B018 - raises for an unusable head_id, as pending and write do
-            except StoreError as error:
-                problems.append(f"session {sid!r}: {error}")
-            messages = [node_to_message(node, sid) for node in core.nodes()]
-            branches: dict[str, Sequence[Message]] = {}
-            for tip in core.list_branches():
-                try:
-                    branches[tip["head_msg_id"]] = core.get_branch(tip["head_msg_id"])
-                except StoreError as error:
-                    problems.append(f"session {sid!r}, tip {tip['head_msg_id']!r}: {error}")
-            problems.extend(str(p) for p in core.problems)
-            problems.extend(
-                str(ChainCycleError(sid, loop[0], loop[-1], tuple(loop)))
-                for loop in predecessor_cycles(core.nodes())
-            )
-        except StoreError as error:
-            problems.append(f"session {sid!r}: {error}")
-            continue
-        sessions.append(SessionFacts(sid, messages, branches))
-    # Archives of sessions that are gone still back citations.
-    root = os.path.join(memory_dir, "sources", PROVIDER)
-    odd: list[str] = []
-    v2 = archive_files(os.path.join(root, "_v2"), odd)
-    old = archive_files(root, odd, canonical=False)
-    problems.extend(
-        f"memory/{os.path.relpath(path, memory_dir)}: not a quoted session id; ignored"
-        for path in odd
-    )
-    archives = {sid: read_archive(memory_dir, sid) for sid in sorted(v2)}
-    legacy = {
-        sid: header
-        for sid in sorted(old)
-        if (header := read_legacy_first_header(memory_dir, sid, old[sid])) is not None
-    }
-    undecodable: dict[str, str] = {}
-    linked: set[str] = set()
-    unwritable: list[str] = []
-    if os.path.isdir(memory_dir):
-        try:  # the very walk every commit's revision makes: what it refuses, writes fail on
-            revision_paths(memory_dir)
-        except UnsafeLinkError as error:
-            unwritable.append(str(error))
-    try:
-        topics = read_topics(memory_dir, undecodable, linked)
-    except UnsafeLinkError as error:
-        if str(error) not in unwritable:
-            problems.append(str(error))
-        topics = {}
-    problems.extend(f"memory/{path}: {LINKED_TOPIC}" for path in sorted(linked))
-    runtime, floor = read_runtime_facts(memory_dir)
-    return AuditInputs(
-        workspace_id, sessions, archives, legacy, topics, problems, undecodable,
-        _interrupted_install(memory_dir), unwritable, runtime, floor,
-    )
-
-
-def _interrupted_install(memory_dir: str) -> list[dict[str, Any]]:
-    journal = f"memory/{JOURNAL}"
-    try:
-        files = read_install_journal(memory_dir)
-    except InstallJournalCorruptError as error:
-        return [{"journal": journal, "error": str(error)}]
-    if files is None:
-        return []
-    return [{"journal": journal, "files": [f"memory/{path}" for path in files]}]

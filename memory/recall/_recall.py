@@ -5,7 +5,7 @@ everything that touches SQLite or the files (sync, search, neighbours) in
 one worker-thread hop per query (``anyio.to_thread``), serialised by a
 thread lock: a timer on the loop fires on time while a recall runs. The
 rules (query parsing, ranking, packing) are the pure functions of
-:mod:`memory.recall._query` and :mod:`memory.recall._rank`.
+:mod:`memory.recall._query`, :mod:`memory.recall._rank` and :mod:`memory.recall._pack`.
 
 Branches need the session store, which this folder cannot reach: the
 runtime walks the branch and passes a :class:`~memory.recall._rank.BranchView`.
@@ -17,28 +17,28 @@ sees one consistent state even while a commit is being installed.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 
 import anyio
 
-from memory._errors import WorkspaceLockTimeoutError
-from memory.ledger import TokenCounter, default_counter
+from memory._errors import RecallIndexError, WorkspaceLockTimeoutError
+from memory.ledger import SourceRecord, TokenCounter, default_counter
 from memory.recall._arguments import check_context_arguments, check_recall_arguments
 from memory.recall._embedding import Embedder, fuse_rrf
 from memory.recall._index import RecallIndex, SyncReport
+from memory.recall._owed import rank_owed
+from memory.recall._pack import Context, known_words_text, notes_of, pack_context
 from memory.recall._query import ParsedQuery, fts_expression, parse_query
 from memory.recall._rank import (
     BranchView,
-    Context,
     Hit,
     hit_of,
-    known_words_text,
-    notes_of,
-    pack_context,
     rank_units,
     scored_hit,
     sql_bound,
@@ -78,9 +78,11 @@ class Recall:
         clock: Callable[[], float] = time.time,
         step: Callable[[str], None] | None = None,
         embedder: Embedder | None = None,
+        read_only: bool = False,
     ) -> None:
+        # read_only: the index in memory, nothing written to the state (memory.recall._private).
         self.index = RecallIndex(memory_dir, files=files, lock_timeout=lock_timeout, step=step,
-                                 embedder=embedder)
+                                 embedder=embedder, read_only=read_only)
         self.count = counter or default_counter()
         self.clock = clock
         self._lock = threading.Lock()
@@ -88,7 +90,7 @@ class Recall:
     # -- blocking bodies (worker threads) -------------------------------------------
 
     def sync_blocking(self) -> SyncReport:
-        with self._lock:
+        with self._lock, _naming(self.index.path):
             return self.index.sync()
 
     def sync_after_write(self) -> SyncReport | None:
@@ -110,7 +112,7 @@ class Recall:
             self._lock.release()
 
     def rebuild_blocking(self, progress: Callable[[int, int], None] | None = None) -> SyncReport:
-        with self._lock:
+        with self._lock, _naming(self.index.path):
             return self.index.rebuild(progress)
 
     def close(self) -> None:
@@ -209,7 +211,7 @@ class Recall:
         until: TimeBound, include_pending: bool, as_of: float | None = None,
     ) -> list[Hit]:
         parsed = parse_query(query, as_of=self.clock() if as_of is None else as_of)
-        with self._lock:
+        with self._lock, _naming(self.index.path):
             self.index.sync()
             with self.index.snapshot():
                 hits = self._ranked(parsed, view, _seconds(since), _seconds(until),
@@ -222,7 +224,7 @@ class Recall:
     ) -> Context:
         moment = _seconds(as_of)
         parsed = parse_query(query, as_of=self.clock() if moment is None else moment)
-        with self._lock:
+        with self._lock, _naming(self.index.path):
             self.index.sync()
             with self.index.snapshot():
                 ranked = self._ranked(parsed, view, None, None, False, repeats=True)
@@ -257,6 +259,17 @@ class Recall:
         return await anyio.to_thread.run_sync(lambda: self.recall_blocking(
             query, k=k, view=view, since=since, until=until, include_pending=include_pending))
 
+    async def recall_owed(
+        self, query: str, records: Sequence[SourceRecord], *, k: int = 8,
+        view: BranchView | None = None, since: TimeBound = None, until: TimeBound = None,
+        include_pending: bool = False, shown: Sequence[Hit] = (),
+    ) -> list[Hit]:
+        """The ``k`` best of the owed ``records`` for ``query``, as ``owed`` hits (:mod:`._owed`)."""
+        parsed = parse_query(query, as_of=self.clock())
+        return await anyio.to_thread.run_sync(lambda: rank_owed(
+            records, parsed, k=k, view=view, since=_seconds(since), until=_seconds(until),
+            include_pending=include_pending, shown=shown))
+
     async def context(
         self, query: str, *, budget_tokens: int = 500, view: BranchView | None = None,
         as_of: TimeBound = None,
@@ -264,6 +277,15 @@ class Recall:
         check_context_arguments(budget_tokens, as_of)
         return await anyio.to_thread.run_sync(lambda: self.context_blocking(
             query, budget_tokens=budget_tokens, view=view, as_of=as_of))
+
+
+@contextlib.contextmanager
+def _naming(path: str) -> Iterator[None]:
+    """An SQLite error on the index becomes :class:`RecallIndexError` naming its file."""
+    try:
+        yield
+    except sqlite3.Error as error:
+        raise RecallIndexError(path, error) from error
 
 
 def _expression(parsed: ParsedQuery, index: RecallIndex) -> str:

@@ -12,7 +12,7 @@ The rules and the format are :mod:`memory.ledger._claim`. Here:
   claims it writes, the lease, and the sessions it may still hold a claim
   on, released when it exits.
 
-The store only reserves the file's name (``store.CLAIM_NAME``) and lends
+The store only reserves the file's name (``store.lowlevel.CLAIM_NAME``) and lends
 its lock; the concept is memory's (docs/decisions.md, "Runtime split").
 """
 
@@ -26,16 +26,8 @@ import socket
 from collections.abc import Callable, Sequence
 
 from memory.ledger._claim import RELEASED, Claim, decode_claim, encode_claim
-from store import (
-    CLAIM_NAME,
-    DurableFiles,
-    FileStamp,
-    SessionCore,
-    SessionLock,
-    StoreError,
-    file_stamp,
-    validate_id,
-)
+from store import DurableFiles, SessionCore, StoreError
+from store.lowlevel import CLAIM_NAME, FileStamp, SessionLock, file_stamp, validate_id
 
 __all__ = [
     "UNBOUNDED_LEASE",

@@ -46,7 +46,6 @@ class RuntimeConfig:
     worker_backoff: Backoff = field(
         default_factory=lambda: Backoff(initial=0.5, factor=2.0, maximum=30.0, jitter=0.25)
     )
-    call_timeout: float | None = 120.0
     # How long a session mutation waits for <sid>/.lock, and a workspace write for
     # memory/.scriptorium/write.lock, held by another process before it fails
     # with SessionLockTimeoutError / WorkspaceLockTimeoutError (None: forever).

@@ -46,7 +46,12 @@ from memory.consolidation import (
 )
 from memory.consolidation._pass import read_topics
 from memory.runtime._config import RuntimeConfig
-from memory.runtime._workspace_actor import CommitConsolidation, ReadRuntimeState, TakeSnapshot
+from memory.runtime._workspace_actor import (
+    CommitConsolidation,
+    ReadRuntimeState,
+    TakeSnapshot,
+    WorkspaceMessage,
+)
 from memory.workspace._edits import WorkspaceSnapshot
 from memory.workspace._runtime_state import RuntimeState
 from memory.writers._writer import Writer
@@ -69,7 +74,7 @@ class ConsolidationHost(Protocol):
     def config(self) -> RuntimeConfig: ...
 
     @property
-    def workspace_ref(self) -> ActorRef: ...
+    def workspace_ref(self) -> ActorRef[WorkspaceMessage]: ...
 
     @property
     def writer(self) -> Writer: ...
@@ -77,7 +82,7 @@ class ConsolidationHost(Protocol):
     def emit(self, event: str, **fields: Any) -> None: ...
 
 
-class ConsolidationJob(Actor):
+class ConsolidationJob(Actor[CheckConsolidation]):
     """See the module docstring."""
 
     def __init__(self, runtime: ConsolidationHost,

@@ -15,7 +15,11 @@ Events an instrument reads (besides the log's ``job``, ``boundary``,
 - ``job`` (``result``, ``seconds``, ``node_ids``): a job's outcome, with the
   time from submission to it;
 - ``marked`` (``session``, ``node_ids``, ``seconds``): markers merged for a
-  finished job or a repair, and how long the merge took.
+  finished job or a repair, and how long the merge took;
+- ``group_taken`` (``size``, ``waiting``, ``oldest_due_age``): a writer
+  worker took ``size`` due batches as one cycle, with ``waiting`` still
+  queued and memory ``oldest_due_age`` seconds behind
+  (:mod:`memory.runtime._backlog`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ class EventHook:
         """Whether anyone listens (callers skip building costly fields otherwise)."""
         return self._on_event is not None
 
+    def now(self) -> float:
+        """The runtime's wall clock (``RuntimeConfig.clock``), which events are stamped with."""
+        return self._clock()
+
     def emit(self, event: str, **fields: Any) -> None:
         """One structured event (``scriptorium run --log-json`` prints each as a JSON line)."""
         if self._on_event is not None:
@@ -57,6 +65,9 @@ class EventTally:
     batch becoming due (its first ``submitted``, so a retry counts from the
     first) to the ``marked`` event of its markers, the full write cycle;
     ``cycles`` holds the same as ``(due_at, durable_at)`` pairs.
+    ``groups`` counts the groups the workers took by size; ``latencies``'
+    ``memory_lag`` holds the memory lag seen at each take, and
+    ``waiting_max`` the most due batches seen waiting.
     ``forward`` also receives every event.
     """
 
@@ -65,7 +76,9 @@ class EventTally:
         self.written_batches: list[tuple[str, tuple[str, ...]]] = []
         self.marked: set[tuple[str, str]] = set()
         self.latencies: dict[str, list[float]] = {
-            "write_cycle": [], "marker_merge": [], "due_to_durable": []}
+            "write_cycle": [], "marker_merge": [], "due_to_durable": [], "memory_lag": []}
+        self.groups: Counter[int] = Counter()
+        self.waiting_max = 0
         self._due: dict[tuple[str, str], float] = {}  # submitted, not marked yet
         self.cycles: list[tuple[float, float]] = []  # (due_at, durable_at) per marked batch
         self._forward = forward
@@ -84,6 +97,11 @@ class EventTally:
                     self.latencies["write_cycle"].append(event["seconds"])
                 if event.get("result") == "written":
                     self.written_batches.append((event["session"], tuple(event["node_ids"])))
+            case "group_taken":
+                self.groups[event["size"]] += 1
+                self.waiting_max = max(self.waiting_max, event["waiting"])
+                if event.get("oldest_due_age") is not None:
+                    self.latencies["memory_lag"].append(event["oldest_due_age"])
             case "marked":
                 session = event["session"]
                 self.latencies["marker_merge"].append(event["seconds"])

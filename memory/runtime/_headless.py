@@ -7,6 +7,10 @@ cheap scan, not a file watcher (see docs/decisions.md): every
 ``updated_at`` and asks the session actors whose value moved to reconsider
 what they owe. The idle watchdog's own disk poll does the rest.
 
+Every ``lag_interval`` seconds it logs a ``lag`` event: how far memory is
+behind (:class:`~memory.runtime._backlog.MemoryLag`), so an operator sees
+the write side fall behind before an agent does.
+
 SIGINT/SIGTERM stop the scan, let in-flight jobs finish within
 ``drain_timeout`` and stop the tree in reverse order; an interrupted job is
 simply owed again at the next start (markers come last). ``--once`` runs
@@ -23,7 +27,7 @@ jobs drained; ``written`` only when that is nothing.
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,17 +35,20 @@ import anyio
 
 from actors import ActorError
 from memory._errors import describe_error
+from memory.runtime._backlog import MemoryLag
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
-from memory.runtime._session_actor import (
+from memory.runtime._session_state import (
     SESSION_ERRORS,
     BoundaryOutcome,
     BoundaryReport,
     Reconsider,
 )
 from memory.writers import Writer
-from store import StoreError, list_sessions, run_durable
+from store import StoreError, list_sessions
+from store.lowlevel import run_durable
 
-__all__ = ["SessionReport", "run_headless", "run_once", "run_triggers", "scan_sessions"]
+__all__ = ["SessionReport", "lag_event", "run_headless", "run_once", "run_triggers",
+           "scan_sessions"]
 
 WRITTEN = "written"
 NOT_DUE = "not due"  # the trigger rule does not call for a write (memory write without --force)
@@ -113,6 +120,14 @@ def scan_sessions(
     return changed
 
 
+def lag_event(lag: MemoryLag) -> dict[str, Any]:
+    """The ``lag`` log line of :func:`run_headless`: ages in seconds, to the millisecond."""
+    age = lag.oldest_due_age
+    return {"event": "lag", "oldest_due_age": None if age is None else round(age, 3),
+            "due_waiting": lag.due_waiting, "in_flight": lag.in_flight,
+            "recent_groups": list(lag.recent_groups)}
+
+
 async def run_once(
     rt: MemoryRuntime, sessions: Sequence[str] | None = None, *, parallel: int = 16
 ) -> dict[str, SessionReport]:
@@ -154,7 +169,7 @@ async def run_triggers(rt: MemoryRuntime, sessions: Sequence[str]) -> dict[str, 
     errors: dict[str, str] = {}
     for session in sessions:
         try:
-            reason = await rt.session_ref(session).call(Reconsider(), timeout=rt.config.call_timeout)
+            reason = await rt.session_ref(session).call(Reconsider())
         except (*SESSION_ERRORS, ActorError) as exc:
             reason = f"session {session!r}: {describe_error(exc)}"
         if reason is not None:
@@ -200,11 +215,16 @@ async def run_headless(
     config: RuntimeConfig,
     scan_interval: float = 2.0,
     drain_timeout: float = 30.0,
+    lag_interval: float = 30.0,
     log: Callable[[dict[str, Any]], None],
     ready: Callable[[], None] | None = None,
     writer: Writer | None = None,
+    beside: Callable[[MemoryRuntime], Coroutine[Any, Any, None]] | None = None,
 ) -> None:
-    """Run until SIGINT or SIGTERM; see the module docstring. ``writer``: None, the built-in one."""
+    """Run until SIGINT or SIGTERM; see the module docstring. ``writer``: None, the built-in one.
+
+    ``beside(rt)`` runs next to the scan until the stop (``run --inspect``: the inspector).
+    """
     async with open_runtime(state_dir, writer, config=config) as rt:
         log({"event": "started", "state": state_dir, "workspace": rt.workspace_id})
         seen: dict[str, object] = {}
@@ -228,7 +248,15 @@ async def run_headless(
                             log({"event": "scan_error", "session": session, "error": str(exc)})
                     await anyio.sleep(scan_interval)
 
+            async def report_lag() -> None:
+                while True:
+                    await anyio.sleep(lag_interval)
+                    log(lag_event(rt.statistics().lag))
+
             tg.start_soon(scan)
+            tg.start_soon(report_lag)
+            if beside is not None:
+                tg.start_soon(beside, rt)
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 if ready is not None:
                     ready()

@@ -37,8 +37,11 @@ Contract:
   the file's sha256: the same file imports into the same session, so a
   second import changes nothing there too.
 
-All or nothing: a checked file can still fail while it is appended (a full
-disk, a crash). The turns appended up to then stay (the store deletes
+All or nothing: a checked file can still fail while it is written (a full
+disk, a crash). A new session is built aside and moved into place whole
+(:mod:`memory.runtime._import_staging`): it is there with every turn, or not
+at all (:class:`ImportFailedError`). Into an existing session each turn is
+appended whole; the turns appended before a failure stay (the store deletes
 nothing), and every line has an id, so running the same import again skips
 them and appends the rest: :class:`ImportInterruptedError` says so.
 """
@@ -46,6 +49,7 @@ them and appends the rest: :class:`ImportInterruptedError` says so.
 from __future__ import annotations
 
 import codecs
+import functools
 import hashlib
 import math
 import os
@@ -56,31 +60,33 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import orjson
 
-from memory._errors import ScriptoriumMemoryError
+from memory._errors import (
+    HistoryImportError,
+    ImportFailedError,
+    ImportInterruptedError,
+    ImportLineError,
+)
+from memory.runtime._import_staging import import_new_session
 from store import (
     CLOCK_SKEW,
     RESERVED_KEYS,
     FindNodes,
     GetMeta,
     InvalidRequestError,
-    SessionExistsError,
-    citable_id_problem,
-    encode_node,
+    StoreError,
     message_to_node,
-    validate_id,
 )
+from store.lowlevel import citable_id_problem, encode_node, run_durable, validate_id
 
 if TYPE_CHECKING:
     from memory.runtime._runtime import MemoryRuntime
 
 __all__ = [
-    "HistoryImportError",
-    "ImportInterruptedError",
     "ImportLine",
-    "ImportLineError",
     "ImportReport",
     "derived_session_id",
     "import_jsonl",
+    "object_line",
     "parse_import_lines",
     "plan_import",
 ]
@@ -93,34 +99,6 @@ SPEAKER_KEY = "speaker_display"
 # Fields of the message view a line cannot set: its time is created_at, and
 # sub-calls, tool rows and model names are not conversation history.
 _REFUSED = (RESERVED_KEYS | {"name", "input", "reads"}) - _LINE_FIELDS
-
-
-class HistoryImportError(ScriptoriumMemoryError):
-    """An import that was refused or did not finish; the message says what to do."""
-
-
-class ImportLineError(HistoryImportError):
-    """A line of the file cannot be imported; nothing of the file was."""
-
-    def __init__(self, file: str, line: int, problem: str) -> None:
-        self.file, self.line, self.problem = file, line, problem
-        super().__init__(
-            f"{file}:{line}: {problem}; nothing of the file was imported: fix that line "
-            "and run the import again"
-        )
-
-
-class ImportInterruptedError(HistoryImportError):
-    """Appending a checked file failed part way; running it again completes it."""
-
-    def __init__(self, file: str, line: int, session: str, appended: int,
-                 cause: BaseException) -> None:
-        self.file, self.line, self.session, self.appended = file, line, session, appended
-        super().__init__(
-            f"{file}:{line}: the import into session {session!r} stopped ({cause}); "
-            f"{appended} turn(s) before that line are in the session: run the same import "
-            "again to finish it (turns already there are skipped)"
-        )
 
 
 @dataclass(frozen=True)
@@ -221,6 +199,17 @@ def _line_turn(record: Mapping[str, Any], now: float) -> tuple[str, str, float |
     return role, content, when, speaker or ""
 
 
+def object_line(raw: bytes, file: str, number: int) -> dict[str, Any]:
+    """Line ``number`` of ``file`` as a JSON object, or :class:`ImportLineError` saying why not."""
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ImportLineError(file, number, f"not JSON ({exc})") from None
+    if not isinstance(record, dict):
+        raise ImportLineError(file, number, "not a JSON object")
+    return record
+
+
 def parse_import_lines(data: bytes, file: str, *, now: float) -> list[ImportLine]:
     """Every line of ``data`` checked as a turn, ids and predecessors settled within the file.
 
@@ -236,12 +225,7 @@ def parse_import_lines(data: bytes, file: str, *, now: float) -> list[ImportLine
     for number, raw in enumerate(data.split(b"\n"), start=1):
         if not raw.strip():
             continue
-        try:
-            record = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ImportLineError(file, number, f"not JSON ({exc})") from None
-        if not isinstance(record, dict):
-            raise ImportLineError(file, number, "not a JSON object")
+        record = object_line(raw, file, number)
         try:
             role, content, when, speaker = _line_turn(record, now)
         except _BadLineError as exc:
@@ -356,7 +340,7 @@ async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
     A session that does not exist is created. Raises :class:`ImportLineError`
     (nothing imported), :class:`ImportInterruptedError` (some turns appended: run
     it again), or the store's error for an unusable session id.
-    ``progress(done, total)`` is called after each turn appended.
+    ``progress(done, total)`` is called after each turn appended (or staged).
     """
     file = os.fspath(path)
     data = await anyio.to_thread.run_sync(_read, file)
@@ -371,15 +355,20 @@ async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
     exists = await anyio.to_thread.run_sync(_session_exists, rt.state_dir, sid)
     held, first_turn = await _held(rt, sid, names) if exists else ({}, False)
     todo = plan_import(lines, file, sid, held, has_first_turn=first_turn)
-    created = False
-    if not exists:
+    if not exists:  # all or nothing: built aside, moved into place whole
+        turns = [(line.message(), line.created_at) for line in todo]
         try:
-            await rt.sessions.create(title=f"imported from {os.path.basename(file)}",
-                                     session_id=sid)
-            created = True
-        except SessionExistsError:  # created meanwhile by someone else: check against it
-            held, first_turn = await _held(rt, sid, names)
-            todo = plan_import(lines, file, sid, held, has_first_turn=first_turn)
+            installed = await run_durable(functools.partial(
+                import_new_session, rt.state_dir, sid, f"imported from {os.path.basename(file)}",
+                turns, lines[-1].id if todo else None, files=rt.config.files,
+                clock=rt.config.clock, progress=progress))
+        except (OSError, StoreError) as exc:  # only the sync after the move leaves one
+            made = await anyio.to_thread.run_sync(_session_exists, rt.state_dir, sid)
+            raise ImportFailedError(file, sid, exc, installed=made) from exc
+        if installed:
+            return ImportReport(file, sid, True, len(todo), len(lines) - len(todo))
+        held, first_turn = await _held(rt, sid, names)  # created meanwhile: check against it
+        todo = plan_import(lines, file, sid, held, has_first_turn=first_turn)
     appended = 0
     for line in todo:
         try:
@@ -394,7 +383,7 @@ async def import_jsonl(rt: MemoryRuntime, path: str | os.PathLike[str], *,
             await rt.sessions.set_head(sid, lines[-1].id)
         except Exception as exc:
             raise ImportInterruptedError(file, lines[-1].number, sid, appended, exc) from exc
-    return ImportReport(file, sid, created, appended, len(lines) - appended)
+    return ImportReport(file, sid, False, appended, len(lines) - appended)
 
 
 async def _held(rt: MemoryRuntime, session: str,
@@ -407,8 +396,8 @@ async def _held(rt: MemoryRuntime, session: str,
     """
     ref = rt.session_ref(session)
     held: dict[str, dict[str, Any]] = await ref.call(
-        FindNodes(names), timeout=rt.config.call_timeout)
-    meta: dict[str, Any] = await ref.call(GetMeta(), timeout=rt.config.call_timeout)
+        FindNodes(names))
+    meta: dict[str, Any] = await ref.call(GetMeta())
     first_turn = False
     if meta.get("head_id") is not None:
         first_turn = any(m.get("role") in ROLES and m.get("display") != "root"

@@ -3,23 +3,29 @@
 One queue outlives the workers, so a worker's crash loses no queued job
 (:mod:`memory.runtime._pool`). It counts the jobs in flight (``drain``
 waits for none) and the outcomes by result (``statistics``), and reports
-``submitted`` and ``job`` events (:mod:`memory.runtime._events`).
+``submitted`` and ``job`` events (:mod:`memory.runtime._events`). It
+keeps what :mod:`memory.runtime._backlog` needs to say how far memory is
+behind: when each job in flight became due, and the sizes of the groups the
+workers took (each also a ``group_taken`` event).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 
 import anyio
 
+from memory.runtime._backlog import MemoryLag, memory_lag
 from memory.runtime._events import EventHook
 from memory.writers._cycle import WriteOutcome
 from memory.writers._writer import Batch
 
 __all__ = ["JobQueue", "WriteJob"]
+
+RECENT_GROUPS = 32  # group sizes kept for statistics()
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +42,8 @@ class JobQueue:
         self._events = events
         self._ids = itertools.count(1)
         self._submitted_at: dict[int, float] = {}
+        self._due_at: dict[int, float] = {}  # wall clock, per job in flight that has one
+        self.recent_groups: deque[int] = deque(maxlen=RECENT_GROUPS)
         self.in_flight = 0
         self.outcomes: Counter[str] = Counter()
         self._idle = anyio.Event()
@@ -54,6 +62,8 @@ class JobQueue:
             self._idle = anyio.Event()
         self.in_flight += 1
         self._submitted_at[job.id] = anyio.current_time()
+        if due_at is not None:
+            self._due_at[job.id] = due_at
         if self._events.enabled:
             self._events.emit("submitted", session=batch.session_id, job=job.id,
                               node_ids=list(batch.node_ids), due_at=due_at)
@@ -66,6 +76,7 @@ class JobQueue:
 
     def done(self, job: WriteJob) -> None:
         """``job`` no longer counts for :meth:`drain` (marked, failed, or abandoned)."""
+        self._due_at.pop(job.id, None)
         self.in_flight -= 1
         if self.in_flight == 0:
             self._idle.set()
@@ -85,6 +96,24 @@ class JobQueue:
             nodes=len(job.batch.node_ids), node_ids=list(job.batch.node_ids),
             files=list(outcome.changed_files), seconds=elapsed,
             error=None if outcome.error is None else str(outcome.error))
+
+    @property
+    def waiting(self) -> int:
+        """Jobs queued for a worker and not taken yet (the write side's backlog)."""
+        return self._send.statistics().current_buffer_used
+
+    def lag(self) -> MemoryLag:
+        """How far memory is behind now (:func:`memory.runtime._backlog.memory_lag`)."""
+        return memory_lag(self._due_at.values(), self._events.now(), waiting=self.waiting,
+                          in_flight=self.in_flight, recent_groups=self.recent_groups)
+
+    def took(self, size: int) -> None:
+        """A worker took ``size`` jobs as one cycle: kept for :meth:`lag`, and a ``group_taken`` event."""
+        self.recent_groups.append(size)
+        if self._events.enabled:
+            lag = self.lag()
+            self._events.emit("group_taken", size=size, waiting=lag.due_waiting,
+                              oldest_due_age=lag.oldest_due_age)
 
     async def drain(self) -> None:
         """Wait until no job is in flight."""

@@ -7,11 +7,17 @@ actor, the writer on a snapshot, the commit through the workspace actor.
 It then reports the outcome to the session actor, which alone marks.
 
 With an exclusive :class:`~memory.writers._writer.GroupWriter` (the built-in
-extractive writer) a worker also takes the jobs already waiting, up to
-:data:`GROUP_LIMIT`, and commits them as one transaction (group commit):
+extractive writer) a worker also takes the jobs already waiting and commits
+them as one transaction (group commit; :func:`~memory.runtime._backlog.group_size`):
 batches queue up exactly when commits are the bottleneck, and then one
 snapshot, one render of each touched topic file and one install serve them
-all. A job is never held back waiting for company.
+all. A job is never held back waiting for company. The workers take turns
+at a *commit slot*: a worker takes a job only once it holds the slot (so
+the workers waiting for it hold none), and then every job waiting: the
+group is what piled up during the previous commit and grows with the
+backlog (issue 20). It leaves the slot as soon as its group is written,
+before the sessions merge the markers, so the next group's archive and
+extraction overlap this group's marks.
 
 Failure policy (SPEC §7; the choice is recorded in docs/decisions.md):
 
@@ -34,21 +40,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Protocol
+from typing import Never, Protocol
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream
 
 from actors import Actor, ActorRef, UnhandledMessageError
 from memory._errors import WriteCycleError
-from memory.runtime._jobs import WriteJob
-from memory.runtime._session_actor import JobFinished
+from memory.runtime._backlog import GROUP_LIMIT, group_size
+from memory.runtime._jobs import JobQueue, WriteJob
+from memory.runtime._session_actor import JobFinished, MemorySessionMessage
 from memory.writers._cycle import FailureKind, WriteOutcome
 from memory.writers._writer import Batch
 
-__all__ = ["GROUP_LIMIT", "PoolHost", "WriterCrashedError", "WriterWorker"]
-
-GROUP_LIMIT = 32  # batches per group commit; bounds one commit's size and latency
+__all__ = ["PoolHost", "WriterCrashedError", "WriterWorker", "worker_factory"]
 
 
 class PoolHost(Protocol):
@@ -73,7 +77,7 @@ class PoolHost(Protocol):
     def abandon_job(self, job: WriteJob) -> None:
         """``job``'s outcome will never reach its session: it forgets the job and plans again."""
 
-    def session_ref(self, session: str) -> ActorRef:
+    def session_ref(self, session: str) -> ActorRef[MemorySessionMessage]:
         """The session's actor, to report to."""
 
 
@@ -87,16 +91,19 @@ class WriterCrashedError(Exception):
         )
 
 
-class WriterWorker(Actor):
-    """Pulls jobs from the runtime's queue in its lifespan; see the module docstring."""
+class WriterWorker(Actor[Never]):
+    """Pulls jobs from the runtime's queue in its lifespan; see the module docstring.
 
-    def __init__(
-        self,
-        runtime: PoolHost,
-        jobs: MemoryObjectReceiveStream[WriteJob],
-    ) -> None:
+    ``slot``: the commit slot the pool's workers share (one group gathered
+    and written at a time); ``limit``: the most batches in one group.
+    """
+
+    def __init__(self, runtime: PoolHost, queue: JobQueue, *, slot: anyio.Lock | None = None,
+                 limit: int = GROUP_LIMIT) -> None:
         self.runtime = runtime
-        self.jobs = jobs
+        self.queue = queue
+        self.slot = slot if slot is not None else anyio.Lock()
+        self.limit = limit
         self.current: tuple[WriteJob, ...] = ()
         self.done = 0
 
@@ -108,15 +115,25 @@ class WriterWorker(Actor):
         async def pull() -> None:
             nonlocal crash
             try:
-                async with self.jobs.clone() as jobs:
-                    async for job in jobs:
-                        group = [job]
-                        while self.runtime.groups_batches and len(group) < GROUP_LIMIT:
+                async with self.queue.receive.clone() as jobs:
+                    while True:
+                        # The slot first, then a job: a worker waiting for its turn
+                        # holds no job, so the whole backlog goes to the next group.
+                        grouping = self.runtime.groups_batches
+                        async with self.slot if grouping else contextlib.nullcontext():
                             try:
-                                group.append(jobs.receive_nowait())
-                            except anyio.WouldBlock:
-                                break
-                        await self.run_jobs(group)
+                                group = [await jobs.receive()]
+                            except anyio.EndOfStream:
+                                return
+                            for _ in range(group_size(self.queue.waiting, limit=self.limit,
+                                                      batching=grouping) - 1):
+                                try:
+                                    group.append(jobs.receive_nowait())
+                                except anyio.WouldBlock:
+                                    break
+                            self.queue.took(len(group))
+                            written = await self.write_jobs(group)
+                        await self.report_jobs(*written)
             except Exception as exc:  # noqa: BLE001 - re-raised out of the lifespan
                 crash = exc
                 tg.cancel_scope.cancel()
@@ -133,62 +150,76 @@ class WriterWorker(Actor):
     def inspect(self) -> object:
         return {"current": [job.id for job in self.current], "done": self.done}
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: Never) -> object:
         raise UnhandledMessageError(self.ref.name, message,
                                "a writer worker takes jobs from the queue, not messages")
 
-    async def run_jobs(self, jobs: list[WriteJob]) -> None:
-        """Write ``jobs`` (one, or a group), report every outcome, then crash if a writer failed.
+    async def write_jobs(
+        self, jobs: list[WriteJob]
+    ) -> tuple[list[tuple[WriteJob, WriteOutcome]], Exception | None]:
+        """Write the jobs the writer can take now; the outcomes, and the write's own failure.
 
-        A job whose outcome does not reach its session (this worker is
+        A job the writer defers goes back to the queue. If this worker is
+        cancelled before the outcomes are in hand, every job it holds is
+        abandoned (see :meth:`report_jobs`).
+        """
+        self.current = tuple(jobs)
+        held = list(jobs)
+        try:
+            for job in jobs:
+                delay = await self.runtime.deferral(job.batch)
+                if delay > 0:  # offered again later; this worker goes on
+                    self.runtime.defer_job(job, delay)
+                    held.remove(job)
+            if not held:
+                return [], None
+            try:
+                return list(zip(held, await self.runtime.write_group(
+                    [job.batch for job in held]), strict=True)), None
+            except Exception as exc:  # noqa: BLE001 - reported for every job, then re-raised
+                return [(job, WriteOutcome((), (), (), FailureKind.WRITER, WriteCycleError(
+                    job.batch.session_id, job.batch.node_ids, repr(exc)))) for job in held], exc
+        except BaseException:
+            for job in held:
+                self.runtime.abandon_job(job)
+            raise
+        finally:
+            self.current = ()
+
+    async def report_jobs(self, results: list[tuple[WriteJob, WriteOutcome]],
+                          failure: Exception | None) -> None:
+        """Report every outcome to its session, one after another; then crash if a writer failed.
+
+        One at a time: each report is a marker merge in a worker thread, and
+        a group's merges all at once would take the threads the sessions'
+        appends need (issue 20: appends must not queue behind write-side
+        I/O); the next group is being written meanwhile. A job whose outcome does not reach its session (this worker is
         cancelled, or the session actor cannot take the report) is abandoned:
         its session forgets it and plans again, so no session waits forever
         on a job nobody holds. Its batch stays owed; if it was written, the
         next delivery finds it cited and only marks it.
         """
-        self.current = tuple(jobs)
-        unreported = list(jobs)
-        failure: Exception | None = None
+        self.current = tuple(job for job, _ in results)
+        unreported = {job.id: job for job, _ in results}
         try:
-            ready = []
-            for job in jobs:
-                delay = await self.runtime.deferral(job.batch)
-                if delay > 0:  # offered again later; this worker goes on
-                    self.runtime.defer_job(job, delay)
-                    unreported.remove(job)
-                else:
-                    ready.append(job)
-            jobs = ready
-            if not jobs:
-                return
-            try:
-                outcomes = await self.runtime.write_group([job.batch for job in jobs])
-            except Exception as exc:  # noqa: BLE001 - reported for every job, then re-raised
-                failure = exc
-                outcomes = [
-                    WriteOutcome((), (), (), FailureKind.WRITER, WriteCycleError(
-                        job.batch.session_id, job.batch.node_ids, repr(exc)))
-                    for job in jobs
-                ]
-            crash: WriterCrashedError | None = None
-            for job, outcome in zip(jobs, outcomes, strict=True):
+            for job, outcome in results:
                 # Each report is shielded so it is never torn; a cancelled
                 # worker must not start the next one (its runtime is going).
                 await anyio.lowlevel.checkpoint_if_cancelled()
                 await self.report(job, outcome)
-                unreported.remove(job)
+                del unreported[job.id]
                 self.done += 1
-                if outcome.failure in (FailureKind.WRITER, FailureKind.TIMEOUT) and crash is None:
-                    crash = WriterCrashedError(job, outcome.failure)
-                    crash.__cause__ = outcome.error
         finally:
             self.current = ()
-            for job in unreported:
+            for job in unreported.values():
                 self.runtime.abandon_job(job)
         if failure is not None:
             raise failure
-        if crash is not None:
-            raise crash
+        for job, outcome in results:
+            if outcome.failure in (FailureKind.WRITER, FailureKind.TIMEOUT):
+                crash = WriterCrashedError(job, outcome.failure)
+                crash.__cause__ = outcome.error
+                raise crash
 
     async def report(self, job: WriteJob, outcome: WriteOutcome) -> None:
         self.runtime.record_outcome(job, outcome)
@@ -197,8 +228,8 @@ class WriterWorker(Actor):
             await ref.call(JobFinished(job.id, outcome))
 
 
-def worker_factory(
-    runtime: PoolHost, jobs: MemoryObjectReceiveStream[WriteJob]
-) -> Callable[[], WriterWorker]:
-    return lambda: WriterWorker(runtime, jobs)
+def worker_factory(runtime: PoolHost, queue: JobQueue) -> Callable[[], WriterWorker]:
+    """The pool's workers, sharing one commit slot (see the module docstring)."""
+    slot = anyio.Lock()
+    return lambda: WriterWorker(runtime, queue, slot=slot)
 

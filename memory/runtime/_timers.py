@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import anyio
 from anyio.abc import TaskGroup
 
-from memory.runtime._session_actor import ClaimRecheck, RetryDue
+from memory.runtime._session_state import ClaimRecheck, MemorySessionMessage, RetryDue
 from supervisors import Backoff
 
 __all__ = ["Timers"]
@@ -23,7 +23,7 @@ __all__ = ["Timers"]
 class Timers:
     """See the module docstring; ``cast`` sends a message to a session's actor."""
 
-    def __init__(self, cast: Callable[[str, object], Awaitable[None]], *, rng: random.Random,
+    def __init__(self, cast: Callable[[str, MemorySessionMessage], Awaitable[None]], *, rng: random.Random,
                  retry_backoff: Backoff, recheck_backoff: Backoff) -> None:
         self._cast = cast
         self._rng = rng
@@ -42,7 +42,7 @@ class Timers:
                 self._group = None
                 group.cancel_scope.cancel()
 
-    def cast_later(self, session: str, message: object, delay: float) -> None:
+    def cast_later(self, session: str, message: MemorySessionMessage, delay: float) -> None:
         """Send ``message`` to ``session``'s actor after ``delay`` seconds (anyio's clock)."""
 
         async def later() -> None:

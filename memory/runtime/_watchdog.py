@@ -25,23 +25,23 @@ from __future__ import annotations
 import contextlib
 import heapq
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 
 from actors import Actor, ActorError, ActorRef, Idempotent, Request, UnhandledMessageError
 from memory.runtime._config import RuntimeConfig
-from memory.runtime._session_actor import CheckIdle, RepairMarkers
+from memory.runtime._session_state import CheckIdle, MemorySessionMessage, RepairMarkers
 from memory.workspace._runtime_state import read_session_end
-from store import Fingerprint, StoreError, list_sessions, run_durable
+from store import StoreError, list_sessions
+from store.lowlevel import Fingerprint, run_durable
 
 __all__ = [
     "IdleWatchdog",
     "PollNow",
     "Touched",
-    "WatchdogHost",
     "changed_sessions",
     "idle_sessions",
     "is_idle",
@@ -101,26 +101,19 @@ class PollNow(Idempotent, Request[int]):
     """Scan every session on disk now (tests, ``scriptorium run --once``)."""
 
 
-class WatchdogHost(Protocol):
-    """What the :class:`IdleWatchdog` uses of its runtime, and nothing else."""
-
-    @property
-    def config(self) -> RuntimeConfig: ...
-
-    @property
-    def state_dir(self) -> str: ...
-
-    @property
-    def memory_dir(self) -> str: ...
-
-    def session_ref(self, session: str) -> ActorRef: ...
+# What the IdleWatchdog takes.
+WatchdogMessage = Touched | PollNow
 
 
-class IdleWatchdog(Actor):
+class IdleWatchdog(Actor[WatchdogMessage]):
     """See the module docstring."""
 
-    def __init__(self, runtime: WatchdogHost) -> None:
-        self.runtime = runtime
+    def __init__(self, config: RuntimeConfig, state_dir: str, memory_dir: str,
+                 sessions: Callable[[str], ActorRef[MemorySessionMessage]]) -> None:
+        self.config = config
+        self.state_dir = state_dir
+        self.memory_dir = memory_dir
+        self.session_ref = sessions  # a session's actor (activated by the message)
         self._deadlines: list[tuple[float, str, float]] = []  # (wall deadline, sid, updated_at)
         self._latest: dict[str, float] = {}
         self._wake = anyio.Event()
@@ -142,11 +135,11 @@ class IdleWatchdog(Actor):
         return {"tracked": len(self._latest), "polls": self.polls, "checks": self.checks,
                 "repairs": self.repairs}
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: WatchdogMessage) -> object:
         match message:
             case Touched(session, updated_at):
                 self._latest[session] = updated_at
-                deadline = updated_at + self.runtime.config.session_idle
+                deadline = updated_at + self.config.session_idle
                 heapq.heappush(self._deadlines, (deadline, session, updated_at))
                 self._wake.set()
                 return None
@@ -156,7 +149,7 @@ class IdleWatchdog(Actor):
 
     async def _timer(self) -> None:
         """Sleep until the next deadline or poll, whichever is first, then act."""
-        config = self.runtime.config
+        config = self.config
         next_poll = anyio.current_time() + config.watchdog_poll
         while True:
             wall_now = config.clock()
@@ -182,20 +175,20 @@ class IdleWatchdog(Actor):
                 due.append((session, updated_at))
         if not due:
             return
-        processed = await run_durable(read_session_end, self.runtime.memory_dir)
+        processed = await run_durable(read_session_end, self.memory_dir)
         for session, _ in due:
             self._check(session, processed.get(session), now)
 
     async def _poll(self) -> int:
         self.polls += 1
-        now = self.runtime.config.clock()
-        rows = await run_durable(list_sessions, self.runtime.state_dir)
-        processed = await run_durable(read_session_end, self.runtime.memory_dir)
-        found = idle_sessions(rows, processed, now, self.runtime.config.session_idle)
+        now = self.config.clock()
+        rows = await run_durable(list_sessions, self.state_dir)
+        processed = await run_durable(read_session_end, self.memory_dir)
+        found = idle_sessions(rows, processed, now, self.config.session_idle)
         for session, _ in found:
             self._check(session, processed.get(session), now)
         fingerprints = await run_durable(
-            session_fingerprints, self.runtime.state_dir, [row["id"] for row in rows])
+            session_fingerprints, self.state_dir, [row["id"] for row in rows])
         for session in changed_sessions(fingerprints, self._fingerprints):
             self._repair(session)
         return len(found)
@@ -203,13 +196,13 @@ class IdleWatchdog(Actor):
     def _repair(self, session: str) -> None:
         self.repairs += 1
         try:
-            self.runtime.session_ref(session).cast_nowait(RepairMarkers(reload=True))
+            self.session_ref(session).cast_nowait(RepairMarkers(reload=True))
         except (ActorError, StoreError):
             self._fingerprints.pop(session, None)  # not asked: ask at the next poll
 
     def _check(self, session: str, processed: float | None, now: float) -> None:
         self.checks += 1
         try:
-            self.runtime.session_ref(session).cast_nowait(CheckIdle(now, processed))
+            self.session_ref(session).cast_nowait(CheckIdle(now, processed))
         except ActorError:
             pass  # a full or stopped session actor: the next poll asks again

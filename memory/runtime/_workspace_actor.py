@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -62,7 +62,10 @@ from memory.workspace._topic_ids import handle_key
 from memory.workspace._transaction import JOURNAL, CommitResult, Transactions, workspace_lock
 from memory.workspace._workspace_id import load_or_create_workspace_id
 from memory.writers._writer import Batch
-from store import LOCK_TIMEOUT, DurableFiles, UnsafeLinkError, run_durable
+from store import LOCK_TIMEOUT, DurableFiles, UnsafeLinkError
+from store.lowlevel import run_durable, write_lane
+
+T = TypeVar("T")
 
 __all__ = [
     "ArchiveBatches",
@@ -82,6 +85,11 @@ __all__ = [
     "WorkspaceActor",
 ]
 
+
+
+async def _write_side(fn: Callable[..., T], *args: object) -> T:
+    """One hop of this actor on the write lane (:func:`store.lowlevel.write_lane`): never an append's thread."""
+    return await run_durable(fn, *args, limiter=write_lane())
 
 @dataclass(frozen=True, slots=True)
 class ArchiveBatches(Idempotent, Request[list[AppendResult]]):
@@ -187,7 +195,15 @@ _READS_TOPICS = (TakeSnapshot, CommitEdits, CheckEdits, CitedSources, BatchesCov
                  SourcesInMemory, CommitConsolidation)
 
 
-class WorkspaceActor(Actor):
+# What the WorkspaceActor takes.
+WorkspaceMessage = (
+    ArchiveBatches | TakeSnapshot | CommitEdits | CheckEdits | BatchesCovered | CitedSources
+    | SourcesInMemory | RecordSessionEnd | QuarantineBatch | ReleaseQuarantine | ReadQuarantine
+    | ReadRuntimeState | DropCursors | CommitConsolidation
+)
+
+
+class WorkspaceActor(Actor[WorkspaceMessage]):
     """Owns ``<state>/memory``; see the module docstring."""
 
     expected_errors = (ScriptoriumMemoryError, UnsafeLinkError)
@@ -237,7 +253,7 @@ class WorkspaceActor(Actor):
                 self._unfinished = InstallUnfinishedError(os.path.join("memory", JOURNAL), error)
             return transactions
 
-        self._transactions = await run_durable(start)
+        self._transactions = await _write_side(start)
 
     def _finish_install(self) -> None:
         """Recovery again, for a request that needs the topics; InstallUnfinishedError if it fails."""
@@ -257,49 +273,49 @@ class WorkspaceActor(Actor):
         return {"workspace_id": self.workspace_id, "commits": self.commits,
                 "archives": self.archives.statistics()}
 
-    async def handle(self, message: Any) -> Any:
+    async def handle(self, message: WorkspaceMessage) -> object:
         if self._unfinished is not None and isinstance(message, _READS_TOPICS):
-            await run_durable(self._finish_install)
+            await _write_side(self._finish_install)
         if self.on_change is not None and isinstance(message, (ArchiveBatches, CommitEdits)):
             result = await self._handle(message)
             with contextlib.suppress(Exception):
-                await anyio.to_thread.run_sync(self.on_change)
+                await anyio.to_thread.run_sync(self.on_change, limiter=write_lane())
             return result
         return await self._handle(message)
 
-    async def _handle(self, message: Any) -> Any:
+    async def _handle(self, message: WorkspaceMessage) -> object:
         match message:
             case ArchiveBatches(batches):
-                return await run_durable(self._archive, batches)
+                return await _write_side(self._archive, batches)
             case TakeSnapshot():
-                return await run_durable(self.transactions.snapshot)
+                return await _write_side(self.transactions.snapshot)
             case CommitEdits(batches, edits, base):
-                return await run_durable(self._commit, batches, edits, base)
+                return await _write_side(self._commit, batches, edits, base)
             case CheckEdits():
-                return await run_durable(lambda: self.transactions.check(
+                return await _write_side(lambda: self.transactions.check(
                     message.edits, batch_sources=message.batch_sources,
                     base_revision=message.base_revision))
             case CitedSources():
-                return await run_durable(self.transactions.cited_keys)
+                return await _write_side(self.transactions.cited_keys)
             case BatchesCovered(batches):
-                return await run_durable(self._covered, batches)
+                return await _write_side(self._covered, batches)
             case SourcesInMemory(sources):
-                return await run_durable(self._in_memory, sources)
+                return await _write_side(self._in_memory, sources)
             case RecordSessionEnd(session, updated_at):
-                return await run_durable(self._record_session_end, session, updated_at)
+                return await _write_side(self._record_session_end, session, updated_at)
             case QuarantineBatch(entry):
-                return await run_durable(self._quarantine_add, entry)
+                return await _write_side(self._quarantine_add, entry)
             case ReleaseQuarantine(session):
-                return await run_durable(self._quarantine_release, session)
+                return await _write_side(self._quarantine_release, session)
             case ReadQuarantine():
-                return await run_durable(read_quarantine, self.memory_dir)
+                return await _write_side(read_quarantine, self.memory_dir)
             case ReadRuntimeState():
-                return await run_durable(read_runtime_state, self.memory_dir)
+                return await _write_side(read_runtime_state, self.memory_dir)
             case CommitConsolidation(prepared, now):
-                await run_durable(commit_pass, self.transactions, prepared, now)
+                await _write_side(commit_pass, self.transactions, prepared, now)
                 return None
             case DropCursors():
-                return await run_durable(self._drop_cursors)
+                return await _write_side(self._drop_cursors)
         raise UnhandledMessageError(self.ref.name, message)
 
     # -- the synchronous bodies, each one thread hop --------------------------------

@@ -31,6 +31,7 @@ from memory.runtime._workspace_actor import (
     CheckEdits,
     CommitEdits,
     TakeSnapshot,
+    WorkspaceMessage,
 )
 from memory.workspace._edits import CpuRunner, TopicEdit, WorkspaceSnapshot
 from memory.writers._cycle import FailureKind, WriteOutcome, run_group_cycle, run_write_cycle
@@ -45,7 +46,7 @@ CONCURRENT_RETRIES = 8
 class WorkspaceSteps:
     """The write cycle's steps as calls to the workspace actor."""
 
-    workspace: ActorRef
+    workspace: ActorRef[WorkspaceMessage]
     run_cpu: CpuRunner | None = None
 
     async def archive(self, batches: Sequence[Batch]) -> object:
@@ -80,7 +81,7 @@ class WriteCycle:
     reference is known once the tree is up.
     """
 
-    def __init__(self, writer: Callable[[], Writer], workspace: Callable[[], ActorRef],
+    def __init__(self, writer: Callable[[], Writer], workspace: Callable[[], ActorRef[WorkspaceMessage]],
                  events: EventHook, *, writer_timeout: float,
                  run_cpu: CpuRunner | None = None) -> None:
         self._writer = writer

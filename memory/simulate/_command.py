@@ -30,19 +30,21 @@ import anyio
 import click
 import orjson
 
-from memory._errors import SettingsError
-from memory.ledger._ledger import ReferenceThresholdWarning, threshold_warning
+from memory._errors import EndpointUnreachableError, ReferenceThresholdWarning, SettingsError
+from memory.ledger._ledger import threshold_warning
 from memory.runtime._config import JOURNAL_MODES, JournalMode
 from memory.runtime._settings import check_model_flags, check_seconds, check_threshold
+from memory.simulate._config import SimulationConfig
 from memory.simulate._faults import FAULTS, parse_faults
 from memory.simulate._open_loop import ARRIVALS
-from memory.simulate._simulate import SimulationConfig, SimulationResult
+from memory.simulate._result import SimulationResult
 from memory.simulate._simulate import simulate as run_simulation
 from memory.writers import CPU_WORKER_MODES, CpuWorkerMode
-from memory.writers.model import EndpointUnreachableError, model_settings, probe_endpoint
-from store import state_path
+from memory.writers.model import model_settings, probe_endpoint
+from store.lowlevel import state_path
 
-__all__ = ["percentile", "render_report", "result_document", "simulate"]
+__all__ = ["memory_lag_document", "percentile", "render_report", "result_document",
+           "simulate"]
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -104,12 +106,29 @@ def result_document(result: SimulationResult) -> dict[str, Any]:
         "problems": {n: v.problems for n, v in result.invariants.items() if v.problems},
         "notes": list(result.notes),
         "open_loop": open_loop,
+        "memory_lag": memory_lag_document(result),
+    }
+
+
+def memory_lag_document(result: SimulationResult) -> dict[str, Any]:
+    """How far memory fell behind: the lag seen at each group taken, and the group sizes."""
+    ages = result.latencies.get("memory_lag", [])
+    sizes = [size for size, count in result.groups.items() for _ in range(count)]
+    return {
+        "oldest_due_age_p50_ms": round(percentile(ages, 0.5) * 1000, 3),
+        "oldest_due_age_p99_ms": round(percentile(ages, 0.99) * 1000, 3),
+        "oldest_due_age_max_ms": round(max(ages, default=0.0) * 1000, 3),
+        "due_waiting_max": result.due_waiting_max,
+        "groups": {str(size): count for size, count in sorted(result.groups.items())},
+        "group_size_mean": round(sum(sizes) / len(sizes), 2) if sizes else 0.0,
+        "group_size_max": max(sizes, default=0),
     }
 
 
 def render_report(result: SimulationResult) -> str:
     doc = result_document(result)
     lat = doc["latency_ms"]
+    lag = doc["memory_lag"]
     loop = doc["open_loop"]
     lines = [
         (f"scriptorium simulate: {doc['sessions']} sessions, seed {doc['seed']}, "
@@ -140,6 +159,9 @@ def render_report(result: SimulationResult) -> str:
         f"all: p99 {lat.get('due_to_durable_p99', 0):.1f} ms)"),
         (f"  append ack       p50 {lat.get('append_ack_p50', 0):>8.3f} ms   "
         f"p99 {lat.get('append_ack_p99', 0):>8.3f} ms"),
+        (f"  memory lag       p99 {lag['oldest_due_age_p99_ms']:>8.1f} ms   max "
+         f"{lag['oldest_due_age_max_ms']:.1f} ms   (groups: mean {lag['group_size_mean']}, "
+         f"max {lag['group_size_max']}; {lag['due_waiting_max']} due waiting at most)"),
         f"  restarts         {doc['restarts']:>10}   (supervisors healed crashed actors)",
         f"  quarantined      {doc['quarantined']:>10}",
         f"  runtime crashes  {doc['runtime_incarnations'] - 1:>10}   (reopened on the same state)",

@@ -30,7 +30,8 @@ from memory.ledger._claim import RELEASED
 from memory.ledger._records import MARKER_KEY
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.writers._writer import Batch, GroupWriter, Writer, WriterOutput
-from store import CLAIM_NAME, DurableFiles, RuntimeLog
+from store import DurableFiles, RuntimeLog
+from store.lowlevel import CLAIM_NAME
 
 __all__ = [
     "EFFECTS",

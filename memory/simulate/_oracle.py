@@ -69,7 +69,8 @@ from memory.ledger._tokens import TokenCounter
 from memory.simulate._agents import SIM_TURN
 from memory.workspace._archive import parse_archive
 from memory.workspace._topics import decode_topic, parse_topic
-from store import Node, SessionCore, StoreError, walk_files
+from store import Node, SessionCore, StoreError
+from store.lowlevel import walk_files
 
 __all__ = ["INVARIANTS", "Evidence", "Verdict", "check_invariants"]
 

@@ -38,7 +38,8 @@ from typing import Any
 import orjson
 
 from memory.simulate._agents import sentence
-from store import SessionCore, StoreError, parse_filename
+from store import SessionCore, StoreError
+from store.lowlevel import parse_filename
 
 __all__ = [
     "AGENT_KEY",

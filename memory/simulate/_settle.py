@@ -15,7 +15,8 @@ import anyio
 from memory._errors import BoundaryError
 from memory.runtime._runtime import MemoryRuntime
 from memory.simulate._faults import FaultPlan, is_injected
-from store import list_sessions, run_durable
+from store import list_sessions
+from store.lowlevel import run_durable
 
 __all__ = ["SETTLE_ROUNDS", "Stage", "flush_tolerating_injected", "settle"]
 

@@ -20,7 +20,9 @@ durable (``due_to_durable``; ``due_to_durable_load`` keeps the batches
 that came due while turns were still arriving), and every append from its
 send to its acknowledgement (``append_ack``), in both loops.
 
-Everything here is orchestration; the rules live in the runtime.
+Everything here is orchestration; the rules live in the runtime. What a run
+is asked is :mod:`memory.simulate._config`'s, what it returns
+:mod:`memory.simulate._result`'s.
 """
 
 from __future__ import annotations
@@ -28,15 +30,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import resource
 import subprocess
 import sys
 import time
-from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from functools import partial
-from typing import Any
 
 import anyio
 import orjson
@@ -44,130 +42,27 @@ import orjson
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
 from memory.ledger._tokens import default_counter
-from memory.runtime._config import JournalMode
 from memory.runtime._events import EventTally
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
-from memory.simulate._agents import Acknowledged, Agent, Mix
-from memory.simulate._faults import (
-    FaultPlan,
-    FaultyDisk,
-    FaultyWriter,
-    SimulatedCrash,
-)
+from memory.simulate._agents import Acknowledged, Agent
+from memory.simulate._config import SimulationConfig
+from memory.simulate._faults import FaultPlan, FaultyDisk, FaultyWriter, SimulatedCrash
 from memory.simulate._open_loop import OpenLoop, arrival_offsets
-from memory.simulate._oracle import Evidence, Verdict, check_invariants, outside_evidence
+from memory.simulate._oracle import Evidence, check_invariants, outside_evidence
+from memory.simulate._result import SimulationResult, Totals, build_result
 from memory.simulate._settle import SETTLE_ROUNDS, flush_tolerating_injected, settle
 from memory.writers._extractive import ExtractiveWriter
-from memory.writers._offload import CpuWorkerMode
 from memory.writers._writer import Writer
-from memory.writers.model import ModelSettings, ModelWriter, UsageFile
-from store import run_durable, state_path
+from memory.writers.model import ModelWriter, UsageFile
+from store.lowlevel import run_durable
 from supervisors import Backoff, get_child
 
 __all__ = [
     "SETTLE_ROUNDS",
-    "SimulationConfig",
-    "SimulationResult",
     "flush_tolerating_injected",
     "outside_writers",
     "simulate",
 ]
-
-
-@dataclass(frozen=True)
-class SimulationConfig:
-    """One run. Durations are real seconds: the watchdog's clock is compressed, not virtual."""
-
-    state_dir: str
-    sessions: int = 200
-    turns: int = 60
-    seed: int = 0
-    faults: frozenset[str] = frozenset()
-    mix: Mix = field(default_factory=Mix)
-    threshold: int = 8000
-    writer_workers: int = 4
-    session_idle: float = 2.0
-    idle_after: float | None = None  # the incremental trigger's idle time; None: session_idle
-    watchdog_poll: float = 2.0
-    writer_timeout: float = 2.0
-    outside_sessions: int = 8
-    outside_rounds: int = 200
-    agent_sessions: int = 8  # agent-writes: the sessions after the outside-appends ones
-    agent_rounds: int = 200
-    fault_rates: Mapping[str, Any] = field(default_factory=dict)  # FaultPlan field overrides
-    model: ModelSettings | None = None  # a model writer on this endpoint; None: extractive
-    progress: Callable[[int, int], None] | None = None  # done, total of the current stage
-    # Every runtime and model-writer event, and a ``stage`` event ({"what", "unit",
-    # "total"}) as the run moves on: appending, each boundary round, the oracle.
-    on_event: Callable[[dict[str, Any]], None] | None = None
-    rate: float | None = None  # turns/s of the open loop; None: the closed loop
-    arrivals: str = "poisson"  # the open loop's arrival process (see _open_loop.ARRIVALS)
-    cpu_worker: CpuWorkerMode = "thread"  # RuntimeConfig.cpu_worker
-    journal: JournalMode = "session"  # RuntimeConfig.journal
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "state_dir", state_path(self.state_dir))
-
-
-@dataclass
-class SimulationResult:
-    config: SimulationConfig
-    invariants: dict[str, Verdict]
-    turns: int
-    seconds: float
-    branches: int
-    batches: int
-    restarts: int
-    quarantined: int
-    incarnations: int
-    injected: dict[str, int]
-    outcomes: dict[str, int]
-    actions: dict[str, int]
-    latencies: dict[str, list[float]]
-    deliveries: int
-    peak_rss_mb: float
-    workspace_id: str = ""
-    evidence: Evidence | None = None
-    workload_seconds: float = 0.0  # until the last agent finished; the rest is the boundary
-    open_loop: OpenLoop | None = None  # the arrivals, when ``config.rate`` is set
-    notes: list[str] = field(default_factory=list)  # what the run left out, and why
-
-    @property
-    def passed(self) -> bool:
-        return all(verdict.passed for verdict in self.invariants.values())
-
-    @property
-    def turns_per_s(self) -> float:
-        return self.turns / self.seconds if self.seconds > 0 else 0.0
-
-
-@dataclass
-class _Totals:
-    """What survives runtime incarnations: counters of every dead runtime, summed."""
-
-    outcomes: Counter[str] = field(default_factory=Counter)
-    latencies: dict[str, list[float]] = field(
-        default_factory=lambda: {"write_cycle": [], "marker_merge": []})
-    written_batches: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
-    marked: set[tuple[str, str]] = field(default_factory=set)
-    cycles: list[tuple[float, float]] = field(default_factory=list)  # (due_at, durable_at)
-    deliveries: int = 0
-    restarts: int = 0
-    quarantined: int = 0
-    incarnations: int = 0
-
-    def absorb(self, rt: MemoryRuntime, tally: EventTally, restarts: int) -> None:
-        """One incarnation's counts: its statistics, and what its events told ``tally``."""
-        outcomes = rt.statistics().outcomes
-        self.outcomes.update(outcomes)
-        for name, values in tally.latencies.items():
-            self.latencies.setdefault(name, []).extend(values)
-        self.written_batches.extend(tally.written_batches)
-        self.marked |= tally.marked
-        self.cycles.extend(tally.cycles)
-        self.deliveries += sum(tally.deliveries.values())
-        self.restarts += restarts
-        self.quarantined += outcomes.get("quarantined", 0)
 
 
 def runtime_config(config: SimulationConfig, plan: FaultPlan, tally: EventTally) -> RuntimeConfig:
@@ -187,7 +82,6 @@ def runtime_config(config: SimulationConfig, plan: FaultPlan, tally: EventTally)
         passivate_after=4 * config.session_idle,
         retry_backoff=Backoff(initial=0.05, factor=2.0, maximum=0.5, jitter=0.25),
         worker_backoff=Backoff(initial=0.01, factor=2.0, maximum=0.2, jitter=0.25),
-        call_timeout=None,
         files=FaultyDisk(plan),
         seed=config.seed,
         on_event=tally,
@@ -304,7 +198,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
     """Run the whole simulation on the current event loop; see the module docstring."""
     plan = FaultPlan(config.faults, config.seed, **config.fault_rates)
     acknowledged = Acknowledged()
-    totals = _Totals()
+    totals = Totals()
     agents: list[Agent] = []
     outside: dict[str, object] = {}
     agent_writes: dict[str, object] = {}
@@ -396,7 +290,7 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
     invariants = await run_durable(lambda: check_invariants(
         config.state_dir, workspace_id, threshold=config.threshold,
         counter=default_counter(), evidence=evidence))
-    result = _result(config, invariants, agents, totals, plan, seconds, outside)
+    result = build_result(config, invariants, agents, totals, plan, seconds, outside)
     result.latencies["due_to_durable_load"] = [
         durable - due for due, durable in totals.cycles if due <= workload_wall]
     result.open_loop = open_loop
@@ -463,42 +357,3 @@ def _triples(value: object) -> list[tuple[str, str, str]]:
     if not isinstance(value, list):
         return []
     return [(str(a), str(b), str(c)) for a, b, c in value]
-
-
-def _result(
-    config: SimulationConfig,
-    invariants: dict[str, Verdict],
-    agents: list[Agent],
-    totals: _Totals,
-    plan: FaultPlan,
-    seconds: float,
-    outside: dict[str, object],
-) -> SimulationResult:
-    actions: Counter[str] = Counter()
-    for agent in agents:
-        actions.update(agent.actions)
-        actions["refused"] += agent.refused
-        actions["errors"] += agent.errors
-        actions["crashed"] += agent.crashed
-        actions["retried"] += agent.retried
-    appended = outside.get("appended")
-    outside_turns = len(appended) if isinstance(appended, list) else 0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    return SimulationResult(
-        config=config,
-        invariants=invariants,
-        turns=sum(agent.done_turns for agent in agents) + outside_turns,
-        seconds=seconds,
-        branches=invariants["no_owed_tail_at_threshold"].checked,
-        batches=totals.outcomes["written"],
-        restarts=totals.restarts,
-        quarantined=totals.quarantined,
-        incarnations=totals.incarnations,
-        injected={**plan.injected, "process-crashes": plan.process_crashes},
-        outcomes=dict(totals.outcomes),
-        actions=dict(actions),
-        latencies={**totals.latencies,
-                   "append_ack": [s for agent in agents for s in agent.ack_seconds]},
-        deliveries=totals.deliveries,
-        peak_rss_mb=peak,
-    )

@@ -31,7 +31,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from store import TEMP_SUFFIX, walk_files
+from store.lowlevel import TEMP_SUFFIX, walk_files
 
 __all__ = ["RACY_NS", "RevisionCache", "revision_paths", "workspace_revision"]
 

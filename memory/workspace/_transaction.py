@@ -90,15 +90,8 @@ from memory.workspace._topic_ids import (
     source_key,
 )
 from memory.workspace._topics import Topic, decode_topic, parse_topic
-from store import (
-    FILE_MODE,
-    LOCK_TIMEOUT,
-    TEMP_SUFFIX,
-    DurableFiles,
-    UnsafeLinkError,
-    wait_for_flock,
-    walk_files,
-)
+from store import LOCK_TIMEOUT, DurableFiles, UnsafeLinkError
+from store.lowlevel import FILE_MODE, TEMP_SUFFIX, wait_for_flock, walk_files
 
 __all__ = [
     "JOURNAL", "LOCK", "Archived", "CommitResult", "TopicReader", "Transactions",
@@ -335,7 +328,7 @@ def workspace_lock(
 
     A stuck holder (a stopped process, a debugger) must not hang every write
     behind it: the lock is waited for at most ``timeout`` seconds (None:
-    forever), by the session lock's poll (:func:`store.wait_for_flock`, on
+    forever), by the session lock's poll (:func:`store.lowlevel.wait_for_flock`, on
     the event loop's clock from a worker thread), then
     :class:`~memory._errors.WorkspaceLockTimeoutError` names the lock file and,
     when ``/proc/locks`` tells, the holder's pid. Nothing was changed then.

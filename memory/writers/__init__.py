@@ -1,8 +1,9 @@
 """Scriptorium `memory.writers`: writers (SPEC §8) and the write cycle of one batch (§6.4).
 
 Layout (see docs/architecture.md): ``_writer`` the protocol; ``_extractive``
-the built-in writer; ``_prompt`` the rendered prompt; ``_cycle`` archive,
-write, commit, then mark; ``_offload`` the worker process for their CPU work.
+the built-in writer (``_sentences`` its rules on text); ``_prompt`` the
+rendered prompt; ``_cycle`` archive, write, commit, then mark; ``_offload``
+the worker process for their CPU work.
 """
 
 from memory.writers._cycle import FailureKind as FailureKind

@@ -65,7 +65,7 @@ class RetryableIf(Idempotent):
         return self.safe
 
 
-class Worker(Actor):
+class Worker(Actor[object]):
     expected_errors = (BadInput,)
 
     def __init__(self, journal: Journal) -> None:
@@ -94,7 +94,7 @@ class Worker(Actor):
         self.journal.stopped.append(reason)
 
 
-async def run_restarting(cell: ActorCell, crashes: list[Exception], limit: int = 10) -> None:
+async def run_restarting(cell: ActorCell[object], crashes: list[Exception], limit: int = 10) -> None:
     """A minimal supervisor: restart after every crash, up to ``limit`` crashes."""
     while True:
         try:
@@ -345,7 +345,7 @@ async def test_cancellation_is_never_caught_by_the_loop() -> None:
 
 
 async def test_a_failing_factory_is_a_crash_not_a_hang() -> None:
-    def broken() -> Actor:
+    def broken() -> Actor[object]:
         raise OSError("cannot rebuild the index")
 
     cell = ActorCell(broken, name="w")
@@ -354,7 +354,7 @@ async def test_a_failing_factory_is_a_crash_not_a_hang() -> None:
     assert (cell.state, cell.statistics().crashes) == (ActorState.RESTARTING, 1)
 
 
-class ClosesItsOwnCell(Actor):
+class ClosesItsOwnCell(Actor[object]):
     """Its cell is closed while a message is being handled (the handler then returns)."""
 
     async def handle(self, message: Any) -> Any:

@@ -11,23 +11,23 @@ from actors import Actor, open_actor, snapshot
 from actors.lowlevel import ActorCell, ActorState
 
 
-class Leaf(Actor):
+class Leaf(Actor[object]):
     async def handle(self, message: Any) -> Any:
         if isinstance(message, anyio.Event):
             await message.wait()  # stuck until the test lets it go
         return message
 
 
-class Parent(Actor):
+class Parent(Actor[object]):
     """Owns two leaf cells and exposes them the way supervisors do."""
 
-    def __init__(self, leaves: list[ActorCell]) -> None:
+    def __init__(self, leaves: list[ActorCell[object]]) -> None:
         self.leaves = leaves
 
     async def handle(self, message: Any) -> Any:
         return None
 
-    def children(self) -> Iterable[tuple[str, ActorCell]]:
+    def children(self) -> Iterable[tuple[str, ActorCell[object]]]:
         return [(f"leaf{i}", cell) for i, cell in enumerate(self.leaves)]
 
 

@@ -46,7 +46,7 @@ def test_replace_makes_a_variant_and_validates_it_again() -> None:
         base.capacity = 5  # type: ignore[misc]
 
 
-class Idle(Actor):
+class Idle(Actor[object]):
     async def handle(self, message: Any) -> Any:
         return message
 
@@ -55,7 +55,7 @@ async def test_open_actor_and_open_registry_give_their_cells_the_options() -> No
     options = MailboxOptions(capacity=1, backpressure=Backpressure.FAIL_FAST)
     async with open_actor(Idle(), options=options) as ref:
         assert ref.cell.options is options
-    def factory(key: str) -> Actor:
+    def factory(key: str) -> Actor[object]:
         return Idle()
 
     async with open_registry(factory, options=options) as registry:

@@ -27,7 +27,7 @@ class Liveness:
     stopping: anyio.Event = field(default_factory=anyio.Event)
 
 
-class Session(Actor):
+class Session(Actor[object]):
     def __init__(self, key: str, liveness: Liveness) -> None:
         self.key = key
         self.liveness = liveness
@@ -52,7 +52,7 @@ class Session(Actor):
         self.liveness.live[self.key] -= 1
 
 
-def session_factory(liveness: Liveness) -> Callable[[str], Actor]:
+def session_factory(liveness: Liveness) -> Callable[[str], Actor[object]]:
     return lambda key: Session(key, liveness)
 
 
@@ -88,7 +88,7 @@ async def test_messages_sent_during_passivation_are_all_processed_by_one_activat
         async with anyio.create_task_group() as tg:
 
             async def call(i: int) -> None:
-                handled_during.append(await registry.ref("s1").call(i, timeout=30.0))
+                handled_during.append(await registry.ref("s1").call(i))
 
             for i in range(10):
                 if i % 2:
@@ -145,11 +145,11 @@ async def test_keys_are_independent_and_show_in_the_snapshot() -> None:
 
 
 async def test_an_unsupervised_keyed_crash_is_raised_out_of_the_block() -> None:
-    class Fragile(Actor):
+    class Fragile(Actor[object]):
         async def handle(self, message: Any) -> Any:
             raise RuntimeError(f"cannot handle {message}")
 
-    def fragile(key: str) -> Actor:
+    def fragile(key: str) -> Actor[object]:
         return Fragile()
 
     with pytest.raises(RuntimeError, match="cannot handle x"):

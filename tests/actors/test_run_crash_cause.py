@@ -16,7 +16,7 @@ import pytest
 from actors import Actor, StopReason, open_actor
 
 
-class TearsDownSlowly(Actor):
+class TearsDownSlowly(Actor[object]):
     def __init__(self, stopping: anyio.Event, body_failed: anyio.Event | None = None) -> None:
         self.stopping = stopping
         self.body_failed = body_failed

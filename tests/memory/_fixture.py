@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from store import decode_node, node_to_message
+from store import node_to_message
+from store.lowlevel import decode_node
 from tests.fixture import FIXTURE
 
 __all__ = ["DEMO_ARCHIVE", "FIXTURE", "message"]

@@ -70,7 +70,6 @@ def virtual_config(**overrides: Any) -> RuntimeConfig:
         "writer_timeout": 600.0,
         "seed": 1,
         # No call timeouts: on virtual time a slow disk would let them jump ahead.
-        "call_timeout": None,
     }
     options.update(overrides)
     return config(**options)

@@ -23,7 +23,14 @@ from actors import (
     open_actor,
     redeliverable,
 )
-from store import InvalidNodeError, SessionCore, StoreError, UnsafeIdError
+from store import (
+    InvalidNodeError,
+    SessionCore,
+    SessionMessage,
+    SessionOptions,
+    StoreError,
+    UnsafeIdError,
+)
 from store._actor import (
     Append,
     CheckpointJournal,
@@ -84,7 +91,7 @@ async def test_bad_input_is_a_typed_error_and_the_actor_keeps_running(tmp_path: 
         with pytest.raises(StoreError):
             await ref.call(MergeMetadata({"missing": {"k": 1}}))
         with pytest.raises(UnhandledMessageError, match="does not handle str messages"):
-            await ref.call("not a session message")  # refused, never a crash
+            await ref.call("not a session message")  # type: ignore[call-overload]  # nor by mypy
         await ref.call(Append({"id": "u1", "role": "user", "content": "still here"}))
         assert ref.statistics().crashes == 0
     assert list(_node_files(tmp_path, "s1")) == ["u1"]
@@ -104,7 +111,7 @@ async def test_journals_are_retired_once_the_mailbox_drains(tmp_path: Path) -> N
 async def test_tip_moved_reports_every_append(tmp_path: Path) -> None:
     events: list[TipMoved] = []
 
-    class Watching(SessionActor):
+    class Watching(SessionActor[SessionMessage]):
         async def tip_moved(self, event: TipMoved) -> None:
             events.append(event)
 
@@ -143,7 +150,7 @@ async def test_lost_marker_race_removed_by_the_actor(tmp_path: Path) -> None:
     acknowledged: list[tuple[str, str]] = []
     operations = 0
     rng = random.Random(7)
-    async with open_actor(SessionActor(tmp_path, "s1", files=NoSyncFiles()),
+    async with open_actor(SessionActor(tmp_path, "s1", options=SessionOptions(files=NoSyncFiles())),
                           options=MailboxOptions(capacity=64)) as ref:
         ids: list[str] = []
         previous = "ROOT"
@@ -205,7 +212,7 @@ async def test_lost_marker_race_removed_by_the_actor(tmp_path: Path) -> None:
 # -- a crash after the append's durable effect ------------------------------------------
 
 
-class CrashAfterAppend(SessionActor):
+class CrashAfterAppend(SessionActor[SessionMessage]):
     """``tip_moved`` raises OSError once (ENOSPC writing the claim, say): after the append."""
 
     def __init__(self, state: Path, sid: str, seen: list[TipMoved]) -> None:

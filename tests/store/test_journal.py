@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from store import SessionOptions
 from store._errors import JournalFileError
 from store._format import decode_node, encode_node, encode_with_metadata
 from store._journal import (
@@ -172,7 +173,7 @@ def test_owners_taking_turns_keep_one_flush_per_mutation(tmp_path: Path) -> None
 
     first = SessionCore.create(tmp_path, "s")
     counting = FaultyFiles(only=frozenset({"fsync", "fsync_dir"}))
-    second = SessionCore.open(tmp_path, "s", files=counting)
+    second = SessionCore.open(tmp_path, "s", options=SessionOptions(files=counting))
     first.append({"id": "u1", "content": "q"})
     second.append({"id": "a1", "role": "assistant", "content": "r"})
     first.append({"id": "u2", "content": "q2"})
@@ -196,11 +197,12 @@ def test_another_owners_write_is_seen_under_the_lock_even_within_one_timestamp_t
     def clock() -> float:
         return 1000.5
 
-    ours = SessionCore.create(tmp_path, "s", clock=clock)
+    ours = SessionCore.create(tmp_path, "s", options=SessionOptions(clock=clock))
     ours.append({"id": "u1", "content": "q"})
     session = tmp_path / "sessions" / "s"
     stats = {p: p.stat() for p in (session / "history", session / "meta.json")}
-    SessionCore.open(tmp_path, "s", clock=clock).append({"id": "u2", "content": "q"})
+    SessionCore.open(tmp_path, "s", options=SessionOptions(
+        clock=clock)).append({"id": "u2", "content": "q"})
     for path, before in stats.items():  # the same tick: nothing moved
         os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert (session / "meta.json").stat().st_size == stats[session / "meta.json"].st_size

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from memory.simulate._outside import agent_merge, agent_rewind, agent_write
+from store import SessionOptions
 from store._durable import DurableFiles, ExchangeUnsupported
 from store._journal import JOURNAL_NAME, FilePlan, JournalEntry
 from store._session import SessionCore
@@ -183,7 +184,7 @@ def test_a_key_the_agent_writes_between_our_journal_flush_and_install_survives(
     _six_turns(tmp_path).close()
     session = tmp_path / "sessions" / "s"
     files = AgentBetweenFlushAndRename(_node_path(session, "a3"))
-    core = SessionCore.open(tmp_path, "s", files=files)
+    core = SessionCore.open(tmp_path, "s", options=SessionOptions(files=files))
     assert core.merge_node_metadata_batch({n: {MARK: "w-3"} for n in MARKED}) == MARKED
     assert files.fired
     on_disk = json.loads(Path(_node_path(session, "a3")).read_bytes())["metadata"]
@@ -207,7 +208,7 @@ def test_a_merge_the_agent_outruns_at_every_re_read_is_an_error_not_an_ok(
     session = tmp_path / "sessions" / "s"
     files = AgentBetweenFlushAndRename(_node_path(session, "a3"))
     files.again = True
-    core = SessionCore.open(tmp_path, "s", files=files)
+    core = SessionCore.open(tmp_path, "s", options=SessionOptions(files=files))
     with pytest.raises(NodeFileError, match="sessions/s/history/0003-l-a3.json"):
         core.merge_node_metadata_batch({n: {MARK: "w-5"} for n in MARKED})
     # MERGE_ATTEMPTS swaps, each handing back the agent's write of that moment,
@@ -230,7 +231,7 @@ def test_a_key_the_agent_writes_while_replay_installs_survives(tmp_path: Path) -
     path.write_bytes(unmarked)  # its install was lost (power loss): replay must redo it
     files = AgentBetweenFlushAndRename(str(path))
     files.flushed = True  # the hook fires at the replay's install of a3
-    second = SessionCore.open(tmp_path, "s", files=files)
+    second = SessionCore.open(tmp_path, "s", options=SessionOptions(files=files))
     assert files.fired
     assert second.node("a3").metadata == {
         MARK: "w-4", "agent_note": "written in the window", "agent_round": 1}
@@ -316,7 +317,7 @@ def test_a_key_the_agent_writes_right_before_our_rename_survives(tmp_path: Path)
     _six_turns(tmp_path).close()
     session = tmp_path / "sessions" / "s"
     files = AgentAtTheRename(_node_path(session, "a3"))
-    core = SessionCore.open(tmp_path, "s", files=files)
+    core = SessionCore.open(tmp_path, "s", options=SessionOptions(files=files))
     core.merge_node_metadata_batch({n: {MARK: "w-6"} for n in MARKED})
     assert files.fired
     on_disk = json.loads(Path(_node_path(session, "a3")).read_bytes())["metadata"]

@@ -14,7 +14,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from store import SessionCore, SessionLockTimeoutError, run_durable
+from store import SessionCore, SessionLockTimeoutError, SessionOptions
+from store.lowlevel import run_durable
 from tests.faults import hold_flock, let_go
 
 TURN = {"role": "user", "content": "I prefer tea.", "predecessor": "ROOT"}
@@ -33,7 +34,7 @@ def holder(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
 async def test_a_stuck_holder_ends_the_wait_after_the_bound_naming_session_file_and_pid(
     tmp_path: Path, holder: subprocess.Popen[str]
 ) -> None:
-    core = SessionCore(tmp_path, "s1", lock_timeout=5.0)
+    core = SessionCore(tmp_path, "s1", options=SessionOptions(lock_timeout=5.0))
     started = anyio.current_time()
     with anyio.fail_after(3600), pytest.raises(SessionLockTimeoutError) as raised:
         await run_durable(core.append, TURN)
@@ -49,7 +50,7 @@ async def test_a_stuck_holder_ends_the_wait_after_the_bound_naming_session_file_
 async def test_the_wait_ends_as_soon_as_the_holder_lets_go(
     tmp_path: Path, holder: subprocess.Popen[str]
 ) -> None:
-    core = SessionCore(tmp_path, "s1", lock_timeout=600.0)
+    core = SessionCore(tmp_path, "s1", options=SessionOptions(lock_timeout=600.0))
     appended: list[str] = []
 
     async def append() -> None:
@@ -68,6 +69,7 @@ async def test_the_wait_ends_as_soon_as_the_holder_lets_go(
 def test_without_an_event_loop_the_wait_is_bounded_too(
     tmp_path: Path, holder: subprocess.Popen[str]
 ) -> None:
-    core = SessionCore(tmp_path, "s1", lock_timeout=0.05)  # the command line's own calls
+    core = SessionCore(tmp_path, "s1", options=SessionOptions(
+        lock_timeout=0.05))  # the command line's own calls
     with pytest.raises(SessionLockTimeoutError):
         core.append(TURN)

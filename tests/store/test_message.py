@@ -81,3 +81,16 @@ def test_an_appended_message_never_carries_a_marker_into_the_node() -> None:
         "s", node_id="n", seq=0, now=1.0,
     )
     assert node.metadata == {"mood": "calm", "x": 1}
+
+
+def test_function_is_a_code_node_name_and_metadata_on_other_nodes() -> None:
+    """An llm attach row keeps ``function`` (SPEC §4); on a code node it is the name."""
+    row = message_to_node({"role": "assistant", "content": "x", "function": "attach"},
+                          "s", node_id="at", seq=1, now=0.0)
+    assert row.is_attach and row.name == "" and node_to_message(row, "s")["function"] == "attach"
+    tool = message_to_node({"role": "tool", "content": "x", "function": "grep"},
+                           "s", node_id="c1", seq=2, now=0.0)
+    assert tool.name == "grep" and "function" not in tool.metadata
+    with pytest.raises(ReservedMetadataKeyError):
+        message_to_node({"role": "tool", "content": "x", "extra": {"function": "attach"}},
+                        "s", node_id="c2", seq=3, now=0.0)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from store import SessionOptions
 from store._durable import DurableFiles
 from store._errors import SessionLockTimeoutError
 from store._lock import SessionLock
@@ -70,7 +71,8 @@ def test_concurrent_commits_share_flushes_and_none_returns_before_a_flush_that_c
     """
     files = OrderedFlushes()
     log = RuntimeLog.open(tmp_path, files=files)
-    cores = [SessionCore.create(tmp_path, f"s{i}", log=log) for i in range(8)]
+    cores = [SessionCore.create(tmp_path, f"s{i}", options=SessionOptions(
+        log=log)) for i in range(8)]
     returned: list[tuple[int, int]] = []  # (this commit's write, events seen at its return)
     lock = threading.Lock()
 
@@ -122,12 +124,12 @@ def test_a_session_is_held_until_its_checkpoint(tmp_path: Path) -> None:
     """Exclusive ownership: another owner waits for the lock until the log's core lets go."""
     SessionCore.create(tmp_path, "s").close()
     log = RuntimeLog.open(tmp_path)
-    core = SessionCore.open(tmp_path, "s", log=log)
+    core = SessionCore.open(tmp_path, "s", options=SessionOptions(log=log))
     with pytest.raises(SessionLockTimeoutError):
-        SessionCore.open(tmp_path, "s", lock_timeout=0.05)
+        SessionCore.open(tmp_path, "s", options=SessionOptions(lock_timeout=0.05))
     core.append({"id": "u1", "content": "mine"})
     core.close()
-    other = SessionCore.open(tmp_path, "s", lock_timeout=0.05)
+    other = SessionCore.open(tmp_path, "s", options=SessionOptions(lock_timeout=0.05))
     assert other.head == "u1"
     log.close()
 
@@ -146,10 +148,10 @@ def test_closing_retires_durably_so_a_dead_owner_is_not_replayed_over_later_writ
     core.close()
     files = PowerLossLog()
     log = RuntimeLog.open(tmp_path, files=files)
-    core = SessionCore.open(tmp_path, "s", files=files, log=log)
+    core = SessionCore.open(tmp_path, "s", options=SessionOptions(files=files, log=log))
     core.set_head("n0")
     core.close()
-    later = SessionCore.open(tmp_path, "s", lock_timeout=1.0)
+    later = SessionCore.open(tmp_path, "s", options=SessionOptions(lock_timeout=1.0))
     later.set_head("n2")
     later.close()  # checkpointed: its journal no longer stands behind the head move
     log.abandon()
@@ -184,8 +186,8 @@ def test_the_durable_retirement_check_catches_a_close_that_retires_lazily(
 
 def test_segments_rotate_and_retired_ones_are_deleted_oldest_first(tmp_path: Path) -> None:
     log = RuntimeLog.open(tmp_path, segment_bytes=2048)
-    busy = SessionCore.create(tmp_path, "busy", log=log)
-    quiet = SessionCore.create(tmp_path, "quiet", log=log)
+    busy = SessionCore.create(tmp_path, "busy", options=SessionOptions(log=log))
+    quiet = SessionCore.create(tmp_path, "quiet", options=SessionOptions(log=log))
     quiet.append({"id": "q0", "content": "kept live in segment 0"})
     _chain(busy, 30)
     segments = [n for n in _wal(tmp_path) if n.endswith(".log")]
@@ -207,7 +209,7 @@ def test_a_session_mode_owner_recovers_a_dead_runtimes_records(tmp_path: Path) -
     """The installs were lost with the page cache; the dead log brings them back."""
     SessionCore.create(tmp_path, "s").close()
     log = RuntimeLog.open(tmp_path)
-    core = SessionCore.open(tmp_path, "s", log=log)
+    core = SessionCore.open(tmp_path, "s", options=SessionOptions(log=log))
     _chain(core, 3)
     core.merge_node_metadata_batch({"n0": {MARK: "w-1"}, "n2": {MARK: "w-1"}})
     before = {p.name: p.read_bytes() for p in (tmp_path / "sessions" / "s" / "history").iterdir()}
@@ -239,7 +241,7 @@ def test_the_recovery_check_catches_an_owner_that_ignores_dead_logs(
 def test_a_live_owner_is_not_recovered_and_its_records_stay_its_own(tmp_path: Path) -> None:
     SessionCore.create(tmp_path, "s").close()
     log = RuntimeLog.open(tmp_path)
-    core = SessionCore.open(tmp_path, "s", log=log)
+    core = SessionCore.open(tmp_path, "s", options=SessionOptions(log=log))
     core.append({"id": "u1", "content": "live"})
     assert dead_sessions(tmp_path, DurableFiles()) == []
     core.close()
@@ -252,13 +254,14 @@ def test_a_runtime_sweeps_every_dead_log_at_start(tmp_path: Path) -> None:
         SessionCore.create(tmp_path, sid).close()
     dead = RuntimeLog.open(tmp_path)
     for sid in ("a", "b"):
-        SessionCore.open(tmp_path, sid, log=dead).append({"id": f"{sid}1", "content": sid})
+        SessionCore.open(tmp_path, sid, options=SessionOptions(
+            log=dead)).append({"id": f"{sid}1", "content": sid})
     dead.abandon()
     assert sorted(dead_sessions(tmp_path, DurableFiles())) == ["a", "b"]
     log = RuntimeLog.open(tmp_path)
     assert sorted(recover_dead_runtimes(tmp_path, log)) == ["a", "b"]
     assert [n for n in _wal(tmp_path) if not n.startswith(log.owner)] == []
-    assert SessionCore.open(tmp_path, "a", log=log).head == "a1"
+    assert SessionCore.open(tmp_path, "a", options=SessionOptions(log=log)).head == "a1"
     log.close()
 
 
@@ -267,7 +270,7 @@ def test_a_failed_flush_seals_the_segment_and_the_session_ends_whole(tmp_path: P
     SessionCore.create(tmp_path, "s").close()
     files = FaultyFiles()
     log = RuntimeLog.open(tmp_path, files=files)
-    core = SessionCore.open(tmp_path, "s", files=files, log=log)
+    core = SessionCore.open(tmp_path, "s", options=SessionOptions(files=files, log=log))
     core.append({"id": "u0", "content": "first"})
     files.fail_at = len(files.steps) + 2  # the append's record: write, then the flush
     files.only = None
@@ -289,14 +292,15 @@ def test_a_core_whose_close_failed_hands_its_held_lock_to_the_next_core(tmp_path
     SessionCore.create(tmp_path, "s").close()
     files = FaultyFiles()
     log = RuntimeLog.open(tmp_path, files=files)
-    core = SessionCore.open(tmp_path, "s", files=files, log=log)
+    core = SessionCore.open(tmp_path, "s", options=SessionOptions(files=files, log=log))
     core.append({"id": "u0", "content": "first"})
     files.fail_at = len(files.steps)  # the close's first step
     with pytest.raises(OSError):
         core.close()
     files.fail_at = None
     assert log.is_live("s")
-    again = SessionCore.open(tmp_path, "s", files=files, log=log, lock_timeout=0.05)
+    again = SessionCore.open(tmp_path, "s", options=SessionOptions(
+        files=files, log=log, lock_timeout=0.05))
     again.append({"id": "u1", "content": "second"})
     again.close()
     assert not log.is_live("s")

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from store import SessionOptions
 from store._durable import TEMP_SUFFIX, DurableFiles
 from store._errors import JournalFileError, SessionLockTimeoutError
 from store._runtime_log import WAL_DIR, RuntimeLog
@@ -92,10 +93,11 @@ def test_an_idle_retirement_that_seals_its_segment_never_becomes_durable_and_the
     """
     state = tmp_path / "state"
     files = NoSyncFiles()
-    SessionCore.create(state, "s", files=files, clock=lambda: CLOCK)
+    SessionCore.create(state, "s", options=SessionOptions(files=files, clock=lambda: CLOCK))
     # measure one cycle's records: a commit (M) and an idle retirement (R)
     probe = RuntimeLog.open(state, files=files)
-    core = SessionCore.open(state, "s", files=files, log=probe, clock=lambda: CLOCK)
+    core = SessionCore.open(state, "s", options=SessionOptions(
+        files=files, log=probe, clock=lambda: CLOCK))
     core.append({"role": "user", "content": "x"})
     mutation = os.path.getsize(state / WAL_DIR / _segments(state)[0])
     core.retire_journals()
@@ -105,7 +107,8 @@ def test_an_idle_retirement_that_seals_its_segment_never_becomes_durable_and_the
 
     # M alone stays under the bound, M + R crosses it: R seals each segment
     log = RuntimeLog.open(state, files=files, segment_bytes=mutation + retirement // 2)
-    core = SessionCore.open(state, "s", files=files, log=log, clock=lambda: CLOCK)
+    core = SessionCore.open(state, "s", options=SessionOptions(
+        files=files, log=log, clock=lambda: CLOCK))
     for _ in range(30):
         core.append({"role": "user", "content": "x"})
         core.retire_journals()  # what the session actor does when its mailbox is idle
@@ -144,9 +147,9 @@ def test_after_one_failed_flush_no_segment_is_ever_deleted_again(tmp_path: Path)
     """
     state = tmp_path / "state"
     files = _FailingLogFlush()
-    SessionCore.create(state, "s", files=files)
+    SessionCore.create(state, "s", options=SessionOptions(files=files))
     log = RuntimeLog.open(state, files=files, segment_bytes=2048)
-    core = SessionCore.open(state, "s", files=files, log=log)
+    core = SessionCore.open(state, "s", options=SessionOptions(files=files, log=log))
     core.append({"role": "user", "content": "a"})
     core.retire_journals()  # the idle retirement: appended, not flushed
     files.armed = True
@@ -155,7 +158,7 @@ def test_after_one_failed_flush_no_segment_is_ever_deleted_again(tmp_path: Path)
     for i in range(60):
         core.append({"role": "user", "content": f"turn {i}"})
         core.close()
-        core = SessionCore.open(state, "s", files=files, log=log)
+        core = SessionCore.open(state, "s", options=SessionOptions(files=files, log=log))
     assert len(_segments(state)) <= 3, _segments(state)
     core.close()
     log.close()
@@ -193,9 +196,9 @@ def test_one_failed_directory_sync_while_creating_a_segment_wedges_the_log_for_g
     """
     state = tmp_path / "state"
     files = _FailingWalDirSync()
-    SessionCore.create(state, "s", files=files)
+    SessionCore.create(state, "s", options=SessionOptions(files=files))
     log = RuntimeLog.open(state, files=files)
-    core = SessionCore.open(state, "s", files=files, log=log)
+    core = SessionCore.open(state, "s", options=SessionOptions(files=files, log=log))
     files.armed = True  # the first segment is created by the first commit
     with pytest.raises(OSError):
         core.append({"id": "n1", "role": "user", "content": "lost to EIO"})
@@ -226,7 +229,7 @@ def test_startup_recovery_leaves_its_zero_lock_timeout_on_the_session_for_good(
     state = tmp_path / "state"
     SessionCore.create(state, "s")
     dead = RuntimeLog.open(state)
-    core = SessionCore.open(state, "s", log=dead)
+    core = SessionCore.open(state, "s", options=SessionOptions(log=dead))
     core.append({"id": "n1", "role": "user", "content": "left live by a killed runtime"})
     dead.abandon()  # dies as a SIGKILL would: its records of s are live
     holder = hold_flock(state / "sessions" / "s" / ".lock")  # another process holds s
@@ -235,7 +238,7 @@ def test_startup_recovery_leaves_its_zero_lock_timeout_on_the_session_for_good(
     try:
         assert recover_dead_runtimes(state, log) == []  # s skipped: held
         later.start()
-        core = SessionCore.open(state, "s", log=log, lock_timeout=20.0)
+        core = SessionCore.open(state, "s", options=SessionOptions(log=log, lock_timeout=20.0))
     finally:
         later.cancel()
         if later.ident is not None:
@@ -265,9 +268,9 @@ def test_two_cores_of_one_session_in_one_process_do_not_exclude_each_other(
     state = tmp_path / "state"
     SessionCore.create(state, "s")
     log = RuntimeLog.open(state)
-    first = SessionCore.open(state, "s", log=log)
+    first = SessionCore.open(state, "s", options=SessionOptions(log=log))
     try:
-        second = SessionCore.open(state, "s", log=log, lock_timeout=0.0)
+        second = SessionCore.open(state, "s", options=SessionOptions(log=log, lock_timeout=0.0))
     except SessionLockTimeoutError:
         second = None  # refused, as two cores without a log are
     if second is not None:
@@ -303,13 +306,13 @@ def test_a_dead_runtimes_records_of_a_deleted_session_reappear_in_a_new_session_
     state = tmp_path / "state"
     SessionCore.create(state, "s")
     dead = RuntimeLog.open(state)
-    core = SessionCore.open(state, "s", log=dead)
+    core = SessionCore.open(state, "s", options=SessionOptions(log=dead))
     core.append({"id": "old1", "role": "user", "content": "a turn of the deleted session"})
     dead.abandon()
     shutil.rmtree(state / "sessions" / "s")
     log = RuntimeLog.open(state)
     recover_dead_runtimes(state, log)
-    fresh = SessionCore.create(state, "s", log=log)
+    fresh = SessionCore.create(state, "s", options=SessionOptions(log=log))
     assert [n.id for n in fresh.nodes()] == []
     fresh.close()
     log.close()
@@ -339,7 +342,7 @@ def _shared_owner(state: Path, files: DurableFiles, acked: list[str]) -> None:
     log: RuntimeLog | None = None
     try:
         log = RuntimeLog.open(state, files=files)
-        core = SessionCore.open(state, "s", files=files, log=log)
+        core = SessionCore.open(state, "s", options=SessionOptions(files=files, log=log))
         core.append({"id": "u6", "role": "user", "content": "new", "predecessor": "a5"})
         acked.append("append")
         core.merge_node_metadata_batch({"u0": {MARK: "w-1"}, "a3": {MARK: "w-1"}})
@@ -405,7 +408,7 @@ def test_a_shared_owner_killed_at_every_step_loses_nothing_acknowledged(
         else:
             log = RuntimeLog.open(state)
             recover_dead_runtimes(state, log)
-            core = SessionCore.open(state, "s", log=log)
+            core = SessionCore.open(state, "s", options=SessionOptions(log=log))
         _check_recovered(state, core, acked)
         core.close()
         if recoverer == "shared":
@@ -425,7 +428,7 @@ def _dead_with_live_records(tmp_path: Path) -> Path:
     """A shared owner killed after an append and a marker batch, both acknowledged, both live."""
     state = _six_turns(tmp_path)
     log = RuntimeLog.open(state)
-    core = SessionCore.open(state, "s", log=log)
+    core = SessionCore.open(state, "s", options=SessionOptions(log=log))
     core.append({"id": "u6", "role": "user", "content": "new", "predecessor": "a5"})
     core.merge_node_metadata_batch({"u0": {MARK: "w-1"}, "a3": {MARK: "w-1"}})
     log.abandon()
@@ -441,7 +444,7 @@ def test_a_recoverer_killed_at_every_step_leaves_the_dead_owners_records_recover
     holder still finds every acknowledged record of the first owner, and ``wal/`` ends empty."""
     def recover(state: Path, files: DurableFiles) -> None:
         if recoverer == "session":
-            SessionCore.open(state, "s", files=files).close()
+            SessionCore.open(state, "s", options=SessionOptions(files=files)).close()
             return
         log: RuntimeLog | None = None
         try:
@@ -495,7 +498,7 @@ def shared_main(state: str, mode: str, prefix: str, sessions: list[str]) -> None
             print(line, flush=True)
 
     def work(sid: str) -> None:
-        core = SessionCore.open(state, sid, log=log)
+        core = SessionCore.open(state, sid, options=SessionOptions(log=log))
         for i in itertools.count():
             node = core.append({"id": f"{prefix}{i}", "role": ["user", "assistant"][i % 2],
                                 "content": f"turn {i} of {sid}"})
@@ -601,7 +604,7 @@ def recoverer_main(state: str, mode: str, sessions: list[str]) -> None:
     sys.stdin.readline()
     log = RuntimeLog.open(state) if mode == "shared" else None
     for sid in sessions:
-        core = SessionCore.open(state, sid, log=log)
+        core = SessionCore.open(state, sid, options=SessionOptions(log=log))
         core.append({"id": f"r-{sid}", "role": "user", "content": "after recovery"})
         core.close()
     if log is not None:
@@ -670,17 +673,18 @@ def test_no_retirement_is_written_while_a_file_it_covers_is_unflushed(tmp_path: 
     state = _six_turns(tmp_path)
     files = _RetirementWatch()
     log = RuntimeLog.open(state, files=files)
-    core = SessionCore.open(state, "s", files=files, log=log)
+    core = SessionCore.open(state, "s", options=SessionOptions(files=files, log=log))
     core.append({"id": "u6", "role": "user", "content": "new", "predecessor": "a5"})
     core.merge_node_metadata_batch({"u0": {MARK: "w-1"}, "a3": {MARK: "w-1"}})
     core.retire_journals()
     core.set_head("a3")
     core.rewind_to("u2")
     core.close()  # retires durably
-    core = SessionCore.open(state, "s", files=files, log=log)
+    core = SessionCore.open(state, "s", options=SessionOptions(files=files, log=log))
     core.append({"id": "u7", "role": "user", "content": "left live"})
     log.abandon()
-    SessionCore.open(state, "s", files=files).close()  # a recoverer's retirement
+    SessionCore.open(state, "s", options=SessionOptions(
+        files=files)).close()  # a recoverer's retirement
     assert len(files.at_retirement) >= 3
     assert all(not unflushed for unflushed in files.at_retirement), files.at_retirement
 
@@ -691,7 +695,7 @@ def test_a_dead_log_torn_in_its_last_record_is_recovered_up_to_the_tear(tmp_path
     new segment (nothing is appended after a tear), and the dead log is deleted."""
     base = _six_turns(tmp_path)
     log = RuntimeLog.open(base)
-    core = SessionCore.open(base, "s", log=log)
+    core = SessionCore.open(base, "s", options=SessionOptions(log=log))
     core.append({"id": "u6", "role": "user", "content": "new", "predecessor": "a5"})
     (segment,) = _segments(base)
     whole = os.path.getsize(base / WAL_DIR / segment)
@@ -749,12 +753,12 @@ def test_a_foreign_record_of_one_session_in_a_dead_log_blocks_that_session_only(
     core.close()
     log = RuntimeLog.open(state)
     recover_dead_runtimes(state, log)  # a shared runtime's start-up
-    core = SessionCore.open(state, "s2", log=log)
+    core = SessionCore.open(state, "s2", options=SessionOptions(log=log))
     core.append({"id": "n2", "role": "user", "content": "nor in a shared runtime"})
     core.close()
     for shared in (None, log):
         with pytest.raises(JournalFileError, match="1234-deadbeef.0.log"):
-            s1 = SessionCore.open(state, "s1", log=shared)
+            s1 = SessionCore.open(state, "s1", options=SessionOptions(log=shared))
             s1.append({"id": "m1", "role": "user", "content": "s1 must refuse this"})
     log.close()
     assert dead.read_bytes() == foreign
@@ -793,9 +797,10 @@ def test_a_failed_unlink_in_the_logs_close_keeps_every_lock_it_holds_for_the_pro
     """
     state = tmp_path / "state"
     files = _FailingWalUnlink()
-    SessionCore.create(state, "s", files=files)
+    SessionCore.create(state, "s", options=SessionOptions(files=files))
     log = RuntimeLog.open(state, files=files)
-    core = SessionCore.open(state, "s", files=files, log=log)  # held to the end, never closed
+    core = SessionCore.open(state, "s", options=SessionOptions(
+        files=files, log=log))  # held to the end, never closed
     core.append({"role": "user", "content": "a"})
     core.retire_journals()  # so close() finds nothing live and deletes the log
     files.armed = True
@@ -823,14 +828,14 @@ def test_release_all_at_exit_waits_on_a_session_lock_its_own_log_still_holds(
     import functools
 
     import memory.runtime._claims as claims
-    from store import SessionLock
+    from store.lowlevel import SessionLock
 
     monkeypatch.setattr(claims, "SessionLock", functools.partial(SessionLock, timeout=1.0))
     state = tmp_path / "state"
     files = _FailingLogFlush()
-    SessionCore.create(state, "s", files=files)
+    SessionCore.create(state, "s", options=SessionOptions(files=files))
     log = RuntimeLog.open(state, files=files)
-    core = SessionCore.open(state, "s", files=files, log=log)
+    core = SessionCore.open(state, "s", options=SessionOptions(files=files, log=log))
     core.append({"id": "n1", "role": "user", "content": "a"})
     ledger = claims.ClaimsLedger(str(state), files, writer_timeout=60.0, margin=5.0)
     assert claims.SessionClaims(core, files).claim_batch(
@@ -912,9 +917,9 @@ def full_disk_main(state: str) -> None:
     import resource
 
     files = _FullDisk()
-    SessionCore.create(state, "s", files=files)
+    SessionCore.create(state, "s", options=SessionOptions(files=files))
     log = RuntimeLog.open(state, files=files)
-    core = SessionCore.open(state, "s", files=files, log=log)
+    core = SessionCore.open(state, "s", options=SessionOptions(files=files, log=log))
     core.append({"role": "user", "content": "before the disk filled"})
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
     files.full = True
@@ -960,7 +965,7 @@ FORKING_OWNER = ("import sys; from tests.store.test_runtime_log_attack import fo
 def forking_main(state: str) -> None:
     """A shared runtime that holds ``s`` and forks a child (as an embedding agent's worker pool may)."""
     log = RuntimeLog.open(state)
-    core = SessionCore.open(state, "s", log=log)
+    core = SessionCore.open(state, "s", options=SessionOptions(log=log))
     core.append({"id": "n1", "role": "user", "content": "acknowledged before the kill"})
     child = os.fork()
     if child == 0:  # the child does nothing with the store; it just lives on
@@ -998,7 +1003,7 @@ def test_a_child_forked_by_a_killed_runtime_keeps_its_sessions_and_its_log_locke
     owner.send_signal(signal.SIGKILL)
     owner.wait()
     try:
-        core = SessionCore.open(state, "s", lock_timeout=1.0)
+        core = SessionCore.open(state, "s", options=SessionOptions(lock_timeout=1.0))
         assert "n1" in [n.id for n in core.nodes()]
         core.close()
     finally:
@@ -1028,12 +1033,12 @@ def test_a_dead_log_with_nothing_live_is_never_deleted_by_session_journal_proces
     # the same, with the recoverer killed right after its retirement segment
     state = _dead_with_live_records(tmp_path)
     steps = FaultyFiles()
-    SessionCore.open(state, "s", files=steps).close()
+    SessionCore.open(state, "s", options=SessionOptions(files=steps)).close()
     rename = next(i for i, (step, path) in enumerate(steps.steps)
                   if step == "rename" and path.endswith(".log"))
     state = _dead_with_live_records(tmp_path)
     with pytest.raises(SimulatedCrash):
-        SessionCore.open(state, "s", files=FaultyFiles(crash_at=rename + 1))
+        SessionCore.open(state, "s", options=SessionOptions(files=FaultyFiles(crash_at=rename + 1)))
     for i in range(3):
         core = SessionCore.open(state, "s")
         core.append({"id": f"later{i}", "role": "user", "content": "more"})
@@ -1052,7 +1057,7 @@ def test_the_segment_cache_keeps_every_deleted_segment_for_the_process_life(
 
     state = _six_turns(tmp_path)
     log = RuntimeLog.open(state)
-    core = SessionCore.open(state, "s", log=log)
+    core = SessionCore.open(state, "s", options=SessionOptions(log=log))
     core.append({"id": "big", "role": "user", "content": "x" * 200_000})
     log.abandon()
     paths = [str(state / WAL_DIR / name) for name in _segments(state)]
@@ -1076,8 +1081,8 @@ def _interleaved_owner(state: Path, files: DurableFiles, acked: list[str]) -> No
     log: RuntimeLog | None = None
     try:
         log = RuntimeLog.open(state, files=files, segment_bytes=700)
-        s = SessionCore.open(state, "s", files=files, log=log)
-        t = SessionCore.open(state, "t", files=files, log=log)
+        s = SessionCore.open(state, "s", options=SessionOptions(files=files, log=log))
+        t = SessionCore.open(state, "t", options=SessionOptions(files=files, log=log))
         s.append({"id": "s6", "role": "user", "content": "s new", "predecessor": "a5"})
         acked.append("s6")
         t.append({"id": "t6", "role": "user", "content": "t new", "predecessor": "a5"})
@@ -1168,7 +1173,7 @@ def test_a_failed_group_flush_fails_its_followers_and_every_session_carries_on(
     start = threading.Barrier(len(SESSIONS))
 
     def work(sid: str) -> None:
-        core = SessionCore.open(state, sid, files=files, log=log)
+        core = SessionCore.open(state, sid, options=SessionOptions(files=files, log=log))
         start.wait()
         for i in range(8):
             node = f"{sid}-{i}"
@@ -1223,9 +1228,9 @@ def test_a_recoverer_reading_a_dead_log_while_another_deletes_it_replays_retired
     state = tmp_path / "state"
     _sessions_with_six_turns(state, ["s1", "s2"])
     dead = RuntimeLog.open(state)
-    s2 = SessionCore.open(state, "s2", log=dead)
+    s2 = SessionCore.open(state, "s2", options=SessionOptions(log=dead))
     s2.set_head("a3")  # the dead runtime's last word on s2's head
-    s1 = SessionCore.open(state, "s1", log=dead)
+    s1 = SessionCore.open(state, "s1", options=SessionOptions(log=dead))
     s1.append({"id": "s1-new", "role": "user", "content": "keeps the dead log alive"})
     dead.abandon()
     core = SessionCore.open(state, "s2")  # recovers s2 (head a3) and retires it: R s2
@@ -1273,11 +1278,12 @@ def test_creating_a_session_that_this_runtimes_log_holds_waits_out_the_lock_time
     state = tmp_path / "state"
     SessionCore.create(state, "s")
     log = RuntimeLog.open(state)
-    held = SessionCore.open(state, "s", log=log)  # the active session's actor
+    held = SessionCore.open(state, "s", options=SessionOptions(
+        log=log))  # the active session's actor
     started = time.monotonic()
     try:
         with pytest.raises(SessionExistsError):
-            SessionCore.create(state, "s", lock_timeout=1.0)
+            SessionCore.create(state, "s", options=SessionOptions(lock_timeout=1.0))
     finally:
         held.close()
         log.close()

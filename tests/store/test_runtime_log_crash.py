@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from store import SessionOptions
 from store._durable import TEMP_SUFFIX, DurableFiles
 from store._runtime_log import WAL_DIR, RuntimeLog
 from store._session import SessionCore, recover_dead_runtimes
@@ -37,7 +38,7 @@ TURNS = ["u0", "a1", "u2", "a3", "u4", "a5"]  # what _build appends
 
 def _recover(state: Path, files: DurableFiles | None = None) -> SessionCore:
     """Open as a session-journal owner (it recovers the dead log), then sweep as a runtime would."""
-    core = SessionCore.open(state, "s", files=files)
+    core = SessionCore.open(state, "s", options=SessionOptions(files=files))
     assert core.problems == []
     root = state / "sessions" / "s"
     assert not [p for p in root.rglob("*") if p.name.endswith(TEMP_SUFFIX)]
@@ -53,7 +54,7 @@ def _owned(state: Path, files: DurableFiles, operation: Callable[[SessionCore], 
     """Open ``s`` through a runtime log on ``files`` and run ``operation``; the process then dies."""
     log = RuntimeLog.open(state, files=files, segment_bytes=segment_bytes)
     try:
-        operation(SessionCore.open(state, "s", files=files, log=log))
+        operation(SessionCore.open(state, "s", options=SessionOptions(files=files, log=log)))
     finally:
         log.abandon()  # killed: after the ack, or at the crash
 
@@ -188,7 +189,7 @@ def test_rotation_and_segment_deletion_crash_at_every_step(tmp_path: Path) -> No
     def rotates(files: DurableFiles) -> None:
         state = build(tmp_path)
         log = RuntimeLog.open(state, files=files, segment_bytes=400)
-        appends(SessionCore.open(state, "s", files=files, log=log))
+        appends(SessionCore.open(state, "s", options=SessionOptions(files=files, log=log)))
         unlinked = [p for s, p in getattr(files, "steps", []) if s == "unlink"]
         assert any(p.endswith(".log") for p in unlinked)  # the test does cover a deletion
         log.abandon()
@@ -200,7 +201,7 @@ def test_rotation_and_segment_deletion_crash_at_every_step(tmp_path: Path) -> No
 def _dead_owner_left_records(state: Path) -> None:
     """A runtime appended u6 and marked three nodes, then died before any checkpoint."""
     log = RuntimeLog.open(state)
-    core = SessionCore.open(state, "s", log=log)
+    core = SessionCore.open(state, "s", options=SessionOptions(log=log))
     core.append({"id": "u6", "content": "from the dead", "predecessor": "a5"})
     core.merge_node_metadata_batch({n: {MARK: "w-dead"} for n in ("u0", "u2", "u6")})
     log.abandon()
@@ -231,7 +232,8 @@ def test_a_crash_in_a_shared_flush_fails_every_waiter_and_hangs_none(tmp_path: P
         shutil.rmtree(state / WAL_DIR, ignore_errors=True)
         files = FaultyFiles(crash_at=crash_at, only=frozenset({"fsync"}))
         log = RuntimeLog.open(state, files=files)
-        cores = [SessionCore.open(state, f"s{i}", files=files, log=log) for i in range(4)]
+        cores = [SessionCore.open(state, f"s{i}", options=SessionOptions(
+            files=files, log=log)) for i in range(4)]
         acked: list[tuple[str, str]] = []
         outcomes: list[BaseException | None] = []
         threads = [threading.Thread(target=_commit_three, args=(core, crash_at, acked, outcomes))
@@ -272,7 +274,7 @@ def test_power_loss_with_the_log_cut_at_every_byte(tmp_path: Path) -> None:
     state = build(tmp_path)
     before = node_files(state)
     log = RuntimeLog.open(state)
-    core = SessionCore.open(state, "s", log=log)
+    core = SessionCore.open(state, "s", options=SessionOptions(log=log))
     expected = [state_of(core)]
     boundaries = [0]
     for operation in OPERATIONS:
@@ -297,7 +299,7 @@ def test_power_loss_with_the_log_cut_at_every_byte(tmp_path: Path) -> None:
         lock.touch()
         segment.write_bytes(data[:cut])
         complete = sum(1 for b in boundaries[1:] if b <= cut)
-        recovered = SessionCore.open(state, "s", files=NoSyncFiles())
+        recovered = SessionCore.open(state, "s", options=SessionOptions(files=NoSyncFiles()))
         assert recovered.problems == []
         assert state_of(recovered) == expected[complete], cut
 
@@ -321,7 +323,7 @@ def test_every_acknowledged_operation_survives_losing_all_that_was_not_flushed(
     before = node_files(state)
     files = PowerLossLog()
     log = RuntimeLog.open(state, files=files)
-    core = SessionCore.open(state, "s", files=files, log=log)
+    core = SessionCore.open(state, "s", options=SessionOptions(files=files, log=log))
     for operation in OPERATIONS:
         operation(core)
     expected = state_of(core)

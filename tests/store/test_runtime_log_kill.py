@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from memory.simulate._outside import agent_rewind, agent_write
+from store import SessionOptions
 from store._runtime_log import WAL_DIR, RuntimeLog
 from store._session import SessionCore, recover_dead_runtimes
 
@@ -35,7 +36,7 @@ RUN = "import sys; from tests.store.test_runtime_log_kill import {0}; {0}(*sys.a
 def marking_owner(state: str) -> None:
     """The killed owner: six appends and a marker batch through a runtime log, then wait."""
     log = RuntimeLog.open(state)
-    core = SessionCore.create(state, "s", log=log)
+    core = SessionCore.create(state, "s", options=SessionOptions(log=log))
     for i, node_id in enumerate(TURNS):
         core.append({"id": node_id, "role": ["user", "assistant"][i % 2], "content": f"turn {i}"})
     print("appended", flush=True)
@@ -50,7 +51,7 @@ def busy_owner(state: str) -> None:
     import threading
 
     log = RuntimeLog.open(state, segment_bytes=16 * 1024)  # rotations and deletions too
-    cores = [SessionCore.create(state, f"s{i}", log=log) for i in range(4)]
+    cores = [SessionCore.create(state, f"s{i}", options=SessionOptions(log=log)) for i in range(4)]
     lock = threading.Lock()
 
     def work(core: SessionCore) -> None:
@@ -113,7 +114,7 @@ def test_the_agent_writes_between_our_record_and_our_replay_and_its_writes_win(
 
     log = RuntimeLog.open(state)  # the next runtime: its sweep recovers the dead one's log
     assert recover_dead_runtimes(state, log) == ["s"]
-    core = SessionCore.open(state, "s", log=log)
+    core = SessionCore.open(state, "s", options=SessionOptions(log=log))
 
     assert (session / "meta.json").read_bytes() == agent_meta  # the agent's head move wins
     assert core.head == "a1"
@@ -148,7 +149,7 @@ def test_an_owner_killed_mid_group_commit_loses_no_acknowledged_turn(tmp_path: P
     log = RuntimeLog.open(state)
     recover_dead_runtimes(state, log)
     for sid in {sid for sid, _ in acknowledged}:
-        core = SessionCore.open(state, sid, log=log)
+        core = SessionCore.open(state, sid, options=SessionOptions(log=log))
         assert core.problems == []
         held = [n.id for n in core.nodes()]
         wanted = [node for s, node in acknowledged if s == sid]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from store import SessionOptions
 from store._durable import TEMP_SUFFIX
 from store._errors import (
     AppendConflictError,
@@ -53,7 +54,7 @@ def _ids(messages: list[dict[str, Any]]) -> list[str]:
 
 @pytest.fixture
 def core(tmp_path: Path) -> SessionCore:
-    return SessionCore.create(tmp_path, "s1", title="Test", clock=Clock())
+    return SessionCore.create(tmp_path, "s1", title="Test", options=SessionOptions(clock=Clock()))
 
 
 # -- the fixture, through the core -----------------------------------------------
@@ -215,7 +216,7 @@ def test_updated_at_moves_only_on_append(core: SessionCore) -> None:
 
 
 def test_meta_unknown_keys_survive_every_rewrite(state: Path) -> None:
-    core = SessionCore.open(state, "demo", clock=Clock())
+    core = SessionCore.open(state, "demo", options=SessionOptions(clock=Clock()))
     core.set_head("a2b")
     core.append({"id": "u3", "content": "next", "predecessor": "a2b"})
     core.rewind_to("u3")
@@ -262,6 +263,29 @@ def test_spawn_branch(core: SessionCore) -> None:
     assert _ids(core.get_branch(spawned["id"])) == [spawned["id"]]
     rows = {r["head_msg_id"]: r for r in core.list_branches()}
     assert rows[spawned["id"]]["name"] == "probe"
+
+
+def test_an_attach_row_registered_first_is_the_trunk_tip(core: SessionCore, tmp_path: Path) -> None:
+    # SPEC §4: a1's first registered child is an attach row (an llm node a1
+    # called, carrying the sub-agent's result); u2, registered after it,
+    # continues the conversation. The trunk follows first children, so it
+    # ends on the attach row, which is listed beside the conversation's tip.
+    core.append({"id": "u1", "content": "Find the invoice."})
+    core.append({"id": "a1", "role": "assistant", "content": "Asking a sub-agent."})
+    core.spawn_branch("a1", "agent_spawn", "find it", name="probe")
+    core.append({"id": "at", "role": "assistant", "content": "The sub-agent found it.",
+                 "predecessor": "a1", "caller": "a1", "function": "attach"})
+    core.append({"id": "u2", "content": "Thanks.", "predecessor": "a1"})
+    core.append({"id": "a2", "role": "assistant", "content": "Glad to help."})
+    assert core.head == "a2"
+    assert core.get_branch("at")[-1]["function"] == "attach"  # the view gives back what came in
+    for session in (core, SessionCore.open(tmp_path, "s1")):  # and from the files alone
+        attach = session.node("at")
+        assert attach.is_attach and attach.metadata["function"] == "attach"
+        rows = {r["head_msg_id"]: r for r in session.list_branches()}
+        assert {"at", "a2"} <= set(rows) and "a1" not in rows
+        assert (rows["at"]["created_at"], rows["at"]["updated_at"]) == (
+            attach.created_at, attach.created_at)
 
 
 def test_rolling_summaries(core: SessionCore) -> None:
@@ -318,7 +342,7 @@ def test_hostile_session_ids_touch_nothing(tmp_path: Path) -> None:
 
 
 def test_oversized_content_is_refused(tmp_path: Path) -> None:
-    core = SessionCore.create(tmp_path, "s", max_node_bytes=10_000)
+    core = SessionCore.create(tmp_path, "s", options=SessionOptions(max_node_bytes=10_000))
     with pytest.raises(OversizedContentError, match="over the cap"):
         core.append({"id": "big", "content": "x" * 20_000})
     assert core.nodes() == []
@@ -428,8 +452,8 @@ def test_a_node_changed_by_our_own_merge_is_parsed_again_on_reload(tmp_path: Pat
 
 
 def test_list_sessions(tmp_path: Path) -> None:
-    SessionCore.create(tmp_path, "old", clock=lambda: 1.0)
-    SessionCore.create(tmp_path, "new", clock=lambda: 2.0)
+    SessionCore.create(tmp_path, "old", options=SessionOptions(clock=lambda: 1.0))
+    SessionCore.create(tmp_path, "new", options=SessionOptions(clock=lambda: 2.0))
     (tmp_path / "sessions" / "broken").mkdir()
     (tmp_path / "sessions" / "broken" / "meta.json").write_bytes(b"{nope")
     (tmp_path / "sessions" / "index.json").write_bytes(b"{}")
@@ -516,7 +540,7 @@ def test_locked_holds_the_session_lock_and_catches_up_when_asked(tmp_path: Path)
         with core.locked(catch_up=False):
             assert "stamp" not in core.node("u1").metadata  # the index as it was
             with pytest.raises(SessionLockTimeoutError):  # nobody else may write meanwhile
-                SessionCore(tmp_path, "s1", lock_timeout=0.05).append(
+                SessionCore(tmp_path, "s1", options=SessionOptions(lock_timeout=0.05)).append(
                     {"id": "a1", "role": "assistant", "content": "no", "predecessor": "u1"})
         with core.locked(catch_up=True):
             assert core.node("u1").metadata["stamp"] == "theirs"

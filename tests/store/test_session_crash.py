@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from store import SessionOptions
 from store._durable import BULK_SYNC_FILES, TEMP_SUFFIX, DurableFiles, bulk_sync_device
 from store._journal import JOURNAL_NAME
 from store._session import SessionCore
@@ -27,7 +28,7 @@ from tests.store._crash_cases import MARK, OPERATIONS, build, first_wins, node_f
 
 
 def _recover(state: Path, files: DurableFiles | None = None) -> SessionCore:
-    core = SessionCore.open(state, "s", files=files)
+    core = SessionCore.open(state, "s", options=SessionOptions(files=files))
     assert core.problems == []
     root = state / "sessions" / "s"
     assert not [p for p in root.rglob("*") if p.name.endswith(TEMP_SUFFIX)]
@@ -45,7 +46,7 @@ def _crash_everywhere(
     def run(files: DurableFiles) -> None:
         state = build(tmp_path)
         prepare(state)
-        operation(SessionCore.open(state, "s", files=files))
+        operation(SessionCore.open(state, "s", options=SessionOptions(files=files)))
 
     total = count_steps(run)
     assert total > 0
@@ -54,7 +55,8 @@ def _crash_everywhere(
         prepare(state)
         before = node_files(state)
         try:
-            operation(SessionCore.open(state, "s", files=FaultyFiles(crash_at=k)))
+            operation(SessionCore.open(state, "s", options=SessionOptions(
+                files=FaultyFiles(crash_at=k))))
             acknowledged = True
         except SimulatedCrash:
             acknowledged = False
@@ -171,7 +173,7 @@ def test_a_batch_and_an_append_cost_one_flush_on_the_critical_path(tmp_path: Pat
         core.append({"id": f"n{i}", "content": str(i), "predecessor": f"n{i-1}" if i else "ROOT"})
     core.close()
     counting = FaultyFiles(only=frozenset({"fsync", "fsync_dir", "syncfs"}))
-    core = SessionCore.open(state, "s", files=counting)
+    core = SessionCore.open(state, "s", options=SessionOptions(files=counting))
     core.merge_node_metadata_batch({f"n{i}": {MARK: "w-1"} for i in range(64)})
     assert counting.steps == [("fsync", str(state / "sessions" / "s" / JOURNAL_NAME))]
     for i in range(64, 74):
@@ -191,7 +193,7 @@ def test_a_batch_and_an_append_cost_one_flush_on_the_critical_path(tmp_path: Pat
 def test_the_first_record_also_syncs_the_new_journal_entry(tmp_path: Path) -> None:
     counting = FaultyFiles(only=frozenset({"fsync", "fsync_dir"}))
     core = SessionCore.create(tmp_path, "s")
-    core = SessionCore.open(tmp_path, "s", files=counting)
+    core = SessionCore.open(tmp_path, "s", options=SessionOptions(files=counting))
     core.append({"id": "u1", "content": "first"})
     assert [step for step, _ in counting.steps] == ["fsync", "fsync_dir"]
 
@@ -210,13 +212,13 @@ def test_an_io_error_at_every_step_leaves_the_owner_usable_and_the_batch_whole(
     call = calls[operation]
 
     def run(files: DurableFiles) -> None:
-        call(SessionCore.open(build(tmp_path), "s", files=files))
+        call(SessionCore.open(build(tmp_path), "s", options=SessionOptions(files=files)))
 
     total = count_steps(run)
     for k in range(total):
         state = build(tmp_path)
         files = FaultyFiles(fail_at=k)
-        core = SessionCore.open(state, "s", files=files)
+        core = SessionCore.open(state, "s", options=SessionOptions(files=files))
         with pytest.raises(OSError):
             call(core)
         files.fail_at = None
@@ -285,7 +287,7 @@ def test_adopting_another_owners_records_crash_at_every_step(tmp_path: Path) -> 
 
     def scenario(files: DurableFiles) -> tuple[Path, bool]:
         state = build(tmp_path)
-        b = SessionCore.open(state, "s", files=files)
+        b = SessionCore.open(state, "s", options=SessionOptions(files=files))
         a = SessionCore.open(state, "s")
         a.append({"id": "u6", "content": "from a", "predecessor": "a5"})  # outstanding
         try:
@@ -330,7 +332,7 @@ def test_a_bulk_checkpoint_crash_at_every_step(tmp_path: Path) -> None:
     def run(files: DurableFiles) -> None:
         state = build(tmp_path)
         merged(state)
-        retire(SessionCore.open(state, "s", files=files))
+        retire(SessionCore.open(state, "s", options=SessionOptions(files=files)))
 
     steps = FaultyFiles()
     run(steps)
@@ -344,7 +346,7 @@ def test_no_journal_is_truncated_while_a_file_it_names_is_unflushed(
 ) -> None:
     state = build(tmp_path)
     files = FlushTracking()
-    core = SessionCore.open(state, "s", files=files)
+    core = SessionCore.open(state, "s", options=SessionOptions(files=files))
     core.merge_node_metadata_batch({n: {MARK: "w-1"} for n in
                                     ["u0", "a1", "u2", "a3", "u4", "a5"][:merged]})
     core.append({"id": "u6", "content": "more"})

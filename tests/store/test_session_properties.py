@@ -15,6 +15,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from store import SessionOptions
 from store._errors import InvalidRequestError
 from store._session import SessionCore
 
@@ -92,7 +93,8 @@ def _view(core: SessionCore) -> tuple[Any, ...]:
 def test_random_operation_sequences_keep_every_invariant(ops: list[tuple[str, int]]) -> None:
     ticks = iter(range(1, 10_000))
     with tempfile.TemporaryDirectory() as state:
-        core = SessionCore.create(state, "p", clock=lambda: float(next(ticks)))
+        core = SessionCore.create(state, "p", options=SessionOptions(
+            clock=lambda: float(next(ticks))))
         counter = [0]
         for op, pick in ops:
             before = core.meta()["updated_at"]

@@ -32,6 +32,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from store import SessionOptions
 from store._format import decode_node
 from store._session import SessionCore
 from tests.faults import NoSyncFiles
@@ -42,7 +43,7 @@ MARKER_TASKS = 3  # plus one checkpoint-stamp component
 
 
 def _session(state: Path) -> SessionCore:
-    core = SessionCore.create(state, "race", files=NoSyncFiles())
+    core = SessionCore.create(state, "race", options=SessionOptions(files=NoSyncFiles()))
     previous = "ROOT"
     for i, node_id in enumerate(NODES):
         core.append({"id": node_id, "role": ["user", "assistant"][i % 2], "content": node_id,
@@ -117,7 +118,7 @@ def test_naive_read_modify_write_loses_markers(tmp_path: Path) -> None:
 
 def test_merges_serialised_through_one_owner_lose_nothing(tmp_path: Path) -> None:
     core = _session(tmp_path)
-    core = SessionCore.open(tmp_path, "race", files=NoSyncFiles())
+    core = SessionCore.open(tmp_path, "race", options=SessionOptions(files=NoSyncFiles()))
     mailbox: queue.Queue[tuple[Callable[[], Any], Future[Any]] | None] = queue.Queue()
 
     def owner() -> None:  # the session actor's loop: one message at a time
@@ -165,7 +166,7 @@ def test_merges_serialised_through_one_owner_lose_nothing(tmp_path: Path) -> Non
 
 
 def _process_worker(state: str, worker: int, rounds: int) -> list[tuple[str, str]]:
-    core = SessionCore.open(state, "race", files=NoSyncFiles())
+    core = SessionCore.open(state, "race", options=SessionOptions(files=NoSyncFiles()))
     acknowledged: list[tuple[str, str]] = []
     for round_ in range(rounds):
         node = NODES[(round_ * 3 + worker) % len(NODES)]

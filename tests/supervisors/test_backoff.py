@@ -24,7 +24,7 @@ JITTER = 0.25
 QUIET = 10.0
 
 
-class Crasher(Actor):
+class Crasher(Actor[object]):
     """Crashes on "crash"; the times of its starts and crashes go to ``log``."""
 
     def __init__(self, log: dict[str, Any]) -> None:
@@ -48,7 +48,7 @@ async def waits_before_restarts(crashes: int, *, quiet_first: bool = False) -> l
     sup_actor = Supervisor([spec], intensity=Intensity(100, 1000.0), backoff=Backoff(),
                            rng=random.Random(5))
     async with open_actor(sup_actor, name="sup") as sup:
-        child = await get_child(sup, "c")
+        child = await get_child(sup, spec)
         await log["started"].wait()
         for _ in range(crashes):
             log["started"] = anyio.Event()

@@ -23,6 +23,7 @@ from actors import (
 from supervisors import (
     Backoff,
     DynamicSupervisor,
+    DynamicSupervisorMessage,
     Intensity,
     Restart,
     RestartIntensityExceededError,
@@ -38,7 +39,7 @@ class Crash(Idempotent):
 CRASH = Crash()
 
 
-class SessionProbe(Actor):
+class SessionProbe(Actor[object]):
     """Crashes on "crash" (dropped after one crash) and CRASH (redelivered); counts activations."""
 
     def __init__(self, key: str, starts: Counter[str]) -> None:
@@ -56,12 +57,13 @@ class SessionProbe(Actor):
         return (self.key, message)
 
 
-def probes(starts: Counter[str]) -> Callable[[str], Actor]:
+def probes(starts: Counter[str]) -> Callable[[str], Actor[object]]:
     return lambda key: SessionProbe(key, starts)
 
 
-async def activate(sup: ActorRef, key: str) -> ActorRef:
-    ref: ActorRef = await activate_child(sup, key)
+async def activate(sup: ActorRef[DynamicSupervisorMessage[str, object]], key: str
+                   ) -> ActorRef[object]:
+    ref = await activate_child(sup, key)
     return ref
 
 
@@ -69,7 +71,7 @@ async def activate(sup: ActorRef, key: str) -> ActorRef:
 async def test_a_session_that_keeps_crashing_is_stopped_alone() -> None:
     starts: Counter[str] = Counter()
     given_up: list[tuple[str, Exception]] = []
-    sup_actor: DynamicSupervisor[str] = DynamicSupervisor(
+    sup_actor: DynamicSupervisor[str, object] = DynamicSupervisor(
         probes(starts),
         intensity=Intensity(3, 10.0),
         backoff=Backoff.none(),
@@ -97,7 +99,7 @@ async def test_a_session_that_keeps_crashing_is_stopped_alone() -> None:
 @pytest.mark.virtual_time
 async def test_a_queued_call_to_a_stopped_session_learns_the_cause() -> None:
     starts: Counter[str] = Counter()
-    sup_actor: DynamicSupervisor[str] = DynamicSupervisor(
+    sup_actor: DynamicSupervisor[str, object] = DynamicSupervisor(
         probes(starts), intensity=Intensity(0), backoff=Backoff.none(),
         options=MailboxOptions(poison_threshold=100),
     )
@@ -127,7 +129,7 @@ async def test_a_queued_call_to_a_stopped_session_learns_the_cause() -> None:
 @pytest.mark.virtual_time
 async def test_escalate_gives_otp_behaviour() -> None:
     starts: Counter[str] = Counter()
-    sup_actor: DynamicSupervisor[str] = DynamicSupervisor(
+    sup_actor: DynamicSupervisor[str, object] = DynamicSupervisor(
         probes(starts), intensity=Intensity(2), escalate=True, backoff=Backoff.none(),
         options=MailboxOptions(poison_threshold=1),
     )
@@ -157,20 +159,20 @@ async def test_a_crashed_session_is_restarted_after_its_backoff_and_gets_the_mes
             return message
 
     policy = Backoff(initial=2.0, jitter=0.0, reset_after=60.0)
-    sup_actor: DynamicSupervisor[str] = DynamicSupervisor(
+    sup_actor: DynamicSupervisor[str, object] = DynamicSupervisor(
         lambda key: Flaky(key, starts), backoff=policy
     )
     async with open_actor(sup_actor, name="sessions") as sup:
         ref = await activate(sup, "s")
         start = anyio.current_time()
-        assert await ref.call(CRASH, timeout=30.0) == CRASH
+        assert await ref.call(CRASH) == CRASH
         assert handled[0] - start == pytest.approx(2.0, abs=0.05)  # 0 s, then 2 s backoff
 
 
 @pytest.mark.virtual_time
 async def test_idle_sessions_passivate_and_show_in_the_tree() -> None:
     starts: Counter[str] = Counter()
-    sup_actor: DynamicSupervisor[str] = DynamicSupervisor(probes(starts), idle_timeout=30.0)
+    sup_actor: DynamicSupervisor[str, object] = DynamicSupervisor(probes(starts), idle_timeout=30.0)
     async with open_actor(sup_actor, name="sessions") as sup:
         for key in ("s1", "s2"):
             await (await activate(sup, key)).call("hi")
@@ -186,7 +188,7 @@ async def test_idle_sessions_passivate_and_show_in_the_tree() -> None:
 
 async def test_temporary_sessions_are_never_restarted() -> None:
     starts: Counter[str] = Counter()
-    sup_actor: DynamicSupervisor[str] = DynamicSupervisor(
+    sup_actor: DynamicSupervisor[str, object] = DynamicSupervisor(
         probes(starts), restart=Restart.TEMPORARY, options=MailboxOptions(poison_threshold=100)
     )
     async with open_actor(sup_actor, name="sessions") as sup:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import anyio
 import anyio.from_thread
@@ -35,6 +35,7 @@ from supervisors import (
     RestartIntensityExceededError,
     Strategy,
     Supervisor,
+    SupervisorMessage,
     get_child,
     restart_child,
     start_child,
@@ -106,7 +107,7 @@ class OtpModel:
         del self.alive[child]
 
 
-class Counted(Actor):
+class Counted(Actor[object]):
     def __init__(self, child_id: str, starts: dict[str, int]) -> None:
         self.child_id = child_id
         self.starts = starts
@@ -132,7 +133,7 @@ class SupervisionMachine(RuleBasedStateMachine):
         self.model: OtpModel | None = None
         self.starts: dict[str, int] = {}
         self.gave_up: BaseException | None = None
-        self.root: ActorRef | None = None
+        self.root: ActorRef[SupervisorMessage] | None = None
         self.added = 0
 
     @initialize(
@@ -159,7 +160,7 @@ class SupervisionMachine(RuleBasedStateMachine):
     def _factory(self, cid: str) -> Any:
         return lambda: Counted(cid, self.starts)
 
-    async def _run_tree(self, supervisor: Supervisor, *, task_status: TaskStatus[ActorRef]) -> None:
+    async def _run_tree(self, supervisor: Supervisor, *, task_status: TaskStatus[ActorRef[SupervisorMessage]]) -> None:
         try:
             async with open_actor(supervisor, name="root") as root:
                 task_status.started(root)
@@ -185,8 +186,8 @@ class SupervisionMachine(RuleBasedStateMachine):
             assert self.root is not None
             match action:
                 case "crash":
-                    ref = await get_child(self.root, child)
-                    await ref.cast("crash")
+                    counted = cast("ActorRef[object]", await get_child(self.root, child))
+                    await counted.cast("crash")  # every child is a Counted
                 case "stop":
                     ref = await get_child(self.root, child)
                     await ref.stop()

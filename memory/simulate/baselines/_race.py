@@ -23,8 +23,8 @@ import random
 from typing import Any
 
 from memory.ledger import MARKER_KEY
-from store import DurableFiles, SessionCore, decode_node, encode_node
-from store.lowlevel import node_filename
+from store import DurableFiles, SessionCore, SessionOptions
+from store.lowlevel import decode_node, encode_node, node_filename
 
 from ._ledgers import STAMP_KEY
 
@@ -40,7 +40,7 @@ def _history(core: SessionCore, node_id: str) -> str:
 def _session(state_dir: str, name: str, nodes: int, files: DurableFiles) -> tuple[
     SessionCore, list[str]
 ]:
-    core = SessionCore.create(state_dir, name, title=name, files=files)
+    core = SessionCore.create(state_dir, name, title=name, options=SessionOptions(files=files))
     ids = [
         core.append({"role": ("user", "assistant")[i % 2], "content": f"turn {i}"})["id"]
         for i in range(nodes)

@@ -41,8 +41,16 @@ from memory.ledger import (
     records_from_branch,
     unwritten_turns,
 )
-from store import DurableFiles, Node, SessionCore, encode_node, node_to_message
-from store.lowlevel import ROOT, SessionIndex, branch, encode_meta, node_filename, visible_back_from
+from store import DurableFiles, Node, SessionCore, node_to_message
+from store.lowlevel import (
+    ROOT,
+    SessionIndex,
+    branch,
+    encode_meta,
+    encode_node,
+    node_filename,
+    visible_back_from,
+)
 
 __all__ = [
     "DEFAULT_SIZES",

@@ -9,6 +9,11 @@ and Anthropic wire formats; ``_retry`` the pure retry and budget rules;
 usage file (totals for the audit, the daily budget across restarts).
 """
 
+from memory._errors import EndpointRefusedError as EndpointRefusedError
+from memory._errors import EndpointUnavailableError as EndpointUnavailableError
+from memory._errors import EndpointUnreachableError as EndpointUnreachableError
+from memory._errors import ModelCallFailedError as ModelCallFailedError
+from memory._errors import ModelWriterFailedError as ModelWriterFailedError
 from memory.writers.model._edits import EDITS_SCHEMA as EDITS_SCHEMA
 from memory.writers.model._edits import ActionsUnreadableError as ActionsUnreadableError
 from memory.writers.model._edits import EditAction as EditAction
@@ -31,10 +36,6 @@ from memory.writers.model._settings import model_settings as model_settings
 from memory.writers.model._settings import redact_url as redact_url
 from memory.writers.model._transport import CallStats as CallStats
 from memory.writers.model._transport import Endpoint as Endpoint
-from memory.writers.model._transport import EndpointRefusedError as EndpointRefusedError
-from memory.writers.model._transport import EndpointUnavailableError as EndpointUnavailableError
-from memory.writers.model._transport import EndpointUnreachableError as EndpointUnreachableError
-from memory.writers.model._transport import ModelCallFailedError as ModelCallFailedError
 from memory.writers.model._transport import probe_endpoint as probe_endpoint
 from memory.writers.model._usage import USAGE_FILE as USAGE_FILE
 from memory.writers.model._usage import UsageFile as UsageFile
@@ -46,7 +47,6 @@ from memory.writers.model._wire import build_request as build_request
 from memory.writers.model._wire import read_response as read_response
 from memory.writers.model._wire import refuses_form as refuses_form
 from memory.writers.model._writer import ModelWriter as ModelWriter
-from memory.writers.model._writer import ModelWriterFailedError as ModelWriterFailedError
 
 __all__ = [
     "EDITS_SCHEMA",

@@ -33,7 +33,7 @@ from typing import Any, Self
 import anyio
 import httpx
 
-from memory._errors import ScriptoriumMemoryError
+from memory._errors import EndpointRefusedError, EndpointUnavailableError, EndpointUnreachableError
 from memory.writers.model._retry import (
     parse_retry_after,
     retry_delay,
@@ -50,10 +50,6 @@ from memory.writers.model._wire import ResponseUnreadableError, auth_headers
 __all__ = [
     "CallStats",
     "Endpoint",
-    "EndpointRefusedError",
-    "EndpointUnavailableError",
-    "EndpointUnreachableError",
-    "ModelCallFailedError",
     "probe_endpoint",
 ]
 
@@ -71,32 +67,6 @@ class _RedactedURLs(logging.Filter):
 _HTTPX_LOG = logging.getLogger("httpx")
 if not any(isinstance(f, _RedactedURLs) for f in _HTTPX_LOG.filters):
     _HTTPX_LOG.addFilter(_RedactedURLs())
-
-
-class ModelCallFailedError(ScriptoriumMemoryError):
-    """A call to the model endpoint failed for good; the message names the endpoint, never the key.
-
-    ``retries``: the attempts it made after the first (the usage counts them).
-    """
-
-    retries = 0
-
-
-class EndpointRefusedError(ModelCallFailedError):
-    """A 4xx other than 429: the request itself is wrong (never retried)."""
-
-    def __init__(self, what: str, status: int, body: str = "") -> None:
-        super().__init__(what)
-        self.status = status
-        self.body = body  # the start of the refusal's body, redacted
-
-
-class EndpointUnavailableError(ModelCallFailedError):
-    """429, 5xx or connection errors on every attempt."""
-
-
-class EndpointUnreachableError(EndpointUnavailableError):
-    """Nothing accepts a connection at the base URL's host and port (see :func:`probe_endpoint`)."""
 
 
 async def probe_endpoint(settings: ModelSettings) -> None:

@@ -51,7 +51,9 @@ import httpx
 
 from memory._errors import (
     ConcurrentUpdateError,
-    ScriptoriumMemoryError,
+    EndpointRefusedError,
+    ModelCallFailedError,
+    ModelWriterFailedError,
     TopicError,
     describe_error,
 )
@@ -68,12 +70,7 @@ from memory.writers.model._edits import (
 from memory.writers.model._prompt import WRITING_RULES, Ranking, core_first, render_model_prompt
 from memory.writers.model._retry import DailySpend, batch_budget_allows, daily_wait
 from memory.writers.model._settings import ENV_PREFIX, ModelSettings, redact_url
-from memory.writers.model._transport import (
-    Endpoint,
-    EndpointRefusedError,
-    ModelCallFailedError,
-    Sleep,
-)
+from memory.writers.model._transport import Endpoint, Sleep
 from memory.writers.model._usage import UsageFile
 from memory.writers.model._wire import (
     MODES,
@@ -83,17 +80,13 @@ from memory.writers.model._wire import (
     read_response,
     refuses_form,
 )
-from store import run_durable
+from store.lowlevel import run_durable
 
 __all__ = ["ModelWriter", "ModelWriterFailedError"]
 
 _REUSABLE = 256  # batches whose edits are kept for a retry after a concurrent update
 USAGE_FLUSH = 1.0  # seconds between writes of the usage file
 _STEP_DOWN = (400, 422)
-
-
-class ModelWriterFailedError(ScriptoriumMemoryError):
-    """The model gave no acceptable edits for the batch; the message says why (never a key)."""
 
 
 def _read_or_none(snapshot: WorkspaceSnapshot) -> Callable[[str], str | None]:

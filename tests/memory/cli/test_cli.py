@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from memory.cli._cli import main
+from store import SessionCore
 from tests.fixture import copy_fixture
 
 
@@ -50,6 +51,27 @@ def test_session_show_draws_forks_and_markers(state: str) -> None:
     assert "foreign marker" in lines[1] and "HEAD" in lines[1]
     assert any(line.startswith("│  └─ a2b") for line in lines)
     assert any("spawned by a1" in line for line in lines)
+
+
+def test_an_attach_row_first_under_the_trunk_is_listed_and_drawn(state: str) -> None:
+    # SPEC §4: the trunk u1 -> a1 -> u2 -> a2 goes on through a2's first
+    # registered child, an attach row a2 called; u3, registered after it,
+    # continues the conversation. Built through the store's own API.
+    core = SessionCore.open(state, "demo")
+    core.append({"id": "at", "role": "assistant", "content": "sub-agent result",
+                 "predecessor": "a2", "caller": "a2", "function": "attach"})
+    core.append({"id": "u3", "content": "And jam.", "predecessor": "a2"})
+    attach = core.node("at")
+    core.close()
+    code, out = run("session", "branches", "demo", "--state", state, "--json")
+    assert code == 0
+    rows = {row["head_msg_id"]: row for row in orjson.loads(out)}
+    assert set(rows) == {"at", "u3", "sp1", "a2b"}
+    assert (rows["at"]["created_at"], rows["at"]["updated_at"]) == (
+        attach.created_at, attach.created_at)
+    code, out = run("session", "show", "demo", "--state", state)
+    assert code == 0 and any("at assistant" in line and "attach row of a2" in line
+                             for line in out.splitlines())
 
 
 def test_memory_pending_shape(state: str) -> None:

@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from memory._errors import ImportLineError
 from memory.cli._cli import main
 from memory.cli._cli_errors import EXIT_BROKEN_PIPE, EXIT_OK, EXIT_USAGE
-from memory.runtime._import import ImportLineError, parse_import_lines
+from memory.runtime._import import parse_import_lines
 
 LINES = [
     {"role": "user", "content": "I adopted a cat named Pixel.", "created_at": 1683554160,

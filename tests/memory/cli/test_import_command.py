@@ -14,9 +14,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from memory._errors import ImportInterruptedError
 from memory.cli._cli import main
 from memory.cli._cli_errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, describe
-from memory.runtime import ImportInterruptedError
 from store import SessionCore
 
 LINES = [

@@ -10,12 +10,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory._errors import InvalidThresholdError, MissingAuthorityError, UnidentifiedMessageError
+from memory._errors import (
+    InvalidThresholdError,
+    MissingAuthorityError,
+    ReferenceThresholdWarning,
+    UnidentifiedMessageError,
+)
 from memory.ledger._ledger import (
     DEFAULT_IDLE_AFTER,
     DEFAULT_THRESHOLD,
-    NodeRecords,
-    ReferenceThresholdWarning,
     WritePolicy,
     first_batch,
     may_write,
@@ -28,6 +31,7 @@ from memory.ledger._ledger import (
     unwritten_turns,
 )
 from memory.ledger._records import MARKER_KEY, SourceMeta, SourceRecord
+from memory.ledger._tails import NodeRecords
 from store import SessionCore
 from tests.memory._fixture import message
 

@@ -8,13 +8,8 @@ from typing import Any
 import pytest
 
 from memory.ledger._records import MARKER_KEY, SourceMeta, SourceRecord, source_anchor, source_id
-from memory.maintenance._audit import (
-    AuditInputs,
-    SessionFacts,
-    audit,
-    read_audit_inputs,
-    topic_citations,
-)
+from memory.maintenance._audit import AuditInputs, SessionFacts, audit, topic_citations
+from memory.maintenance._audit_inputs import read_audit_inputs
 from memory.workspace._archive import parse_archive, render_frame
 from memory.workspace._legacy import LegacyHeader
 from store import SessionCore

@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memory.ledger._records import SourceMeta, SourceRecord, source_anchor
-from memory.maintenance._audit import read_topics, topic_citations
+from memory.maintenance._audit import topic_citations
+from memory.maintenance._audit_inputs import read_topics
 from memory.maintenance._backfill import BackfillReport, backfill, backfill_batches, frame_record
 from memory.workspace._archive import parse_archive, render_frame
 from memory.workspace._archive_cache import ArchiveCache

@@ -9,7 +9,7 @@ import orjson
 from click.testing import CliRunner
 
 from memory.cli._cli import main
-from memory.maintenance._audit import audit, read_audit_inputs
+from memory.maintenance import audit, read_audit_inputs
 from memory.maintenance._runtime_audit import runtime_findings
 from memory.workspace._runtime_state import (
     RUNTIME_PATH,

@@ -279,7 +279,7 @@ def test_a_word_in_most_units_is_left_out_of_the_match(
 
 
 def test_surroundings_follow_the_dag_and_stop_at_a_fork() -> None:
-    from memory.recall._index import surroundings
+    from memory.recall._surroundings import surroundings
 
     # archive order: u1 a1 u2 a2 (rewound later) u2b a2b; t1 is a tool call the archive skips
     turns = [(0, "u1", "w-u1"), (1, "a1", "w-a1"), (2, "u2", "w-u2"), (3, "a2", "w-a2"),

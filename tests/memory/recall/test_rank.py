@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 from memory.ledger import estimate_tokens
 from memory.recall import Hit, Unit, pack_context, parse_query, rank_units
-from memory.recall._rank import TIME_BOOST, TIME_MISS, TOPIC_WEIGHT, known_words_text, notes_of
+from memory.recall._pack import known_words_text, notes_of
+from memory.recall._rank import TIME_BOOST, TIME_MISS, TOPIC_WEIGHT
 
 AS_OF = datetime(2023, 12, 1, tzinfo=UTC).timestamp()
 
@@ -56,7 +57,8 @@ def test_a_merged_paragraph_does_not_hide_the_turn_of_the_asked_time() -> None:
 def test_a_paragraph_that_says_more_than_its_quoted_turn_is_shown_with_it() -> None:
     from memory.ledger import estimate_tokens
     from memory.recall import Hit, pack_context
-    from memory.recall._rank import notes_of, without_repeats
+    from memory.recall._pack import notes_of
+    from memory.recall._rank import without_repeats
 
     said = Hit("source", "Yeah, I painted that lake sunrise last year! It's special to me.", 2.0,
                "8 May 2023", "sources/openprogram/_v2/c.md", session="c", node_id="D1-14",

@@ -21,7 +21,7 @@ from memory.ledger import SourceMeta, SourceRecord, estimate_tokens
 from memory.ledger._ledger import WritePolicy
 from memory.recall import MAX_QUERY_CHARS, parse_query
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace import TopicEdit, WorkspaceSnapshot, append_records
 from memory.writers import Batch
 from store import DurableFiles, NodeNotFoundError, SessionNotFoundError

@@ -21,10 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memory.recall._index as index_module
+import memory.recall._index_reads as index_reads
 from memory.ledger import SourceMeta, SourceRecord, estimate_tokens, source_anchor
 from memory.recall import BranchView, Recall, parse_query, rank_units
 from memory.recall._index import FULL_SCAN_EVERY
 from memory.recall._recall import _expression
+from memory.recall._schema import unit_from_row
 from memory.workspace import append_records
 from store import DurableFiles
 
@@ -157,13 +159,13 @@ def test_a_recall_of_k_reads_few_rows_of_many_matches(
     recall = Recall(str(memory), counter=estimate_tokens)
     recall.sync_blocking()
     read: list[int] = []
-    unit_of = index_module._unit
+    unit_of = unit_from_row
 
     def counted(row: tuple[object, ...]) -> object:
         read.append(1)
         return unit_of(row)
 
-    monkeypatch.setattr(index_module, "_unit", counted)
+    monkeypatch.setattr(index_reads, "unit_from_row", counted)
     hits = recall.recall_blocking("ferry harbour", k=8, view=None, since=None, until=None,
                                   include_pending=False)
     assert len(hits) == 8

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from memory.ledger._claim import Claim, decode_claim, encode_claim
 from memory.runtime._claims import ClaimFile, SessionClaims, pid_alive, release_claim
-from store import CLAIM_NAME, DurableFiles, SessionCore, UnsafeIdError
+from store import DurableFiles, SessionCore, SessionOptions, UnsafeIdError
+from store.lowlevel import CLAIM_NAME
 from tests.faults import FaultyFiles
 
 HOST = "this-host"
@@ -28,7 +29,7 @@ def dead_pid() -> int:
 
 
 def session(tmp_path: Path, files: DurableFiles | None = None) -> SessionClaims:
-    core = SessionCore.create(tmp_path, "s1", files=files)
+    core = SessionCore.create(tmp_path, "s1", options=SessionOptions(files=files))
     for index, node_id in enumerate(["u1", "a1", "u2"]):
         core.append({"id": node_id, "role": ("user", "assistant")[index % 2],
                      "content": f"turn {node_id}"})

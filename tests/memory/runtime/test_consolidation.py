@@ -6,11 +6,12 @@ import datetime as dt
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
 
+from actors import ActorRef
 from memory.consolidation import ConsolidationPolicy, due_scope, prepare_pass, read_history
 from memory.runtime import _consolidation as consolidation_module
 from memory.runtime._consolidation import CheckConsolidation
@@ -137,7 +138,7 @@ async def test_with_a_model_writer_the_model_proposes_the_runtimes_pass(
                                            total_timeout=10.0), env={})
         async with open_runtime(state, writer=writer, config=config) as rt:
             assert rt.root is not None
-            job = await get_child(rt.root, "consolidation")
+            job = cast(ActorRef[CheckConsolidation], await get_child(rt.root, "consolidation"))
             assert await job.call(CheckConsolidation()) == outcome
         await writer.aclose()
     assert len(read_history(str(state / "memory"))) == passes
@@ -170,7 +171,7 @@ async def test_a_write_landing_while_the_pass_is_planned_wins_and_the_pass_yield
     config = virtual_config(clock=time.time, consolidation=ConsolidationPolicy(check_interval=HANG))
     async with open_runtime(state, config=config) as rt:
         assert rt.root is not None
-        job = await get_child(rt.root, "consolidation")
+        job = cast(ActorRef[CheckConsolidation], await get_child(rt.root, "consolidation"))
         assert await job.call(CheckConsolidation()) == "yielded"
         assert read_history(memory) == [] and (state / "memory/topics/c.md").exists()
         assert await job.call(CheckConsolidation()) == "done"  # planned again, on the write

@@ -93,13 +93,22 @@ MARKED_FIRST = "marked before writing"
 MARK_FIRST = f"""
 import anyio, json, sys
 from memory.ledger._records import MARKER_KEY
+from memory.runtime._desk import JobDesk
 from memory.runtime._runtime import MemoryRuntime
-async def mark_first(self, batch):
-    await self.sessions.merge_node_metadata_batch(
-        batch.session_id, {{n: {{MARKER_KEY: self.workspace_id}} for n in batch.node_ids}})
+runtimes = []
+start = MemoryRuntime.__init__
+def keep(self, *args, **options):
+    start(self, *args, **options)
+    runtimes.append(self)
+async def mark_first(self, batches):
+    rt = runtimes[-1]
+    for batch in batches:
+        await rt.sessions.merge_node_metadata_batch(
+            batch.session_id, {{n: {{MARKER_KEY: rt.workspace_id}} for n in batch.node_ids}})
     print(json.dumps({{"event": {MARKED_FIRST!r}}}), file=sys.stderr, flush=True)
     await anyio.sleep_forever()  # killed here
-MemoryRuntime.write_cycle = mark_first
+MemoryRuntime.__init__ = keep
+JobDesk.write_group = mark_first
 """
 
 

@@ -3,7 +3,8 @@
 Issue 13, "Importing history": one message a line, appended to one session
 through the embedded API; importing twice changes nothing; a bad line is
 reported with its line number and nothing of the file is imported; an
-import that fails part way is completed by running it again.
+import into an existing session that fails part way is completed by running
+it again.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from memory.runtime import ImportInterruptedError, ImportLineError, import_jsonl
+from memory._errors import ImportInterruptedError, ImportLineError
+from memory.runtime import import_jsonl
 from memory.runtime._import import derived_session_id
 from memory.runtime._runtime import RuntimeConfig, open_runtime
 from store import SessionCore
@@ -251,6 +253,8 @@ async def test_an_import_stopped_part_way_is_completed_by_running_it_again(
     state = tmp_path / "state"
     files = DiskFullFromAppend(fill_on=3)
     async with open_runtime(state, config=config(files)) as rt:
+        # into an existing session (a new one is all or nothing: test_import_all_or_nothing.py)
+        await rt.sessions.create(session_id="s1")
         with pytest.raises(ImportInterruptedError) as caught:
             await import_jsonl(rt, source, session="s1")
         files.freed = True

@@ -15,19 +15,20 @@ import datetime
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx
 import pytest
 
+from actors import ActorRef
 from memory.runtime._runtime import MemoryRuntime, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace import TopicEdit, WorkspaceSnapshot
 from memory.writers import Batch
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers.model import ModelSettings, ModelWriter, UsageFile
-from supervisors import get_child
+from supervisors import SupervisorMessage, get_child
 from tests.memory._runtime import chain, marked, virtual_config
 from tests.model_server import completion_body, first_user_text, good_actions
 
@@ -68,7 +69,8 @@ class BudgetedWriter:
 async def worker_current(rt: MemoryRuntime) -> object:
     """What the pool's one worker is doing now (its ``inspect``: the job ids it holds)."""
     assert rt.root is not None
-    worker = await get_child(await get_child(rt.root, "writers"), "writer-0")
+    pool = cast("ActorRef[SupervisorMessage]", await get_child(rt.root, "writers"))
+    worker = await get_child(pool, "writer-0")
     snapshot = await worker.inspect()
     assert isinstance(snapshot, dict)
     return snapshot["current"]

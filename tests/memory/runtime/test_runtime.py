@@ -17,7 +17,7 @@ import pytest
 
 from memory.ledger._records import MARKER_KEY
 from memory.runtime._runtime import MemoryRuntime, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.workspace._topics import parse_topic
 from memory.workspace._transaction import Transactions

@@ -23,7 +23,7 @@ import pytest
 from memory._errors import BoundaryError
 from memory.ledger._ledger import WritePolicy
 from memory.runtime._runtime import open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from store import (
     BrokenChainError,
     HeadFieldError,

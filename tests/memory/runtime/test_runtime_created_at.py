@@ -16,7 +16,7 @@ import pytest
 
 from actors import open_actor
 from memory.runtime._runtime import RuntimeConfig, open_runtime
-from store import CLOCK_SKEW, FutureTimestampError, InvalidNodeError, SessionCore
+from store import CLOCK_SKEW, FutureTimestampError, InvalidNodeError, SessionCore, SessionOptions
 from store._actor import Append, SessionActor
 
 NOW = 1_780_000_000.0  # the wall clock of these tests
@@ -103,8 +103,9 @@ async def test_a_repeat_by_id_returns_the_stored_turn_and_time(tmp_path: Path) -
 
 
 async def test_the_session_actor_carries_created_at(tmp_path: Path) -> None:
-    SessionCore.create(tmp_path, "s1", clock=lambda: NOW)
-    async with open_actor(SessionActor(tmp_path, "s1", clock=lambda: NOW)) as ref:
+    SessionCore.create(tmp_path, "s1", options=SessionOptions(clock=lambda: NOW))
+    async with open_actor(SessionActor(tmp_path, "s1", options=SessionOptions(
+        clock=lambda: NOW))) as ref:
         view = await ref.call(Append({"id": "u1", "content": "hi"}, created_at=MAY_2023))
         assert view["timestamp"] == MAY_2023
         with pytest.raises(FutureTimestampError):
@@ -114,7 +115,7 @@ async def test_the_session_actor_carries_created_at(tmp_path: Path) -> None:
 
 def test_the_store_checks_against_its_own_clock(tmp_path: Path) -> None:
     """The bound moves with the core's clock: the check is the store's, not the caller's."""
-    core = SessionCore.create(tmp_path, "s1", clock=lambda: MAY_2023)
+    core = SessionCore.create(tmp_path, "s1", options=SessionOptions(clock=lambda: MAY_2023))
     with pytest.raises(FutureTimestampError):
         core.append({"id": "u1", "content": "hi"}, created_at=NOW)
     core.append({"id": "u1", "content": "hi"}, created_at=MAY_2023 - 86_400)

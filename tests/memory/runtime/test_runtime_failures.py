@@ -7,16 +7,18 @@ timeout elapse without real waiting.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import pytest
 
+from actors import ActorRef
 from memory.runtime._runtime import MemoryRuntime, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace._quarantine import read_quarantine
 from memory.writers._extractive import ExtractiveWriter
 from supervisors import (
+    SupervisorMessage,
     SupervisorStatistics,
     get_child,
     restart_child,
@@ -122,7 +124,7 @@ async def test_a_job_whose_worker_is_stopped_is_abandoned_and_written_again(
         sid = await rt.sessions.create()
         await chain(rt, sid, "ROOT", ["u1", "a1"])
         assert rt.root is not None
-        pool = await get_child(rt.root, "writers")
+        pool = cast("ActorRef[SupervisorMessage]", await get_child(rt.root, "writers"))
         with anyio.fail_after(60):  # without the abandon, the boundary never ends
             async with anyio.create_task_group() as tg:
                 tg.start_soon(rt.flush, sid)

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from memory import open_runtime
 from memory._errors import TopicError, UnframeableRecordError
 from memory.ledger._records import SourceRecord
-from memory.maintenance._audit import audit, read_audit_inputs
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.maintenance import audit, read_audit_inputs
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace._archive import V2_MARKER, parse_archive, render_frame
 from memory.workspace._topic_ids import handle_key, is_source_handle, source_key, source_link_target
 from memory.workspace._topics import parse_topic

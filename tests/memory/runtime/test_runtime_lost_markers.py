@@ -22,7 +22,7 @@ from memory.cli._cli import main
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
 from memory.runtime._runtime import MemoryRuntime, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.runtime._workspace_actor import ArchiveBatches
 from memory.writers._writer import Batch
 from store import SessionCore
@@ -192,7 +192,7 @@ async def test_the_watchdogs_own_poll_repairs_within_one_interval(tmp_path: Path
     """No explicit scan: the timer's poll every ``watchdog_poll`` seconds finds it."""
     sid, workspace = await written_session(tmp_path)
     # The session stays active: a passivated one would repair when it activates again.
-    cfg = config(clock=virtual_wall_clock, call_timeout=None, watchdog_poll=300.0,
+    cfg = config(clock=virtual_wall_clock, watchdog_poll=300.0,
                  passivate_after=10_000.0)
     async with open_runtime(tmp_path, config=cfg) as rt:
         await rt.pending(sid)

@@ -25,10 +25,10 @@ import anyio
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from memory.ledger._ledger import WritePolicy
-from memory.maintenance._audit import audit, read_audit_inputs
+from memory.maintenance import audit, read_audit_inputs
 from memory.runtime._events import EventTally
 from memory.runtime._runtime import RuntimeConfig, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from tests.memory._runtime import marker_values, tally
 
 AGENT = str(Path(__file__).with_name("_unlocked_agent.py"))

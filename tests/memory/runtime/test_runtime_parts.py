@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from memory.runtime import RuntimeStatistics
+from memory.runtime import MemoryLag, RuntimeStatistics
 from memory.runtime._events import EventTally
 from memory.runtime._runtime import open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from tests.memory._runtime import chain, config
 
 TURNS = ["u1", "a1", "u2", "a2"]
@@ -27,7 +27,8 @@ async def test_statistics_is_a_frozen_snapshot(tmp_path: Path) -> None:
         after = rt.statistics()
     assert isinstance(after, RuntimeStatistics)
     assert after == RuntimeStatistics(in_flight=0, outcomes={"written": 1}, quarantined=0,
-                                      sessions_active=1, writer={})
+                                      sessions_active=1, writer={},
+                                      lag=MemoryLag(None, 0, 0, (1,)))
     assert before.outcomes == {}  # a snapshot: later jobs do not change it
     with pytest.raises(dataclasses.FrozenInstanceError):
         after.in_flight = 3  # type: ignore[misc]

@@ -21,13 +21,14 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from memory._errors import MissingAuthorityError, SettingsError
-from memory.cli._cli import _config, main
-from memory.ledger._ledger import ReferenceThresholdWarning, WritePolicy
+from memory._errors import MissingAuthorityError, ReferenceThresholdWarning, SettingsError
+from memory.cli._cli import main
+from memory.cli._options import _config
+from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
 from memory.runtime._config import apply_timings
 from memory.runtime._runtime import RuntimeConfig, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome, Reconsider
+from memory.runtime._session_state import BoundaryOutcome, Reconsider
 from memory.runtime._settings import Timings, read_settings
 from memory.workspace._archive import read_archive
 from memory.workspace._quarantine import read_quarantine
@@ -245,14 +246,14 @@ OUR_NAMES = (".lock", ".claim", ".journal", ".scriptorium-tmp")
 # rename of the node file's temp copy, leaving the journal record and the temp file.
 CRASHING_APPEND = """
 import os, signal, sys
-from store import DurableFiles, SessionCore
+from store import DurableFiles, SessionCore, SessionOptions
 
 class KilledAtRename(DurableFiles):
     def _step(self, step, path):
         if step == "rename":
             os.kill(os.getpid(), signal.SIGKILL)
 
-core = SessionCore.open(sys.argv[1], "demo", files=KilledAtRename())
+core = SessionCore.open(sys.argv[1], "demo", options=SessionOptions(files=KilledAtRename()))
 core.append({"id": "u9", "role": "user", "content": "The crash came after this.",
              "predecessor": "a3", **OWNER})
 """.replace("OWNER", repr(OWNER))
@@ -413,7 +414,7 @@ async def test_the_files_timings_drive_the_watchdog_and_the_trigger(state: Path)
         if event["event"] == "boundary" and event["session"] == "demo":
             ended.set()
 
-    base = RuntimeConfig(clock=virtual_wall_clock, call_timeout=None, writer_workers=1,
+    base = RuntimeConfig(clock=virtual_wall_clock, writer_workers=1,
                          on_event=on_event)
     async with open_runtime(state, config=apply_timings(base, read_settings(state))) as rt:
         # the fixture's session stopped long ago: the first poll (30 s, not 300) finds it

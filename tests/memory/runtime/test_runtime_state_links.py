@@ -17,11 +17,11 @@ import pytest
 
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import MARKER_KEY
-from memory.maintenance._audit import audit, read_audit_inputs
+from memory.maintenance import audit, read_audit_inputs
 from memory.runtime._events import EventTally
 from memory.runtime._headless import run_once
 from memory.runtime._runtime import RuntimeConfig, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace._revision import RevisionCache
 from store import SessionCore, UnsafeLinkError, list_sessions
 from tests.memory._runtime import tally

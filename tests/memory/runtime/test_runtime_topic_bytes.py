@@ -14,9 +14,9 @@ import pytest
 
 from memory._errors import TopicError
 from memory.ledger._ledger import WritePolicy
-from memory.maintenance._audit import audit, read_audit_inputs
+from memory.maintenance import audit, read_audit_inputs
 from memory.runtime._runtime import RuntimeConfig, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace._edits import TopicEdit
 from memory.workspace._transaction import Transactions
 

@@ -16,7 +16,7 @@ import anyio
 
 from memory.ledger._records import MARKER_KEY
 from memory.runtime._runtime import open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace._archive import archive_relpath
 from tests.faults import FaultyFiles
 from tests.memory._runtime import SENTENCES, chain, config, markers

@@ -22,9 +22,10 @@ from memory.ledger._claim import Claim, decode_claim
 from memory.ledger._records import MARKER_KEY
 from memory.runtime._claims import ClaimFile, ClaimsLedger, SessionClaims
 from memory.runtime._runtime import MemoryRuntime, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome, BoundaryResult, Flush
+from memory.runtime._session_state import BoundaryOutcome, BoundaryResult, Flush
 from memory.writers._extractive import ExtractiveWriter
-from store import CLAIM_NAME, DurableFiles, SessionCore, SessionLock
+from store import DurableFiles, SessionCore
+from store.lowlevel import CLAIM_NAME, SessionLock
 from tests.faults import FaultyWriter
 from tests.memory._runtime import chain, marked, tally, virtual_config
 

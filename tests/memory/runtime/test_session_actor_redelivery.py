@@ -21,8 +21,9 @@ import pytest
 import memory.runtime._runtime
 from actors import ActorCrashedError, open_actor
 from memory._errors import BoundaryError
-from memory.runtime._runtime import MemoryRuntime, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome, MemorySessionActor
+from memory.runtime._runtime import open_runtime
+from memory.runtime._session_actor import MemorySessionActor
+from memory.runtime._session_state import BoundaryOutcome, SessionParts
 from memory.runtime._workspace_actor import QuarantineBatch, ReadQuarantine, WorkspaceActor
 from memory.workspace._quarantine import QuarantineEntry
 from store import SessionCore
@@ -48,8 +49,8 @@ class FullDiskOnce(MemorySessionActor):
 def full_disk_once(monkeypatch: pytest.MonkeyPatch) -> list[TipMoved]:
     FullDiskOnce.crashes = []
 
-    def factory(runtime: MemoryRuntime) -> Any:
-        return lambda session: FullDiskOnce(runtime, session)
+    def factory(parts: SessionParts) -> Any:
+        return lambda session: FullDiskOnce(parts, session)
 
     monkeypatch.setattr(memory.runtime._runtime, "session_factory", factory)
     return FullDiskOnce.crashes

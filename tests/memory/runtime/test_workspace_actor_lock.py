@@ -16,7 +16,7 @@ import pytest
 
 from memory._errors import WorkspaceLockTimeoutError
 from memory.runtime._runtime import open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace._transaction import workspace_lock
 from store import DurableFiles
 from tests.faults import hold_flock, let_go

@@ -31,8 +31,9 @@ from memory.runtime._events import EventTally
 from memory.simulate import _simulate
 from memory.simulate._agents import Mix
 from memory.simulate._command import render_report, result_document
+from memory.simulate._config import SimulationConfig
 from memory.simulate._open_loop import OpenLoop, arrival_offsets
-from memory.simulate._simulate import SimulationConfig, simulate
+from memory.simulate._simulate import simulate
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._writer import Batch

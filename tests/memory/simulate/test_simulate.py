@@ -29,13 +29,15 @@ from memory.simulate import _command as simulate_command
 from memory.simulate import _simulate
 from memory.simulate._agents import SIM_TURN, Mix
 from memory.simulate._command import percentile
+from memory.simulate._config import SimulationConfig
 from memory.simulate._faults import FAULTS, FaultPlan, FaultyWriter, chance, parse_faults
 from memory.simulate._oracle import INVARIANTS, Evidence, Verdict, check_invariants
-from memory.simulate._simulate import SimulationConfig, SimulationResult, simulate
+from memory.simulate._result import SimulationResult
+from memory.simulate._simulate import simulate
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._writer import Batch
-from store import SessionCore
+from store import SessionCore, SessionOptions
 
 SMALL = Mix(idle_seconds=0.6)
 
@@ -292,7 +294,7 @@ def test_a_late_summary_is_its_sessions_last_append(damaged: tuple[Path, Simulat
     meta_path = min((state / "sessions").glob("*/meta.json"))
     session = meta_path.parent.name
     later = float(orjson.loads(meta_path.read_bytes())["updated_at"]) + 10.0
-    core = SessionCore.open(state, session, clock=lambda: later)
+    core = SessionCore.open(state, session, options=SessionOptions(clock=lambda: later))
     covers = [n.id for n in core.nodes() if n.role == "user" and not n.is_summary][:2]
     core.insert_summary(covers, "Later compaction.")
     # the summary was the agent's last append, before the final boundary

@@ -23,12 +23,9 @@ from memory.writers._extractive import (
     SHARD_BYTES,
     SHARD_LIMIT,
     ExtractiveWriter,
-    carries_a_fact,
     extract_edits,
-    speaker_name,
-    subject_of,
-    useful_sentences,
 )
+from memory.writers._sentences import carries_a_fact, speaker_name, subject_of, useful_sentences
 from memory.writers._writer import Batch, Writer
 from tests.fixture import FIXTURE as SAMPLE
 from tests.fixture import copy_fixture

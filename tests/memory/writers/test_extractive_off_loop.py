@@ -24,7 +24,7 @@ import pytest
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import SourceMeta, SourceRecord
 from memory.runtime._runtime import RuntimeConfig, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.workspace._transaction import Transactions
 from memory.writers._extractive import ExtractiveWriter, extract_edits
@@ -125,7 +125,7 @@ async def test_the_runtime_keeps_its_timers_while_a_large_batch_is_written(
     # No writer timeout or lock bound: on virtual time they would jump ahead of real
     # thread work (a session lock held by an fsync would read as stuck for a day).
     config = RuntimeConfig(policy=WritePolicy(threshold=32000), writer_workers=1,
-                           writer_timeout=math.inf, call_timeout=None, lock_timeout=None)
+                           writer_timeout=math.inf, lock_timeout=None)
     async with open_runtime(tmp_path, writer, config=config) as rt:
         sid = await rt.sessions.create()
         previous = "ROOT"

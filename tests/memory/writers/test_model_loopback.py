@@ -19,7 +19,7 @@ import anyio
 import pytest
 
 from memory.runtime._runtime import open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.writers.model import (
     ModelSettings,
     ModelWriter,

@@ -12,7 +12,6 @@ import pytest
 from memory._errors import SettingsError
 from memory.workspace import normalise_topic, parse_topic
 from memory.writers.model import (
-    ActionsUnreadableError,
     DailySpend,
     EditAction,
     Endpoint,
@@ -30,6 +29,7 @@ from memory.writers.model import (
     retryable_status,
     to_topic_edits,
 )
+from memory.writers.model._edits import ActionsUnreadableError
 from memory.writers.model._settings import ModelSettings, redact_url, split_query
 from supervisors import Backoff
 

@@ -19,20 +19,22 @@ import anyio
 import httpx
 import pytest
 
-from memory._errors import ConcurrentUpdateError
+from memory._errors import (
+    ConcurrentUpdateError,
+    EndpointRefusedError,
+    EndpointUnavailableError,
+    ModelWriterFailedError,
+)
 from memory.ledger import estimate_tokens
 from memory.ledger._records import SourceRecord
 from memory.runtime._runtime import open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace import WorkspaceSnapshot
 from memory.writers import Batch, run_write_cycle
 from memory.writers.model import (
     Endpoint,
-    EndpointRefusedError,
-    EndpointUnavailableError,
     ModelSettings,
     ModelWriter,
-    ModelWriterFailedError,
     RetryPolicy,
     UsageFile,
     read_model_usage,

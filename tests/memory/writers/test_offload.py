@@ -35,7 +35,7 @@ from memory.ledger._ledger import WritePolicy
 from memory.ledger._records import SourceMeta, SourceRecord
 from memory.runtime._events import EventTally
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
-from memory.runtime._session_actor import BoundaryOutcome
+from memory.runtime._session_state import BoundaryOutcome
 from memory.workspace._edits import TopicEdit
 from memory.workspace._transaction import Transactions
 from memory.writers import CpuWorker

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from memory.ledger._ledger import NodeRecords
 from memory.ledger._lost_markers import stranded_records
 from memory.ledger._records import MARKER_KEY
-from memory.runtime._session_actor import ConsistentSince, listed_branches
+from memory.ledger._tails import ConsistentSince, NodeRecords, listed_branches
 from store import SessionCore
 
 OURS, THEIRS = "ws-ours", "ws-theirs"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from memory._errors import LedgerError
-from memory.ledger._ledger import NodeRecords, OwedTails
 from memory.ledger._records import MARKER_KEY, SourceRecord
+from memory.ledger._tails import NodeRecords, OwedTails
 from store import Node, SessionCore
 from store._index import SessionIndex
 from store._walk import branch, visible_back_from

@@ -1,0 +1,93 @@
+"""``scriptorium run``: the memory runtime headless, until a signal (or, ``--once``, until done).
+
+Its events are its log on stderr, a line each (``--log-json``: one JSON
+object each), including the periodic ``lag`` line of how far memory is behind.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import anyio
+import click
+import orjson
+
+from memory.cli._cli_errors import CliError
+from memory.cli._live_inspector import INSPECT_OPTION, live_inspector
+from memory.cli._options import (
+    LOCK_TIMEOUT_OPTION,
+    _config,
+    _report_writes,
+    _say_writer,
+    _with_runtime,
+    _writer,
+    creating_state_options,
+    runtime_options,
+    timing_options,
+    writer_options,
+)
+from memory.cli._store_warnings import store_warnings_to
+from memory.runtime._headless import run_headless, run_once
+from store import StoreError
+
+
+@click.command("run")
+@click.option("--once", is_flag=True, help="Write everything owed (every session boundary), then exit.")
+@click.option("--log-json", is_flag=True, help="One JSON line per event on stderr.")
+@click.option("--scan-interval", type=float, default=2.0, show_default=True,
+              help="Seconds between scans for sessions other processes appended to.")
+@click.option("--drain-timeout", type=float, default=30.0, show_default=True,
+              help="On SIGINT/SIGTERM, how long in-flight jobs may take to finish.")
+@click.option("--lag-interval", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              help="Seconds between 'lag' log lines (how far memory is behind).")
+@LOCK_TIMEOUT_OPTION
+@INSPECT_OPTION
+@writer_options
+@runtime_options
+@timing_options
+@creating_state_options
+def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
+        lag_interval: float, lock_timeout: float, inspect_port: int | None,
+        threshold: int | None, workers: int,
+        backend: str, state_dir: str, as_json: bool, writer: str | None, base_url: str | None,
+        model: str | None, provider: str | None, **timings: float | None) -> None:
+    """Run the memory runtime headless until SIGINT/SIGTERM (or, with --once, until done)."""
+
+    def log(event: dict[str, Any]) -> None:
+        event.setdefault("at", time.time())
+        if log_json:
+            sys.stderr.write(orjson.dumps(event, default=str).decode() + "\n")
+        else:
+            details = " ".join(f"{k}={v}" for k, v in event.items()  # None: nothing to say
+                               if k not in ("event", "at") and v is not None)
+            sys.stderr.write(f"scriptorium: {event['event']} {details}\n")
+        sys.stderr.flush()
+
+    on_event, beside = live_inspector(None if once else inspect_port, state_dir, log)
+    config = _config(state_dir, workers, {"threshold": threshold, **timings}, on_event=on_event,
+                     lock_timeout=lock_timeout)
+    model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
+                                       "provider": provider}, log)
+    if once:
+        with store_warnings_to(log):
+            reports = _with_runtime(state_dir, config, backend, run_once, model_writer)
+        _say_writer(model_writer, as_json)
+        _report_writes(reports, as_json, model_writer)
+        return
+
+    async def headless() -> None:
+        try:
+            await run_headless(state_dir, config=config, scan_interval=scan_interval,
+                               drain_timeout=drain_timeout, lag_interval=lag_interval,
+                               log=log, writer=model_writer, beside=beside)
+        finally:
+            if model_writer is not None:
+                await model_writer.aclose()
+
+    try:
+        with store_warnings_to(log):
+            anyio.run(headless, backend=backend)
+    except StoreError as exc:
+        raise CliError.of(exc) from None
+
