@@ -151,7 +151,9 @@ def outside_writers(sessions: list[str], config: SimulationConfig, plan: FaultPl
 
 async def _outside(config: SimulationConfig, sessions: list[str], into: dict[str, object]) -> None:
     """The outside writer subprocess; its acknowledged writes land in ``into``."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # The repository root (memory/ itself on the path would let memory/inspect shadow
+    # the standard library's inspect).
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(
         "PYTHONPATH")]))}
     command = [sys.executable, "-m", "memory.simulate._outside", config.state_dir,
@@ -166,7 +168,9 @@ async def _outside(config: SimulationConfig, sessions: list[str], into: dict[str
 async def _agent(config: SimulationConfig, sessions: list[str], into: dict[str, object],
                  go: anyio.Event) -> None:
     """The unlocked reference agent's process (``agent-writes``); it starts writing on ``go``."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # The repository root (memory/ itself on the path would let memory/inspect shadow
+    # the standard library's inspect).
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(
         "PYTHONPATH")]))}
     command = [sys.executable, "-m", "memory.simulate._outside", "--agent", config.state_dir,
