@@ -21,9 +21,9 @@ is tried again at the next check (a refusal is a bug to see, not to hide).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import anyio
 
@@ -46,6 +46,7 @@ from memory.consolidation import (
 )
 from memory.consolidation._pass import read_topics
 from memory.runtime._config import RuntimeConfig
+from memory.runtime._events import EventHook
 from memory.runtime._workspace_actor import (
     CommitConsolidation,
     ReadRuntimeState,
@@ -57,7 +58,7 @@ from memory.workspace._runtime_state import RuntimeState
 from memory.writers._writer import Writer
 from memory.writers.model import ModelWriter
 
-__all__ = ["CheckConsolidation", "ConsolidationHost", "ConsolidationJob"]
+__all__ = ["CheckConsolidation", "ConsolidationJob"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,34 +68,27 @@ class CheckConsolidation(Idempotent, Request[str | None]):
     scope: Scope | None = None
 
 
-class ConsolidationHost(Protocol):
-    """What the job uses of its runtime, and nothing else."""
-
-    @property
-    def config(self) -> RuntimeConfig: ...
-
-    @property
-    def workspace_ref(self) -> ActorRef[WorkspaceMessage]: ...
-
-    @property
-    def writer(self) -> Writer: ...
-
-    def emit(self, event: str, **fields: Any) -> None: ...
-
-
 class ConsolidationJob(Actor[CheckConsolidation]):
     """See the module docstring."""
 
-    def __init__(self, runtime: ConsolidationHost,
-                 consolidator: Consolidator = consolidate_offline) -> None:
-        self.runtime = runtime
+    def __init__(
+        self, config: RuntimeConfig, workspace: Callable[[], ActorRef[WorkspaceMessage]],
+        writer: Callable[[], Writer], events: EventHook,
+        consolidator: Consolidator = consolidate_offline,
+    ) -> None:
+        # Its parts, not the runtime: the config, the workspace actor's (stable) reference
+        # and the writer, read when a pass runs, and the event hook.
+        self.config = config
+        self.workspace = workspace
+        self.writer = writer
+        self.events = events
         self.consolidator = consolidator
         self.passes = 0
         self.yielded = 0
 
     @property
     def policy(self) -> ConsolidationPolicy:
-        return self.runtime.config.consolidation
+        return self.config.consolidation
 
     @contextlib.asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
@@ -121,8 +115,8 @@ class ConsolidationJob(Actor[CheckConsolidation]):
         raise UnhandledMessageError(self.ref.name, message)
 
     async def _check(self, forced: Scope | None) -> str | None:
-        workspace = self.runtime.workspace_ref
-        now = self.runtime.config.clock()
+        workspace = self.workspace()
+        now = self.config.clock()
         scope = forced
         if scope is None:
             state: RuntimeState = await workspace.call(ReadRuntimeState())
@@ -132,7 +126,7 @@ class ConsolidationJob(Actor[CheckConsolidation]):
         snapshot: WorkspaceSnapshot = await workspace.call(TakeSnapshot())
         try:
             consolidator = self.consolidator
-            writer = self.runtime.writer
+            writer = self.writer()
             if isinstance(writer, ModelWriter) and self.policy.model:  # the same check judges
                 topics = await anyio.to_thread.run_sync(read_topics, snapshot)
                 plan = await ModelConsolidator(writer.endpoint).plan(topics)
@@ -142,17 +136,17 @@ class ConsolidationJob(Actor[CheckConsolidation]):
             await workspace.call(CommitConsolidation(prepared, now))
         except ConcurrentUpdateError:
             self.yielded += 1
-            self.runtime.emit("consolidation", scope=scope, outcome="yielded")
+            self.events.emit("consolidation", scope=scope, outcome="yielded")
             return "yielded"
         except ConsolidationRefusedError as error:
-            self.runtime.emit("consolidation", scope=scope, outcome="refused",
+            self.events.emit("consolidation", scope=scope, outcome="refused",
                               problems=list(error.problems))
             return "refused"
         except ScriptoriumMemoryError as error:  # the model's endpoint failed: next check
-            self.runtime.emit("consolidation", scope=scope, outcome="failed",
+            self.events.emit("consolidation", scope=scope, outcome="failed",
                               error=describe_error(error))
             return "failed"
         self.passes += 1
-        self.runtime.emit("consolidation", scope=scope, outcome="done",
+        self.events.emit("consolidation", scope=scope, outcome="done",
                           actions=len(prepared.record["actions"]), record=prepared.record_path)
         return "done"

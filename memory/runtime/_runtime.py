@@ -230,7 +230,9 @@ class MemoryRuntime:
                 ChildSpec("writers", start_pool, Restart.PERMANENT),
                 self.watchdog_spec,
                 # Issue 23: passes when runtime.json's counters call for one.
-                ChildSpec("consolidation", lambda: ConsolidationJob(self), Restart.PERMANENT),
+                ChildSpec("consolidation", lambda: ConsolidationJob(
+                    config, lambda: self.workspace_ref, lambda: self.writer, self.events),
+                    Restart.PERMANENT),
             ],
             strategy=Strategy.ONE_FOR_ONE, rng=self.rng,
         )
