@@ -488,6 +488,9 @@ def _benches(python: str) -> list[Bench]:
         Bench("recall", "bench/recall.py", script("recall"), ["--quick"], _harness_rows,
               notes=_recall_notes, timeout=1800.0),
         Bench("writer", "bench/writer.py", script("writer"), ["--quick"], _harness_rows),
+        # Issue 23: LoCoMo topics before and after a consolidation pass.
+        Bench("consolidate", "bench/consolidate.py", script("consolidate"), ["--quick"],
+              _harness_rows, timeout=1800.0),
         # Issue 15: the writer's and the commit's CPU work in-thread against in-process.
         Bench("writer CPU off the GIL", "bench/writer_cpu.py", script("writer_cpu"),
               ["--quick"], _harness_rows, timeout=1800.0),

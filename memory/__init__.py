@@ -11,6 +11,7 @@ command); ``_errors`` is the package's one errors module.
 from memory._errors import ArchiveError as ArchiveError
 from memory._errors import BoundaryError as BoundaryError
 from memory._errors import ConcurrentUpdateError as ConcurrentUpdateError
+from memory._errors import ConsolidationRefusedError as ConsolidationRefusedError
 from memory._errors import IncompleteArchiveError as IncompleteArchiveError
 from memory._errors import RecallArgumentError as RecallArgumentError
 from memory._errors import RecallError as RecallError
@@ -50,6 +51,7 @@ __all__ = [
     "BoundaryReport",
     "CommittedWrite",
     "ConcurrentUpdateError",
+    "ConsolidationRefusedError",
     "ExtractiveWriter",
     "FailureKind",
     "IncompleteArchiveError",

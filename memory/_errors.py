@@ -10,7 +10,9 @@
     │   ├── ConcurrentUpdateError          workspace_revision moved since the base (retryable)
     │   ├── EditRejectedError              one edit broke a rule; recorded in the audit, never raised out
     │   ├── InstallJournalCorruptError     the install journal cannot be read; recovery stopped
+    │   ├── ConsolidationRefusedError      a consolidation pass would lose a fact; refused whole
     │   └── WorkspaceLockTimeoutError      another process held write.lock past the bound
+    ├── ProposalError                      a model's consolidation proposal cannot be applied
     ├── InstallUnfinishedError             finishing an interrupted install failed (a full disk; retryable)
     ├── WriteCycleError                    one batch's write cycle failed; nothing was marked
     │   ├── ArchiveStepFailedError         archiving the batch's evidence raised
@@ -58,6 +60,7 @@ __all__ = [
     "BoundaryError",
     "CommitRejectedError",
     "ConcurrentUpdateError",
+    "ConsolidationRefusedError",
     "CorruptWorkspaceIdError",
     "EditRejectedError",
     "EmptyQueryError",
@@ -76,6 +79,7 @@ __all__ = [
     "ModelCallFailedError",
     "ModelWriterFailedError",
     "NothingChangedError",
+    "ProposalError",
     "RecallArgumentError",
     "RecallError",
     "ReferenceThresholdWarning",
@@ -180,6 +184,27 @@ class EditRejectedError(TransactionError):
     def __init__(self, path: str, reason: str) -> None:
         self.path, self.reason = path, reason
         super().__init__(f"edit of {path} rejected: {reason}")
+
+
+class ConsolidationRefusedError(TransactionError):
+    """A consolidation pass would lose a cited source or a block id; nothing was installed.
+
+    ``problems`` says what would have been lost (issue 23: a pass is refused
+    whole, never installed in part).
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(
+            "consolidation refused, nothing was changed: " + "; ".join(problems)
+            + " (a consolidator may merge, supersede and rewrite, never drop a fact; a removal "
+            "needs a recorded reason)"
+        )
+
+
+class ProposalError(ScriptoriumMemoryError, ValueError):
+    """A model's consolidation proposal cannot be applied (unreadable, or naming an unknown
+    block); the pass is refused whole (:class:`ConsolidationRefusedError`)."""
 
 
 class InstallJournalCorruptError(TransactionError):

@@ -18,7 +18,10 @@ Each request takes the next behaviour of ``script`` (then ``default``):
   echoes the request's credential header: a key must not leak from it),
   ``400`` (over the context length: a refusal naming no structured form);
 * ``slow``: answers after ``slow_seconds``; ``reset``: announces a body
-  and closes the connection half-way through it.
+  and closes the connection half-way through it;
+* ``consolidate`` (a consolidation prompt): merges the paragraphs whose
+  text is the same but for case; ``consolidate_drop``: the same, and
+  removes the first paragraph "as obsolete" (a model deleting a fact).
 
 ``latency`` delays every answer (bench: a fixed 200 ms model);
 ``fail_every`` injects a 500 on every n-th request (simulate).
@@ -67,6 +70,22 @@ def good_actions(prompt: str, *, invent: bool = False,
     return {"edits": [{"action": "append", "path": path, "section": "## Notes",
                        "text": "\n\n".join(paragraphs) + "\n\n" + "\n".join(notes),
                        "delete_blocks": []}]}
+
+
+def consolidation_edits(prompt: str, *, drop: bool = False) -> dict[str, Any]:
+    """Merges of the paragraphs of a consolidation prompt whose text is equal but for case."""
+    groups: dict[str, list[str]] = {}
+    first = ""
+    for line in prompt.split("\n"):
+        if line.startswith('{"block"'):
+            paragraph = json.loads(line)
+            first = first or paragraph["block"]
+            groups.setdefault(paragraph["text"].lower(), []).append(paragraph["block"])
+    edits: list[dict[str, Any]] = [{"action": "merge", "blocks": blocks, "text": text.capitalize()}
+                                   for text, blocks in groups.items() if len(blocks) > 1]
+    if drop and first:
+        edits.append({"action": "remove", "block": first, "reason": "obsolete"})
+    return {"edits": edits}
 
 
 def first_user_text(body: dict[str, Any]) -> str:
@@ -177,6 +196,8 @@ class ScriptedModel:
             answer = ""
         elif behaviour == "nothing":  # nothing worth remembering, as the prompt allows
             answer = {"edits": []}
+        elif behaviour in ("consolidate", "consolidate_drop"):
+            answer = consolidation_edits(prompt, drop=behaviour == "consolidate_drop")
         else:
             raise ValueError(f"unknown behaviour {behaviour!r}")
         await _reply(send, 200, completion_body(provider, body, answer))
@@ -248,7 +269,7 @@ async def _reply(send: Any, status: int, document: Any,
 def model_server_process(**options: Any) -> Iterator[str]:
     """The server in a process of its own (bench: its CPU is not the client's); yields the base URL.
 
-    Options are :class:`ScriptedModel` fields of type float or bool.
+    Options are :class:`ScriptedModel` fields of type float or bool, and ``default``.
     """
     import subprocess
     import sys
@@ -274,8 +295,9 @@ def _main() -> None:
     parser = argparse.ArgumentParser(description="serve the scripted model until stdin closes")
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--per-session-files", default="False")
+    parser.add_argument("--default", default="good")
     args = parser.parse_args()
-    model = ScriptedModel(latency=args.latency,
+    model = ScriptedModel(latency=args.latency, default=args.default,
                           per_session_files=args.per_session_files == "True")
     with model.running():
         print(model.port, flush=True)

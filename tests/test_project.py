@@ -24,8 +24,8 @@ ALLOWED = {
 # memory._errors (the package's one errors module). inspector (the web inspector)
 # reads the runtime and the audit; cli is last: `scriptorium simulate` and
 # `scriptorium inspect` are its commands.
-MEMORY_LAYERS = ("ledger", "workspace", "recall", "writers", "maintenance", "runtime", "importers",
-                 "mcp", "inspector", "simulate", "cli")
+MEMORY_LAYERS = ("ledger", "workspace", "recall", "writers", "consolidation", "maintenance",
+                 "runtime", "importers", "mcp", "inspector", "simulate", "cli")
 
 
 def _imported_packages(path: Path) -> set[str]:

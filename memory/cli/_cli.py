@@ -3,7 +3,8 @@
 The commands live by group: ``_session_commands`` (``session ...``),
 ``_memory_commands`` (``memory ...``), ``_recall_commands`` (``memory
 search|context|reindex``), ``_run_command``, ``_import_command``,
-``_status_command``, ``_mcp_command`` and ``memory.simulate``'s
+``_status_command``, ``_mcp_command``, ``_consolidate_command`` (``memory
+consolidate|history``) and ``memory.simulate``'s
 ``simulate``; what they share (``--state``, ``--json``, the runtime's
 options) is ``_options``'s. This module makes the groups and registers
 every command, in one place.
@@ -22,6 +23,7 @@ import click
 
 from memory.cli._agent_import_command import register_agent_imports
 from memory.cli._cli_errors import ReportingGroup
+from memory.cli._consolidate_command import memory_consolidate, memory_history
 from memory.cli._import_command import import_group
 from memory.cli._inspect_command import inspect_command
 from memory.cli._mcp_command import mcp_command
@@ -73,7 +75,8 @@ def memory() -> None:
 for _command in (session_list, session_branches, session_branch, session_show):
     session.add_command(_command)
 for _command in (memory_pending, memory_write, memory_release, memory_migrate, memory_backfill,
-                 memory_audit, memory_search, memory_context, memory_reindex):
+                 memory_audit, memory_search, memory_context, memory_reindex,
+                 memory_consolidate, memory_history):
     memory.add_command(_command)
 for _command in (run, simulate, import_group, status, mcp_command, inspect_command):
     main.add_command(_command)

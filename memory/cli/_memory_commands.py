@@ -34,7 +34,8 @@ from memory.cli._options import (
 )
 from memory.cli._progress import QUIET_OPTION, ProgressView
 from memory.ledger._ledger import owed_tokens, records_from_branch, unwritten_turns
-from memory.maintenance import audit, read_audit_inputs
+from memory.maintenance import audit, read_audit_inputs, repair_runtime_state
+from memory.maintenance._audit_inputs import read_topics
 from memory.runtime._headless import SessionReport, run_once, run_triggers
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig
 from memory.workspace._workspace_id import read_workspace_id
@@ -211,7 +212,8 @@ def memory_backfill(quiet: bool, threshold: int | None, workers: int, backend: s
 
 @click.command("audit")
 @click.option("--repair", is_flag=True,
-              help="Set lost markers again first (starts the runtime; writes no memory).")
+              help="Set lost markers again and repair runtime.json's orders and counters first "
+                   "(starts the runtime; writes no memory).")
 @state_options
 def memory_audit(repair: bool, state_dir: str, as_json: bool) -> None:
     """Check markers against the archive and citations against sources; exit 1 on a problem."""
@@ -221,7 +223,13 @@ def memory_audit(repair: bool, state_dir: str, as_json: bool) -> None:
             f"{state_dir}/memory has no workspace id yet; nothing was ever written there")
     report = audit(read_audit_inputs(state_dir, workspace))
     if repair:
-        report = _repair_lost_markers(state_dir, report, workspace)
+        runtime = None
+        if report["unordered_blocks"] or report["runtime_backwards"]:
+            memory_dir = os.path.join(state_dir, "memory")
+            runtime = repair_runtime_state(memory_dir, read_topics(memory_dir))
+            report = audit(read_audit_inputs(state_dir, workspace))
+        report = {**_repair_lost_markers(state_dir, report, workspace),
+                  "repaired_runtime": runtime}
     elif report["lost_markers"] and not as_json:
         click.echo(f"scriptorium: {len(report['lost_markers'])} lost marker(s): "
                    f"'scriptorium memory audit --repair' sets them again (writes no memory)",

@@ -143,12 +143,14 @@ def timing_options(command: F) -> F:
 def _config(state_dir: str, workers: int, flags: dict[str, Any], **extra: Any) -> RuntimeConfig:
     """Defaults, then ``<state>/scriptorium.toml``, then the flags; one line per problem."""
     try:
+        seconds: dict[str, Any] = {
+            name: None if flags.get(name) is None
+            else check_seconds(flags[name], f"--{name.replace('_', '-')}", name)
+            for name in ("idle_after", "session_idle", "watchdog_poll")}
         given = Timings(
             threshold=(None if flags.get("threshold") is None
                        else check_threshold(flags["threshold"], "--threshold")),
-            **{name: None if flags.get(name) is None
-               else check_seconds(flags[name], f"--{name.replace('_', '-')}", name)
-               for name in ("idle_after", "session_idle", "watchdog_poll")},
+            **seconds,
         )
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ReferenceThresholdWarning)

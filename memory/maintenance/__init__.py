@@ -2,7 +2,8 @@
 
 Layout (see docs/architecture.md): ``_migrate`` position cursors to markers;
 ``_backfill`` every uncited archived source; ``_audit`` the consistency
-report (pure), ``_audit_inputs`` the facts it reads from a state.
+report (pure), ``_audit_inputs`` the facts it reads from a state;
+``_runtime_audit`` runtime.json's orders and counters, and their repair.
 """
 
 from memory.maintenance._audit import audit as audit
@@ -12,6 +13,7 @@ from memory.maintenance._backfill import backfill as backfill
 from memory.maintenance._migrate import MigrationReport as MigrationReport
 from memory.maintenance._migrate import Progress as Progress
 from memory.maintenance._migrate import migrate as migrate
+from memory.maintenance._runtime_audit import repair_runtime_state as repair_runtime_state
 
 __all__ = [
     "BackfillReport",
@@ -21,4 +23,5 @@ __all__ = [
     "backfill",
     "migrate",
     "read_audit_inputs",
+    "repair_runtime_state",
 ]

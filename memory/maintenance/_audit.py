@@ -29,6 +29,8 @@ misattribute memory:
   every file under ``memory/`` that each commit's ``workspace_revision``
   makes refuses the directory (a directory reached twice, e.g. a
   ``topics`` link to a sibling directory): every write fails with it.
+* **runtime.json** (``unordered_blocks``, ``runtime_backwards``): see
+  :mod:`memory.maintenance._runtime_audit`.
 * **damaged write-ahead files** (``damaged_logs``): a session journal or
   runtime-log segment ending in bytes that are no valid record, which
   replay skips (found before any session is opened: opening cuts them).
@@ -62,8 +64,14 @@ from memory._errors import LedgerError, TopicError
 from memory.ledger._ledger import records_from_branch
 from memory.ledger._lost_markers import lost_markers
 from memory.ledger._records import MARKER_KEY, source_anchor, source_id
+from memory.maintenance._runtime_audit import (
+    RUNTIME_WHAT_TO_DO,
+    runtime_findings,
+    topic_block_ids,
+)
 from memory.workspace._archive import ArchiveScan
 from memory.workspace._legacy import LegacyHeader
+from memory.workspace._runtime_state import Floor, RuntimeState
 from memory.workspace._topic_ids import source_key
 from memory.workspace._topics import parse_topic
 
@@ -115,6 +123,7 @@ WHAT_TO_DO: dict[str, str] = {
         "every write is refused until this is fixed: make each directory under memory/ "
         "reachable by one name only (e.g. move the linked directory back in place of the link)"
     ),
+    **RUNTIME_WHAT_TO_DO,
     "damaged_logs": (
         "these session journals or runtime-log segments end in bytes that are no valid record "
         "(torn by a crash mid-write, or damaged): they were not replayed and are cut off at "
@@ -166,6 +175,8 @@ class AuditInputs:
     unwritable: Sequence[str] = field(default_factory=tuple)  # the revision walk's refusal
     # journals and runtime-log segments with bytes past their records (store.DamagedLog.as_json)
     damaged: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
+    runtime: RuntimeState | None = None  # runtime.json and its floor (issue 23); None: unchecked
+    floor: Floor = field(default_factory=Floor)
 
 
 def topic_citations(
@@ -324,6 +335,9 @@ def audit(inputs: AuditInputs) -> dict[str, Any]:
         "damaged_logs": [dict(entry) for entry in inputs.damaged],
         "warnings": list(inputs.problems),
     }
+    if inputs.runtime is not None:
+        report.update(runtime_findings(inputs.runtime, inputs.floor,
+                                       topic_block_ids(inputs.topics)))
     return with_problems(report)
 
 

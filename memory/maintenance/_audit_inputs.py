@@ -17,6 +17,7 @@ from typing import Any
 from memory._errors import InstallJournalCorruptError, TopicError
 from memory.maintenance._audit import AuditInputs, Message, SessionFacts
 from memory.maintenance._migrate import archive_files
+from memory.maintenance._runtime_audit import read_runtime_facts
 from memory.workspace._archive import PROVIDER, read_archive
 from memory.workspace._legacy import read_legacy_first_header
 from memory.workspace._revision import revision_paths
@@ -147,9 +148,10 @@ def read_audit_inputs(state_dir: str, workspace_id: str, *, files: DurableFiles 
             problems.append(str(error))
         topics = {}
     problems.extend(f"memory/{path}: {LINKED_TOPIC}" for path in sorted(linked))
+    runtime, floor = read_runtime_facts(memory_dir)
     return AuditInputs(
         workspace_id, sessions, archives, legacy, topics, problems, undecodable,
-        _interrupted_install(memory_dir), unwritable, damaged,
+        _interrupted_install(memory_dir), unwritable, damaged, runtime, floor,
     )
 
 

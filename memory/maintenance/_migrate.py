@@ -284,7 +284,7 @@ async def migrate(
     get_branch: GetBranch,
     mark: Mark,
     read_state: Callable[[], Awaitable[RuntimeState]],
-    write_state: Callable[[RuntimeState], Awaitable[object]],
+    drop_cursors: Callable[[], Awaitable[object]],
     progress: Progress | None = None,
 ) -> MigrationReport:
     """Replace ``runtime.json``'s cursors by markers on the safe prefixes; see the module doc.
@@ -294,9 +294,9 @@ async def migrate(
       session or node, a broken chain) passes the candidate over; any other
       exception is a failure.
     * ``mark(sid, node_ids)``: the runtime's marker merge for this workspace.
-    * ``read_state()`` / ``write_state(state)``: ``runtime.json`` through
-      its owner. The state is read again just before ``cursors`` is
-      dropped, so counters written meanwhile are kept.
+    * ``read_state()`` / ``drop_cursors()``: ``runtime.json`` through its
+      owner; dropping is a read-modify-write under the workspace lock, so
+      counters written meanwhile are kept (never a stale overwrite).
 
     Without ``cursors`` there is nothing to migrate and nothing is done.
     Every session is attempted even after a failure (more marks means less
@@ -344,9 +344,7 @@ async def migrate(
     removed = False
     if not errors:
         try:
-            current = await read_state()
-            if current.cursors is not None:
-                await write_state(current.without_cursors())
+            await drop_cursors()
             removed = True
         except Exception as error:  # noqa: BLE001 (any failure keeps cursors)
             errors.append(f"removing cursors from runtime.json failed: {error!r}")

@@ -18,6 +18,7 @@ from memory.runtime._backlog import MemoryLag as MemoryLag
 from memory.runtime._config import apply_timings as apply_timings
 from memory.runtime._events import Abandoned as Abandoned
 from memory.runtime._events import BoundaryReached as BoundaryReached
+from memory.runtime._events import ConsolidationPass as ConsolidationPass
 from memory.runtime._events import DeferralUnknown as DeferralUnknown
 from memory.runtime._events import Deferred as Deferred
 from memory.runtime._events import EventTally as EventTally
@@ -56,6 +57,7 @@ __all__ = [
     "BoundaryOutcome",
     "BoundaryReached",
     "BoundaryReport",
+    "ConsolidationPass",
     "DeferralUnknown",
     "Deferred",
     "EventTally",

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from memory.consolidation import ConsolidationPolicy
 from memory.ledger._ledger import WritePolicy
 from memory.ledger._tokens import TokenCounter, default_counter
 from memory.recall import Embedder
@@ -82,6 +83,8 @@ class RuntimeConfig:
     # (one flush for concurrent mutations of many sessions), each session held
     # exclusively from activation to passivation (store/_runtime_log.py).
     journal: JournalMode = "session"
+    # Issue 23: when the runtime consolidates by itself (memory.consolidation's triggers).
+    consolidation: ConsolidationPolicy = field(default_factory=ConsolidationPolicy)
 
     def __post_init__(self) -> None:
         # A NaN or infinite bound would make every lock wait endless.
@@ -109,4 +112,6 @@ def apply_timings(config: RuntimeConfig, timings: Timings) -> RuntimeConfig:
                       else config.session_idle),
         watchdog_poll=(timings.watchdog_poll if timings.watchdog_poll is not None
                        else config.watchdog_poll),
+        consolidation=(timings.consolidation if timings.consolidation is not None
+                       else config.consolidation),
     )

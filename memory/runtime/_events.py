@@ -30,7 +30,7 @@ from typing import ClassVar
 
 from memory.writers import Event, EventListener
 
-__all__ = ["Abandoned", "BoundaryReached", "DeferralUnknown", "Deferred", "EventHook",
+__all__ = ["Abandoned", "BoundaryReached", "ConsolidationPass", "DeferralUnknown", "Deferred", "EventHook",
            "EventTally", "GroupTaken", "GroupWritten", "JobDone", "Marked", "MarkersRepairFailed",
            "MarkersRepaired", "Migrated", "QuarantineUnsaved", "Quarantined", "SessionEnd",
            "SessionEndUnsaved", "Skipped", "Submitted"]
@@ -177,6 +177,23 @@ class MarkersRepaired(Event):
     name: ClassVar[str] = "markers_repaired"
     session: str
     nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsolidationPass(Event):
+    """An automatic consolidation pass of ``scope`` ended: done, yielded, refused or failed.
+
+    ``actions`` and ``record`` (the pass's record file) when done; ``problems``
+    when refused (what it would have lost); ``error`` when the model failed.
+    """
+
+    name: ClassVar[str] = "consolidation"
+    scope: str
+    outcome: str
+    actions: int | None = None
+    record: str | None = None
+    problems: tuple[str, ...] = ()
+    error: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,8 +19,8 @@ from memory.runtime._events import EventHook, Migrated
 from memory.runtime._sessions import Sessions
 from memory.runtime._workspace_actor import (
     CitedSources,
+    DropCursors,
     ReadRuntimeState,
-    ReplaceRuntimeState,
     TakeSnapshot,
     WorkspaceMessage,
 )
@@ -41,15 +41,15 @@ async def migrate_cursors(workspace: ActorRef[WorkspaceMessage], sessions: Sessi
         state: RuntimeState = await workspace.call(ReadRuntimeState())
         return state
 
-    async def write_state(state: RuntimeState) -> object:
-        return await workspace.call(ReplaceRuntimeState(state))
+    async def drop_cursors() -> object:
+        return await workspace.call(DropCursors())
 
     async def mark(session: str, node_ids: Sequence[str]) -> object:
         return await sessions.merge_node_metadata_batch(
             session, {node: {MARKER_KEY: workspace_id} for node in node_ids})
 
     report = await migrate(memory_dir, get_branch=sessions.get_branch, mark=mark,
-                           read_state=read_state, write_state=write_state, progress=progress)
+                           read_state=read_state, drop_cursors=drop_cursors, progress=progress)
     if report.had_cursors:
         events.emit(Migrated(marked={s: len(ids) for s, ids in report.marked.items()},
                              cursors_removed=report.cursors_removed, errors=tuple(report.errors)))

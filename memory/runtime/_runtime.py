@@ -45,6 +45,7 @@ from memory.recall import BranchView, Context, Hit, Recall, SyncReport, TimeBoun
 from memory.runtime._backlog import MemoryLag
 from memory.runtime._claims import ClaimsLedger
 from memory.runtime._config import RuntimeConfig, apply_timings
+from memory.runtime._consolidation import ConsolidationJob
 from memory.runtime._desk import JobDesk
 from memory.runtime._events import EventHook
 from memory.runtime._jobs import JobQueue
@@ -228,6 +229,10 @@ class MemoryRuntime:
                 ChildSpec("sessions", start_sessions, Restart.PERMANENT),
                 ChildSpec("writers", start_pool, Restart.PERMANENT),
                 self.watchdog_spec,
+                # Issue 23: passes when runtime.json's counters call for one.
+                ChildSpec("consolidation", lambda: ConsolidationJob(
+                    config, lambda: self.workspace_ref, lambda: self.writer, self.events),
+                    Restart.PERMANENT),
             ],
             strategy=Strategy.ONE_FOR_ONE, rng=self.rng,
         )

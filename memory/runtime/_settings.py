@@ -9,7 +9,8 @@ those, so each is configurable in three places, the later winning:
 
 1. the defaults (:class:`~memory.runtime._runtime.RuntimeConfig`, the embedded config);
 2. ``<state>/scriptorium.toml``: top-level keys ``threshold``, ``idle_after``,
-   ``session_idle``, ``watchdog_poll`` (seconds); read by the command line,
+   ``session_idle``, ``watchdog_poll`` (seconds), and the ``[consolidation]``
+   table (:class:`~memory.consolidation.ConsolidationPolicy`); read by the command line,
    and by :func:`~memory.open_runtime` when it is given no config;
 3. the command line's flags.
 
@@ -30,10 +31,11 @@ import math
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from memory._errors import SettingsError
+from memory.consolidation import ConsolidationPolicy
 from memory.writers import EventListener
 from memory.writers.model import ModelWriter, UsageFile, model_settings
 
@@ -79,6 +81,8 @@ class Timings:
     idle_after: float | None = None  # the incremental trigger's idle time
     session_idle: float | None = None  # a session is idle (the boundary) after this
     watchdog_poll: float | None = None  # between the idle watchdog's disk polls
+    # [consolidation]: when the runtime consolidates by itself (issue 23)
+    consolidation: ConsolidationPolicy | None = None
 
     def over(self, base: Timings) -> Timings:
         """These values where set, ``base``'s elsewhere."""
@@ -93,7 +97,8 @@ def parse_settings(data: bytes, where: str) -> Timings:
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise SettingsError(where, f"not valid TOML ({exc}); fix or remove the file") from None
     known = {f.name for f in fields(Timings)}
-    unknown = sorted(set(document) - known - {"writer"})  # [writer]: read_writer_table
+    # [writer]: read_writer_table; [consolidation]: below
+    unknown = sorted(set(document) - known - {"writer"})
     if unknown:
         raise SettingsError(where, f"unknown key(s) {', '.join(unknown)}; the keys are "
                                    f"{', '.join(sorted(known))}")
@@ -103,7 +108,39 @@ def parse_settings(data: bytes, where: str) -> Timings:
         **{name: None if document.get(name) is None
            else check_seconds(document[name], where, name)
            for name in ("idle_after", "session_idle", "watchdog_poll")},
+        consolidation=_consolidation(document.get("consolidation"), where),
     )
+
+
+def _consolidation(table: object, where: str) -> ConsolidationPolicy | None:
+    """``[consolidation]``: ``local_batches``, ``local_tokens`` (positive integers),
+    ``global_interval``, ``check_interval`` (seconds), ``enabled``, ``model`` (true/false)."""
+    if table is None:
+        return None
+    where = f"{where} [consolidation]"
+    if not isinstance(table, dict):
+        raise SettingsError(where, "consolidation must be a table ([consolidation])")
+    policy = ConsolidationPolicy()
+    unknown = sorted(set(table) - {f.name for f in fields(policy)})
+    if unknown:
+        raise SettingsError(where, f"unknown key(s) {', '.join(unknown)}; the keys are "
+                                   f"{', '.join(f.name for f in fields(policy))}")
+    values: dict[str, Any] = {}
+    for name in ("local_batches", "local_tokens"):
+        if name in table:
+            value = table[name]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SettingsError(where, f"{name} must be a positive integer, not {value!r}")
+            values[name] = value
+    for name in ("global_interval", "check_interval"):
+        if name in table:
+            values[name] = check_seconds(table[name], where, name)
+    for name in ("enabled", "model"):
+        if name in table:
+            if not isinstance(table[name], bool):
+                raise SettingsError(where, f"{name} must be true or false, not {table[name]!r}")
+            values[name] = table[name]
+    return replace(policy, **values)
 
 
 def read_settings(state_dir: str | os.PathLike[str]) -> Timings:

@@ -24,7 +24,7 @@ Redelivery after a crash (``actors.Idempotent``): every message but
 safe; an archive append skips frames already present; a commit is a
 compare-and-set on its base revision (a second delivery after the first
 installed is refused with ``ConcurrentUpdateError``, and the batch is then found
-cited); the session-end and runtime-state writes set fixed values; a
+cited); the session-end write sets a fixed value; dropping cursors twice drops them once; a
 quarantine entry already recorded is not added again. A second release
 would report nothing released, so its caller gets ``ActorCrashedError`` instead.
 """
@@ -36,13 +36,14 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
 
 from actors import Actor, Idempotent, Request, UnhandledMessageError
 from memory._errors import InstallUnfinishedError, ScriptoriumMemoryError, WorkspaceLockTimeoutError
+from memory.consolidation import PreparedPass, commit_pass
 from memory.ledger._lost_markers import written_to_memory
 from memory.workspace._archive import AppendResult
 from memory.workspace._archive_cache import ArchiveCache
@@ -50,9 +51,11 @@ from memory.workspace._edits import CpuRunner, TopicEdit, WorkspaceSnapshot
 from memory.workspace._quarantine import QuarantineEntry, read_quarantine, write_quarantine
 from memory.workspace._runtime_state import (
     RuntimeState,
+    Tally,
+    counted,
     read_runtime_state,
     read_session_end,
-    write_runtime_state,
+    update_runtime_state,
     write_session_end,
 )
 from memory.workspace._topic_ids import handle_key
@@ -69,13 +72,14 @@ __all__ = [
     "BatchesCovered",
     "CheckEdits",
     "CitedSources",
+    "CommitConsolidation",
     "CommitEdits",
+    "DropCursors",
     "QuarantineBatch",
     "ReadQuarantine",
     "ReadRuntimeState",
     "RecordSessionEnd",
     "ReleaseQuarantine",
-    "ReplaceRuntimeState",
     "SourcesInMemory",
     "TakeSnapshot",
     "WorkspaceActor",
@@ -170,20 +174,32 @@ class ReadRuntimeState(Idempotent, Request[RuntimeState]):
 
 
 @dataclass(frozen=True, slots=True)
-class ReplaceRuntimeState(Idempotent, Request[None]):
-    state: RuntimeState
+class CommitConsolidation(Idempotent, Request[None]):
+    """Install a consolidation pass planned from a snapshot (a compare-and-set on its base:
+    :class:`~memory._errors.ConcurrentUpdateError` when a write landed since, and the pass
+    yields; a redelivery after it installed is refused the same way)."""
+
+    prepared: PreparedPass
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class DropCursors(Idempotent, Request[None]):
+    """Migration's end (SPEC §6.7): ``cursors`` leaves runtime.json, read and written under
+    the lock, so counters another runtime wrote meanwhile stay (issue 23: never a stale
+    overwrite)."""
 
 
 # What a half-installed topic set would answer wrongly: served only once recovery ran.
 _READS_TOPICS = (TakeSnapshot, CommitEdits, CheckEdits, CitedSources, BatchesCovered,
-                 SourcesInMemory)
+                 SourcesInMemory, CommitConsolidation)
 
 
 # What the WorkspaceActor takes.
 WorkspaceMessage = (
     ArchiveBatches | TakeSnapshot | CommitEdits | CheckEdits | BatchesCovered | CitedSources
     | SourcesInMemory | RecordSessionEnd | QuarantineBatch | ReleaseQuarantine | ReadQuarantine
-    | ReadRuntimeState | ReplaceRuntimeState
+    | ReadRuntimeState | DropCursors | CommitConsolidation
 )
 
 
@@ -295,8 +311,11 @@ class WorkspaceActor(Actor[WorkspaceMessage]):
                 return await _write_side(read_quarantine, self.memory_dir)
             case ReadRuntimeState():
                 return await _write_side(read_runtime_state, self.memory_dir)
-            case ReplaceRuntimeState(state):
-                return await _write_side(self._replace_runtime_state, state)
+            case CommitConsolidation(prepared, now):
+                await _write_side(commit_pass, self.transactions, prepared, now)
+                return None
+            case DropCursors():
+                return await _write_side(self._drop_cursors)
         raise UnhandledMessageError(self.ref.name, message)
 
     # -- the synchronous bodies, each one thread hop --------------------------------
@@ -310,23 +329,14 @@ class WorkspaceActor(Actor[WorkspaceMessage]):
         self, batches: Sequence[Batch], edits: Sequence[TopicEdit], base: str
     ) -> list[dict[str, Any]]:
         records = [record for batch in batches for record in batch.records]
+        # The counters move in the commit's own install (issue 23): a kill
+        # leaves both old or both new, never blocks without an order.
         result: CommitResult = self.transactions.commit(
             edits, base_revision=base, batch_sources=frozenset(r.source_id for r in records),
+            update_state=counted(Tally(len(batches), sum(r.tokens for r in records))),
         )
         if result.changed_files:
             self.commits += 1
-            with self._lock():
-                state = read_runtime_state(self.memory_dir)
-                order = dict(state.creation_order)
-                for block in result.created_blocks:
-                    order.setdefault(block, len(order))
-                write_runtime_state(self.memory_dir, replace(
-                    state,
-                    creation_order=order,
-                    local_batches=state.local_batches + len(batches),
-                    local_tokens=state.local_tokens + sum(r.tokens for r in records),
-                    write_commits_since_global=state.write_commits_since_global + 1,
-                ), self.files)
         return [dict(entry) for entry in result.audit]
 
     def _covered(self, batches: Sequence[Batch]) -> list[bool]:
@@ -379,6 +389,6 @@ class WorkspaceActor(Actor[WorkspaceMessage]):
                 write_quarantine(self.memory_dir, kept, self.files)
         return released
 
-    def _replace_runtime_state(self, state: RuntimeState) -> None:
+    def _drop_cursors(self) -> None:
         with self._lock():
-            write_runtime_state(self.memory_dir, state, self.files)
+            update_runtime_state(self.memory_dir, RuntimeState.without_cursors, self.files)

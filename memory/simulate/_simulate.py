@@ -152,8 +152,9 @@ def outside_writers(sessions: list[str], config: SimulationConfig, plan: FaultPl
 def _child_env() -> dict[str, str]:
     """The environment of a child ``python -m memory...``: the directory holding ``memory``.
 
-    Not ``memory/`` itself: on the path, its ``inspect`` folder would shadow the
-    standard library's ``inspect`` (which ``dataclasses`` imports).
+    Not ``memory/`` itself: on the path, a folder of it named as a standard
+    library module would shadow that module (``memory/inspector`` was once
+    ``memory/inspect``, and ``dataclasses`` imports ``inspect``).
     """
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(

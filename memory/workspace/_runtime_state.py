@@ -14,6 +14,17 @@ rendering reproduces the reference agent's bytes (``indent=2``, non-ASCII
 kept, trailing LF, counters in its field order), because ``runtime.json``
 counts in ``workspace_revision`` and a needless byte change would look like
 a concurrent update to every open transaction.
+
+Issue 23: ``runtime.json`` must never lose an entry. Every change is a
+read-modify-write under the workspace lock (:func:`counted`,
+:func:`floored`: pure, over what is on disk now, never over a copy read
+earlier), and a commit's counters move in the same install as its topics
+(:mod:`memory.workspace._transaction`), so a kill cannot leave block ids
+without an order or a batch counted twice. ``runtime-floor.json`` keeps the
+counters' high-water marks (lowered only by a consolidation, in the same
+write that resets them): a ``runtime.json`` overwritten by anyone else with
+older counters is found by ``audit`` and raised back by ``--repair``, and
+by the next commit.
 """
 
 from __future__ import annotations
@@ -21,22 +32,39 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from store import DurableFiles
 
 __all__ = [
+    "FLOOR_PATH",
+    "RECORDS_DIR",
+    "RUNTIME_FILE",
+    "RUNTIME_FILES",
     "RUNTIME_PATH",
     "SESSION_END_PATH",
+    "Floor",
     "RuntimeState",
+    "StateUpdate",
+    "Tally",
+    "counted",
+    "floored",
+    "is_record_path",
+    "parse_floor",
     "parse_runtime_state",
     "parse_session_end",
+    "read_floor",
     "read_runtime_state",
     "read_session_end",
+    "render_floor",
     "render_runtime_state",
     "render_session_end",
+    "runtime_changes",
+    "runtime_files",
+    "update_runtime_state",
     "write_runtime_state",
     "write_session_end",
 ]
@@ -44,6 +72,13 @@ __all__ = [
 # Relative to ``<state>/memory``.
 RUNTIME_PATH = os.path.join(".scriptorium", "runtime.json")
 SESSION_END_PATH = os.path.join(".scriptorium", "session-end.json")
+FLOOR_PATH = os.path.join(".scriptorium", "runtime-floor.json")
+# The two files a commit's install journal may name besides topics (POSIX, like its paths).
+RUNTIME_FILE = ".scriptorium/runtime.json"
+# A consolidation pass's record: one new file per pass, installed with its topics.
+RECORDS_DIR = ".scriptorium/consolidation"
+_RECORD = re.compile(r"\.scriptorium/consolidation/[0-9A-Za-z_-]{1,80}\.json")
+RUNTIME_FILES = frozenset({RUNTIME_FILE, ".scriptorium/runtime-floor.json"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,16 +159,181 @@ def render_runtime_state(state: RuntimeState) -> bytes:
     return (json.dumps(document, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
 
 
+@dataclass(frozen=True, slots=True)
+class Tally:
+    """What one commit adds to the counters: its batches and their tokens."""
+
+    batches: int
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """The counters' high-water marks: what ``runtime.json`` held after scriptorium's last write.
+
+    ``entries`` is the size of ``creation_order`` (entries are never removed).
+    """
+
+    entries: int = 0
+    write_commits_since_global: int = 0
+    local_batches: int = 0
+    local_tokens: int = 0
+
+    @classmethod
+    def of(cls, state: RuntimeState) -> Floor:
+        return cls(len(state.creation_order), state.write_commits_since_global,
+                   state.local_batches, state.local_tokens)
+
+    def shortfalls(self, state: RuntimeState) -> list[dict[str, Any]]:
+        """Pure: each counter of ``state`` below this floor (``{counter, floor, value}``)."""
+        now = Floor.of(state)
+        return [
+            {"counter": name, "floor": getattr(self, name), "value": getattr(now, name)}
+            for name in ("entries", *_COUNTERS)
+            if getattr(now, name) < getattr(self, name)
+        ]
+
+
+def parse_floor(data: bytes | None) -> Floor:
+    """A missing or corrupt floor reads as zeros: it can only fail to find a loss, never invent one."""
+    try:
+        document = json.loads(data) if data is not None else {}
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return Floor()
+    if not isinstance(document, dict):
+        return Floor()
+    values: dict[str, int] = {}
+    for name in ("entries", *_COUNTERS):
+        value = document.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            values[name] = value
+    return Floor(**values)
+
+
+def render_floor(floor: Floor) -> bytes:
+    document = {"entries": floor.entries, **{name: getattr(floor, name) for name in _COUNTERS}}
+    return (json.dumps(document, indent=2) + "\n").encode("utf-8")
+
+
+def read_floor(memory_dir: str) -> Floor:
+    return parse_floor(_read(os.path.join(memory_dir, FLOOR_PATH)))
+
+
+def floored(
+    state: RuntimeState, floor: Floor, block_ids: Sequence[str] = (),
+) -> RuntimeState:
+    """Pure: ``state`` with every counter raised to ``floor`` and an order for every block id.
+
+    What a stale overwrite by another program lost comes back as far as it
+    can: counters to their high-water marks, and each block id a topic holds
+    (``block_ids``, in topic order) numbered after the last order.
+    """
+    return replace(
+        _with_orders(state, block_ids),
+        write_commits_since_global=max(state.write_commits_since_global,
+                                       floor.write_commits_since_global),
+        local_batches=max(state.local_batches, floor.local_batches),
+        local_tokens=max(state.local_tokens, floor.local_tokens),
+    )
+
+
+StateUpdate = Callable[[RuntimeState, Sequence[str]], RuntimeState]
+"""``update(state, created)``: the state after a commit that created the block ids ``created``."""
+
+
+def counted(tally: Tally) -> StateUpdate:
+    """The update of a write commit: ``tally``'s batches and tokens, one commit, new orders."""
+    return lambda state, created: _counted(state, created, tally)
+
+
+def _counted(base: RuntimeState, created: Sequence[str], tally: Tally) -> RuntimeState:
+    return replace(
+        _with_orders(base, created),
+        local_batches=base.local_batches + tally.batches,
+        local_tokens=base.local_tokens + tally.tokens,
+        write_commits_since_global=base.write_commits_since_global + 1,
+    )
+
+
+def _with_orders(state: RuntimeState, block_ids: Sequence[str]) -> RuntimeState:
+    missing = [b for b in dict.fromkeys(block_ids) if b not in state.creation_order]
+    if not missing:
+        return state
+    order = dict(state.creation_order)
+    # After the highest number, not at len(order): numbers never collide, even
+    # in a file whose entries were lost.
+    start = max(order.values(), default=-1) + 1
+    order.update((block, start + n) for n, block in enumerate(missing))
+    return replace(state, creation_order=order)
+
+
+def runtime_files(state: RuntimeState, *, lowered: bool = False) -> list[tuple[str, bytes]]:
+    """The files one runtime-state write installs: ``runtime.json`` and its floor.
+
+    Raising: runtime.json first, so a crash between leaves the floor low (a
+    loss missed, never one invented). ``lowered`` (a consolidation's reset):
+    the floor first, for the same reason.
+    """
+    files = [(RUNTIME_PATH, render_runtime_state(state)),
+             (FLOOR_PATH, render_floor(Floor.of(state)))]
+    return files[::-1] if lowered else files
+
+
+def runtime_changes(
+    memory_dir: str, update: StateUpdate, created: Sequence[str],
+    present: Callable[[], Sequence[str]],
+) -> list[tuple[str, str | None]]:
+    """The install-journal entries that move the counters with a commit (under its lock).
+
+    ``present()``: the block ids the topics hold before the commit. Asked
+    only when ``creation_order`` is below its floor (someone wrote an old
+    copy): then each of them without an order gets one in this install. A
+    scan of every id on every commit would cost ~O(blocks) for nothing.
+    """
+    state, floor = read_runtime_state(memory_dir), read_floor(memory_dir)
+    ids = present() if len(state.creation_order) < floor.entries else ()
+    after = update(floored(state, floor, ids), created)
+    return [(relative.replace(os.sep, "/"), data.decode("utf-8"))
+            for relative, data in runtime_files(after)]
+
+
+def is_record_path(path: str) -> bool:
+    """Whether ``path`` (POSIX, relative to ``memory/``) names a consolidation record."""
+    return _RECORD.fullmatch(path) is not None
+
+
 def read_runtime_state(memory_dir: str) -> RuntimeState:
     """The current state; an unreadable file is the default state, never an error."""
     return parse_runtime_state(_read(os.path.join(memory_dir, RUNTIME_PATH)))
 
 
-def write_runtime_state(memory_dir: str, state: RuntimeState, files: DurableFiles) -> None:
-    """Replace ``runtime.json`` atomically and durably (one durable operation)."""
-    path = os.path.join(memory_dir, RUNTIME_PATH)
-    files.make_dirs(os.path.dirname(path))
-    files.write_atomic(path, render_runtime_state(state))
+def update_runtime_state(
+    memory_dir: str, update: Callable[[RuntimeState], RuntimeState], files: DurableFiles,
+    *, lowered: bool = False,
+) -> RuntimeState:
+    """Read-modify-write ``runtime.json`` (and its floor); call it under the workspace lock.
+
+    ``update`` sees what is on disk now, raised to its floor; the files are
+    written only if something changed. Returns the state after.
+    """
+    current = read_runtime_state(memory_dir)
+    after = update(floored(current, read_floor(memory_dir)))
+    if after != current:
+        write_runtime_state(memory_dir, after, files, lowered=lowered)
+    return after
+
+
+def write_runtime_state(
+    memory_dir: str, state: RuntimeState, files: DurableFiles, *, lowered: bool = False,
+) -> None:
+    """Replace ``runtime.json`` and its floor, each atomically and durably.
+
+    Call it under the workspace lock, with ``state`` computed from what was
+    read under that same lock (see the module docstring).
+    """
+    files.make_dirs(os.path.join(memory_dir, ".scriptorium"))
+    for relative, data in runtime_files(state, lowered=lowered):
+        files.write_atomic(os.path.join(memory_dir, relative), data)
 
 
 def parse_session_end(data: bytes | None) -> dict[str, float]:

@@ -26,7 +26,9 @@ holds across processes and threads; waited for at most ``lock_timeout``):
 3. create missing topic directories (empty directories change nothing);
 4. write ``.scriptorium/install.journal`` durably (temp, fsync, rename, dir
    fsync): the path and the full new text (or ``null`` for a deletion) of
-   every changed file. **This rename is the commit point**;
+   every changed file, and of ``runtime.json`` and its floor when the
+   commit counts (``update_state``: issue 23, the counters move with the
+   topics or not at all). **This rename is the commit point**;
 5. replace each topic file unsynced (readers never see a torn file);
 6. fsync every replaced file and its directory in one ``sync_paths`` call;
 7. unlink the journal durably.
@@ -66,6 +68,7 @@ import orjson
 
 from memory._errors import (
     ConcurrentUpdateError,
+    ConsolidationRefusedError,
     EditRejectedError,
     InstallJournalCorruptError,
     TopicError,
@@ -73,6 +76,13 @@ from memory._errors import (
 )
 from memory.workspace._edits import CpuRunner, TopicEdit, WorkspaceSnapshot
 from memory.workspace._revision import RevisionCache
+from memory.workspace._runtime_state import (
+    RUNTIME_FILE,
+    RUNTIME_FILES,
+    StateUpdate,
+    is_record_path,
+    runtime_changes,
+)
 from memory.workspace._topic_ids import (
     NormalisedTopic,
     handle_key,
@@ -90,6 +100,10 @@ __all__ = [
 
 JOURNAL = ".scriptorium/install.journal"
 LOCK = ".scriptorium/write.lock"
+# Temp files of the private files written only under LOCK: a crashed writer's are
+# swept under it (a 242 KB runtime.json temp stayed behind before, issue 23).
+_LOCKED_TEMPS = (".install.journal.", ".runtime.json.", ".runtime-floor.json.",
+                 ".session-end.json.", ".quarantine.jsonl.")
 
 Archived = Callable[[str], bool | None]
 """``archived(source_id)``: True trusted, False pending, None not archived."""
@@ -445,7 +459,7 @@ class Transactions:
         private = os.path.join(self.memory_dir, ".scriptorium")
         if os.path.isdir(private):
             for name in os.listdir(private):
-                if name.startswith(".install.journal.") and name.endswith(TEMP_SUFFIX):
+                if name.startswith(_LOCKED_TEMPS) and name.endswith(TEMP_SUFFIX):
                     self.files.unlink(os.path.join(private, name))
 
     # -- committing ----------------------------------------------------------
@@ -456,11 +470,20 @@ class Transactions:
         *,
         base_revision: str,
         batch_sources: frozenset[str] | set[str],
+        update_state: StateUpdate | None = None,
+        whole: bool = False,
+        records: Sequence[tuple[str, str]] = (),
     ) -> CommitResult:
         """Validate, normalise and install ``edits`` made against ``base_revision``.
 
         Raises :class:`ConcurrentUpdateError` if memory moved since the base (nothing
         is installed). Rejected edits are reported in the audit, not raised.
+        ``update_state(state, created)``: the runtime state after this
+        commit, computed from the files under the lock and installed with the
+        topics (only if a topic changed). ``whole``: one rejected edit refuses
+        them all (:class:`ConsolidationRefusedError`, nothing installed).
+        ``records``: new files under ``.scriptorium/consolidation/`` (a pass's
+        record) installed with the topics.
         """
         with workspace_lock(self.memory_dir, self.files, timeout=self.lock_timeout):
             # Another process may have crashed mid-install; the sweep is owed
@@ -472,6 +495,9 @@ class Transactions:
                 raise ConcurrentUpdateError(base_revision, current)
             facts = self._index.refresh(self.revisions.last_scan, self.revisions.last_linked)
             audit, accepted, after = self._validate(edits, facts, frozenset(batch_sources))
+            refused = [f"{e.get('path')}: {e.get('error')}" for e in audit if e["status"] != "ok"]
+            if whole and refused:
+                raise ConsolidationRefusedError(refused)
             changes = self._changes(accepted)
             changed_set = {path for path, _ in changes}
             created = tuple(
@@ -480,18 +506,29 @@ class Transactions:
                 if normalised.path in changed_set
                 for block_id in normalised.new_ids
             )
+            topic_changes = list(changes)
+            # The counters and the record go first: a crash part way through the install
+            # (before recovery rolls it forward) never shows a new block without its order.
+            if changes and update_state is not None:
+                changes[:0] = runtime_changes(
+                    self.memory_dir, update_state, created,
+                    lambda: [i for path in sorted(facts) for i in sorted(facts[path].block_ids)])
+            if changes:
+                changes[:0] = [(path, text) for path, text in records if is_record_path(path)]
             if changes:
                 self._prepare_directories(changes)
                 self.files.write_atomic(
                     os.path.join(self.memory_dir, JOURNAL), _encode_journal(changes),
                 )
                 self._install(changes)
-            changed = tuple(sorted(path for path, _ in changes))
+            changed = tuple(sorted(path for path, _ in topic_changes))
             audit.append({
                 "tool": "commit", "status": "ok", "count": len(changed),
                 "topic_paths": list(changed),
             })
-            revision = self.revisions.revision_after(list(changed))
+            # runtime.json counts in the revision; its floor does not (SPEC §5).
+            revision = self.revisions.revision_after(
+                [path for path, _ in changes if path not in RUNTIME_FILES or path == RUNTIME_FILE])
             self._index.installed(self.revisions.last_scan, {
                 normalised.path: after.get(normalised.path) if normalised.topic is None
                 else _facts_of(normalised.path, normalised.topic)
@@ -744,7 +781,8 @@ def _decode_journal(raw: bytes) -> list[tuple[str, str | None]]:
         for path, text in document["files"]:
             if not isinstance(path, str) or not (text is None or isinstance(text, str)):
                 raise ValueError("malformed entry")
-            check_topic_path(path)
+            if path not in RUNTIME_FILES and not is_record_path(path):
+                check_topic_path(path)
             changes.append((path, text))
     except (ValueError, KeyError, TypeError, EditRejectedError) as error:
         raise InstallJournalCorruptError(JOURNAL, str(error)) from error

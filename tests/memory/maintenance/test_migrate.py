@@ -23,7 +23,7 @@ from memory.maintenance._migrate import (
     safe_prefix,
     session_candidates,
 )
-from memory.runtime._workspace_actor import ReadRuntimeState, ReplaceRuntimeState, WorkspaceActor
+from memory.runtime._workspace_actor import DropCursors, ReadRuntimeState, WorkspaceActor
 from memory.workspace._archive import append_records, archive_relpath, render_frame
 from memory.workspace._legacy import legacy_relpath
 from memory.workspace._runtime_state import RuntimeState, read_runtime_state, write_runtime_state
@@ -99,8 +99,9 @@ class World:
     async def read_state(self) -> RuntimeState:
         return read_runtime_state(self.memory)
 
-    async def write_state(self, state: RuntimeState) -> None:
-        write_runtime_state(self.memory, state, DurableFiles())
+    async def drop_cursors(self) -> None:
+        write_runtime_state(self.memory, read_runtime_state(self.memory).without_cursors(),
+                            DurableFiles())
 
     async def migrate(self, progress: list[tuple[int, int]] | None = None) -> MigrationReport:
         return await migrate(
@@ -108,7 +109,7 @@ class World:
             get_branch=self.get_branch,
             mark=self.mark,
             read_state=self.read_state,
-            write_state=self.write_state,
+            drop_cursors=self.drop_cursors,
             progress=None if progress is None else (lambda d, t: progress.append((d, t))),
         )
 
@@ -279,7 +280,7 @@ async def test_an_unexpected_read_failure_keeps_cursors(world: World) -> None:
         get_branch=broken,
         mark=world.mark,
         read_state=world.read_state,
-        write_state=world.write_state,
+        drop_cursors=world.drop_cursors,
     )
     assert not report.cursors_removed and world.mark_calls == []
     assert read_runtime_state(world.memory).cursors is not None
@@ -418,7 +419,7 @@ async def test_a_crash_between_marks_keeps_cursors_and_a_rerun_finishes(world: W
             get_branch=world.get_branch,
             mark=dies_on_s2,
             read_state=world.read_state,
-            write_state=world.write_state,
+            drop_cursors=world.drop_cursors,
         )
     assert read_runtime_state(world.memory).cursors == COUNTERS.cursors
     assert world.owed("s1", "m9") == [] and world.owed("s2", "x1") == ["x0", "x1"]
@@ -452,15 +453,15 @@ async def test_through_the_session_and_workspace_actors(world: World) -> None:
             state: RuntimeState = await workspace.call(ReadRuntimeState())
             return state
 
-        async def write_state(state: RuntimeState) -> None:
-            await workspace.call(ReplaceRuntimeState(state))
+        async def drop_cursors() -> None:
+            await workspace.call(DropCursors())
 
         report = await migrate(
             world.memory,
             get_branch=get_branch,
             mark=mark,
             read_state=read_state,
-            write_state=write_state,
+            drop_cursors=drop_cursors,
         )
     assert report.as_json() == {"marked": {"s1": TRUNK}, "cursors_removed": True}
     assert world.owed("s1", "f1") == SHORT and world.owed("s1", "g7") == LONG

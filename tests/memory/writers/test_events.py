@@ -35,6 +35,8 @@ RECORDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "QuarantineUnsaved": ("quarantine_unsaved", ("session", "nodes", "error")),
     "Marked": ("marked", ("session", "node_ids", "seconds")),
     "MarkersRepaired": ("markers_repaired", ("session", "nodes")),
+    "ConsolidationPass": ("consolidation", ("scope", "outcome", "actions", "record", "problems",
+                                            "error")),
     "MarkersRepairFailed": ("markers_repair_failed", ("session", "error")),
     "Skipped": ("skipped", ("session", "reason")),
     "BoundaryReached": ("boundary", ("session", "outcome", "batches", "reason")),
