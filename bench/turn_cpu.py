@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import threading
@@ -34,6 +33,9 @@ from pathlib import Path
 import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import Summary
 
 from memory.simulate import SimulationConfig, simulate
 from memory.simulate._config import Stage
@@ -106,15 +108,17 @@ def main() -> None:
     args = parser.parse_args()
     runs = [one_run(args.sessions, args.turns, args.seed, args.journal, args.watchdog_poll,
                     args.parent) for _ in range(args.runs)]
-    medians = {key: round(statistics.median(run[key] for run in runs), 1) for key in runs[0]}
+    summaries = {key: Summary.of([run[key] for run in runs]) for key in runs[0]}
     if args.json:
         print(json.dumps({"journal": args.journal, "watchdog_poll": args.watchdog_poll,
-                          "runs": args.runs, **medians}))
+                          "runs": args.runs,
+                          **{key: round(s.median, 1) for key, s in summaries.items()}}))
         return
     print(f"{args.sessions} sessions x {args.turns} turns, seed {args.seed}, "
-          f"{args.journal} journal, median of {args.runs} runs (CPU microseconds per turn)")
-    for key, value in medians.items():
-        print(f"  {key:24} {value:>10}")
+          f"{args.journal} journal, median (min-max) of {args.runs} runs "
+          "(CPU microseconds per turn)")
+    for key, summary in summaries.items():
+        print(f"  {key:24} {summary.median:>10.1f} ({summary.low:.1f}-{summary.high:.1f})")
 
 
 if __name__ == "__main__":
