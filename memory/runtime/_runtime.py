@@ -6,7 +6,8 @@
     ├── WorkspaceActor          permanent   <state>/memory
     ├── SessionSupervisor       dynamic     one MemorySessionActor per active session
     ├── WriterPool              one_for_one K WriterWorker, restarted with backoff
-    └── IdleWatchdog            permanent
+    ├── IdleWatchdog            permanent
+    └── ConsolidationJob        permanent   passes when runtime.json's counters call for one
 
 ``open_runtime`` starts the tree and yields a :class:`MemoryRuntime`, the
 handle an agent embeds: ``rt.sessions`` appends and reads turns through
@@ -219,17 +220,15 @@ class MemoryRuntime:
                                           self.session_ref)
             return self._watchdog
 
-        self.workspace_spec = ChildSpec("workspace", start_workspace, Restart.PERMANENT,
-                                        options=MailboxOptions(capacity=100_000))
-        self.watchdog_spec = ChildSpec("watchdog", start_watchdog, Restart.PERMANENT,
-                                       options=MailboxOptions(capacity=100_000))
+        big = MailboxOptions(capacity=100_000)
+        self.workspace_spec = ChildSpec("workspace", start_workspace, Restart.PERMANENT, options=big)
+        self.watchdog_spec = ChildSpec("watchdog", start_watchdog, Restart.PERMANENT, options=big)
         return Supervisor(
             [
                 self.workspace_spec,
                 ChildSpec("sessions", start_sessions, Restart.PERMANENT),
                 ChildSpec("writers", start_pool, Restart.PERMANENT),
                 self.watchdog_spec,
-                # Issue 23: passes when runtime.json's counters call for one.
                 ChildSpec("consolidation", lambda: ConsolidationJob(
                     config, lambda: self.workspace_ref, lambda: self.writer, self.events),
                     Restart.PERMANENT),
