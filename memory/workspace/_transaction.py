@@ -31,8 +31,8 @@ Normalising the drafts is most of a commit's CPU (parse, bind, render), and
 in a worker thread it still holds the interpreter lock that the event loop
 needs. Given a ``run_cpu`` (:class:`~memory.workspace._edits.CpuRunner`),
 that one pure step, :func:`~memory.workspace._topic_facts.normalise_drafts`,
-runs there (a worker process):
-the same calls in the same order on the same inputs, so the same result.
+runs there (a worker process): the same calls in the same order on the same
+inputs, so the same result.
 Every check that reads the disk or the archive, the lock and every durable
 step stay here.
 """
