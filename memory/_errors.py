@@ -55,46 +55,17 @@ import errno
 from actors import ActorError
 
 __all__ = [
-    "ArchiveError",
-    "ArchiveStepFailedError",
-    "BoundaryError",
-    "CommitRejectedError",
-    "ConcurrentUpdateError",
-    "ConsolidationRefusedError",
-    "CorruptWorkspaceIdError",
-    "EditRejectedError",
-    "EmptyQueryError",
-    "EndpointRefusedError",
-    "EndpointUnavailableError",
-    "EndpointUnreachableError",
-    "HistoryImportError",
-    "ImportInterruptedError",
-    "ImportLineError",
-    "IncompleteArchiveError",
-    "InstallJournalCorruptError",
-    "InstallUnfinishedError",
-    "InvalidThresholdError",
-    "LedgerError",
-    "MissingAuthorityError",
-    "ModelCallFailedError",
-    "ModelWriterFailedError",
-    "NothingChangedError",
-    "ProposalError",
-    "RecallArgumentError",
-    "RecallError",
-    "ReferenceThresholdWarning",
-    "RuntimeClosedError",
-    "ScriptoriumMemoryError",
-    "SettingsError",
-    "TopicError",
-    "TransactionError",
-    "UncitableIdError",
-    "UnframeableRecordError",
-    "UnidentifiedMessageError",
-    "WorkspaceLockTimeoutError",
-    "WriteCycleError",
-    "WriterFailedError",
-    "WriterTimedOutError",
+    "ArchiveError", "ArchiveStepFailedError", "BoundaryError", "CommitRejectedError",
+    "ConcurrentUpdateError", "ConsolidationRefusedError", "CorruptWorkspaceIdError",
+    "EditRejectedError", "EmptyQueryError", "EndpointRefusedError", "EndpointUnavailableError",
+    "EndpointUnreachableError", "HistoryImportError", "ImportInterruptedError",
+    "ImportLineError", "IncompleteArchiveError", "InstallJournalCorruptError",
+    "InstallUnfinishedError", "InvalidThresholdError", "LedgerError", "MissingAuthorityError",
+    "ModelCallFailedError", "ModelWriterFailedError", "NothingChangedError", "ProposalError",
+    "RecallArgumentError", "RecallError", "ReferenceThresholdWarning", "RuntimeClosedError",
+    "ScriptoriumMemoryError", "SettingsError", "TopicError", "TransactionError",
+    "UncitableIdError", "UnframeableRecordError", "UnidentifiedMessageError",
+    "WorkspaceLockTimeoutError", "WriteCycleError", "WriterFailedError", "WriterTimedOutError",
     "describe_error",
 ]
 
@@ -134,10 +105,8 @@ class UnframeableRecordError(ArchiveError):
 
 
 class CorruptWorkspaceIdError(ArchiveError):
-    """``.scriptorium/workspace-id`` is not ``w-`` + 8 lowercase hex; never replaced by itself.
-
-    Every marker in every session names this id: a new one would make the whole history owed.
-    """
+    """``.scriptorium/workspace-id`` is not ``w-`` + 8 lowercase hex; never replaced by itself:
+    every marker in every session names this id, a new one would make all history owed."""
 
     def __init__(self, path: str, found: bytes) -> None:
         self.path, self.found = path, found
@@ -187,11 +156,8 @@ class EditRejectedError(TransactionError):
 
 
 class ConsolidationRefusedError(TransactionError):
-    """A consolidation pass would lose a cited source or a block id; nothing was installed.
-
-    ``problems`` says what would have been lost (issue 23: a pass is refused
-    whole, never installed in part).
-    """
+    """A consolidation pass would lose a cited source or a block id (``problems``); refused
+    whole, never installed in part (issue 23)."""
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
@@ -317,10 +283,8 @@ class UnidentifiedMessageError(LedgerError):
 
 
 class UncitableIdError(LedgerError):
-    """A turn on disk whose session or node id memory cannot cite (the id rule, store._ids).
-
-    The reference agent may have written such ids; the batch is quarantined, never retried hot.
-    """
+    """A turn on disk whose session or node id memory cannot cite (the id rule, store._ids);
+    the reference agent may write such ids: the batch is quarantined, never retried hot."""
 
     def __init__(self, session_id: str, node_id: str | None, reason: str) -> None:
         self.session_id, self.node_id, self.reason = session_id, node_id, reason
@@ -348,10 +312,8 @@ class MissingAuthorityError(LedgerError):
 
 
 class InvalidThresholdError(LedgerError, ValueError):
-    """A batch threshold that is no positive number of tokens (SPEC §6.3).
-
-    One outside the reference agent's 8,000 / 16,000 / 32,000 is allowed, with a warning.
-    """
+    """A batch threshold that is no positive number of tokens (SPEC §6.3); one outside the
+    reference agent's 8,000 / 16,000 / 32,000 is allowed, with a warning."""
 
     def __init__(self, value: object, allowed: tuple[int, ...]) -> None:
         self.value = value
@@ -403,10 +365,8 @@ class EmptyQueryError(RecallError):
 
 
 class RecallArgumentError(RecallError):
-    """An argument of ``rt.recall`` / ``rt.context`` that asks for nothing (``k=0``, ``since=nan``).
-
-    Answering it with nothing would look like "memory holds no match": it is named instead.
-    """
+    """An argument of ``rt.recall`` / ``rt.context`` that asks for nothing (``k=0``, ``since=nan``):
+    answering it with nothing would look like "memory holds no match"."""
 
     def __init__(self, argument: str, value: object, expected: str) -> None:
         self.argument, self.value = argument, value

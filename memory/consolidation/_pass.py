@@ -28,6 +28,7 @@ from typing import Any, Literal
 from memory._errors import ConsolidationRefusedError, TopicError
 from memory.consolidation._plan import Plan, losses
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
+from memory.workspace._install_journal import workspace_lock
 from memory.workspace._runtime_state import (
     RECORDS_DIR,
     RuntimeState,
@@ -35,7 +36,7 @@ from memory.workspace._runtime_state import (
     update_runtime_state,
 )
 from memory.workspace._topics import Topic, parse_topic, render_topic
-from memory.workspace._transaction import CommitResult, Transactions, workspace_lock
+from memory.workspace._transaction import CommitResult, Transactions
 from store import LOCK_TIMEOUT, DurableFiles
 
 __all__ = [

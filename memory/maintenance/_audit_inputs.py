@@ -19,10 +19,11 @@ from memory.maintenance._audit import AuditInputs, Message, SessionFacts
 from memory.maintenance._migrate import archive_files
 from memory.maintenance._runtime_audit import read_runtime_facts
 from memory.workspace._archive import PROVIDER, read_archive
+from memory.workspace._install_journal import JOURNAL, read_install_journal
 from memory.workspace._legacy import read_legacy_first_header
 from memory.workspace._revision import revision_paths
+from memory.workspace._topic_facts import LINKED_TOPIC
 from memory.workspace._topics import decode_topic
-from memory.workspace._transaction import JOURNAL, LINKED_TOPIC, read_install_journal
 from store import (
     ChainCycleError,
     DurableFiles,

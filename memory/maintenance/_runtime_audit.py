@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from memory._errors import TopicError
+from memory.workspace._install_journal import workspace_lock
 from memory.workspace._runtime_state import (
     Floor,
     RuntimeState,
@@ -35,7 +36,6 @@ from memory.workspace._runtime_state import (
     write_runtime_state,
 )
 from memory.workspace._topics import parse_topic
-from memory.workspace._transaction import workspace_lock
 from store import LOCK_TIMEOUT, DurableFiles
 
 __all__ = [

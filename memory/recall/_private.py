@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from urllib.parse import quote
 
 from memory.workspace import workspace_lock
-from memory.workspace._transaction import LOCK
+from memory.workspace._install_journal import LOCK
 from store import DurableFiles
 
 __all__ = ["cannot_write", "empty_private", "private_copy", "reading_lock"]

@@ -48,6 +48,7 @@ from memory.ledger._lost_markers import written_to_memory
 from memory.workspace._archive import AppendResult
 from memory.workspace._archive_cache import ArchiveCache
 from memory.workspace._edits import CpuRunner, TopicEdit, WorkspaceSnapshot
+from memory.workspace._install_journal import JOURNAL, workspace_lock
 from memory.workspace._quarantine import QuarantineEntry, read_quarantine, write_quarantine
 from memory.workspace._runtime_state import (
     RuntimeState,
@@ -59,7 +60,7 @@ from memory.workspace._runtime_state import (
     write_session_end,
 )
 from memory.workspace._topic_ids import handle_key
-from memory.workspace._transaction import JOURNAL, CommitResult, Transactions, workspace_lock
+from memory.workspace._transaction import CommitResult, Transactions
 from memory.workspace._workspace_id import load_or_create_workspace_id
 from memory.writers._writer import Batch
 from store import LOCK_TIMEOUT, DurableFiles, UnsafeLinkError

@@ -5,7 +5,8 @@ Layout (see docs/architecture.md): ``_workspace_id``, ``_runtime_state``,
 ``_archive_cache`` the v2 source archive; ``_legacy`` the read-only legacy
 archive; ``_topics``, ``_topic_ids`` the topic files and their ids;
 ``_edits`` what a transaction takes; ``_revision``, ``_transaction`` the
-revision and the transaction.
+revision and the transaction, ``_topic_facts`` what it knows of each topic
+file, ``_install_journal`` its commit point and recovery.
 """
 
 from memory.workspace._archive import PROVIDER as PROVIDER
@@ -20,6 +21,7 @@ from memory.workspace._archive import read_archive as read_archive
 from memory.workspace._archive_cache import ArchiveCache as ArchiveCache
 from memory.workspace._edits import TopicEdit as TopicEdit
 from memory.workspace._edits import WorkspaceSnapshot as WorkspaceSnapshot
+from memory.workspace._install_journal import workspace_lock as workspace_lock
 from memory.workspace._legacy import LegacyHeader as LegacyHeader
 from memory.workspace._legacy import legacy_relpath as legacy_relpath
 from memory.workspace._legacy import parse_legacy_first_header as parse_legacy_first_header
@@ -36,6 +38,7 @@ from memory.workspace._runtime_state import read_runtime_state as read_runtime_s
 from memory.workspace._runtime_state import read_session_end as read_session_end
 from memory.workspace._runtime_state import write_runtime_state as write_runtime_state
 from memory.workspace._runtime_state import write_session_end as write_session_end
+from memory.workspace._topic_facts import LINKED_TOPIC as LINKED_TOPIC
 from memory.workspace._topic_ids import handle_key as handle_key
 from memory.workspace._topic_ids import is_source_handle as is_source_handle
 from memory.workspace._topic_ids import normalise_topic as normalise_topic
@@ -49,10 +52,8 @@ from memory.workspace._topics import Topic as Topic
 from memory.workspace._topics import decode_topic as decode_topic
 from memory.workspace._topics import parse_topic as parse_topic
 from memory.workspace._topics import render_topic as render_topic
-from memory.workspace._transaction import LINKED_TOPIC as LINKED_TOPIC
 from memory.workspace._transaction import CommitResult as CommitResult
 from memory.workspace._transaction import Transactions as Transactions
-from memory.workspace._transaction import workspace_lock as workspace_lock
 from memory.workspace._workspace_id import (
     load_or_create_workspace_id as load_or_create_workspace_id,
 )

@@ -18,29 +18,10 @@ reason and the edit dropped):
   ``delete_blocks`` or kept by another accepted edit of this commit, and no
   kept id stays behind in a file that is not edited.
 
-Install protocol, under ``.scriptorium/write.lock`` (``fcntl.flock``, so it
-holds across processes and threads; waited for at most ``lock_timeout``):
-
-1. finish any earlier install (recovery, below);
-2. check ``workspace_revision`` equals the base, else :class:`ConcurrentUpdateError`;
-3. create missing topic directories (empty directories change nothing);
-4. write ``.scriptorium/install.journal`` durably (temp, fsync, rename, dir
-   fsync): the path and the full new text (or ``null`` for a deletion) of
-   every changed file, and of ``runtime.json`` and its floor when the
-   commit counts (``update_state``: issue 23, the counters move with the
-   topics or not at all). **This rename is the commit point**;
-5. replace each topic file unsynced (readers never see a torn file);
-6. fsync every replaced file and its directory in one ``sync_paths`` call;
-7. unlink the journal durably.
-
-Recovery (:meth:`Transactions.recover` at start; the journal check also
-runs before every commit, in case another process died mid-install): no
-journal means the crash came before the commit point, so every topic file
-is old; leftover temp files are deleted (roll back). A journal means every
-new text is durable, so it is replayed from the top (steps 5-7; replaying is
-idempotent, so a crash during recovery is recovered the same way) and then
-removed (roll forward). At any crash each topic file is whole, old or new
-(renames are atomic); once recovery ran, the set is all-old or all-new.
+The surviving files are installed under the workspace lock through the
+install journal (:mod:`memory.workspace._install_journal`: the protocol's
+steps, its commit point and the recovery that rolls an install forward or
+back).
 
 Every durable step goes through one :class:`DurableFiles`, and
 :meth:`Transactions.commit` is synchronous so the caller runs it in one
@@ -49,8 +30,9 @@ worker-thread hop (``run_durable``).
 Normalising the drafts is most of a commit's CPU (parse, bind, render), and
 in a worker thread it still holds the interpreter lock that the event loop
 needs. Given a ``run_cpu`` (:class:`~memory.workspace._edits.CpuRunner`),
-that one pure step, :func:`normalise_drafts`, runs there (a worker process):
-the same calls in the same order on the same inputs, so the same result.
+that one pure step, :func:`~memory.workspace._topic_facts.normalise_drafts`,
+runs there (a worker process): the same calls in the same order on the same
+inputs, so the same result.
 Every check that reads the disk or the archive, the lock and every durable
 step stay here.
 """
@@ -59,22 +41,24 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
-
-import orjson
 
 from memory._errors import (
     ConcurrentUpdateError,
     ConsolidationRefusedError,
     EditRejectedError,
-    InstallJournalCorruptError,
     TopicError,
-    WorkspaceLockTimeoutError,
 )
 from memory.workspace._edits import CpuRunner, TopicEdit, WorkspaceSnapshot
+from memory.workspace._install_journal import (
+    JOURNAL,
+    encode_journal,
+    install_changes,
+    replay_journal,
+    workspace_lock,
+)
 from memory.workspace._revision import RevisionCache
 from memory.workspace._runtime_state import (
     RUNTIME_FILE,
@@ -83,27 +67,22 @@ from memory.workspace._runtime_state import (
     is_record_path,
     runtime_changes,
 )
-from memory.workspace._topic_ids import (
-    NormalisedTopic,
-    handle_key,
-    normalise_topic,
-    source_key,
+from memory.workspace._topic_facts import (
+    LINKED_TOPIC,
+    TopicFacts,
+    TopicIndex,
+    check_topic_path,
+    facts_of,
+    is_topic_file,
+    join_lines,
+    normalise_drafts,
+    unpack_normalised,
 )
-from memory.workspace._topics import Topic, decode_topic, parse_topic
-from store import LOCK_TIMEOUT, DurableFiles, UnsafeLinkError
-from store.lowlevel import FILE_MODE, TEMP_SUFFIX, wait_for_flock, walk_files
+from memory.workspace._topic_ids import NormalisedTopic, handle_key, normalise_topic
+from memory.workspace._topics import decode_topic
+from store import LOCK_TIMEOUT, DurableFiles
 
-__all__ = [
-    "JOURNAL", "LOCK", "Archived", "CommitResult", "TopicReader", "Transactions",
-    "normalise_drafts", "read_install_journal",
-]
-
-JOURNAL = ".scriptorium/install.journal"
-LOCK = ".scriptorium/write.lock"
-# Temp files of the private files written only under LOCK: a crashed writer's are
-# swept under it (a 242 KB runtime.json temp stayed behind before, issue 23).
-_LOCKED_TEMPS = (".install.journal.", ".runtime.json.", ".runtime-floor.json.",
-                 ".session-end.json.", ".quarantine.jsonl.")
+__all__ = ["Archived", "CommitResult", "TopicReader", "Transactions"]
 
 Archived = Callable[[str], bool | None]
 """``archived(source_id)``: True trusted, False pending, None not archived."""
@@ -121,229 +100,6 @@ class CommitResult:
     changed_files: tuple[str, ...]
     revision: str
     created_blocks: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class _TopicFacts:
-    # None with no error: normalised in a worker process, parsed here only if needed
-    # (:meth:`_TopicIndex.topic`).
-    topic: Topic | None
-    error: TopicError | None
-    block_ids: frozenset[str]
-    labels: frozenset[str]
-    cited: frozenset[str]  # source keys
-
-
-@dataclass
-class _TopicIndex:
-    """Parsed facts of every topic file, re-parsed only when its stat changes."""
-
-    memory_dir: str
-    _files: dict[str, tuple[tuple[int, int, int, int], _TopicFacts]] = field(default_factory=dict)
-
-    def refresh(
-        self, scan: list[tuple[str, os.stat_result]], linked: frozenset[str] = frozenset(),
-    ) -> dict[str, _TopicFacts]:
-        """Bring the index up to ``scan`` (the revision's file list) and return it.
-
-        A file in ``linked`` (a symbolic link) keeps its facts, so what it
-        says and cites counts, but carries an error: it is never replaced.
-        """
-        current: dict[str, tuple[tuple[int, int, int, int], _TopicFacts]] = {}
-        for relative, stat in scan:
-            if not _is_topic_file(relative):
-                continue
-            signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-            cached = self._files.get(relative)
-            if cached is None or cached[0] != signature:
-                cached = (signature, self._facts(relative))
-            current[relative] = cached
-        self._files = current
-        return {
-            relative: _linked_facts(relative, facts) if relative in linked else facts
-            for relative, (_, facts) in current.items()
-        }
-
-    def installed(
-        self, scan: list[tuple[str, os.stat_result]], topics: dict[str, _TopicFacts | None]
-    ) -> None:
-        """A commit just wrote files with these facts (None: deleted): take them without parsing.
-
-        ``scan`` is the revision's file list after the install (its stats
-        are the new files'); a file another writer replaced meanwhile has
-        another stat and is parsed at the next :meth:`refresh` as usual.
-        """
-        stats = dict(scan)
-        for relative, facts in topics.items():
-            stat = stats.get(relative)
-            if facts is None or stat is None:
-                self._files.pop(relative, None)
-                continue
-            signature = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-            self._files[relative] = (signature, facts)
-
-    def topic(self, relative: str, facts: _TopicFacts | None) -> Topic | None:
-        """The parsed file ``facts`` are of; parsed now if a worker process normalised it."""
-        if facts is None or facts.topic is not None or facts.error is not None:
-            return facts.topic if facts is not None else None
-        topic = self._facts(relative).topic
-        cached = self._files.get(relative)
-        if topic is not None and cached is not None:
-            self._files[relative] = (cached[0], replace(cached[1], topic=topic))
-        return topic
-
-    def _facts(self, relative: str) -> _TopicFacts:
-        with open(os.path.join(self.memory_dir, relative), "rb") as handle:
-            raw = handle.read()
-        try:
-            topic = parse_topic(decode_topic(raw, relative), relative)
-        except TopicError as error:
-            return _TopicFacts(None, error, frozenset(), frozenset(), frozenset())
-        return _facts_of(relative, topic)
-
-
-def _facts_of(relative: str, topic: Topic) -> _TopicFacts:
-    cited = {
-        key
-        for footnote in topic.footnotes.values()
-        for link in footnote.sources
-        if (key := source_key(relative, link.target)) is not None
-    }
-    return _TopicFacts(
-        topic, None, frozenset(topic.block_ids()), frozenset(topic.footnotes), frozenset(cited),
-    )
-
-
-def _split(joined: str) -> frozenset[str]:
-    return frozenset(joined.split("\n")) if joined else frozenset()
-
-
-def _join(values: frozenset[str] | set[str]) -> str:
-    """Ids, labels, keys and handles never hold a line break: one string pickles fast."""
-    return "\n".join(values)
-
-
-# A worker process's parsed bases: the text it last normalised for each file is the
-# next commit's base for it, so that base is not parsed again (cleared when large).
-_BASES: dict[tuple[str, str], tuple[str, Topic]] = {}
-_BASES_LIMIT = 1024
-
-# What normalise_drafts gives for one draft: the reason it was refused, or
-# (text, block_ids, kept_ids, handles, linked, new_ids, facts), the sets joined by
-# line breaks and ``facts`` the text's (block ids, labels, cited keys), None when pruned.
-_Normalised = (str | tuple[str | None, str, str, str, str, tuple[str, ...],
-                           tuple[str, str, str] | None])
-
-
-def normalise_drafts(
-    memory_dir: str, jobs: Sequence[tuple[str, str, bytes | None]], existing: str, labels: str,
-) -> list[_Normalised]:
-    """:func:`normalise_topic` of each ``(path, draft, base file bytes)`` in order; pure CPU.
-
-    The step of :meth:`Transactions.commit` that runs in a worker process:
-    ``existing`` and ``labels`` are the workspace's block ids and footnote
-    labels (joined by line breaks), and every draft takes its ids after the
-    ones before it, exactly as the in-thread loop does.
-    """
-    existing_ids = set(_split(existing))
-    used_ids = set(existing_ids)
-    used_labels = set(_split(labels))
-    results: list[_Normalised] = []
-    for path, draft, raw in jobs:
-        try:
-            base = None if raw is None else _base_topic(memory_dir, path, raw)
-            normalised = normalise_topic(path, draft, base=base, existing_ids=existing_ids,
-                                         used_ids=used_ids, used_labels=used_labels)
-        except (EditRejectedError, TopicError) as error:
-            results.append(error.reason)
-            continue
-        facts: tuple[str, str, str] | None = None
-        if normalised.text is not None and normalised.topic is not None:
-            after = _facts_of(path, normalised.topic)
-            facts = (_join(after.block_ids), _join(after.labels), _join(after.cited))
-            if len(_BASES) >= _BASES_LIMIT:
-                _BASES.clear()
-            _BASES[memory_dir, path] = (normalised.text, normalised.topic)
-        results.append((
-            normalised.text, _join(normalised.block_ids), _join(normalised.kept_ids),
-            _join(normalised.handles), _join(normalised.linked), normalised.new_ids, facts,
-        ))
-    return results
-
-
-def _unpack(path: str, result: tuple[str | None, str, str, str, str, tuple[str, ...],
-                                     tuple[str, str, str] | None]
-            ) -> tuple[NormalisedTopic, _TopicFacts | None]:
-    text, block_ids, kept, handles, linked, new_ids, facts = result
-    normalised = NormalisedTopic(path, text, _split(block_ids), _split(kept), _split(handles),
-                                 _split(linked), new_ids)
-    if facts is None:
-        return normalised, None
-    return normalised, _TopicFacts(None, None, *(_split(part) for part in facts))
-
-
-def _base_topic(memory_dir: str, path: str, raw: bytes) -> Topic:
-    text = decode_topic(raw, path)
-    cached = _BASES.get((memory_dir, path))
-    if cached is not None and cached[0] == text:
-        return cached[1]
-    return parse_topic(text, path)
-
-
-def _linked_facts(relative: str, facts: _TopicFacts) -> _TopicFacts:
-    if facts.error is not None:
-        return facts
-    return replace(facts, error=TopicError(relative, 0, LINKED_TOPIC))
-
-
-LINKED_TOPIC = (
-    "a symbolic link to a file, which scriptorium never replaces (replacing it would leave "
-    "the target stale): move the file itself into place, or link its directory instead"
-)
-
-
-def _is_topic_file(relative: str) -> bool:
-    return (
-        relative.startswith("topics/") and relative.endswith(".md")
-        and "/." not in relative
-    )
-
-
-def check_topic_path(path: str) -> None:
-    """Raise :class:`EditRejectedError` unless ``path`` is a plain ``topics/**.md`` path."""
-    parts = path.split("/")
-    if (
-        len(parts) < 2 or parts[0] != "topics" or not path.endswith(".md")
-        or any(not part or part in (".", "..") or part.startswith(".") for part in parts)
-        or any(bad in path for bad in ("\\", "\0", "\n", "\r"))
-    ):
-        raise EditRejectedError(path, "edits may only write topics/**/<name>.md (relative, no '..')")
-
-
-@contextmanager
-def workspace_lock(
-    memory_dir: str, files: DurableFiles, *, timeout: float | None = LOCK_TIMEOUT,
-) -> Iterator[None]:
-    """``.scriptorium/write.lock``: every read-modify-write of the workspace, across processes.
-
-    A stuck holder (a stopped process, a debugger) must not hang every write
-    behind it: the lock is waited for at most ``timeout`` seconds (None:
-    forever), by the session lock's poll (:func:`store.lowlevel.wait_for_flock`, on
-    the event loop's clock from a worker thread), then
-    :class:`~memory._errors.WorkspaceLockTimeoutError` names the lock file and,
-    when ``/proc/locks`` tells, the holder's pid. Nothing was changed then.
-    """
-    # The lock file carries no data, so opening it read-only is enough for
-    # flock and nothing but DurableFiles ever opens a file for writing.
-    files.make_dirs(os.path.join(memory_dir, ".scriptorium"))
-    path = os.path.join(memory_dir, LOCK)
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-    try:
-        wait_for_flock(fd, timeout,
-                       lambda waited, holder: WorkspaceLockTimeoutError(path, waited, holder))
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,7 +140,7 @@ class Transactions:
         self.archived = archived
         self.files = files if files is not None else DurableFiles()
         self.revisions = RevisionCache(memory_dir)
-        self._index = _TopicIndex(memory_dir)
+        self._index = TopicIndex(memory_dir)
 
     # -- reading -------------------------------------------------------------
 
@@ -418,7 +174,7 @@ class Transactions:
         the commit's revision check refuses the edits (``ConcurrentUpdateError``).
         """
         revision = self.revisions.revision()
-        paths = tuple(path for path, _ in self.revisions.last_scan if _is_topic_file(path))
+        paths = tuple(path for path, _ in self.revisions.last_scan if is_topic_file(path))
         return WorkspaceSnapshot(revision, paths, TopicReader(self.memory_dir))
 
     # -- recovery ------------------------------------------------------------
@@ -437,30 +193,7 @@ class Transactions:
             return replayed
 
     def _recover_locked(self, *, sweep: bool) -> bool:
-        journal = os.path.join(self.memory_dir, JOURNAL)
-        if sweep:
-            self._remove_temp_files()
-        try:
-            with open(journal, "rb") as handle:
-                raw = handle.read()
-        except FileNotFoundError:
-            return False
-        self._install(_decode_journal(raw))
-        return True
-
-    def _remove_temp_files(self) -> None:
-        try:
-            found = walk_files(os.path.join(self.memory_dir, "topics"))
-        except UnsafeLinkError:
-            found = []  # a link loop: every commit reports it; recovery must not stop the start
-        for relative, _ in found:
-            if relative.endswith(TEMP_SUFFIX):
-                self.files.unlink(os.path.join(self.memory_dir, "topics", relative))
-        private = os.path.join(self.memory_dir, ".scriptorium")
-        if os.path.isdir(private):
-            for name in os.listdir(private):
-                if name.startswith(_LOCKED_TEMPS) and name.endswith(TEMP_SUFFIX):
-                    self.files.unlink(os.path.join(private, name))
+        return replay_journal(self.memory_dir, self.files, sweep=sweep)
 
     # -- committing ----------------------------------------------------------
 
@@ -518,9 +251,9 @@ class Transactions:
             if changes:
                 self._prepare_directories(changes)
                 self.files.write_atomic(
-                    os.path.join(self.memory_dir, JOURNAL), _encode_journal(changes),
+                    os.path.join(self.memory_dir, JOURNAL), encode_journal(changes),
                 )
-                self._install(changes)
+                install_changes(self.memory_dir, self.files, changes)
             changed = tuple(sorted(path for path, _ in topic_changes))
             audit.append({
                 "tool": "commit", "status": "ok", "count": len(changed),
@@ -531,7 +264,7 @@ class Transactions:
                 [path for path, _ in changes if path not in RUNTIME_FILES or path == RUNTIME_FILE])
             self._index.installed(self.revisions.last_scan, {
                 normalised.path: after.get(normalised.path) if normalised.topic is None
-                else _facts_of(normalised.path, normalised.topic)
+                else facts_of(normalised.path, normalised.topic)
                 for normalised in accepted.values() if normalised.path in changed_set})
             return CommitResult(tuple(audit), changed, revision, created)
 
@@ -556,9 +289,9 @@ class Transactions:
         return tuple(audit)
 
     def _validate(
-        self, edits: Sequence[TopicEdit], facts: dict[str, _TopicFacts],
+        self, edits: Sequence[TopicEdit], facts: dict[str, TopicFacts],
         batch_sources: frozenset[str],
-    ) -> tuple[list[dict[str, Any]], dict[int, NormalisedTopic], dict[str, _TopicFacts]]:
+    ) -> tuple[list[dict[str, Any]], dict[int, NormalisedTopic], dict[str, TopicFacts]]:
         """The audit, the accepted drafts normalised, and the facts of those a worker made."""
         existing_ids = {i for f in facts.values() for i in f.block_ids}
         owner = {i: path for path, f in facts.items() for i in f.block_ids}
@@ -568,7 +301,7 @@ class Transactions:
         last_edit = {edit.path: index for index, edit in enumerate(edits)}
         errors: dict[int, str] = {}
         accepted: dict[int, NormalisedTopic] = {}
-        after: dict[str, _TopicFacts] = {}
+        after: dict[str, TopicFacts] = {}
         drafts: list[tuple[int, tuple[str, str, bytes | None]]] = []  # for run_cpu, in order
         # Normalise in path order so the id counters do not depend on edit order.
         for index in sorted(range(len(edits)), key=lambda i: (edits[i].path, i)):
@@ -595,13 +328,13 @@ class Transactions:
                 errors[index] = error.reason
         if drafts and self.run_cpu is not None:
             results = self.run_cpu(normalise_drafts, self.memory_dir,
-                                   [job for _, job in drafts], _join(existing_ids),
-                                   _join(used_labels))
+                                   [job for _, job in drafts], join_lines(existing_ids),
+                                   join_lines(used_labels))
             for (index, (path, _, _)), result in zip(drafts, results, strict=True):
                 if isinstance(result, str):
                     errors[index] = result
                     continue
-                normalised, made = _unpack(path, result)
+                normalised, made = unpack_normalised(path, result)
                 try:
                     self._postcheck(edits[index], normalised, cited, batch_sources)
                 except EditRejectedError as error:
@@ -653,7 +386,7 @@ class Transactions:
             audit.append(entry)
         return audit, accepted, after
 
-    def _precheck(self, edit: TopicEdit, facts: dict[str, _TopicFacts]) -> NormalisedTopic | None:
+    def _precheck(self, edit: TopicEdit, facts: dict[str, TopicFacts]) -> NormalisedTopic | None:
         """The checks before normalising; a deletion's result, None for a draft to normalise."""
         check_topic_path(edit.path)
         self._check_place(edit.path)
@@ -675,7 +408,7 @@ class Transactions:
             )
         return None
 
-    def _base_bytes(self, edit: TopicEdit, facts: dict[str, _TopicFacts]) -> bytes | None:
+    def _base_bytes(self, edit: TopicEdit, facts: dict[str, TopicFacts]) -> bytes | None:
         """The file a draft replaces, as a worker process parses it (None: a new file)."""
         if edit.path not in facts:
             return None
@@ -735,55 +468,3 @@ class Transactions:
         parents = {posixpath.dirname(path) for path, text in changes if text is not None}
         for parent in sorted(parents):
             self.files.make_dirs(os.path.join(self.memory_dir, parent))
-
-    def _install(self, changes: list[tuple[str, str | None]]) -> None:
-        """Steps 5-7: replace, sync once, retire the journal. Idempotent."""
-        written: list[str] = []
-        for path, text in changes:
-            target = os.path.join(self.memory_dir, path)
-            if text is None:
-                self.files.unlink(target)
-                continue
-            self.files.make_dirs(os.path.dirname(target))
-            self.files.replace_unsynced(target, text.encode("utf-8"))
-            written.append(target)
-        if written:
-            self.files.sync_paths(written)
-        self.files.unlink(os.path.join(self.memory_dir, JOURNAL))
-
-
-def read_install_journal(memory_dir: str) -> list[str] | None:
-    """The topic files of an interrupted install (its journal's paths), or None if there is none.
-
-    A journal left in ``.scriptorium/`` means a crash (a full disk, a kill)
-    came after the commit point: every new text is durable in it, some
-    topic files are new and some still old until the next recovery replays
-    it. Raises :class:`InstallJournalCorruptError` if it cannot be read.
-    """
-    try:
-        with open(os.path.join(memory_dir, JOURNAL), "rb") as handle:
-            raw = handle.read()
-    except FileNotFoundError:
-        return None
-    return [path for path, _ in _decode_journal(raw)]
-
-
-def _encode_journal(changes: list[tuple[str, str | None]]) -> bytes:
-    return orjson.dumps({"version": 1, "files": [[path, text] for path, text in changes]})
-
-
-def _decode_journal(raw: bytes) -> list[tuple[str, str | None]]:
-    try:
-        document = orjson.loads(raw)
-        if not isinstance(document, dict) or document.get("version") != 1:
-            raise ValueError("unknown journal version")
-        changes: list[tuple[str, str | None]] = []
-        for path, text in document["files"]:
-            if not isinstance(path, str) or not (text is None or isinstance(text, str)):
-                raise ValueError("malformed entry")
-            if path not in RUNTIME_FILES and not is_record_path(path):
-                check_topic_path(path)
-            changes.append((path, text))
-    except (ValueError, KeyError, TypeError, EditRejectedError) as error:
-        raise InstallJournalCorruptError(JOURNAL, str(error)) from error
-    return changes

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from memory.cli._cli import main
-from memory.workspace._transaction import JOURNAL, _encode_journal
+from memory.workspace._install_journal import JOURNAL, encode_journal
 from store import SessionCore
 from tests.memory.cli._states import FACTS
 
@@ -60,7 +60,7 @@ def test_an_interrupted_install_is_reported_until_a_write_completes_it(
     # files, one of which (a new one) is not installed yet.
     old_text = (memory / first).read_text()
     new_text = "# Renamed" + old_text.partition("\n")[1] + old_text.partition("\n")[2]
-    (memory / JOURNAL).write_bytes(_encode_journal(
+    (memory / JOURNAL).write_bytes(encode_journal(
         [(first, new_text), ("topics/hobbies.md", "# Hobbies\n")]))
     code, out, err = run("memory", "audit", "--state", str(state))
     assert code == 1, (out, err)

@@ -18,6 +18,7 @@ from memory.consolidation._pass import (
 )
 from memory.consolidation._plan import Plan
 from memory.workspace._edits import TopicEdit
+from memory.workspace._install_journal import JOURNAL
 from memory.workspace._runtime_state import (
     RECORDS_DIR,
     RuntimeState,
@@ -26,7 +27,7 @@ from memory.workspace._runtime_state import (
     write_runtime_state,
 )
 from memory.workspace._topics import Topic, parse_topic
-from memory.workspace._transaction import JOURNAL, Transactions
+from memory.workspace._transaction import Transactions
 from store._durable import DurableFiles
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
 from tests.fixture import copy_fixture

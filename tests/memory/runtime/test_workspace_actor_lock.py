@@ -17,7 +17,7 @@ import pytest
 from memory._errors import WorkspaceLockTimeoutError
 from memory.runtime._runtime import open_runtime
 from memory.runtime._session_state import BoundaryOutcome
-from memory.workspace._transaction import workspace_lock
+from memory.workspace._install_journal import workspace_lock
 from store import DurableFiles
 from tests.faults import hold_flock, let_go
 from tests.memory._runtime import HANG, build_session, lock_config, marked

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from memory._errors import ConcurrentUpdateError, InstallJournalCorruptError
 from memory.workspace._edits import TopicEdit
+from memory.workspace._install_journal import JOURNAL
 from memory.workspace._topics import parse_topic
-from memory.workspace._transaction import JOURNAL, CommitResult, Transactions
+from memory.workspace._transaction import CommitResult, Transactions
 from store._durable import TEMP_SUFFIX, DurableFiles
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
 from tests.fixture import FIXTURE as SAMPLE
@@ -437,7 +438,7 @@ def test_an_edit_onto_a_directory_is_rejected_not_raised(tmp_path: Path) -> None
 def test_the_write_lock_holds_across_processes(tmp_path: Path) -> None:
     memory = workspace(tmp_path)
     script = (
-        "import sys; from memory.workspace._transaction import workspace_lock; "
+        "import sys; from memory.workspace._install_journal import workspace_lock; "
         "from store._durable import DurableFiles\n"
         f"with workspace_lock({str(memory)!r}, DurableFiles()):\n"
         "    print('held', flush=True); sys.stdin.readline()"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from memory.workspace._edits import TopicEdit
+from memory.workspace._install_journal import JOURNAL
 from memory.workspace._runtime_state import (
     FLOOR_PATH,
     RUNTIME_PATH,
@@ -28,7 +29,7 @@ from memory.workspace._runtime_state import (
     write_runtime_state,
 )
 from memory.workspace._topics import parse_topic
-from memory.workspace._transaction import JOURNAL, Transactions
+from memory.workspace._transaction import Transactions
 from store._durable import TEMP_SUFFIX, DurableFiles
 from tests.faults import FaultyFiles, SimulatedCrash, count_steps
 from tests.fixture import copy_fixture
