@@ -5,7 +5,7 @@ stdout, or ``{"url": ...}`` with ``--json``), until Ctrl-C. ``run
 --inspect`` (:mod:`memory.cli._live_inspector`) serves the same beside the
 running runtime, plus its live page.
 
-The server needs the optional extra (``pip install 'scriptorium[inspect]'``):
+The server needs the optional extra (``pip install -e '.[inspect]'`` from the Scriptorium checkout):
 without it the command says so in one line (exit 2), and every other
 command works as before (memory.inspector is imported only here, late).
 Exit codes: 0 stopped by Ctrl-C; 2 usage (a non-loopback --host without

@@ -30,8 +30,11 @@ def load_inspector() -> Any:
     try:
         inspector = importlib.import_module("memory.inspector")  # late: the optional extra
     except ImportError as error:
-        raise CliError(f"the inspector needs its extra ({error.name} is missing): "
-                       "pip install 'scriptorium[inspect]'", EXIT_USAGE) from None
+        # 'scriptorium[inspect]' would fetch an unrelated PyPI project of that name
+        raise CliError("the inspector: a package of the inspect extra is missing: "
+                       f"{str(error.name).partition('.')[0]}; "
+                       "pip install -e '.[inspect]' (from the Scriptorium checkout)",
+                       EXIT_USAGE) from None
     return inspector
 
 

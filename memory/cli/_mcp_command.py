@@ -71,8 +71,11 @@ def mcp_command(http: str | None, allow_remote: bool, log_json: bool, drain_time
             serve_stdio,
         )
     except ImportError as exc:  # the optional extra
-        raise CliError(f"scriptorium mcp needs the MCP SDK ({exc.name} is missing): "
-                       "pip install 'scriptorium[mcp]'", EXIT_USAGE) from None
+        # 'scriptorium[mcp]' would fetch an unrelated PyPI project of that name
+        raise CliError("scriptorium mcp: a package of the mcp extra is missing: "
+                       f"{str(exc.name).partition('.')[0]}; "
+                       "pip install -e '.[mcp]' (from the Scriptorium checkout)",
+                       EXIT_USAGE) from None
     token = os.environ.get(TOKEN_ENV) or None
     address = None
     if http is not None:

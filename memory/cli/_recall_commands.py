@@ -120,7 +120,9 @@ def memory_reindex(quiet: bool, state_dir: str, as_json: bool) -> None:
         emit_json({"units": report.added, "files": report.files, "revision": report.revision,
                    "private": report.private})
     else:
-        click.echo(f"indexed {report.added} unit(s) from {report.files} file(s)")
+        # read-only: nothing rebuilt on disk, and stdout alone must not claim it was
+        where = " in memory only (recall.sqlite not rebuilt)" if report.private else ""
+        click.echo(f"indexed {report.added} unit(s) from {report.files} file(s){where}")
     if report.private:  # read-only state: searches still work, each on its own private index
         click.echo(f"scriptorium: {state_dir}/memory/{INDEX_PATH} was not rebuilt: the state "
                    "cannot be written here (read-only); search and context build a private "

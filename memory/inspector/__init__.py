@@ -6,7 +6,7 @@ DAG laid out and drawn as SVG on the server; ``_sources`` recall over the
 state (an index in memory) or a running runtime (``run --inspect``);
 ``_app`` the Starlette app, its templates and assets; ``_serve`` uvicorn in
 its own thread, loopback unless allowed otherwise. An optional extra:
-``pip install 'scriptorium[inspect]'``.
+``pip install -e '.[inspect]'`` from the Scriptorium checkout.
 """
 
 from memory.inspector._app import inspector_app as inspector_app

@@ -4,7 +4,7 @@ Layout (see docs/architecture.md): ``_tools`` the tools and the topic
 resources over a running runtime (the SDK's ``MCPServer``); ``_serve``
 the transports (stdio, streamable HTTP) and the HTTP exposure rule (loopback,
 or ``--allow-remote`` with a bearer token). Needs the ``mcp`` extra
-(``pip install 'scriptorium[mcp]'``).
+(``pip install -e '.[mcp]'`` from the Scriptorium checkout).
 """
 
 from memory.mcp._serve import BearerAuth as BearerAuth

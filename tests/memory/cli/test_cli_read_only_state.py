@@ -84,7 +84,8 @@ def test_a_read_only_state_is_searched_and_reindex_says_it_left_the_file(
     assert "The owner prefers tea." in context.stdout
     reindexed = scriptorium(read_only_state, "memory", "reindex")
     assert reindexed.returncode == 1, reindexed.stderr
-    assert reindexed.stdout == "indexed 5 unit(s) from 2 file(s)\n"
+    assert reindexed.stdout == ("indexed 5 unit(s) from 2 file(s) in memory only "
+                                "(recall.sqlite not rebuilt)\n")
     [line] = reindexed.stderr.splitlines()
     assert "recall.sqlite was not rebuilt" in line and "read-only" in line
     assert _files(read_only_state) == before  # nothing written anywhere

@@ -20,6 +20,8 @@ import pytest
 from click.testing import CliRunner
 
 from memory.cli import main
+from memory.cli._cli_errors import CliError
+from memory.cli._live_inspector import load_inspector
 from tests.conftest import BACKENDS
 from tests.memory.cli._states import owing_state
 
@@ -93,3 +95,17 @@ def test_run_inspect_logs_the_url_of_the_live_inspector(tmp_path: Path, backend:
         assert httpx.get(url + "runtime").status_code == 200
     finally:
         assert _stop(process) == 0
+
+
+def test_without_the_inspect_extra_the_error_says_what_to_install_from_the_checkout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [name for name in sys.modules if name.startswith(("memory.inspector",
+                                                                   "starlette"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "starlette", None)  # what an install without the extra has
+    with pytest.raises(CliError) as refused:
+        load_inspector()
+    message = str(refused.value)
+    assert "a package of the inspect extra is missing: starlette; " in message
+    assert "pip install -e '.[inspect]' (from the Scriptorium checkout)" in message
+    assert "scriptorium[" not in message  # someone else's PyPI project

@@ -86,5 +86,8 @@ def test_without_the_mcp_extra_the_command_says_what_to_install(
     monkeypatch.setitem(sys.modules, "mcp", None)  # what an install without the extra has
     code, output = run(state)
     assert code == 2
-    assert "pip install 'scriptorium[mcp]'" in output
+    # this project's extra, from its checkout: 'scriptorium[mcp]' is someone else's PyPI name
+    assert "a package of the mcp extra is missing: mcp; " in output
+    assert "pip install -e '.[mcp]' (from the Scriptorium checkout)" in output
+    assert "scriptorium[" not in output
     assert len(output.strip().splitlines()) == 1, output

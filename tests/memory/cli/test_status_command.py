@@ -139,3 +139,50 @@ def test_run_logs_its_lag_periodically(tmp_path: Path) -> None:
     assert daemon.returncode == 0
     assert set(lags[0]) == {"event", "at", "oldest_due_age", "due_waiting", "in_flight",
                             "recent_groups"}
+
+
+def test_status_counts_what_other_tips_owe_below_the_threshold(tmp_path: Path) -> None:
+    """After the head is written, a short side branch still owes: status says so, qualified."""
+    core = SessionCore.create(tmp_path, "s", title="s")
+    root = core.append({"role": "user", "predecessor": "ROOT",
+                        "content": "Team s prefers tea. We decided to ship it."})
+    for answer in ("coffee", "tea"):
+        core.append({"role": "assistant", "predecessor": root["id"],
+                     "content": f"An answer: we decided to ship {answer}."})
+    [side] = [row["head_msg_id"] for row in core.list_branches() if row["head_msg_id"] != core.head]
+    core.close()
+    done = CliRunner().invoke(main, ["run", "--once", "--json", "--state", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    pending = CliRunner().invoke(main, ["memory", "pending", "s", "--tip", side, "--json",
+                                        "--state", str(tmp_path)])
+    assert json.loads(pending.stdout)["pending"] == [side]
+    status = CliRunner().invoke(main, ["status", "--json", "--state", str(tmp_path)])
+    assert status.exit_code == 0, status.output
+    doc = json.loads(status.stdout)
+    assert doc["summary"]["owed_turns"] == 0
+    assert doc["summary"]["other_tips_below_threshold_turns"] == 1
+    assert doc["summary"]["other_tips_at_boundary_turns"] == 0
+    assert doc["sessions"]["s"]["other_tips_below_threshold_turns"] == 1
+    text = CliRunner().invoke(main, ["status", "--state", str(tmp_path)]).output.splitlines()
+    assert text[0].startswith("0 turn(s) owed in 0 of 1 session(s); 0 due on head branches")
+    assert text[1] == ("0 turn(s) on other tips written at the next boundary; 1 turn(s) on "
+                       "other tips below the threshold: not written until they reach it")
+
+
+def test_status_counts_a_merged_heads_turns_as_written_at_the_boundary(tmp_path: Path) -> None:
+    """A sub-agent's merged head is written whole at the boundary, however short (SPEC §6.6)."""
+    core = SessionCore.create(tmp_path, "s", title="s")
+    root = core.append({"role": "user", "predecessor": "ROOT", "content": "Find the invoice."})
+    for answer in ("found", "lost"):
+        core.append({"role": "assistant", "predecessor": root["id"],
+                     "content": f"The sub-agent {answer} the invoice."})
+    [side] = [row["head_msg_id"] for row in core.list_branches() if row["head_msg_id"] != core.head]
+    core.close()
+    meta_path = tmp_path / "sessions" / "s" / "meta.json"
+    meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), "merged_heads": [side]}))
+    status = CliRunner().invoke(main, ["status", "--json", "--state", str(tmp_path)])
+    assert status.exit_code == 0, status.output
+    summary = json.loads(status.stdout)["summary"]
+    assert summary["owed_turns"] == 2  # the root is counted once, on the head branch
+    assert summary["other_tips_at_boundary_turns"] == 1
+    assert summary["other_tips_below_threshold_turns"] == 0

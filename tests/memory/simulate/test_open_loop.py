@@ -34,6 +34,7 @@ from memory.simulate._agents import Mix
 from memory.simulate._command import render_report, result_document
 from memory.simulate._config import SimulationConfig
 from memory.simulate._open_loop import OpenLoop, arrival_offsets
+from memory.simulate._result import SimulationResult
 from memory.simulate._simulate import simulate
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.writers._extractive import ExtractiveWriter
@@ -283,3 +284,17 @@ async def test_with_a_slow_writer_the_arrivals_keep_their_schedule(
     cycles = result.latencies["due_to_durable"]
     # 1e-6: the wall clock is an epoch plus virtual time, a float with ~0.2 µs steps there
     assert cycles and min(cycles) >= SlowWriter.delay - 1e-6
+
+
+def test_the_report_says_n_a_when_no_batch_fell_due_under_load(tmp_path: Path) -> None:
+    """0.0 ms would claim instant writes; no sample is no latency, and the JSON counts 0."""
+    result = SimulationResult(
+        config=SimulationConfig(state_dir=str(tmp_path)), invariants={}, turns=4, seconds=1.0,
+        branches=1, batches=1, restarts=0, quarantined=0, incarnations=1, injected={},
+        outcomes={}, actions={}, deliveries=1, peak_rss_mb=1.0,
+        latencies={"due_to_durable": [0.25], "due_to_durable_load": []})
+    [line] = [line for line in render_report(result).splitlines() if "due -> durable" in line]
+    assert line == "  due -> durable   n/a (no batch fell due under load; all: p99 250.0 ms)"
+    doc = result_document(result)
+    assert doc["latency_samples"]["due_to_durable_load"] == 0
+    assert doc["latency_ms"]["due_to_durable_load_p99"] == 0.0  # the JSON keeps its keys
