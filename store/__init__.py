@@ -20,6 +20,7 @@ from ._actor import GetBranch as GetBranch
 from ._actor import GetMeta as GetMeta
 from ._actor import InsertSummary as InsertSummary
 from ._actor import ListBranches as ListBranches
+from ._actor import MergeHeads as MergeHeads
 from ._actor import MergeMetadata as MergeMetadata
 from ._actor import RewindTo as RewindTo
 from ._actor import SessionActor as SessionActor
@@ -87,6 +88,7 @@ __all__ = [
     "InvalidNodeError",
     "InvalidRequestError",
     "ListBranches",
+    "MergeHeads",
     "MergeMetadata",
     "MetaFileError",
     "Node",

@@ -25,7 +25,7 @@ Subclasses (the memory runtime's session actor) add their own messages by
 overriding :meth:`dispatch` and calling ``super().dispatch`` for the rest,
 and react to appends in :meth:`tip_moved`.
 
-Redelivery after a crash (``actors.Idempotent``): reads, ``SetHead``,
+Redelivery after a crash (``actors.Idempotent``): reads, ``SetHead``, ``MergeHeads``,
 ``MergeMetadata`` (a merge of fixed values) and ``CheckpointJournal`` are
 delivered again to the next incarnation; so is an ``Append`` whose message
 carries its own id (appends are idempotent by client id,
@@ -67,6 +67,7 @@ __all__ = [
     "GetMeta",
     "InsertSummary",
     "ListBranches",
+    "MergeHeads",
     "MergeMetadata",
     "RewindTo",
     "SessionActor",
@@ -137,6 +138,13 @@ class SetHead(Idempotent, Request[None]):
 
 
 @dataclass(frozen=True, slots=True)
+class MergeHeads(Idempotent, Request[None]):
+    """Add node ids to meta ``merged_heads`` (``SessionCore.merge_heads``)."""
+
+    node_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RewindTo(Request[list[str]]):
     """Stamp ``rewound`` back to ``user_turn``; replies with the stamped ids."""
 
@@ -190,8 +198,8 @@ class TipMoved:
 
 # What a SessionActor takes: the operations of SPEC §4 and its own checkpoint.
 SessionMessage = (
-    Append | GetBranch | FindNodes | ListBranches | GetMeta | SetHead | RewindTo | SpawnBranch
-    | InsertSummary | MergeMetadata | CheckpointJournal
+    Append | GetBranch | FindNodes | ListBranches | GetMeta | SetHead | MergeHeads | RewindTo
+    | SpawnBranch | InsertSummary | MergeMetadata | CheckpointJournal
 )
 
 # The messages a session actor takes: SessionMessage, or more in a subclass.
@@ -201,7 +209,9 @@ M_contra = TypeVar("M_contra", contravariant=True)
 
 
 # Messages whose SessionCore call refreshes the index under the session lock.
-_CHECKED_UNDER_LOCK = (Append, SetHead, RewindTo, SpawnBranch, InsertSummary, MergeMetadata)
+_CHECKED_UNDER_LOCK = (
+    Append, SetHead, MergeHeads, RewindTo, SpawnBranch, InsertSummary, MergeMetadata
+)
 
 
 class SessionActor(Actor[M_contra]):
@@ -330,6 +340,8 @@ class SessionActor(Actor[M_contra]):
                 return await run_durable(core.insert_summary, list(covers_ids), text)
             case SetHead(node_id):
                 return await run_durable(core.set_head, node_id)
+            case MergeHeads(node_ids):
+                return await run_durable(core.merge_heads, list(node_ids))
             case RewindTo(user_turn):
                 stamped = await run_durable(core.rewind_to, user_turn)
                 self._queue_checkpoint()

@@ -50,7 +50,7 @@ import json
 import math
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -306,6 +306,34 @@ class SessionCore(SessionOwner):
             if node.is_summary:
                 raise SummaryHeadError(self.session, node_id)
             meta = {**self._meta, "head_id": node_id}
+            self._journal_locked([self._meta_entry(meta)])
+            self._meta = meta
+            self._mark_synced()
+
+    def merge_heads(self, node_ids: Sequence[str]) -> None:
+        """Add ``node_ids`` to meta ``merged_heads`` (a union, order kept); never a summary.
+
+        A merged head is a branch whose work came back to its caller (a
+        sub-agent's): the tips drop it and a boundary writes it completely
+        (docs/decisions.md). ``updated_at`` does not move, as for ``set_head``.
+        """
+        for node_id in node_ids:
+            validate_id(node_id, "merged head id", self.session)
+        with self._mutation():
+            for node_id in node_ids:
+                node = self._index.nodes.get(node_id)
+                if node is None:
+                    raise NodeNotFoundError(self.session, node_id)
+                if node.is_summary:
+                    raise InvalidNodeError(self.session, node_id,
+                                           "a summary (covers_ids) is never a merged head")
+            existing = self._meta.get("merged_heads")
+            before = [t for t in existing if isinstance(t, str)] \
+                if isinstance(existing, list) else []
+            merged = list(dict.fromkeys([*before, *node_ids]))
+            if merged == existing:
+                return  # nothing new: no journal, no write
+            meta = {**self._meta, "merged_heads": merged}
             self._journal_locked([self._meta_entry(meta)])
             self._meta = meta
             self._mark_synced()

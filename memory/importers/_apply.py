@@ -29,7 +29,7 @@ from memory._errors import ImportFailedError
 from memory.importers._plan import PlannedTurn, SessionPlan
 from memory.runtime import ImportInterruptedError, ImportLineError
 from memory.runtime._import_staging import import_new_session
-from store import CLOCK_SKEW, FindNodes, InvalidRequestError, StoreError, message_to_node
+from store import CLOCK_SKEW, FindNodes, GetMeta, InvalidRequestError, StoreError, message_to_node
 from store.lowlevel import citable_id_problem, encode_node, run_durable, validate_id
 
 if TYPE_CHECKING:
@@ -114,6 +114,8 @@ async def apply_plan(rt: MemoryRuntime, plan: SessionPlan, *,
             todo = [t for t in plan.turns if t.id not in held]
     if not dry_run and todo and not created:
         await _append_all(rt, plan, todo)
+    if not dry_run and not created:
+        await _merge_spawn_tips(rt, plan, exists or bool(todo))
     return SessionImport(
         plan.agent, plan.session, created or (dry_run and not exists and bool(todo)),
         len(todo), len(plan.turns) - len(todo), sum(t.is_summary for t in todo),
@@ -131,7 +133,7 @@ async def _new_session(rt: MemoryRuntime, plan: SessionPlan) -> bool:
     try:
         return await run_durable(functools.partial(
             import_new_session, rt.state_dir, plan.session, plan.title, turns, plan.head,
-            files=rt.config.files, clock=rt.config.clock))
+            files=rt.config.files, clock=rt.config.clock, merged_heads=plan.spawn_tips()))
     except (OSError, StoreError) as exc:  # only the sync after the move leaves one
         made = await anyio.to_thread.run_sync(_session_exists, rt.state_dir, plan.session)
         raise ImportFailedError(plan.files[0], plan.session, exc, installed=made) from exc
@@ -152,3 +154,24 @@ async def _append_all(rt: MemoryRuntime, plan: SessionPlan, todo: list[PlannedTu
         except Exception as exc:
             raise ImportInterruptedError(plan.files[0], 0, plan.session, appended,
                                          exc) from exc
+
+
+async def _merge_spawn_tips(rt: MemoryRuntime, plan: SessionPlan, exists: bool) -> None:
+    """Name each spawn branch's tip a merged head unless the session already does.
+
+    A sub-agent's branch is work its caller got back: the boundary writes it
+    completely rather than waiting for its owed tokens (docs/decisions.md).
+    A branch that grew since the last pass gets its new tip merged too.
+    """
+    tips = plan.spawn_tips()
+    if not tips or not exists:
+        return
+    meta = await rt.session_ref(plan.session).call(GetMeta())
+    merged = meta.get("merged_heads")
+    missing = [t for t in tips if not isinstance(merged, list) or t not in merged]
+    if not missing:
+        return
+    try:
+        await rt.sessions.merge_heads(plan.session, missing)
+    except Exception as exc:
+        raise ImportInterruptedError(plan.files[0], 0, plan.session, 0, exc) from exc

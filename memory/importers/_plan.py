@@ -184,6 +184,22 @@ class SessionPlan:
     waiting: tuple[str, ...] = ()
     held: bool = False  # a response still being written was kept back (while following)
 
+    def spawn_tips(self) -> list[str]:
+        """The last turn of each spawn branch, in plan order: a sub-agent's work come back.
+
+        The importer names these merged heads (meta ``merged_heads``), so a
+        boundary writes a sub-agent's branch completely (docs/decisions.md).
+        """
+        branch_of: dict[str, str] = {}  # turn id: the spawn root its chain starts at
+        last: dict[str, str] = {}  # spawn root: its branch's last turn in plan order
+        for turn in self.turns:
+            if turn.is_summary:
+                continue
+            root = turn.id if turn.is_spawn_root else branch_of.get(turn.predecessor or "")
+            if root is not None:
+                branch_of[turn.id] = last[root] = turn.id
+        return list(last.values())
+
 
 class _Resolver:
     """Keys → node ids, through left-out entries, with the root rule of the module docstring."""

@@ -32,9 +32,11 @@ def import_new_session(
     state_dir: str, session: str, title: str,
     turns: Sequence[tuple[Mapping[str, Any], float | None]], head: str | None, *,
     files: DurableFiles, clock: Callable[[], float],
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None, merged_heads: Sequence[str] = (),
 ) -> bool:
     """Create ``session`` holding ``turns`` (message, created_at) with ``head``; blocking.
+
+    ``merged_heads``: node ids to name in meta ``merged_heads`` (SPEC §4).
 
     ``progress(done, total)`` is called after each turn staged (from this thread).
 
@@ -52,6 +54,8 @@ def import_new_session(
                     progress(done, len(turns))
             if head is not None:
                 core.set_head(head)
+            if merged_heads:  # a sub-agent's branch: written completely at a boundary
+                core.merge_heads(merged_heads)
         finally:
             core.close()
         sessions = os.path.join(state_dir, "sessions")

@@ -21,6 +21,7 @@ from store import (
     GetBranch,
     InsertSummary,
     ListBranches,
+    MergeHeads,
     MergeMetadata,
     RewindTo,
     SessionCore,
@@ -73,6 +74,10 @@ class Sessions:
 
     async def set_head(self, session: str, node_id: str) -> None:
         await self._call(session, SetHead(node_id))
+
+    async def merge_heads(self, session: str, node_ids: Sequence[str]) -> None:
+        """Name ``node_ids`` merged heads: branches a boundary writes completely (a sub-agent's)."""
+        await self._call(session, MergeHeads(tuple(node_ids)))
 
     async def rewind_to(self, session: str, user_turn: str) -> list[str]:
         stamped: list[str] = await self._call(session, RewindTo(user_turn))

@@ -44,13 +44,15 @@ OPERATIONS: list[Callable[[SessionCore], Any]] = [
     lambda c: c.append({"id": "u6", "content": "six", "predecessor": "a5"}),
     lambda c: c.merge_node_metadata_batch({n: {MARK: "w-7"} for n in ("u0", "a1", "u6")}),
     lambda c: c.append({"id": "a7", "role": "assistant", "content": "seven"}),
+    lambda c: c.merge_heads(["a3", "a7"]),
     lambda c: c.rewind_to("u6"),
     lambda c: c.set_head("a5"),
 ]
 
 
 def state_of(core: SessionCore) -> tuple[object, ...]:
-    return (core.head, [(n.id, n.metadata) for n in core.nodes()])
+    return (core.head, core.meta().get("merged_heads"),
+            [(n.id, n.metadata) for n in core.nodes()])
 
 
 def first_wins(records: list[list[JournalEntry]]) -> dict[str, bytes]:

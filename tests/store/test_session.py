@@ -16,6 +16,7 @@ from store._errors import (
     AppendConflictError,
     AppendInvariantError,
     DuplicateNodeError,
+    InvalidNodeError,
     InvalidRequestError,
     NodeFileError,
     NodeNotFoundError,
@@ -235,6 +236,30 @@ def test_set_head_never_a_summary(state: Path) -> None:
         core.set_head("ghost")
     core.set_head("a2b")
     assert SessionCore.open(state, "demo").head == "a2b"
+
+
+def test_merge_heads_is_a_union_kept_across_a_reopen(state: Path) -> None:
+    core = SessionCore.open(state, "demo", options=SessionOptions(clock=Clock()))
+    stamp, head = core.meta()["updated_at"], core.head
+    core.merge_heads(["a2b"])
+    core.merge_heads(["a2b", "u1"])
+    core.merge_heads(["u1"])  # again: nothing changes
+    assert core.meta()["merged_heads"] == ["a2b", "u1"]
+    assert core.meta()["updated_at"] == stamp and core.head == head
+    core.close()
+    again = SessionCore.open(state, "demo")
+    assert again.meta()["merged_heads"] == ["a2b", "u1"]
+    assert "a2b" not in [row["head_msg_id"] for row in again.list_branches()]
+
+
+def test_merge_heads_refuses_a_summary_or_an_unknown_node(state: Path) -> None:
+    core = SessionCore.open(state, "demo")
+    with pytest.raises(InvalidNodeError, match="summary_cebcf71b21.*demo"):
+        core.merge_heads(["u1", "summary_cebcf71b21"])
+    with pytest.raises(NodeNotFoundError, match="ghost"):
+        core.merge_heads(["u1", "ghost"])
+    assert "merged_heads" not in core.meta()  # nothing of a refused call was written
+    assert "merged_heads" not in SessionCore.open(state, "demo").meta()
 
 
 def test_rewind_stamps_the_chain_and_moves_the_head(core: SessionCore) -> None:

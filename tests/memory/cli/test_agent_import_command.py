@@ -24,12 +24,15 @@ from click.testing import CliRunner
 
 from memory.cli._cli import main
 from memory.cli._cli_errors import EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE
+from memory.ledger import MARKER_KEY
+from store import SessionCore
 from tests.memory.importers._logs import (
     FACTS,
     SHARED,
     append_line,
     claude_code_session,
     codex_rollouts,
+    iso,
     pi_sessions,
     raw_codex,
 )
@@ -73,6 +76,59 @@ def test_import_write_search_each_agent(tmp_path: Path) -> None:
         hits = search(state, query)
         assert any(fact in str(h["text"]) and str(h["session"]).startswith(agent + "-")
                    for h in hits), (agent, hits)
+
+
+def _import_and_write(logs: Path, state: Path) -> tuple[list[str], dict[str, object]]:
+    """Import ``logs`` and run the boundary; the session's merged heads and each turn's marker."""
+    code, _, err = run("import", "claude-code", str(logs), "--state", str(state))
+    assert (code, err) == (EXIT_OK, ""), err
+    code, _, err = run("memory", "write", "--force", "--state", str(state))
+    assert code == EXIT_OK, err
+    core = SessionCore.open(state, "claude-code-cc-1")
+    try:
+        return (list(core.meta().get("merged_heads", [])),
+                {n.id: n.metadata.get(MARKER_KEY) for n in core.nodes()})
+    finally:
+        core.close()
+
+
+def test_a_sub_agents_work_is_written_at_the_boundary_and_found(tmp_path: Path) -> None:
+    """A sub-agent's branch is a merged head: the boundary writes it whole, not only the head.
+
+    Its turns are far below the tokens that would make a side branch worth a
+    write of its own, so without the merged head they would stay owed.
+    """
+    state = tmp_path / "state"
+    _, marks = _import_and_write(claude_code_session(tmp_path / "logs"), state)
+    workspace = marks["a6"]  # the head's last turn
+    assert workspace is not None
+    sub_agents = ("f1", "f2", "sc1", "sc2")  # a subagents/ file and an inline sidechain
+    assert {i: marks[i] for i in sub_agents} == dict.fromkeys(sub_agents, workspace)
+    hits = search(state, "easyJet")  # said only by the flights agent (f2)
+    assert any("easyJet" in str(h["text"]) and h["session"] == "claude-code-cc-1"
+               for h in hits), hits
+
+
+def _sub_agent_line(kind: str, uuid: str, parent: str, minute: int, text: str) -> dict[str, object]:
+    return {"type": kind, "uuid": uuid, "parentUuid": parent, "isSidechain": True,
+            "agentId": "ag1", "sessionId": "cc-1", "timestamp": iso(minute),
+            "message": {"role": kind, "content": [{"type": "text", "text": text}]}}
+
+
+def test_a_sub_agent_branch_that_grew_is_written_on_the_next_pass(tmp_path: Path) -> None:
+    """An incremental import merges the grown branch's new tip (through the session's actor)."""
+    logs = claude_code_session(tmp_path / "logs")
+    state = tmp_path / "state"
+    _import_and_write(logs, state)
+    agent_log = logs / "cc-1" / "subagents" / "agent-ag1.jsonl"
+    append_line(agent_log, _sub_agent_line("user", "f3", "f2", 20, "Which one is cheapest?"))
+    append_line(agent_log, _sub_agent_line("assistant", "f4", "f3", 21,
+                                           "Ryanair is cheapest at forty-two euros."))
+    merged, marks = _import_and_write(logs, state)
+    assert merged[-1] == "f4"
+    assert marks["f3"] is not None and marks["f4"] == marks["a6"]
+    hits = search(state, "forty-two euros")
+    assert any("forty-two" in str(h["text"]) for h in hits), hits
 
 
 def test_a_second_run_says_nothing_new_and_a_dry_run_writes_nothing(tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ def check(state: Path, session: str, raw: Raw) -> None:
     try:
         nodes = {n.id: n for n in core.nodes()}
         tips = {row["head_msg_id"] for row in core.list_branches()}
+        merged = core.meta().get("merged_heads", [])
     finally:
         core.close()
     turns = {i: n for i, n in nodes.items() if not n.is_summary}
@@ -59,7 +60,12 @@ def check(state: Path, session: str, raw: Raw) -> None:
     for node_id, when in raw.turns.items():
         assert turns[node_id].created_at == when, (session, node_id)  # its own time
     assert sum(n.is_summary for n in nodes.values()) == raw.summaries, session
-    assert tips == raw.tips, session
+    # A sub-agent's tip is a merged head (written completely at a boundary), not a tip;
+    # a tip merged on an earlier pass stays merged after its branch grew.
+    spawn_tips = {t for t in raw.tips if _spawn_root_of(turns, t) is not None}
+    assert len(merged) == len(set(merged)) and spawn_tips <= set(merged), session
+    assert all(_spawn_root_of(turns, t) is not None for t in merged), session
+    assert tips == raw.tips - spawn_tips, session
     roots = {i: n.caller for i, n in turns.items() if n.is_spawn_root}
     assert roots == raw.spawn_callers, session
     assert all(turns[root].predecessor is None for root in roots), session

@@ -41,6 +41,7 @@ CALLS: dict[str, Callable[[MemoryRuntime, str, str], Awaitable[Any]]] = {
     "sessions.get_branch": lambda rt, sid, node: rt.sessions.get_branch(sid),
     "sessions.list_branches": lambda rt, sid, node: rt.sessions.list_branches(sid),
     "sessions.set_head": lambda rt, sid, node: rt.sessions.set_head(sid, node),
+    "sessions.merge_heads": lambda rt, sid, node: rt.sessions.merge_heads(sid, [node]),
     "sessions.rewind_to": lambda rt, sid, node: rt.sessions.rewind_to(sid, node),
     "sessions.spawn_branch": lambda rt, sid, node: rt.sessions.spawn_branch(
         sid, node, "agent_spawn", "late"),

@@ -364,6 +364,24 @@ async def test_a_short_merged_branch_is_written_completely(state: Path) -> None:
     assert {"sp1", *sub} <= own_markers(state)
 
 
+async def test_a_branch_merged_while_the_runtime_runs_is_written_at_the_next_boundary(
+    state: Path,
+) -> None:
+    """``rt.sessions.merge_heads`` reaches the live session actor's planner (no stale view)."""
+    sub = spawn_and_merge(state, 2)
+    meta_path = state / "sessions" / "demo" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["merged_heads"]
+    meta_path.write_text(json.dumps(meta))
+    async with open_runtime(state, config=config()) as rt:
+        assert await rt.flush("demo") is BoundaryOutcome.WRITTEN
+        assert not {"sp1", *sub} & own_markers(state)  # a short side branch: owed, not written
+        await rt.sessions.merge_heads("demo", [sub[-1]])
+        assert await rt.flush("demo") is BoundaryOutcome.WRITTEN
+        assert await rt.pending("demo", tip=sub[-1]) == []
+    assert {"sp1", *sub} <= own_markers(state)
+
+
 # -- 6. every timing the agent's rules use is configurable -----------------------------------
 
 
