@@ -33,7 +33,7 @@ Failure policy (SPEC §7; the choice is recorded in docs/decisions.md):
 
 The cycle itself (:mod:`memory.runtime._write_cycle`) retries a concurrent
 update and counts an already-cited batch as written. What a worker needs
-from its runtime is :class:`PoolHost`.
+(the runtime's :class:`~memory.runtime._desk.JobDesk`) is :class:`PoolHost`.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ __all__ = ["PoolHost", "WriterCrashedError", "WriterWorker", "worker_factory"]
 
 
 class PoolHost(Protocol):
-    """What a :class:`WriterWorker` uses of its runtime, and nothing else."""
+    """What a :class:`WriterWorker` uses of the job desk, and nothing else."""
 
     @property
     def groups_batches(self) -> bool:
@@ -98,9 +98,9 @@ class WriterWorker(Actor[Never]):
     and written at a time); ``limit``: the most batches in one group.
     """
 
-    def __init__(self, runtime: PoolHost, queue: JobQueue, *, slot: anyio.Lock | None = None,
+    def __init__(self, desk: PoolHost, queue: JobQueue, *, slot: anyio.Lock | None = None,
                  limit: int = GROUP_LIMIT) -> None:
-        self.runtime = runtime
+        self.desk = desk
         self.queue = queue
         self.slot = slot if slot is not None else anyio.Lock()
         self.limit = limit
@@ -119,7 +119,7 @@ class WriterWorker(Actor[Never]):
                     while True:
                         # The slot first, then a job: a worker waiting for its turn
                         # holds no job, so the whole backlog goes to the next group.
-                        grouping = self.runtime.groups_batches
+                        grouping = self.desk.groups_batches
                         async with self.slot if grouping else contextlib.nullcontext():
                             try:
                                 group = [await jobs.receive()]
@@ -167,21 +167,21 @@ class WriterWorker(Actor[Never]):
         held = list(jobs)
         try:
             for job in jobs:
-                delay = await self.runtime.deferral(job.batch)
+                delay = await self.desk.deferral(job.batch)
                 if delay > 0:  # offered again later; this worker goes on
-                    self.runtime.defer_job(job, delay)
+                    self.desk.defer_job(job, delay)
                     held.remove(job)
             if not held:
                 return [], None
             try:
-                return list(zip(held, await self.runtime.write_group(
+                return list(zip(held, await self.desk.write_group(
                     [job.batch for job in held]), strict=True)), None
             except Exception as exc:  # noqa: BLE001 - reported for every job, then re-raised
                 return [(job, WriteOutcome((), (), (), FailureKind.WRITER, WriteCycleError(
                     job.batch.session_id, job.batch.node_ids, repr(exc)))) for job in held], exc
         except BaseException:
             for job in held:
-                self.runtime.abandon_job(job)
+                self.desk.abandon_job(job)
             raise
         finally:
             self.current = ()
@@ -212,7 +212,7 @@ class WriterWorker(Actor[Never]):
         finally:
             self.current = ()
             for job in unreported.values():
-                self.runtime.abandon_job(job)
+                self.desk.abandon_job(job)
         if failure is not None:
             raise failure
         for job, outcome in results:
@@ -222,14 +222,14 @@ class WriterWorker(Actor[Never]):
                 raise crash
 
     async def report(self, job: WriteJob, outcome: WriteOutcome) -> None:
-        self.runtime.record_outcome(job, outcome)
-        ref = self.runtime.session_ref(job.batch.session_id)
+        self.desk.record_outcome(job, outcome)
+        ref = self.desk.session_ref(job.batch.session_id)
         with anyio.CancelScope(shield=True):
             await ref.call(JobFinished(job.id, outcome))
 
 
-def worker_factory(runtime: PoolHost, queue: JobQueue) -> Callable[[], WriterWorker]:
+def worker_factory(desk: PoolHost, queue: JobQueue) -> Callable[[], WriterWorker]:
     """The pool's workers, sharing one commit slot (see the module docstring)."""
     slot = anyio.Lock()
-    return lambda: WriterWorker(runtime, queue, slot=slot)
+    return lambda: WriterWorker(desk, queue, slot=slot)
 
