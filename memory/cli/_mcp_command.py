@@ -11,13 +11,9 @@ address beyond loopback without ``--allow-remote`` and a token, or the
 from __future__ import annotations
 
 import os
-import sys
-import time
-from typing import Any
 
 import anyio
 import click
-import orjson
 
 from memory.cli._cli_errors import EXIT_USAGE, CliError
 from memory.cli._live_inspector import logged
@@ -27,6 +23,7 @@ from memory.cli._options import (
     _writer,
     creating_state_options,
     runtime_options,
+    stderr_log,
     timing_options,
     writer_options,
 )
@@ -88,10 +85,7 @@ def mcp_command(http: str | None, allow_remote: bool, log_json: bool, drain_time
             raise CliError("--http serves with uvicorn, which runs on asyncio only: "
                            "drop --backend trio (stdio runs on trio too)", EXIT_USAGE)
 
-    def log(event: dict[str, Any]) -> None:
-        event.setdefault("at", time.time())
-        sys.stderr.write(orjson.dumps(event, default=str).decode() + "\n")
-        sys.stderr.flush()
+    log = stderr_log(True)
 
     on_event = logged(log) if log_json else None
     config = _config(state_dir, workers, {"threshold": threshold, **timings}, on_event=on_event)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -310,3 +311,20 @@ LOCK_TIMEOUT_OPTION = click.option(
     help="Seconds to wait for a session lock another process holds, then report that session.")
 
 
+def stderr_log(as_json: bool) -> Callable[[dict[str, Any]], None]:
+    """A long-running command's event log on stderr: one JSON line, or one ``scriptorium:`` line.
+
+    The JSON form is the documented ``--log-json`` interface (``{"event", "at", fields...}``).
+    """
+
+    def log(event: dict[str, Any]) -> None:
+        event.setdefault("at", time.time())
+        if as_json:
+            sys.stderr.write(orjson.dumps(event, default=str).decode() + "\n")
+        else:
+            details = " ".join(f"{k}={v}" for k, v in event.items()  # None: nothing to say
+                               if k not in ("event", "at") and v is not None)
+            sys.stderr.write(f"scriptorium: {event['event']} {details}\n")
+        sys.stderr.flush()
+
+    return log

@@ -5,13 +5,8 @@ object each), including the periodic ``lag`` line of how far memory is behind.
 """
 from __future__ import annotations
 
-import sys
-import time
-from typing import Any
-
 import anyio
 import click
-import orjson
 
 from memory.cli._cli_errors import CliError
 from memory.cli._live_inspector import INSPECT_OPTION, live_inspector, logged
@@ -24,6 +19,7 @@ from memory.cli._options import (
     _writer,
     creating_state_options,
     runtime_options,
+    stderr_log,
     timing_options,
     writer_options,
 )
@@ -54,15 +50,7 @@ def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
         model: str | None, provider: str | None, **timings: float | None) -> None:
     """Run the memory runtime headless until SIGINT/SIGTERM (or, with --once, until done)."""
 
-    def log(event: dict[str, Any]) -> None:
-        event.setdefault("at", time.time())
-        if log_json:
-            sys.stderr.write(orjson.dumps(event, default=str).decode() + "\n")
-        else:
-            details = " ".join(f"{k}={v}" for k, v in event.items()  # None: nothing to say
-                               if k not in ("event", "at") and v is not None)
-            sys.stderr.write(f"scriptorium: {event['event']} {details}\n")
-        sys.stderr.flush()
+    log = stderr_log(log_json)
 
     on_event, beside = live_inspector(None if once else inspect_port, state_dir, log)
     config = _config(state_dir, workers, {"threshold": threshold, **timings}, on_event=on_event,
