@@ -44,7 +44,13 @@ from urllib.parse import unquote
 
 from memory.recall._embedding import Embedder, pack_vector
 from memory.recall._index_reads import IndexReads
-from memory.recall._private import cannot_write, empty_private, private_copy, reading_lock
+from memory.recall._private import (
+    cannot_write,
+    empty_private,
+    not_damage,
+    private_copy,
+    reading_lock,
+)
 from memory.recall._schema import INDEX_PATH, SCHEMA, SCHEMA_VERSION
 from memory.recall._surroundings import Predecessors, write_surroundings
 from memory.recall._units import Unit, source_units, topic_units
@@ -191,18 +197,20 @@ class RecallIndex(IndexReads):
         return db
 
     def _open(self) -> sqlite3.Connection:
-        """The connection; a missing, unreadable or old-schema index is made anew."""
+        """The connection; a missing, damaged or old-schema index is made anew."""
+        db = self._connect()
         try:
-            db = self._connect()
             row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             model = db.execute("SELECT value FROM meta WHERE key='embedder'").fetchone()
             if (row is not None and row[0] == SCHEMA_VERSION and model is not None
                     and model[0] == self._model()):
                 db.execute("SELECT count(*) FROM fts WHERE fts MATCH 'x'").fetchone()
                 return db
-            db.close()
-        except sqlite3.DatabaseError:
-            pass
+        except sqlite3.DatabaseError as error:
+            if not_damage(error):
+                db.close()
+                raise
+        db.close()
         return self._create()
 
     def _create(self) -> sqlite3.Connection:
@@ -265,7 +273,7 @@ class RecallIndex(IndexReads):
         try:
             return self._sync(progress)
         except sqlite3.DatabaseError as error:
-            if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+            if not_damage(error):
                 raise
             self._db = self._privately_if_read_only(self._create)
             report = self._sync(progress)

@@ -50,6 +50,22 @@ def cannot_write(error: BaseException) -> bool:
     return False
 
 
+# SQLITE_BUSY, LOCKED, NOMEM, IOERR, FULL: the disk or a neighbour, not the index, is the trouble.
+_SQLITE_NOT_DAMAGE = frozenset({5, 6, 7, 10, 13})
+
+
+def not_damage(error: sqlite3.DatabaseError) -> bool:
+    """Whether ``error`` is a full or failing disk or a held lock rather than a damaged index.
+
+    Such an error is raised (the caller names the file), never answered by
+    deleting the index and rebuilding it on the same full disk.
+    """
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is None:  # raised by hand (a hook): judged by SQLite's own wording
+        return any(words in str(error) for words in ("locked", "disk is full", "disk I/O"))
+    return code & 0xFF in _SQLITE_NOT_DAMAGE
+
+
 def private_copy(path: str) -> sqlite3.Connection:
     """An in-memory database holding a copy of the index at ``path`` (empty if it cannot be read)."""
     db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)

@@ -42,3 +42,29 @@ def test_a_full_disk_under_the_index_is_one_error_naming_the_index_file(tmp_path
     assert message.startswith(f"{recall.index.path}: database or disk is full")
     assert "free disk space" in message and "\n" not in message
     recall.close()
+
+
+def test_a_full_disk_does_not_delete_and_rebuild_the_index(tmp_path: Path) -> None:
+    """SQLITE_FULL is the disk's trouble, not the index's: the index file is kept, not remade."""
+    memory = copy_fixture(tmp_path / "memory", "memory")
+    recall = Recall(str(memory))
+    recall.recall_blocking("biscuits", k=8, view=None, since=None, until=None,
+                           include_pending=False)  # the index, built and current
+    def revision() -> str:
+        with sqlite3.connect(recall.index.path) as db:
+            return str(db.execute("SELECT value FROM meta WHERE key='revision'").fetchone()[0])
+
+    built = revision()
+    assert built
+    calls: list[str] = []
+
+    def fill_the_disk(step: str) -> None:
+        calls.append(step)
+        raise sqlite3.OperationalError("database or disk is full")
+
+    recall.index.step = fill_the_disk
+    (memory / "topics" / "new.md").write_text("# New\n\nA paragraph about biscuits.\n")
+    with pytest.raises(sqlite3.OperationalError, match="disk is full"):
+        recall.index.sync(full=True)
+    assert calls and revision() == built  # neither deleted nor made anew (a new one: '')
+    recall.close()
