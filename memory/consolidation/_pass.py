@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from memory._errors import ConsolidationRefusedError, TopicError
+from memory._errors import ConcurrentUpdateError, ConsolidationRefusedError, TopicError
 from memory.consolidation._plan import Plan, losses
 from memory.workspace._edits import TopicEdit, WorkspaceSnapshot
 from memory.workspace._install_journal import workspace_lock
@@ -164,6 +164,10 @@ def commit_pass(transactions: Transactions, prepared: PreparedPass, now: float) 
     if not prepared.edits:
         with workspace_lock(transactions.memory_dir, transactions.files,
                             timeout=transactions.lock_timeout):
+            # Counters a write added since the snapshot are not the pass's to reset.
+            current = transactions.revisions.revision()
+            if current != prepared.base_revision:
+                raise ConcurrentUpdateError(prepared.base_revision, current)
             update_runtime_state(transactions.memory_dir, lambda s: update(s, ()),
                                  transactions.files, lowered=True)
         return None

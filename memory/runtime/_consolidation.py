@@ -27,7 +27,7 @@ from typing import Any
 
 import anyio
 
-from actors import Actor, ActorRef, Idempotent, Request, UnhandledMessageError
+from actors import Actor, ActorError, ActorRef, Idempotent, Request, UnhandledMessageError
 from memory._errors import (
     ConcurrentUpdateError,
     ConsolidationRefusedError,
@@ -142,7 +142,9 @@ class ConsolidationJob(Actor[CheckConsolidation]):
             self.events.emit(ConsolidationPass(scope=scope, outcome="refused",
                                                problems=tuple(error.problems)))
             return "refused"
-        except ScriptoriumMemoryError as error:  # the model's endpoint failed: next check
+        except (ScriptoriumMemoryError, ActorError, OSError) as error:
+            # The model's endpoint, or the disk under the commit, failed: said, tried at the next
+            # check (not a crash of this job counted against the root's restart intensity).
             self.events.emit(ConsolidationPass(scope=scope, outcome="failed",
                                                error=describe_error(error)))
             return "failed"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -164,3 +165,21 @@ def test_each_record_says_what_was_merged_with_before_and_after(tmp_path: Path) 
     assert action["after"].count("\n") == 1 and "Previously (2025-05-02)" in action["after"]
     assert sorted([action["block"], *action["absorbed"]]) == sorted(
         parse_topic((memory / "topics/a.md").read_text(), "topics/a.md").block_ids())
+
+
+def test_a_pass_with_nothing_to_change_keeps_the_counters_of_a_write_that_landed_meanwhile(
+    tmp_path: Path,
+) -> None:
+    memory = _workspace(tmp_path)
+    consolidate_workspace(str(memory), consolidate_offline, scope="global", now=NOW)
+    tx = Transactions(str(memory), archived=ARCHIVE.get)
+    prepared = prepare_pass(tx.snapshot(), consolidate_offline, scope="local", now=NOW + 1)
+    assert prepared.edits == ()
+    tx.commit([TopicEdit("topics/c.md", _draft("Another fact.", "openprogram/demo/a2",
+                                               "2025-07-01"))],
+              base_revision=tx.revision(), batch_sources=set(ARCHIVE),
+              update_state=lambda state, created: dataclasses.replace(
+                  state, local_batches=state.local_batches + 1))
+    with pytest.raises(ConcurrentUpdateError):
+        commit_pass(tx, prepared, NOW + 2)
+    assert read_runtime_state(str(memory)).local_batches == 1  # the write's count, kept
