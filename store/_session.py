@@ -54,6 +54,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._durable import DurableFiles
 from ._errors import (
     AppendConflictError,
     FutureTimestampError,
@@ -85,6 +86,7 @@ __all__ = [
     "AppendedTurn",
     "SessionCore",
     "SessionStatistics",
+    "install_staged_session",
 ]
 
 
@@ -317,6 +319,11 @@ class SessionCore(SessionOwner):
         sub-agent's): the tips drop it and a boundary writes it completely
         (docs/decisions.md). ``updated_at`` does not move, as for ``set_head``.
         """
+        if isinstance(node_ids, str):  # would be taken one character at a time
+            raise TypeError(f"session {self.session!r}: merge_heads takes a list of node ids, "
+                            f"not the string {node_ids!r}")
+        if not node_ids:
+            return  # nothing to add: no journal, no write
         for node_id in node_ids:
             validate_id(node_id, "merged head id", self.session)
         with self._mutation():
@@ -462,3 +469,18 @@ def recover_dead_runtimes(state_dir: str | os.PathLike[str], log: RuntimeLog) ->
         core.close()
         recovered.append(session)
     return recovered
+
+
+def install_staged_session(staged: SessionCore, state_dir: str | os.PathLike[str],
+                           files: DurableFiles) -> None:
+    """Move a closed session built under another state directory into ``state_dir`` whole.
+
+    As :meth:`SessionCore.create` does, a dead runtime's records under this
+    id (of a deleted namesake) are retired first: the staged core looked at
+    its own state directory's logs, not these. Raises ``OSError`` (EEXIST or
+    ENOTEMPTY when a session of that id appeared meanwhile).
+    """
+    discard_dead(state_dir, staged.session, files)
+    sessions = os.path.join(os.fspath(state_dir), SESSIONS)
+    files.make_dirs(sessions)
+    files.install_dir(staged.directory, os.path.join(sessions, staged.session))

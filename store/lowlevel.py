@@ -15,7 +15,8 @@ caller keeps the store's rules; this module only re-exports.
   ``mark_lane``), the node file format (``decode_node``, ``encode_node``,
   ``parse_filename``), id checks (``validate_id``, ``citable_id_problem``),
   ``state_path``, ``missing_meta``, ``predecessor_cycles``, the recovery
-  of a dead runtime's log (``recover_dead_runtimes``), and for the audit of
+  of a dead runtime's log (``recover_dead_runtimes``), a session built aside moved in
+  whole (``install_staged_session``), and for the audit of
   a state that cannot be written, the damaged logs found without writing
   (``find_damaged_logs``) and a session read as found (``read_session_as_found``,
   ``unreplayed``); and a session's nodes as a tree to draw (``drawing_tree``).
@@ -36,7 +37,7 @@ from store._index import CLAIM_NAME, FileStamp, Fingerprint, SessionIndex, file_
 from store._links import refuse_file_link, walk_files
 from store._lock import SessionLock, wait_for_flock
 from store._node import ROOT
-from store._session import recover_dead_runtimes
+from store._session import install_staged_session, recover_dead_runtimes
 from store._session_view import read_session_as_found, unreplayed
 from store._sessions import missing_meta, state_path
 from store._threads import mark_lane, write_lane
@@ -67,6 +68,7 @@ __all__ = [
     "encode_node",
     "file_stamp",
     "find_damaged_logs",
+    "install_staged_session",
     "list_tips",
     "mark_lane",
     "missing_meta",

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from store import DurableFiles, SessionCore, SessionOptions
+from store.lowlevel import install_staged_session
 
 __all__ = ["STAGING_DIR", "import_new_session"]
 
@@ -58,10 +59,8 @@ def import_new_session(
                 core.merge_heads(merged_heads)
         finally:
             core.close()
-        sessions = os.path.join(state_dir, "sessions")
-        files.make_dirs(sessions)
         try:
-            files.install_dir(core.directory, os.path.join(sessions, session))
+            install_staged_session(core, state_dir, files)
         except OSError as error:
             if error.errno in (errno.EEXIST, errno.ENOTEMPTY):
                 return False

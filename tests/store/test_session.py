@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from store import SessionOptions
-from store._durable import TEMP_SUFFIX
+from store._durable import TEMP_SUFFIX, DurableFiles
 from store._errors import (
     AppendConflictError,
     AppendInvariantError,
@@ -28,7 +29,8 @@ from store._errors import (
     UnencodableValueError,
     UnsafeIdError,
 )
-from store._session import SessionCore
+from store._runtime_log import RuntimeLog
+from store._session import SessionCore, install_staged_session, recover_dead_runtimes
 from store._sessions import list_sessions
 from tests.store.conftest import BAD_FILES
 
@@ -260,6 +262,16 @@ def test_merge_heads_refuses_a_summary_or_an_unknown_node(state: Path) -> None:
         core.merge_heads(["u1", "ghost"])
     assert "merged_heads" not in core.meta()  # nothing of a refused call was written
     assert "merged_heads" not in SessionCore.open(state, "demo").meta()
+
+
+def test_merge_heads_of_nothing_writes_nothing_and_a_string_is_refused(state: Path) -> None:
+    core = SessionCore.open(state, "demo")
+    records = core.journal_records
+    core.merge_heads([])
+    assert core.journal_records == records and "merged_heads" not in core.meta()
+    with pytest.raises(TypeError, match="demo.*not the string 'u1'"):
+        core.merge_heads("u1")
+    core.close()
 
 
 def test_rewind_stamps_the_chain_and_moves_the_head(core: SessionCore) -> None:
@@ -569,3 +581,31 @@ def test_locked_holds_the_session_lock_and_catches_up_when_asked(tmp_path: Path)
                     {"id": "a1", "role": "assistant", "content": "no", "predecessor": "u1"})
         with core.locked(catch_up=True):
             assert core.node("u1").metadata["stamp"] == "theirs"
+
+
+def test_a_session_built_aside_and_installed_never_gets_a_deleted_namesakes_records(
+    tmp_path: Path,
+) -> None:
+    """As ``create`` does, the install retires a dead runtime's records of the same id.
+
+    The staged core looked only at its own (empty) state directory's logs;
+    without the install's own discard the old turn would replay into the new
+    session at its first lock.
+    """
+    state = tmp_path / "state"
+    SessionCore.create(state, "s")
+    dead = RuntimeLog.open(state)
+    core = SessionCore.open(state, "s", options=SessionOptions(log=dead))
+    core.append({"id": "old1", "role": "user", "content": "a turn of the deleted session"})
+    dead.abandon()
+    shutil.rmtree(state / "sessions" / "s")
+    staged = SessionCore.create(tmp_path / "staging", "s")
+    staged.append({"id": "new1", "role": "user", "content": "an imported turn"})
+    staged.close()
+    install_staged_session(staged, state, DurableFiles())
+    log = RuntimeLog.open(state)
+    recover_dead_runtimes(state, log)
+    installed = SessionCore.open(state, "s", options=SessionOptions(log=log))
+    assert [n.id for n in installed.nodes()] == ["new1"]
+    installed.close()
+    log.close()
