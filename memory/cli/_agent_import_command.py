@@ -92,6 +92,9 @@ def _command(agent: str) -> click.Command:
         if missing and not follow:
             raise CliError(f"{missing[0]}: no such file or directory; give the path of "
                            f"{agent}'s logs", EXIT_USAGE)
+        if not missing and not follow and not importer.log_files():
+            raise CliError(f"{', '.join(map(str, importer.paths))}: no {agent} logs (*.jsonl) "
+                           "found there; give the directory or file of its logs", EXIT_USAGE)
         if follow and dry_run:
             raise CliError("--follow and --dry-run together: a dry run imports nothing to "
                            "follow; drop one", EXIT_USAGE)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import orjson
 
+from actors import ActorError
 from memory._errors import ImportFailedError
 from memory.importers._apply import SessionImport, apply_plan
 from memory.importers._claude_code import SubagentLog, plan_claude_code
@@ -34,6 +35,7 @@ from memory.importers._lines import LogLines, read_lines
 from memory.importers._pi import fork_source, plan_pi, session_of
 from memory.importers._plan import SessionPlan
 from memory.runtime import ImportInterruptedError, ImportLineError
+from store import StoreError
 
 if TYPE_CHECKING:
     from memory.runtime import MemoryRuntime
@@ -119,11 +121,16 @@ class LogImporter:
         self._read[file] = read
         return read
 
-    def _groups(self) -> list[list[str]]:
-        """The files of each unit planned together (Claude Code: a session and its sub-agents)."""
+    def log_files(self) -> list[str]:
+        """Every log file under the paths, in the order they are planned."""
         files: list[str] = []
         for root in self.paths:
             files.extend(f for f in _log_files(root) if f not in files)
+        return files
+
+    def _groups(self) -> list[list[str]]:
+        """The files of each unit planned together (Claude Code: a session and its sub-agents)."""
+        files = self.log_files()
         if self.agent == "codex":
             return [files] if files else []
         if self.agent == "pi":
@@ -213,6 +220,10 @@ class LogImporter:
                     return
                 except (ImportInterruptedError, ImportFailedError) as exc:  # others may import
                     report.errors.append(str(exc))
+                    report.interrupted = True
+                    return
+                except (StoreError, ActorError) as exc:  # this session's files, not the others'
+                    report.errors.append(f"session {plan.session!r}: {exc}")
                     report.interrupted = True
                     return
             if not dry_run and not plan.held:

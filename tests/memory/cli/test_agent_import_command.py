@@ -224,3 +224,33 @@ def test_every_shared_sample_is_found_by_search_after_import_and_write(tmp_path:
     for session, query in SHARED_FACTS.items():
         hits = search(state, query)
         assert any(h["session"] == session for h in hits), (session, query, hits)
+
+
+def test_a_directory_without_logs_is_a_usage_error_not_silence(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    code, out, err = run("import", "codex", str(tmp_path / "empty"),
+                         "--state", str(tmp_path / "state"))
+    assert code == EXIT_USAGE and out == ""
+    assert "empty: no codex logs (*.jsonl) found there" in err
+
+
+def test_a_session_the_store_refuses_stops_only_itself(tmp_path: Path) -> None:
+    """A corrupt meta.json of one imported session: the others still import, the error names it."""
+    first, forked = pi_sessions(tmp_path / "logs")
+    state = tmp_path / "state"
+    code, _, err = run("import", "pi", str(tmp_path / "logs"), "--state", str(state))
+    assert code == EXIT_OK, err
+    broken = "pi-11111111-aaaa-4aaa-8aaa-000000000001"
+    (state / "sessions" / broken / "meta.json").write_text("{not json")
+    for log, line in ((first, {"type": "message", "id": "e13", "parentId": "e11",
+                               "timestamp": iso(8), "message": {"role": "user",
+                                                                "content": "More."}}),
+                      (forked, {"type": "message", "id": "f3", "parentId": "f2",
+                                "timestamp": iso(22), "message": {"role": "user",
+                                                                  "content": "And now?"}})):
+        append_line(log, line)
+    code, _, err = run("import", "pi", str(tmp_path / "logs"), "--state", str(state))
+    assert code != EXIT_OK and f"session {broken!r}" in err
+    fine = SessionCore.open(state, "pi-22222222-aaaa-4aaa-8aaa-000000000002")
+    assert "f3" in [node.id for node in fine.nodes()]
+    fine.close()
