@@ -104,10 +104,4 @@ def mcp_command(http: str | None, allow_remote: bool, log_json: bool, drain_time
         with anyio.move_on_after(drain_timeout):  # turns owed a write get it
             await rt.drain()
 
-    try:
-        _with_runtime(state_dir, config, backend, serve, model_writer)
-    except OSError as exc:  # the address is taken or cannot be bound
-        if address is None:
-            raise
-        raise CliError(f"--http {http}: {exc.strerror or exc}; pick another port",
-                       EXIT_USAGE) from None
+    _with_runtime(state_dir, config, backend, serve, model_writer)

@@ -193,8 +193,12 @@ async def serve_http(server: MCPServer[Any], address: HttpAddress, *, token: str
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((address.host, address.port))
-        sock.listen(128)
+        try:
+            sock.bind((address.host, address.port))
+            sock.listen(128)
+        except OSError as error:  # only the address's own trouble is said as such
+            raise SettingsError(f"--http {address.host}:{address.port}",
+                                f"{error.strerror or error}; pick another port") from None
         # An open event stream never ends by itself: a client still connected must
         # not keep a stopping server (and its runtime) up for good.
         config = uvicorn.Config(app, log_level="warning", lifespan="on",

@@ -5,6 +5,7 @@ The serving itself is tested in tests/memory/mcp (stdio and HTTP, real processes
 
 from __future__ import annotations
 
+import errno
 import socket
 import sys
 from pathlib import Path
@@ -64,6 +65,17 @@ def test_a_port_in_use_is_one_line_and_exit_2(state: Path, monkeypatch: pytest.M
     assert code == 2
     assert f"--http 127.0.0.1:{port}" in output and "pick another port" in output
     assert len(output.strip().splitlines()) == 1, output
+
+
+def test_a_disk_error_while_serving_is_not_blamed_on_the_port(
+        state: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def full_disk(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(state / "memory"))
+
+    monkeypatch.setattr(memory.mcp, "serve_http", full_disk)
+    code, output = run(state, "--http", "127.0.0.1:0")
+    assert code == 3 and "pick another port" not in output, output
+    assert "No space left on device" in output and len(output.strip().splitlines()) == 1
 
 
 def test_loopback_is_served_without_a_token_and_beyond_it_only_with_both() -> None:
