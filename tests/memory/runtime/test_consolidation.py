@@ -102,7 +102,8 @@ async def test_the_global_pass_runs_once_a_day_when_something_was_written(tmp_pa
     # the last global pass ran an hour before the runtime starts (virtual wall time EPOCH)
     state = _state(tmp_path, RuntimeState(write_commits_since_global=2,
                                           last_global_at=_iso(EPOCH - 3600)))
-    async with open_runtime(state, config=virtual_config()):
+    events: list[Event] = []
+    async with open_runtime(state, config=virtual_config(on_event=events.append)):
         await anyio.sleep(DAY - 3600 - 61)
         assert read_history(str(state / "memory")) == []
         await anyio.sleep(120)
@@ -114,6 +115,9 @@ async def test_the_global_pass_runs_once_a_day_when_something_was_written(tmp_pa
         assert EPOCH + DAY - 3600 <= ran_at <= EPOCH + DAY - 3600 + 60
         await anyio.sleep(2 * DAY)  # nothing written since: no other pass
     assert len(read_history(str(state / "memory"))) == 1
+    # a second pass with nothing to merge would write no record: the events say none ran
+    assert [(e.scope, e.outcome) for e in events if isinstance(e, ConsolidationPass)] == [
+        ("global", "done")]
 
 
 @pytest.mark.virtual_time(wait_for_threads=True)
