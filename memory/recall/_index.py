@@ -2,8 +2,8 @@
 
 ``<state>/memory/.scriptorium/recall.sqlite`` (WAL) is never the source of
 truth: it holds what the topic files and the v2 archives say, and
-:meth:`RecallIndex.rebuild` makes it again from them at any time. A
-missing, corrupt or old-schema file is deleted and rebuilt, never fatal.
+:meth:`RecallIndex.rebuild` makes it again from them at any time. A missing,
+corrupt or old-schema file is rebuilt; a full or failing disk is raised.
 
 Keeping it current costs the change, not the workspace:
 
@@ -11,8 +11,7 @@ Keeping it current costs the change, not the workspace:
   only files whose stat changed are read). The same revision as the last
   sync: nothing to do. So commits by other processes (another runtime, the
   reference agent) are picked up on the next query.
-- A topic file is re-cut only when its digest changed (the stat signature
-  says which to read).
+- A topic file is re-cut only when its digest changed (its stat says which).
 - An archive only grows (SPEC §5: frames are appended, never rewritten), so
   when its first bytes are the ones indexed, only the frames after them are
   parsed and added; anything else is a full re-cut of that one archive.
