@@ -24,6 +24,7 @@ from memory.cli._options import (
     writer_options,
 )
 from memory.cli._store_warnings import store_warnings_to
+from memory.runtime._config import Shard
 from memory.runtime._headless import run_headless, run_once
 from store import StoreError
 
@@ -37,6 +38,9 @@ from store import StoreError
               help="On SIGINT/SIGTERM, how long in-flight jobs may take to finish.")
 @click.option("--lag-interval", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
               help="Seconds between 'lag' log lines (how far memory is behind).")
+@click.option("--shard", metavar="K/N", default=None,
+              help="Take only the sessions whose id hashes to K of N (0 <= K < N): run N "
+                   "processes, 0/N to N-1/N, on one state to use N cores.")
 @LOCK_TIMEOUT_OPTION
 @INSPECT_OPTION
 @writer_options
@@ -44,17 +48,21 @@ from store import StoreError
 @timing_options
 @creating_state_options
 def run(once: bool, log_json: bool, scan_interval: float, drain_timeout: float,
-        lag_interval: float, lock_timeout: float, inspect_port: int | None,
+        lag_interval: float, shard: str | None, lock_timeout: float, inspect_port: int | None,
         threshold: int | None, workers: int,
         backend: str, state_dir: str, as_json: bool, writer: str | None, base_url: str | None,
         model: str | None, provider: str | None, **timings: float | None) -> None:
     """Run the memory runtime headless until SIGINT/SIGTERM (or, with --once, until done)."""
 
+    try:
+        held = None if shard is None else Shard.parse(shard)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--shard") from None
     log = stderr_log(log_json)
 
     on_event, beside = live_inspector(None if once else inspect_port, state_dir, log)
     config = _config(state_dir, workers, {"threshold": threshold, **timings}, on_event=on_event,
-                     lock_timeout=lock_timeout)
+                     lock_timeout=lock_timeout, shard=held)
     model_writer = _writer(state_dir, {"writer": writer, "base_url": base_url, "model": model,
                                        "provider": provider}, logged(log))
     if once:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from memory.consolidation import ConsolidationPolicy
 from memory.ledger._ledger import WritePolicy
@@ -17,10 +19,49 @@ from memory.writers._offload import CPU_WORKER_MODES, CpuWorkerMode
 from store import LOCK_TIMEOUT, DurableFiles
 from supervisors import Backoff
 
-__all__ = ["JOURNAL_MODES", "JournalMode", "RuntimeConfig", "apply_timings"]
+__all__ = ["JOURNAL_MODES", "JournalMode", "RuntimeConfig", "Shard", "apply_timings",
+           "held_rows"]
 
 JournalMode = Literal["session", "shared"]
 JOURNAL_MODES: tuple[JournalMode, ...] = ("session", "shared")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One runtime's share of a state's sessions: those whose id hashes to ``index`` of ``count``.
+
+    Runtimes on one state directory are safe together (claims, locks), but
+    each one's idle watchdog polls every session, so two of them would both
+    look at, open and finish every session. With a shard each runtime's own
+    scans take only its sessions; what the host asks of a session by name
+    (append, flush) is served whatever its shard. The hash is CRC-32 of the
+    id: stable across processes and Python runs (``hash()`` is salted), so
+    every process of a sharded run agrees on who holds which session.
+    """
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"a shard is K/N with 0 <= K < N, not {self.index}/{self.count}")
+
+    def holds(self, session_id: str) -> bool:
+        return zlib.crc32(session_id.encode()) % self.count == self.index
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """``"K/N"`` (e.g. ``0/2``), as ``--shard`` takes it; ValueError names what is wrong."""
+        index, slash, count = text.partition("/")
+        with contextlib.suppress(ValueError):
+            if slash:
+                return cls(int(index), int(count))
+        raise ValueError(f"a shard is K/N with 0 <= K < N (e.g. 0/2), not {text!r}")
+
+
+def held_rows(shard: Shard | None, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The session rows (``list_sessions``'s) ``shard`` holds; all of them without one."""
+    return rows if shard is None else [row for row in rows if shard.holds(str(row["id"]))]
 
 
 @dataclass(frozen=True)
@@ -85,6 +126,8 @@ class RuntimeConfig:
     journal: JournalMode = "session"
     # Issue 23: when the runtime consolidates by itself (memory.consolidation's triggers).
     consolidation: ConsolidationPolicy = field(default_factory=ConsolidationPolicy)
+    # Issue 20: the sessions this runtime's own scans take (Shard); None: all of them.
+    shard: Shard | None = None
 
     def __post_init__(self) -> None:
         # A NaN or infinite bound would make every lock wait endless.

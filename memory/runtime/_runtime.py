@@ -138,11 +138,11 @@ class MemoryRuntime:
                                    margin=config.claim_margin)
         self.timers = Timers(self._cast, rng=self.rng, retry_backoff=config.retry_backoff,
                              recheck_backoff=config.claim_recheck)
-        # The writer's and the commit's CPU work, off the interpreter lock (None: in-thread).
-        self.cpu_worker = (CpuWorker(on_event=self._event_from_thread)
+        self.cpu_worker = (CpuWorker(on_event=self._event_from_thread)  # None: in-thread
                            if config.cpu_worker == "process" else None)
         self.cycle = WriteCycle(lambda: self.writer, lambda: self.workspace_ref, self.events,
-                                writer_timeout=config.writer_timeout, run_cpu=self.cpu_worker)
+                                writer_timeout=config.writer_timeout, run_cpu=self.cpu_worker,
+                                turns=self.memory_dir if config.shard else None)
         self.quarantine = Quarantine(lambda: self.workspace_ref, self.jobs.outcomes, self.events)
         self.ledgers = SessionLedgers()
         self.desk = JobDesk(self.jobs, self.cycle, self.timers, self.ledgers, self.session_ref,

@@ -10,13 +10,23 @@ and already cited counts as written. An exclusive writer (``Writer.exclusive``) 
 one cycle at a time. Each snapshot offers the runtime's ``run_cpu`` (a
 worker process, :class:`~memory.writers._offload.CpuWorker`), where a writer
 runs its pure CPU work off the interpreter lock.
+
+Sharded runtimes (``RuntimeConfig.shard``: one run's processes on one state)
+take turns: each cycle holds the workspace's cycle lock
+(:func:`taking_turns`) from its snapshot to its commit. Without it the
+shards' cycles refuse each other's commits, and every refused cycle runs its
+writer again on a fresh snapshot: measured, two shards spent more CPU on the
+write side than one process did (docs/decisions.md, "Both cores").
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import math
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -37,9 +47,44 @@ from memory.workspace._edits import CpuRunner, TopicEdit, WorkspaceSnapshot
 from memory.writers._cycle import FailureKind, WriteOutcome, run_group_cycle, run_write_cycle
 from memory.writers._writer import Batch, DeferringWriter, GroupWriter, Writer, is_exclusive
 
-__all__ = ["CONCURRENT_RETRIES", "WriteCycle"]
+__all__ = ["CONCURRENT_RETRIES", "CYCLE_LOCK", "WriteCycle", "taking_turns"]
 
 CONCURRENT_RETRIES = 8
+CYCLE_LOCK = os.path.join(".scriptorium", "cycle.lock")  # in the memory directory
+TURN_POLL = (0.002, 0.05)  # seconds between two looks at a held cycle lock: first, at most
+
+
+@contextlib.asynccontextmanager
+async def taking_turns(memory_dir: str | None) -> AsyncIterator[None]:
+    """Hold ``memory_dir``'s cycle lock for one write cycle (None: no lock, no wait).
+
+    Polled with a non-blocking ``flock`` on the event loop, a syscall that
+    never waits: the wait is cancellable, holds no worker thread and can
+    never leave a lock taken behind a cancelled caller. The kernel releases
+    it when its holder's process dies. It guards no file (the commit's own
+    ``write.lock`` does): it only keeps sharded runtimes from throwing away
+    each other's cycles.
+    """
+    if memory_dir is None:
+        yield
+        return
+    os.makedirs(os.path.join(memory_dir, ".scriptorium"), exist_ok=True)
+    fd = os.open(os.path.join(memory_dir, CYCLE_LOCK), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC,
+                 0o600)
+    try:
+        delay = TURN_POLL[0]
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as error:
+                if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+            await anyio.sleep(delay)
+            delay = min(2 * delay, TURN_POLL[1])
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 @dataclass(frozen=True)
@@ -78,13 +123,15 @@ class WriteCycle:
 
     ``writer`` and ``workspace`` are read at each cycle: the runtime's
     writer may be replaced while it runs, and the workspace actor's
-    reference is known once the tree is up.
+    reference is known once the tree is up. ``turns``: the memory directory
+    of a sharded runtime, whose cycles take turns (:func:`taking_turns`).
     """
 
     def __init__(self, writer: Callable[[], Writer], workspace: Callable[[], ActorRef[WorkspaceMessage]],
                  events: EventHook, *, writer_timeout: float,
-                 run_cpu: CpuRunner | None = None) -> None:
+                 run_cpu: CpuRunner | None = None, turns: str | None = None) -> None:
         self._writer = writer
+        self._turns = turns  # the memory directory whose cycle lock a shard takes turns on
         self._run_cpu = run_cpu
         self._workspace = workspace
         self._events = events
@@ -118,7 +165,7 @@ class WriteCycle:
             return await steps.commit((batch,), edits, base)
 
         exclusive = self._exclusive if is_exclusive(writer) else None
-        async with exclusive or contextlib.nullcontext():
+        async with exclusive or contextlib.nullcontext(), taking_turns(self._turns):
             for _ in range(1 + CONCURRENT_RETRIES):
                 outcome = await run_write_cycle(
                     batch, writer, snapshot=steps.snapshot, archive=archive, commit=commit,
@@ -140,7 +187,7 @@ class WriteCycle:
         if len(batches) < 2 or not self.groups_batches or not isinstance(writer, GroupWriter):
             return [None] * len(batches)
         steps = WorkspaceSteps(self._workspace(), self._run_cpu)
-        async with self._exclusive:
+        async with self._exclusive, taking_turns(self._turns):
             group = await run_group_cycle(
                 batches, writer, snapshot=steps.snapshot, archive=steps.archive,
                 commit=steps.commit, covered=steps.covered, timeout=self._timeout)
