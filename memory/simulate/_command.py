@@ -46,6 +46,10 @@ from store.lowlevel import state_path
 __all__ = ["memory_lag_document", "percentile", "render_report", "result_document",
            "simulate"]
 
+# Processes a run shards its agents over, by default: what measured best on a
+# 2-core machine (docs/decisions.md, "Both cores").
+PROCESSES = 1
+
 
 def percentile(values: list[float], fraction: float) -> float:
     """Nearest-rank percentile; 0.0 for no values."""
@@ -254,6 +258,9 @@ def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, s
               show_default=True,
               help="Where mutations are made durable (RuntimeConfig.journal): each session's "
                    "journal, or one runtime log shared by every session.")
+@click.option("--processes", type=click.IntRange(min=1), default=PROCESSES, show_default=True,
+              help="Shard the agents by session id over this many processes, each with its own "
+                   "runtime on the one state (1: this process alone).")
 @click.option("--quiet", "-q", is_flag=True,
               help="Draw no progress on stderr (it is drawn only on a terminal anyway).")
 def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: str,
@@ -261,7 +268,8 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
              idle_after: float | None, session_idle: float, watchdog_poll: float,
              writer: str, base_url: str | None, model: str | None,
              provider: str | None, rate: float | None, arrivals: str,
-             cpu_worker: CpuWorkerMode, journal: JournalMode, quiet: bool) -> None:
+             cpu_worker: CpuWorkerMode, journal: JournalMode, processes: int,
+             quiet: bool) -> None:
     """Run concurrent simulated agents with seeded faults, then check every invariant."""
     model_config = None
     try:
@@ -314,7 +322,8 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
                                   threshold=threshold, idle_after=idle_after,
                                   session_idle=session_idle, watchdog_poll=watchdog_poll,
                                   model=model_config, rate=rate, arrivals=arrivals,
-                                  cpu_worker=cpu_worker, journal=journal)
+                                  cpu_worker=cpu_worker, journal=journal,
+                                  processes=processes)
         with warnings.catch_warnings(), view or contextlib.nullcontext():  # warned above
             warnings.simplefilter("ignore", ReferenceThresholdWarning)
             result = anyio.run(run_simulation, config, backend=backend)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from memory.runtime._config import JournalMode
+from memory.runtime._config import JournalMode, Shard
 from memory.simulate._agents import Mix
 from memory.writers._events import Event, EventListener
 from memory.writers._offload import CpuWorkerMode
@@ -60,6 +60,12 @@ class SimulationConfig:
     arrivals: str = "poisson"  # the open loop's arrival process (see _open_loop.ARRIVALS)
     cpu_worker: CpuWorkerMode = "thread"  # RuntimeConfig.cpu_worker
     journal: JournalMode = "session"  # RuntimeConfig.journal
+    # Issue 20: the agents sharded by session id over this many processes, each with
+    # its own runtime on the one state (memory.simulate._shards); 1: this process alone.
+    processes: int = 1
+    shard: Shard | None = None  # the share this process runs (set in each such process)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state_dir", state_path(self.state_dir))
+        if self.processes < 1:
+            raise ValueError(f"a simulation runs in at least one process, not {self.processes}")

@@ -73,6 +73,7 @@ class OpenLoop:
     issued: dict[int, float] = field(default_factory=dict)
     lateness: dict[int, float] = field(default_factory=dict)
     late: int = 0
+    held: frozenset[int] | None = None  # the lanes this process issues; None: every lane
     _next: dict[int, int] = field(default_factory=dict)  # lane -> its next arrival index
 
     def __post_init__(self) -> None:
@@ -80,8 +81,19 @@ class OpenLoop:
             raise ValueError("an open loop needs at least one lane")
 
     @property
+    def lanes_here(self) -> list[int]:
+        """The lanes this process issues (a sharded run's other processes issue the rest)."""
+        return [lane for lane in range(min(self.lanes, len(self.offsets)))
+                if self.held is None or lane in self.held]
+
+    @property
+    def scheduled_here(self) -> int:
+        """How many of the arrivals this process issues."""
+        return sum(len(range(lane, len(self.offsets), self.lanes)) for lane in self.lanes_here)
+
+    @property
     def done(self) -> bool:
-        return all(self._next.get(lane, lane) >= len(self.offsets) for lane in range(self.lanes))
+        return all(self._next.get(lane, lane) >= len(self.offsets) for lane in self.lanes_here)
 
     def scheduled(self, k: int) -> float:
         assert self.start is not None
@@ -92,7 +104,7 @@ class OpenLoop:
         if self.start is None:
             self.start = anyio.current_time()
         async with anyio.create_task_group() as tg:
-            for lane in range(min(self.lanes, len(self.offsets))):
+            for lane in self.lanes_here:
                 tg.start_soon(self._lane, lane, issue)
 
     async def _lane(self, lane: int, issue: Callable[[int, int], Awaitable[None]]) -> None:

@@ -9,7 +9,6 @@ reports. The run itself is :mod:`memory.simulate._simulate`'s.
 
 from __future__ import annotations
 
-import resource
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -17,7 +16,6 @@ from memory.runtime._events import EventTally
 from memory.runtime._runtime import MemoryRuntime
 from memory.simulate._agents import Agent
 from memory.simulate._config import SimulationConfig
-from memory.simulate._faults import FaultPlan
 from memory.simulate._open_loop import OpenLoop
 from memory.simulate._oracle import Evidence, Verdict
 
@@ -90,15 +88,32 @@ class Totals:
         self.restarts += restarts
         self.quarantined += outcomes.get("quarantined", 0)
 
+    def merge(self, other: Totals) -> None:
+        """Add another process's totals (a sharded run's: its sessions are not ours)."""
+        self.outcomes.update(other.outcomes)
+        for name, values in other.latencies.items():
+            self.latencies.setdefault(name, []).extend(values)
+        self.written_batches.extend(other.written_batches)
+        self.marked |= other.marked
+        self.cycles.extend(other.cycles)
+        self.groups.update(other.groups)
+        self.waiting_max = max(self.waiting_max, other.waiting_max)
+        self.deliveries += other.deliveries
+        self.restarts += other.restarts
+        self.quarantined += other.quarantined
+        self.incarnations += other.incarnations
+
 
 def build_result(
     config: SimulationConfig,
     invariants: dict[str, Verdict],
     agents: list[Agent],
     totals: Totals,
-    plan: FaultPlan,
+    injected: dict[str, int],
     seconds: float,
     outside: dict[str, object],
+    *,
+    peak_rss_mb: float,
 ) -> SimulationResult:
     actions: Counter[str] = Counter()
     for agent in agents:
@@ -109,7 +124,6 @@ def build_result(
         actions["retried"] += agent.retried
     appended = outside.get("appended")
     outside_turns = len(appended) if isinstance(appended, list) else 0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     return SimulationResult(
         config=config,
         invariants=invariants,
@@ -120,13 +134,13 @@ def build_result(
         restarts=totals.restarts,
         quarantined=totals.quarantined,
         incarnations=totals.incarnations,
-        injected={**plan.injected, "process-crashes": plan.process_crashes},
+        injected=injected,
         outcomes=dict(totals.outcomes),
         actions=dict(actions),
         latencies={**totals.latencies,
                    "append_ack": [s for agent in agents for s in agent.ack_seconds]},
         deliveries=totals.deliveries,
-        peak_rss_mb=peak,
+        peak_rss_mb=peak_rss_mb,
         groups=dict(totals.groups),
         due_waiting_max=totals.waiting_max,
     )

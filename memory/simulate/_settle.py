@@ -47,7 +47,7 @@ async def settle(
         while not outside:
             await anyio.sleep(0.05)
     await rt.drain()
-    before.update(await _updated_at(rt))
+    before.update(await _updated_at(rt, sessions))
     for round_number in range(SETTLE_ROUNDS):
         failures_before = _failures(rt)
         injected: list[str] = []
@@ -65,7 +65,7 @@ async def settle(
             break
         if rt.quarantined:
             await rt.release()
-    after.update(await _updated_at(rt))
+    after.update(await _updated_at(rt, sessions))
 
 
 async def flush_tolerating_injected(rt: MemoryRuntime, session: str, injected: list[str]) -> None:
@@ -97,6 +97,8 @@ def _failures(rt: MemoryRuntime) -> int:
                if result != "written")
 
 
-async def _updated_at(rt: MemoryRuntime) -> dict[str, float]:
+async def _updated_at(rt: MemoryRuntime, sessions: Sequence[str]) -> dict[str, float]:
+    """``updated_at`` of ``sessions`` only: a shard's snapshot of another's would be stale."""
     rows = await run_durable(list_sessions, rt.state_dir)
-    return {row["id"]: row["updated_at"] for row in rows}
+    settled = set(sessions)
+    return {row["id"]: row["updated_at"] for row in rows if row["id"] in settled}

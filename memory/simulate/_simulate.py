@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -48,9 +49,12 @@ from memory.simulate._agents import Acknowledged, Agent
 from memory.simulate._config import SimulationConfig, Stage
 from memory.simulate._faults import FaultPlan, FaultyDisk, FaultyWriter, SimulatedCrash
 from memory.simulate._open_loop import OpenLoop, arrival_offsets
-from memory.simulate._oracle import Evidence, check_invariants, outside_evidence
+from memory.simulate._oracle import check_invariants
 from memory.simulate._result import SimulationResult, Totals, build_result
 from memory.simulate._settle import SETTLE_ROUNDS, flush_tolerating_injected, settle
+from memory.simulate._shards import child_env, read_config, run_shards, send_frame
+from memory.simulate._share import Share, merge_shares
+from memory.writers._events import Event
 from memory.writers._extractive import ExtractiveWriter
 from memory.writers._writer import Writer
 from memory.writers.model import ModelWriter, UsageFile
@@ -61,6 +65,8 @@ __all__ = [
     "SETTLE_ROUNDS",
     "flush_tolerating_injected",
     "outside_writers",
+    "run_share",
+    "share_process",
     "simulate",
 ]
 
@@ -82,11 +88,16 @@ def runtime_config(config: SimulationConfig, plan: FaultPlan, tally: EventTally)
         passivate_after=4 * config.session_idle,
         retry_backoff=Backoff(initial=0.05, factor=2.0, maximum=0.5, jitter=0.25),
         worker_backoff=Backoff(initial=0.01, factor=2.0, maximum=0.2, jitter=0.25),
+        # A simulated crash leaves its process alive, so its claims are not void by
+        # pid as a real crash's are: the next incarnation waits out their lease, kept
+        # on the compressed clock too (the default margin is a minute).
+        claim_margin=config.writer_timeout,
         files=FaultyDisk(plan),
         seed=config.seed,
         on_event=tally,
         cpu_worker=config.cpu_worker,
         journal=config.journal,
+        shard=config.shard,
     )
 
 
@@ -149,21 +160,9 @@ def outside_writers(sessions: list[str], config: SimulationConfig, plan: FaultPl
     return sessions[:outside], sessions[outside: outside + agent], notes
 
 
-def _child_env() -> dict[str, str]:
-    """The environment of a child ``python -m memory...``: the directory holding ``memory``.
-
-    Not ``memory/`` itself: on the path, a folder of it named as a standard
-    library module would shadow that module (``memory/inspector`` was once
-    ``memory/inspect``, and ``dataclasses`` imports ``inspect``).
-    """
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get(
-        "PYTHONPATH")]))}
-
-
 async def _outside(config: SimulationConfig, sessions: list[str], into: dict[str, object]) -> None:
     """The outside writer subprocess; its acknowledged writes land in ``into``."""
-    env = _child_env()
+    env = child_env()
     command = [sys.executable, "-m", "memory.simulate._outside", config.state_dir,
                str(config.seed), str(config.outside_rounds), *sessions]
     done = await anyio.run_process(command, env=env, check=False, stderr=subprocess.PIPE)
@@ -176,7 +175,7 @@ async def _outside(config: SimulationConfig, sessions: list[str], into: dict[str
 async def _agent(config: SimulationConfig, sessions: list[str], into: dict[str, object],
                  go: anyio.Event) -> None:
     """The unlocked reference agent's process (``agent-writes``); it starts writing on ``go``."""
-    env = _child_env()
+    env = child_env()
     command = [sys.executable, "-m", "memory.simulate._outside", "--agent", config.state_dir,
                str(config.seed), str(config.agent_rounds), *sessions]
     async with await anyio.open_process(command, env=env, stdin=subprocess.PIPE,
@@ -203,7 +202,37 @@ async def _closing(writer: Writer) -> AsyncIterator[None]:
 
 
 async def simulate(config: SimulationConfig) -> SimulationResult:
-    """Run the whole simulation on the current event loop; see the module docstring."""
+    """Run the whole simulation on the current event loop; see the module docstring.
+
+    With ``config.processes`` above 1 the agents are sharded by session id
+    over that many processes (:mod:`memory.simulate._shards`), each running
+    its own runtime on the one state directory; the oracle then checks the
+    files once, with every process's evidence.
+    """
+    started, wall_started = time.perf_counter(), time.time()
+    sharded = config.processes > 1 and config.shard is None
+    share = merge_shares(await run_shards(config)) if sharded else await run_share(config)
+    seconds = time.perf_counter() - started
+    _stage(config, "checking the invariants", "")
+    evidence = share.evidence()
+    invariants = await run_durable(lambda: check_invariants(
+        config.state_dir, share.workspace_id, threshold=config.threshold,
+        counter=default_counter(), evidence=evidence))
+    # This process's peak (the oracle's included), and the shards' when they ran apart.
+    peak_rss_mb = _peak_rss_mb() + (share.peak_rss_mb if sharded else 0.0)
+    result = build_result(config, invariants, share.agents, share.totals, share.injected,
+                          seconds, share.outside, peak_rss_mb=peak_rss_mb)
+    result.latencies["due_to_durable_load"] = share.due_to_durable_load
+    result.open_loop = share.open_loop
+    result.workspace_id = share.workspace_id
+    result.workload_seconds = max(0.0, share.workload_ended - wall_started)
+    result.evidence = evidence
+    result.notes = share.notes
+    return result
+
+
+async def run_share(config: SimulationConfig) -> Share:
+    """This process's share of the run (every agent, or ``config.shard``'s): up to the oracle."""
     plan = FaultPlan(config.faults, config.seed, **config.fault_rates)
     acknowledged = Acknowledged()
     totals = Totals()
@@ -211,8 +240,6 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
     outside: dict[str, object] = {}
     agent_writes: dict[str, object] = {}
     workload_over = anyio.Event()  # the unlocked agent writes from then on, while marking goes on
-    started = time.perf_counter()
-    workload_done = 0.0
     workload_wall = 0.0  # the runtime's clock (the wall) when the last arrival returned
     open_loop = None
     if config.rate is not None:
@@ -242,10 +269,15 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
                     workspace_id = rt.workspace_id
                     if not agents:
                         for index in range(config.sessions):
+                            session = f"sim-{index:05d}"
+                            if config.shard is not None and not config.shard.holds(session):
+                                continue  # another process's agent
                             sid = await rt.sessions.create(title=f"agent {index}",
-                                                           session_id=f"sim-{index:05d}")
+                                                           session_id=session)
                             agents.append(Agent(index, sid, config.turns, config.seed,
                                                 mix, acknowledged))
+                        if open_loop is not None:
+                            open_loop.held = frozenset(agent.index for agent in agents)
                         by_outside, by_agent, notes = outside_writers(
                             [a.session for a in agents], config, plan)
                         if by_outside:
@@ -262,7 +294,6 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
                         await _run_agents(rt, agents, config)
                     else:
                         await _run_open_loop(rt, agents, open_loop, config)
-                    workload_done = workload_done or time.perf_counter()
                     workload_wall = workload_wall or time.time()
                     workload_over.set()
                     if agent_started:
@@ -279,34 +310,38 @@ async def simulate(config: SimulationConfig) -> SimulationResult:
                     raise
                 if rt is not None:
                     totals.absorb(rt, tally, 0)
-    seconds = time.perf_counter() - started
     for sid, node, key in _triples(outside.get("merged")):
         acknowledged.add(sid, node, (key,))
     for sid, node in totals.marked:
         acknowledged.add(sid, node, (MARKER_KEY,))
-    evidence = Evidence(
-        acknowledged=acknowledged.keys,
-        updated_before_boundary=evidence_before,
-        updated_after_boundary=evidence_after,
-        written_batches=totals.written_batches,
-        process_crashes=plan.process_crashes,
+    return Share(
+        agents=agents, acknowledged=acknowledged, totals=totals,
+        updated_before_boundary=evidence_before, updated_after_boundary=evidence_after,
+        outside=outside, agent_writes=agent_writes, process_crashes=plan.process_crashes,
         actor_crashes=dict(plan.crashed_sessions),
-        summarised=acknowledged.summarised,
-        **outside_evidence(agent_writes),
-    )
-    _stage(config, "checking the invariants", "")
-    invariants = await run_durable(lambda: check_invariants(
-        config.state_dir, workspace_id, threshold=config.threshold,
-        counter=default_counter(), evidence=evidence))
-    result = build_result(config, invariants, agents, totals, plan, seconds, outside)
-    result.latencies["due_to_durable_load"] = [
-        durable - due for due, durable in totals.cycles if due <= workload_wall]
-    result.open_loop = open_loop
-    result.workspace_id = workspace_id
-    result.workload_seconds = (workload_done or started) - started
-    result.evidence = evidence
-    result.notes = notes
-    return result
+        injected={**plan.injected, "process-crashes": plan.process_crashes},
+        workspace_id=workspace_id, notes=notes, workload_ended=workload_wall or time.time(),
+        due_to_durable_load=[durable - due for due, durable in totals.cycles
+                             if due <= workload_wall],
+        open_loop=open_loop, peak_rss_mb=_peak_rss_mb())
+
+
+def share_process() -> None:
+    """A shard's process (:mod:`memory.simulate._shards`): its config on stdin, frames on stdout."""
+    out = sys.stdout.buffer
+
+    def on_event(event: Event) -> None:  # the stages only: the rest stays in this process
+        if isinstance(event, Stage):
+            send_frame(out, ("stage", event.what, event.unit, event.total))
+
+    config = dataclasses.replace(read_config(sys.stdin.buffer.read()), on_event=on_event,
+                                 progress=lambda done, total: send_frame(
+                                     out, ("progress", done, total)))
+    send_frame(out, ("share", anyio.run(run_share, config, backend=sys.argv[1])))
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 async def _run_agents(rt: MemoryRuntime, agents: list[Agent], config: SimulationConfig) -> None:
@@ -335,11 +370,12 @@ async def _run_open_loop(rt: MemoryRuntime, agents: list[Agent], loop: OpenLoop,
     async with anyio.create_task_group() as tg:
         for agent in agents:
             tg.start_soon(agent.resync, rt)
-    total = len(loop.offsets)
+    total = loop.scheduled_here
+    by_lane = {agent.index: agent for agent in agents}
     progress = config.progress
 
     async def issue(lane: int, _arrival: int) -> None:
-        await agents[lane].arrive(rt)
+        await by_lane[lane].arrive(rt)
 
     async def tick() -> None:
         while progress is not None:
