@@ -271,3 +271,11 @@ def test_the_open_loop_runs_with_the_capacity_s_processes_at_its_percents() -> N
     assert sorted(asked[:6], key=str) == sorted([(p, None) for p in (1, 2, 3)] * 2, key=str)
     assert asked[6:] == [(2, 100.0), (2, 400.0)] and len(runs) == 2
 
+
+def test_run_s_notes_say_how_the_closed_loop_was_taken() -> None:
+    [bench] = [b for b in run._benches(sys.executable) if b.name == "load"]
+    data = {**_new_data([_run(100, 5, 1)], [_loop(1, [9.0], [1.0]), _loop(2, [9.0], [2.0])],
+                        best=2), "scratch": "/disk"}
+    notes = bench.notes(data)
+    assert "`--processes` value (1, 2)" in notes and "`--processes 2`" in notes and "`/disk`" in notes
+    assert "Closed loop" not in bench.notes(_data([]))  # a document of before: as it was
