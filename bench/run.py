@@ -320,6 +320,13 @@ def _load_notes(data: Any) -> str:
     text = (f"Offered loads {loads} of the closed-loop end-to-end capacity, Poisson "
             f"(`simulate --rate`), {data.get('sessions')} sessions x {data.get('turns')} turns, "
             f"seed {data.get('seed')}, {data.get('backend')}.")
+    if "capacity" in data:  # the closed loop per --processes value, beside the floor
+        values = ", ".join(str(value) for value in data.get("processes", ()))
+        text += (f" Closed loop: {data.get('repeat')} runs per `--processes` value ({values}), "
+                 f"each beside a floor round of its own, on one scratch disk "
+                 f"(`{data.get('scratch')}`); the capacity is the best median of them "
+                 f"(`--processes {data['capacity']['processes']}`), and the open loop runs "
+                 "with that value.")
     if not chart:
         return text + " No chart was written."
     return f"{text} Latency against load (`{chart}`):\n\n![latency against load]({Path(chart).name})"
