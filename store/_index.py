@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 import itertools
 import os
+import time
 from dataclasses import dataclass, field
 
 from ._errors import NodeFileError, StoreError
@@ -97,6 +98,10 @@ class SessionIndex:
     # node id -> hash of the file bytes its node was decoded from, for the
     # nodes loaded from disk and not changed since (see load_index).
     digests: dict[str, int] = field(default_factory=dict)
+    # node id -> the stamp of the file those bytes were read from, if it had
+    # settled then: a reload keeps the node of a file whose stamp did not
+    # move without reading it (see load_index, SETTLED_NS).
+    stamps: dict[str, NodeStamp] = field(default_factory=dict)
     # A number no other index state has had (in this process), new on every
     # add and replace: whoever derived something from the index at one
     # version can tell it is unchanged, or which nodes were added since.
@@ -113,6 +118,7 @@ class SessionIndex:
         self.nodes[node.id] = node
         self.files[node.id] = filename if filename is not None else node_filename(node)
         self.digests.pop(node.id, None)
+        self.stamps.pop(node.id, None)
         if node.predecessor is not None:
             self.children.setdefault(node.predecessor, []).append(node.id)
         self.max_seq = max(self.max_seq, node.seq)
@@ -123,6 +129,7 @@ class SessionIndex:
         self.adds.clear()
         self.nodes[node.id] = node
         self.digests.pop(node.id, None)  # its bytes are no longer the ones loaded
+        self.stamps.pop(node.id, None)
 
     def first_node(self) -> Node | None:
         """The node with the lowest seq (dict order is seq order)."""
@@ -151,10 +158,36 @@ class SessionIndex:
 
 def read_capped(path: str, rel: str, cap: int) -> bytes:
     """A node file's bytes; an oversized file is refused before it is read into memory."""
+    return read_stamped(path, rel, cap)[0]
+
+
+NodeStamp = tuple[int, int, int, int]  # inode, size, mtime_ns, ctime_ns
+SETTLED_NS = 100_000_000
+"""How long before a read a node file must have last changed for its stamp to vouch for it.
+
+Timestamps tick coarsely (a jiffy, up to 10 ms): a change in the same tick as
+the one before it leaves them as they were. A change made after a read falls
+in a tick at or after the read's, so a file whose ctime was well before the
+read (ctime, which no ``utime`` can set back) shows any later change in its
+stamp. A file read sooner after its last change is read again next time.
+"""
+
+
+def node_stamp(stat: os.stat_result) -> NodeStamp:
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+def read_stamped(path: str, rel: str, cap: int) -> tuple[bytes, NodeStamp | None]:
+    """:func:`read_capped`, and the file's stamp if it had settled when read (else None).
+
+    The stamp is the descriptor's own ``fstat``: the very file read.
+    """
+    read_at = time.time_ns()
     # Plain descriptors: the size check costs no more syscalls than open().read().
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        size = os.fstat(fd).st_size
+        stat = os.fstat(fd)
+        size = stat.st_size
         if size > cap:
             raise NodeFileError(rel, f"{size} bytes, over the cap of {cap}")
         data = os.read(fd, size)
@@ -165,7 +198,8 @@ def read_capped(path: str, rel: str, cap: int) -> bytes:
             data += more
     finally:
         os.close(fd)
-    return data
+    settled = stat.st_ctime_ns < read_at - SETTLED_NS
+    return data, node_stamp(stat) if settled else None
 
 
 def load_index(
@@ -177,15 +211,17 @@ def load_index(
     used to name files in errors. Temp files and foreign files are ignored;
     unparsable node files are recorded in ``problems``.
 
-    Every file is read again. With ``previous`` (the index this one
-    replaces), a file whose name and bytes are those ``previous`` decoded
-    its node from (a 64-bit hash of them), or, for a node ``previous``
-    holds from our own write, exactly its encoding, keeps that very node
-    object instead of being parsed again: the reload the lost-marker scan
-    asks for on every changed session costs the reads, not a parse per
-    node, and whoever caches by node identity (the ledger's records) keeps
-    its cache. Any other byte difference, whatever the timestamps say, is
-    parsed.
+    Without ``previous`` every file is read. With ``previous`` (the index
+    this one replaces), a file whose stamp (inode, size, mtime, ctime) is the
+    one ``previous`` read it with, when it had settled (:data:`SETTLED_NS`),
+    is not read again: a write since would have moved its ctime. Another file whose
+    name and bytes are those ``previous`` decoded its node from (a 64-bit
+    hash of them), or, for a node ``previous`` holds from our own write,
+    exactly its encoding, keeps that very node object instead of being
+    parsed again. So the reload the lost-marker scan asks for on every
+    changed session costs a stat per unchanged file, and whoever caches by
+    node identity (the ledger's records) keeps its cache. Any other byte
+    difference is parsed.
     """
     history = os.path.join(session_dir, HISTORY)
     try:
@@ -225,20 +261,31 @@ def _load_entries(
     entries: list[tuple[int, str, str, str]], previous: SessionIndex | None,
 ) -> None:
     known = previous.digests if previous is not None else {}
+    stamped = previous.stamps if previous is not None else {}
     for seq, name, letter, file_id in entries:
         rel = f"{rel_dir}/{HISTORY}/{name}"
+        path = os.path.join(history, name)
         try:
-            data = read_capped(os.path.join(history, name), rel, cap)
-            digest = hash(data)
             held = previous.nodes.get(file_id) if previous is not None else None
-            if (held is not None and previous is not None and previous.files.get(file_id) == name
-                    and (known.get(file_id) == digest
-                         or (file_id not in known and _encodes_to(held, data, cap)))):
-                node = held  # the same bytes, decoded and checked before (or written from it)
+            if previous is None or previous.files.get(file_id) != name:
+                held = None
+            stamp = (node_stamp(os.stat(path)) if held is not None and file_id in stamped
+                     and file_id in known else None)
+            if held is not None and stamp is not None and stamp == stamped[file_id]:
+                # The very file read before, settled then, so any change since
+                # would have moved its ctime: not read again.
+                node, digest = held, known[file_id]
             else:
-                node = decode_node(data, rel, cap)
-                if node.id != file_id or node.seq != seq or ROLE_LETTERS[node.role] != letter:
-                    raise NodeFileError(rel, "its id, seq or role does not match its file name")
+                data, stamp = read_stamped(path, rel, cap)
+                digest = hash(data)
+                if held is not None and (known.get(file_id) == digest or (
+                        file_id not in known and _encodes_to(held, data, cap))):
+                    node = held  # the same bytes, decoded and checked before (or written from it)
+                else:
+                    node = decode_node(data, rel, cap)
+                    if node.id != file_id or node.seq != seq or ROLE_LETTERS[node.role] != letter:
+                        raise NodeFileError(rel,
+                                            "its id, seq or role does not match its file name")
             if node.id in index.nodes:
                 raise NodeFileError(rel, f"node id {node.id!r} is already used by another file")
         except NodeFileError as exc:
@@ -249,3 +296,5 @@ def _load_entries(
             continue
         index.add(node, name)
         index.digests[node.id] = digest
+        if stamp is not None:
+            index.stamps[node.id] = stamp

@@ -300,6 +300,7 @@ class SessionReads:
         index = load_index(self.directory, self._rel, self._cap, self._index)
         if index.same_nodes(self._index):
             self._index.digests = index.digests
+            self._index.stamps = index.stamps
         else:
             self._index = index
         self._fingerprint = fingerprint
