@@ -32,6 +32,7 @@ from memory.runtime import BoundaryOutcome as BoundaryOutcome
 from memory.runtime import BoundaryReport as BoundaryReport
 from memory.runtime import MemoryRuntime as MemoryRuntime
 from memory.runtime import RuntimeConfig as RuntimeConfig
+from memory.runtime import Shard as Shard
 from memory.runtime import open_runtime as open_runtime
 from memory.workspace import TopicEdit as TopicEdit
 from memory.workspace import WorkspaceSnapshot as WorkspaceSnapshot
@@ -61,6 +62,7 @@ __all__ = [
     "RuntimeClosedError",
     "RuntimeConfig",
     "ScriptoriumMemoryError",
+    "Shard",
     "SourceMeta",
     "SourceRecord",
     "TopicEdit",

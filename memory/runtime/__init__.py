@@ -15,6 +15,7 @@ from a JSON-lines file; ``_settings`` the timings from flags, a file or code.
 from memory._errors import ImportInterruptedError as ImportInterruptedError
 from memory._errors import ImportLineError as ImportLineError
 from memory.runtime._backlog import MemoryLag as MemoryLag
+from memory.runtime._config import Shard as Shard
 from memory.runtime._config import apply_timings as apply_timings
 from memory.runtime._events import Abandoned as Abandoned
 from memory.runtime._events import BoundaryReached as BoundaryReached
@@ -80,6 +81,7 @@ __all__ = [
     "SessionEnd",
     "SessionEndUnsaved",
     "SessionReport",
+    "Shard",
     "Skipped",
     "Submitted",
     "Timings",

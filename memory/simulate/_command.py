@@ -46,9 +46,9 @@ from store.lowlevel import state_path
 __all__ = ["memory_lag_document", "percentile", "render_report", "result_document",
            "simulate"]
 
-# Processes a run shards its agents over, by default: what measured best on a
-# 2-core machine (docs/decisions.md, "Both cores").
-PROCESSES = 1
+# Processes a run shards its agents over, by default: two, what measured best on a
+# 2-core machine (docs/decisions.md, "Both cores"); one where there is one core.
+PROCESSES = min(2, os.cpu_count() or 1)
 
 
 def percentile(values: list[float], fraction: float) -> float:
