@@ -32,7 +32,9 @@ the floor and the runtime are measured on the same disk:
 
 Each simulate run is its own process (so its CPU time is its own) on its own
 fresh state directory in the scratch directory (``--state``), removed after
-it. ``--processes K`` is passed to simulate only for K != 1. The
+it, the disk synced before it (``os.sync``, untimed) as before each floor
+round, so that neither pays for the other's writeback. ``--processes K`` is
+always passed (simulate's own default depends on the cores). The
 latency-load chart is written as a PNG (matplotlib, the ``bench`` extra)
 next to ``bench/RESULTS.md``, which links it. Small sizes (``--sessions 20
 --turns 10 --repeat 2``) make a smoke run of some seconds.
@@ -226,6 +228,7 @@ def format_floor(turns: int, scratch: str) -> float:
         sessions = [os.path.join(root, f"s{i}") for i in range(16)]
         for session in sessions:
             os.makedirs(os.path.join(session, "history"))
+        os.sync()  # a quiet disk: the last run's writeback is not this round's
         began = time.perf_counter()
         for turn in range(turns):
             session = sessions[turn % len(sessions)]
@@ -239,14 +242,11 @@ def simulate_command(sessions: int, turns: int, seed: int, backend: str, state: 
                      processes: int = 1, rate: float | None = None) -> list[str]:
     """The ``scriptorium simulate --json`` command line of one run on ``state``.
 
-    ``--processes`` only for more than one process, so that this script runs
-    on a simulate without that flag as long as it is asked for one.
+    ``--processes`` always: simulate's own default depends on the machine.
     """
     command = [sys.executable, "-c", "from memory.cli import main; main()", "simulate", "--json",
                "--sessions", str(sessions), "--turns", str(turns), "--seed", str(seed),
-               "--backend", backend, "--state", state]
-    if processes != 1:
-        command += ["--processes", str(processes)]
+               "--backend", backend, "--state", state, "--processes", str(processes)]
     if rate is not None:
         command += ["--rate", f"{rate:.1f}"]
     return command
@@ -261,6 +261,7 @@ def simulate(sessions: int, turns: int, seed: int, backend: str, scratch: str,
     state = tempfile.mkdtemp(prefix="state-", dir=scratch)
     try:
         command = simulate_command(sessions, turns, seed, backend, state, processes, rate)
+        os.sync()  # a quiet disk: the floor's and the last run's writeback are not this run's
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         began = time.perf_counter()
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
