@@ -47,7 +47,8 @@ __all__ = ["memory_lag_document", "percentile", "render_report", "result_documen
            "simulate"]
 
 # Processes a run shards its agents over, by default: two, what measured best on a
-# 2-core machine (docs/decisions.md, "Both cores"); one where there is one core.
+# 2-core machine (docs/decisions.md, "Both cores"); one where there is one core, and
+# with a model writer, whose writes the model's latency bounds, not this machine's cores.
 PROCESSES = min(2, os.cpu_count() or 1)
 
 
@@ -258,7 +259,8 @@ def _compare(baselines: ModuleType, config: SimulationConfig) -> tuple[object, s
               show_default=True,
               help="Where mutations are made durable (RuntimeConfig.journal): each session's "
                    "journal, or one runtime log shared by every session.")
-@click.option("--processes", type=click.IntRange(min=1), default=PROCESSES, show_default=True,
+@click.option("--processes", type=click.IntRange(min=1), default=None,
+              show_default=f"{PROCESSES}; 1 with --writer model",
               help="Shard the agents by session id over this many processes, each with its own "
                    "runtime on the one state (1: this process alone).")
 @click.option("--quiet", "-q", is_flag=True,
@@ -268,7 +270,7 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
              idle_after: float | None, session_idle: float, watchdog_poll: float,
              writer: str, base_url: str | None, model: str | None,
              provider: str | None, rate: float | None, arrivals: str,
-             cpu_worker: CpuWorkerMode, journal: JournalMode, processes: int,
+             cpu_worker: CpuWorkerMode, journal: JournalMode, processes: int | None,
              quiet: bool) -> None:
     """Run concurrent simulated agents with seeded faults, then check every invariant."""
     model_config = None
@@ -323,7 +325,8 @@ def simulate(sessions: int, turns: int, seed: int, faults_spec: str, backend: st
                                   session_idle=session_idle, watchdog_poll=watchdog_poll,
                                   model=model_config, rate=rate, arrivals=arrivals,
                                   cpu_worker=cpu_worker, journal=journal,
-                                  processes=processes)
+                                  processes=processes if processes is not None else
+                                  1 if model_config is not None else PROCESSES)
         with warnings.catch_warnings(), view or contextlib.nullcontext():  # warned above
             warnings.simplefilter("ignore", ReferenceThresholdWarning)
             result = anyio.run(run_simulation, config, backend=backend)

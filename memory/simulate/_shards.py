@@ -13,9 +13,10 @@ agents whose session id its :class:`~memory.runtime.Shard` holds (the rule
 
 The protocol is this process's own: the configuration goes to the child
 pickled on its stdin; the child answers on stdout with frames, one per
-line, each a base64 pickle: ``("stage", what, unit, total)``,
-``("progress", done, total)``, and last ``("share", Share)``. Its stderr is
-kept, and quoted when it fails.
+line, each a base64 pickle: ``("event", event)`` for each stage and each
+job event a progress display reads (:data:`JOB_EVENTS`; a job's id made
+unique across the processes), ``("progress", done, total)``, and last
+``("share", Share)``. Its stderr is kept, and quoted when it fails.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import os
 import pickle
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -36,10 +36,14 @@ import sniffio
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from memory.runtime._config import Shard
+from memory.runtime._events import Abandoned, Deferred, JobDone, Quarantined, Submitted
 from memory.simulate._config import SimulationConfig, Stage
 from memory.simulate._share import Share
+from memory.writers._events import Event
 
-__all__ = ["child_env", "read_config", "run_shards", "send_frame"]
+__all__ = ["JOB_EVENTS", "ShardStages", "child_env", "read_config", "run_shards", "send_frame"]
+
+JOB_EVENTS = (Submitted, JobDone, Abandoned, Deferred, Quarantined)
 
 _FRAME_LIMIT = 1 << 30  # one share's pickle: a million turns' evidence stays below
 
@@ -77,21 +81,54 @@ async def run_shards(config: SimulationConfig) -> list[Share]:
     """
     count = config.processes
     shares: dict[int, Share] = {}
-    done: dict[int, tuple[int, int]] = {}
-
-    def progress(index: int, turns: int, total: int) -> None:
-        done[index] = (turns, total)
-        if config.progress is not None:
-            config.progress(sum(d for d, _ in done.values()), sum(t for _, t in done.values()))
-
+    stages = ShardStages(count, config.on_event, config.progress)
     async with anyio.create_task_group() as tg:
         for index in range(count):
-            tg.start_soon(_run_shard, config, Shard(index, count), shares, progress)
+            tg.start_soon(_run_shard, config, Shard(index, count), shares, stages)
     return [shares[index] for index in range(count)]
 
 
+class ShardStages:
+    """The shards' stages and counts as one run's: a stage is shown once every shard is in it.
+
+    Its counts are the sum of each shard's latest for that stage (a shard
+    that moved on counts what it ended the stage with), so a display never
+    adds one shard's turns to another's sessions.
+    """
+
+    def __init__(self, count: int, on_event: Callable[[Event], None] | None,
+                 progress: Callable[[int, int], None] | None) -> None:
+        self.seen: list[list[Stage]] = [[] for _ in range(count)]
+        self.counts: list[dict[int, tuple[int, int]]] = [{} for _ in range(count)]
+        self.shown = 0
+        self._on_event = on_event
+        self._progress = progress
+
+    def stage(self, index: int, stage: Stage) -> None:
+        self.seen[index].append(stage)
+        while all(len(seen) > self.shown for seen in self.seen):
+            totals = [seen[self.shown].total for seen in self.seen]
+            total = None if None in totals else sum(t or 0 for t in totals)
+            if self._on_event is not None:
+                self._on_event(dataclasses.replace(self.seen[0][self.shown], total=total))
+            self.shown += 1
+            self._draw()
+
+    def progress(self, index: int, done: int, total: int) -> None:
+        self.counts[index][len(self.seen[index]) - 1] = (done, total)
+        self._draw()
+
+    def _draw(self) -> None:
+        if self._progress is None or self.shown == 0:
+            return
+        stage = self.shown - 1
+        now = [counts.get(stage, (0, seen[stage].total or 0))
+               for counts, seen in zip(self.counts, self.seen, strict=True)]
+        self._progress(sum(done for done, _ in now), sum(total for _, total in now))
+
+
 async def _run_shard(config: SimulationConfig, shard: Shard, shares: dict[int, Share],
-                     progress: Callable[[int, int, int], None]) -> None:
+                     stages: ShardStages) -> None:
     child = dataclasses.replace(config, shard=shard, progress=None, on_event=None)
     backend = "trio" if sniffio.current_async_library() == "trio" else "asyncio"
     command = [sys.executable, "-c",
@@ -114,10 +151,15 @@ async def _run_shard(config: SimulationConfig, shard: Shard, shares: dict[int, S
                 if frame[0] == "share":
                     shares[shard.index] = frame[1]
                 elif frame[0] == "progress":
-                    progress(shard.index, frame[1], frame[2])
-                elif frame[0] == "stage" and shard.index == 0 and config.on_event is not None:
-                    config.on_event(Stage(at=time.time(), what=frame[1], unit=frame[2],
-                                          total=frame[3]))
+                    stages.progress(shard.index, frame[1], frame[2])
+                elif frame[0] == "event" and isinstance(frame[1], Stage):
+                    stages.stage(shard.index, frame[1])
+                elif frame[0] == "event" and config.on_event is not None:
+                    event = frame[1]
+                    if isinstance(event, (Submitted, JobDone, Abandoned, Deferred)):
+                        # Each runtime numbers its jobs from 1: one number space for all.
+                        event = dataclasses.replace(event, job=event.job * shard.count + shard.index)
+                    config.on_event(event)
         code = await proc.wait()
     if code != 0 or shard.index not in shares:
         raise RuntimeError(f"simulation shard {shard.index}/{shard.count} exited with {code}: "

@@ -52,7 +52,7 @@ from memory.simulate._open_loop import OpenLoop, arrival_offsets
 from memory.simulate._oracle import check_invariants
 from memory.simulate._result import SimulationResult, Totals, build_result
 from memory.simulate._settle import SETTLE_ROUNDS, flush_tolerating_injected, settle
-from memory.simulate._shards import child_env, read_config, run_shards, send_frame
+from memory.simulate._shards import JOB_EVENTS, child_env, read_config, run_shards, send_frame
 from memory.simulate._share import Share, merge_shares
 from memory.writers._events import Event
 from memory.writers._extractive import ExtractiveWriter
@@ -330,9 +330,9 @@ def share_process() -> None:
     """A shard's process (:mod:`memory.simulate._shards`): its config on stdin, frames on stdout."""
     out = sys.stdout.buffer
 
-    def on_event(event: Event) -> None:  # the stages only: the rest stays in this process
-        if isinstance(event, Stage):
-            send_frame(out, ("stage", event.what, event.unit, event.total))
+    def on_event(event: Event) -> None:  # what a progress display reads; the rest stays here
+        if isinstance(event, (Stage, *JOB_EVENTS)):
+            send_frame(out, ("event", event))
 
     config = dataclasses.replace(read_config(sys.stdin.buffer.read()), on_event=on_event,
                                  progress=lambda done, total: send_frame(
