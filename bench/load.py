@@ -91,26 +91,25 @@ def ack_target_ms(load: int) -> float | None:
     return ACK_P99_MS if load <= 80 else None
 
 
-def parse_loads(text: str) -> tuple[int, ...]:
-    """``"25,50,80,100"`` -> percents, each in 1..1000, in the order given, no repeats."""
-    try:
-        loads = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ValueError(f"--loads takes comma-separated whole percents, not {text!r}") from None
-    if not loads or any(not 0 < load <= 1000 for load in loads) or len(set(loads)) != len(loads):
-        raise ValueError(f"--loads takes distinct percents in 1..1000, not {text!r}")
-    return loads
-
-
-def parse_processes(text: str) -> tuple[int, ...]:
-    """``"1,2"`` -> simulate ``--processes`` values, each in 1..64, in the order given, no repeats."""
+def _distinct_numbers(text: str, flag: str, top: int) -> tuple[int, ...]:
+    """``"1,2"`` -> whole numbers, each in 1..``top``, in the order given, no repeats."""
     try:
         found = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise ValueError(f"--processes takes comma-separated whole numbers, not {text!r}") from None
-    if not found or any(not 0 < value <= 64 for value in found) or len(set(found)) != len(found):
-        raise ValueError(f"--processes takes distinct numbers in 1..64, not {text!r}")
+        raise ValueError(f"{flag} takes comma-separated whole numbers, not {text!r}") from None
+    if not found or any(not 0 < value <= top for value in found) or len(set(found)) != len(found):
+        raise ValueError(f"{flag} takes distinct numbers in 1..{top}, not {text!r}")
     return found
+
+
+def parse_loads(text: str) -> tuple[int, ...]:
+    """``"25,50,80,100"`` -> percents of the capacity, each in 1..1000."""
+    return _distinct_numbers(text, "--loads", 1000)
+
+
+def parse_processes(text: str) -> tuple[int, ...]:
+    """``"1,2"`` -> simulate ``--processes`` values, each in 1..64."""
+    return _distinct_numbers(text, "--processes", 64)
 
 
 def processes_label(processes: int) -> str:

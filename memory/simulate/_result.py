@@ -76,20 +76,16 @@ class Totals:
     def absorb(self, rt: MemoryRuntime, tally: EventTally, restarts: int) -> None:
         """One incarnation's counts: its statistics, and what its events told ``tally``."""
         outcomes = rt.statistics().outcomes
-        self.outcomes.update(outcomes)
-        for name, values in tally.latencies.items():
-            self.latencies.setdefault(name, []).extend(values)
-        self.written_batches.extend(tally.written_batches)
-        self.marked |= tally.marked
-        self.cycles.extend(tally.cycles)
-        self.groups.update(tally.groups)
-        self.waiting_max = max(self.waiting_max, tally.waiting_max)
-        self.deliveries += sum(tally.deliveries.values())
-        self.restarts += restarts
-        self.quarantined += outcomes.get("quarantined", 0)
+        self.merge(Totals(
+            outcomes=Counter(outcomes),
+            latencies={name: list(values) for name, values in tally.latencies.items()},
+            written_batches=list(tally.written_batches), marked=set(tally.marked),
+            cycles=list(tally.cycles), deliveries=sum(tally.deliveries.values()),
+            restarts=restarts, quarantined=outcomes.get("quarantined", 0),
+            groups=Counter(tally.groups), waiting_max=tally.waiting_max))
 
     def merge(self, other: Totals) -> None:
-        """Add another process's totals (a sharded run's: its sessions are not ours)."""
+        """Add ``other``'s counts: an incarnation's, or another process's (a sharded run's)."""
         self.outcomes.update(other.outcomes)
         for name, values in other.latencies.items():
             self.latencies.setdefault(name, []).extend(values)

@@ -25,7 +25,10 @@ from memory.cli._live_inspector import load_inspector
 from tests.conftest import BACKENDS
 from tests.memory.cli._states import owing_state
 
-SCRIPTORIUM = [sys.executable, "-c", "from memory.cli import main; main()"]
+# Ctrl-C as a terminal delivers it, even when the suite runs in the background of a
+# shell without job control, which starts it (and so these children) with SIGINT ignored.
+SCRIPTORIUM = [sys.executable, "-c", ("import signal; signal.signal(signal.SIGINT, "
+               "signal.default_int_handler); from memory.cli import main; main()")]
 
 
 def _start(*args: str) -> subprocess.Popen[str]:
