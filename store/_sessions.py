@@ -10,6 +10,7 @@ change is opened with :class:`~store._session.SessionCore`.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from ._errors import MetaMissingError, StoreError, UnsafeLinkError
@@ -37,8 +38,12 @@ def state_path(state_dir: str | os.PathLike[str]) -> str:
 
 def list_sessions(
     state_dir: str | os.PathLike[str], problems: dict[str, StoreError] | None = None,
+    keep: Callable[[str], bool] | None = None,
 ) -> list[dict[str, Any]]:
     """Every session under ``state_dir/sessions`` with a readable meta.json, newest first.
+
+    ``keep``: only the directories whose name it keeps are looked at (a
+    sharded runtime's own sessions: the others' meta.json is never read).
 
     Rows are ``{id, title, created_at, updated_at, head_id}``. Directories
     whose name is not a safe id, or whose meta.json is missing or corrupt,
@@ -55,6 +60,8 @@ def list_sessions(
         return []
     rows: list[dict[str, Any]] = []
     for name in names:
+        if keep is not None and not keep(name):
+            continue
         try:
             validate_id(name, "session id")
             refuse_session_alias(root, name)

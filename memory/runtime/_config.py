@@ -7,7 +7,7 @@ import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal
 
 from memory.consolidation import ConsolidationPolicy
 from memory.ledger._ledger import WritePolicy
@@ -20,7 +20,7 @@ from store import LOCK_TIMEOUT, DurableFiles
 from supervisors import Backoff
 
 __all__ = ["JOURNAL_MODES", "JournalMode", "RuntimeConfig", "Shard", "apply_timings",
-           "held_rows"]
+           "held_by"]
 
 JournalMode = Literal["session", "shared"]
 JOURNAL_MODES: tuple[JournalMode, ...] = ("session", "shared")
@@ -59,9 +59,9 @@ class Shard:
         raise ValueError(f"a shard is K/N with 0 <= K < N (e.g. 0/2), not {text!r}")
 
 
-def held_rows(shard: Shard | None, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The session rows (``list_sessions``'s) ``shard`` holds; all of them without one."""
-    return rows if shard is None else [row for row in rows if shard.holds(str(row["id"]))]
+def held_by(shard: Shard | None) -> Callable[[str], bool] | None:
+    """``list_sessions``'s ``keep`` for ``shard``: its sessions' ids; None (all) without one."""
+    return None if shard is None else shard.holds
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ import anyio
 from actors import ActorError
 from memory._errors import describe_error
 from memory.runtime._backlog import MemoryLag
-from memory.runtime._config import held_rows
+from memory.runtime._config import held_by
 from memory.runtime._runtime import MemoryRuntime, RuntimeConfig, open_runtime
 from memory.runtime._session_state import (
     SESSION_ERRORS,
@@ -146,8 +146,8 @@ async def run_once(
 
     unlisted: dict[str, StoreError] = {}
     if sessions is None:
-        rows = await run_durable(list_sessions, rt.state_dir, unlisted)
-        sessions = [row["id"] for row in held_rows(rt.config.shard, rows)]
+        rows = await run_durable(list_sessions, rt.state_dir, unlisted, held_by(rt.config.shard))
+        sessions = [row["id"] for row in rows]
     async with anyio.create_task_group() as tg:
         for session in sessions:
             tg.start_soon(boundary, session)
@@ -236,8 +236,8 @@ async def run_headless(
                 await rt.poll_idle()
                 while True:
                     unlisted: dict[str, StoreError] = {}
-                    rows = held_rows(config.shard,
-                                     await run_durable(list_sessions, state_dir, unlisted))
+                    rows = await run_durable(list_sessions, state_dir, unlisted,
+                                             held_by(config.shard))
                     for name, problem in unlisted.items():
                         if reported.get(name) != str(problem):  # once, not every scan
                             reported[name] = str(problem)

@@ -32,7 +32,7 @@ from typing import Any
 import anyio
 
 from actors import Actor, ActorError, ActorRef, Idempotent, Request, UnhandledMessageError
-from memory.runtime._config import RuntimeConfig, held_rows
+from memory.runtime._config import RuntimeConfig, held_by
 from memory.runtime._session_state import CheckIdle, MemorySessionMessage, RepairMarkers
 from memory.workspace._runtime_state import read_session_end
 from store import StoreError, list_sessions
@@ -183,7 +183,7 @@ class IdleWatchdog(Actor[WatchdogMessage]):
         self.polls += 1
         now = self.config.clock()
         # A sharded runtime polls its own sessions only; another runtime polls the rest.
-        rows = held_rows(self.config.shard, await run_durable(list_sessions, self.state_dir))
+        rows = await run_durable(list_sessions, self.state_dir, None, held_by(self.config.shard))
         processed = await run_durable(read_session_end, self.memory_dir)
         found = idle_sessions(rows, processed, now, self.config.session_idle)
         for session, _ in found:

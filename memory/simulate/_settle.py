@@ -99,6 +99,5 @@ def _failures(rt: MemoryRuntime) -> int:
 
 async def _updated_at(rt: MemoryRuntime, sessions: Sequence[str]) -> dict[str, float]:
     """``updated_at`` of ``sessions`` only: a shard's snapshot of another's would be stale."""
-    rows = await run_durable(list_sessions, rt.state_dir)
-    settled = set(sessions)
-    return {row["id"]: row["updated_at"] for row in rows if row["id"] in settled}
+    rows = await run_durable(list_sessions, rt.state_dir, None, set(sessions).__contains__)
+    return {row["id"]: row["updated_at"] for row in rows}

@@ -45,7 +45,7 @@ __all__ = ["JOB_EVENTS", "ShardStages", "child_env", "read_config", "run_shards"
 
 JOB_EVENTS = (Submitted, JobDone, Abandoned, Deferred, Quarantined)
 
-_FRAME_LIMIT = 1 << 30  # one share's pickle: a million turns' evidence stays below
+_FRAME_LIMIT = 1 << 30  # the longest frame read: one share, far below it for any run here
 
 
 def child_env() -> dict[str, str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from memory.runtime._config import Shard, held_rows
+from memory.runtime._config import Shard, held_by
 from memory.runtime._runtime import open_runtime
 from memory.runtime._write_cycle import CYCLE_LOCK, taking_turns
 from tests.memory._runtime import build_session, config
@@ -26,9 +26,7 @@ def test_every_session_is_held_by_exactly_one_shard_by_a_stable_hash() -> None:
     # CRC-32, not hash(): every process of a run (each with its own salt) agrees.
     assert [Shard(0, 2).holds(sid) for sid in SESSIONS] == [True] * 4 + [False] * 4
     assert Shard(1, 2).holds("sim-00000") == (zlib.crc32(b"sim-00000") % 2 == 1)
-    assert [row["id"] for row in held_rows(Shard(1, 2), [{"id": s} for s in SESSIONS])] == \
-        SESSIONS[4:]
-    assert held_rows(None, [{"id": "x"}]) == [{"id": "x"}]
+    assert held_by(None) is None
 
 
 @pytest.mark.parametrize("text", ["2/2", "-1/2", "1", "a/b", "0/0", "", "1/2/3"])
@@ -92,7 +90,13 @@ async def test_a_cancelled_wait_for_the_cycle_lock_leaves_no_lock_taken(tmp_path
             pass  # free again: the cancelled waiter holds nothing
 
 
-async def test_an_unsharded_cycle_takes_no_lock(tmp_path: Path) -> None:
-    async with taking_turns(str(tmp_path)), taking_turns(None):
-        pass
-    assert os.path.exists(tmp_path / CYCLE_LOCK)
+async def test_only_a_sharded_runtime_takes_turns_on_the_cycle_lock(tmp_path: Path) -> None:
+    lock = tmp_path / "memory" / CYCLE_LOCK
+    build_session(tmp_path, "s0", ["u1", "a1"])
+    async with open_runtime(tmp_path, config=config()) as rt:
+        await rt.flush("s0")
+    assert not lock.exists()  # an unsharded runtime shares its state with any writer
+    build_session(tmp_path, "s1", ["u1", "a1"])
+    async with open_runtime(tmp_path, config=config(shard=Shard(0, 2))) as rt:
+        await rt.flush("s1")
+    assert lock.exists()
